@@ -1,0 +1,45 @@
+"""Exceptions of the scheduler core.
+
+Every error caused by bad input is a ``ValueError`` subclass whose message names the field, the
+bad value and what is allowed, so callers (the CLI, the Airflow operator) can show it as is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.specs import AppStatus
+
+
+class InvalidSpecError(ValueError):
+    """An ``AppDef``, ``Role``, ``Resource`` or mount is not valid."""
+
+
+class InvalidRunConfigError(ValueError):
+    """A scheduler run config (cfg) has an unknown key, a value of the wrong type or misses a
+    required option."""
+
+
+class MalformedAppHandleError(ValueError):
+    """A string is not an app handle of the form ``scheduler://session/app_id``."""
+
+
+class UnknownSchedulerError(ValueError):
+    """No scheduler backend is registered under the given name."""
+
+
+class UnknownAppError(ValueError):
+    """A well-formed handle names an app the scheduler does not know."""
+
+
+class ComponentError(ValueError):
+    """A component cannot be found or its arguments do not fit its signature."""
+
+
+class AppStatusError(Exception):
+    """Raised by ``AppStatus.raise_for_status()`` for an app that did not succeed."""
+
+    def __init__(self, status: AppStatus, *args: object) -> None:
+        super().__init__(status.format() if not args else args[0])
+        self.status = status

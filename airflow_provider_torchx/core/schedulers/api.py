@@ -1,0 +1,288 @@
+"""The contract every scheduler backend meets.
+
+A backend subclasses ``Scheduler`` and implements the abstract methods. Each public method's
+docstring lists its behaviours and assumptions: what it guarantees, what it raises and
+whether it blocks. The ``Runner`` only talks to backends through this contract.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from airflow_provider_torchx.core.errors import UnknownAppError
+from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
+from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role, RoleStatus, validate_app
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Stream(str, enum.Enum):
+    """Which output of a replica to read."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    COMBINED = "combined"
+
+
+@dataclass
+class DescribeAppResponse:
+    """What a scheduler knows of an app: its state and why, its roles and their replicas'
+    states, and the labels it was submitted with."""
+
+    app_id: str = "<NOT_SET>"
+    state: AppState = AppState.UNSUBMITTED
+    num_restarts: int = -1
+    msg: str = ""
+    structured_error_msg: str = ""
+    ui_url: str | None = None
+    roles_statuses: list[RoleStatus] = field(default_factory=list)
+    roles: list[Role] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ListAppResponse:
+    """One app in ``Scheduler.list``; the runner fills in ``app_handle``."""
+
+    app_id: str
+    state: AppState
+    app_handle: str = "<NOT_SET>"
+    name: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class LogChunk:
+    """Lines read from a cursor, the cursor to read on from, and whether the log is over.
+
+    ``lines`` each end in ``"\\n"``; ``cursor`` is an opaque JSON string; ``eof`` is true once
+    the app is terminal and every line was returned (a tailer can stop).
+    """
+
+    lines: list[str]
+    cursor: str
+    eof: bool
+
+
+def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterable[str]:
+    """The lines matching ``regex`` (all when it is None)."""
+    if not regex:
+        return lines
+    pattern = re.compile(regex)
+    return (line for line in lines if pattern.search(line))
+
+
+def labels_match(have: Mapping[str, str], want: Mapping[str, str] | None) -> bool:
+    """Whether a job's labels ``have`` include every ``want`` pair."""
+    return all(have.get(k) == v for k, v in (want or {}).items())
+
+
+class Scheduler(abc.ABC, Generic[T]):
+    """A scheduler backend, named ``backend``, for jobs of one session (``session_name``)."""
+
+    #: Whether ``build_workspace_image`` builds roles' workspaces into images.
+    supports_workspace: bool = False
+
+    def __init__(self, backend: str, session_name: str) -> None:
+        self.backend = backend
+        self.session_name = session_name
+
+    # ------------------------------------------------------------------ submit
+
+    def run_opts(self) -> runopts:
+        """The run options this scheduler accepts (types, defaults, help, required)."""
+        return self._run_opts()
+
+    @abc.abstractmethod
+    def _run_opts(self) -> runopts: ...
+
+    def submit_dryrun(
+        self, app: AppDef, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None
+    ) -> AppDryRunInfo[T]:
+        """Render ``app`` into this scheduler's native request without submitting it.
+
+        1. ``cfg`` is resolved against ``run_opts()`` (defaults filled, types checked,
+           required options present) before anything else: ``InvalidRunConfigError``.
+        2. The app is validated (``validate_app`` and the backend's ``_validate``); invalid
+           input raises a ``ValueError`` subclass naming the field. Nothing is submitted.
+        3. Each role's ``pre_proc`` may edit the request.
+        4. ``app`` is used as given (the runner passes its own deep copy); the result carries
+           it as ``info.app``, with the resolved cfg and ``labels``.
+        5. Never blocks on a remote service.
+        """
+        resolved = self.run_opts().resolve(cfg)
+        validate_app(app)
+        self._validate(app, self.backend, resolved)
+        checked_labels = {str(k): str(v) for k, v in (labels or {}).items()}
+        info = self._submit_dryrun(app, resolved, checked_labels)
+        for role in app.roles:
+            info = role.pre_proc(self.backend, info)
+        info._app = app
+        info._cfg = resolved
+        info._scheduler = self.backend
+        info.labels = checked_labels
+        return info
+
+    @abc.abstractmethod
+    def _submit_dryrun(self, app: AppDef, cfg: dict[str, CfgVal], labels: dict[str, str]) -> AppDryRunInfo[T]: ...
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: dict[str, CfgVal]) -> None:
+        """Backend-specific checks (raise a ``ValueError`` subclass naming the field)."""
+
+    @abc.abstractmethod
+    def schedule(self, dryrun_info: AppDryRunInfo[T]) -> str:
+        """Submit a dry-run request; return the app id.
+
+        1. Submits ``dryrun_info.request`` as is (edits to ``dryrun_info.app`` are ignored).
+        2. Returns once the scheduler accepted the job; does not wait for it to start.
+        3. The app id never contains ``/`` or ``..``.
+        """
+
+    def submit(self, app: AppDef, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> str:
+        """``schedule(submit_dryrun(app, cfg, labels))``."""
+        return self.schedule(self.submit_dryrun(app, cfg, labels))
+
+    def build_workspace_image(self, role: Role, cfg: Mapping[str, CfgVal]) -> str | None:
+        """Build ``role.workspace`` into ``role.image``; return the new image, or None when
+        this scheduler has no workspace support (the default). Does not edit ``role``."""
+        return None
+
+    # ------------------------------------------------------------------ observe
+
+    @abc.abstractmethod
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """The app's state, roles and replica statuses, or None if there is no such app.
+
+        1. Never raises for an unknown app id (returns None).
+        2. ``msg`` names the failed role/replica and its exit code or the scheduler's reason.
+        3. May block for one round trip to the scheduler.
+        """
+
+    def describe_native(self, app_id: str) -> AppDryRunInfo[T] | None:
+        """The native request read back for a submitted app, or None (unknown app, or the
+        backend cannot read requests back: the default)."""
+        return None
+
+    def exists(self, app_id: str) -> bool:
+        """Whether the scheduler knows the app."""
+        return self.describe(app_id) is not None
+
+    @abc.abstractmethod
+    def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
+        """The apps of this scheduler whose labels include every ``labels`` pair.
+
+        ``cfg`` may narrow where to look (e.g. one Batch queue). Returns every match, not a
+        page.
+        """
+
+    def wait_for_change(self, app_id: str, timeout: float) -> None:
+        """Block up to ``timeout`` seconds or until the app may have changed state.
+
+        The default sleeps; a backend that can be notified returns early, which lets
+        ``Runner.wait`` learn of the end at once whatever its poll interval.
+        """
+        time.sleep(max(0.0, timeout))
+
+    # ------------------------------------------------------------------ logs
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Lines (each ending in ``"\\n"``) of replica ``k`` of ``role_name``.
+
+        1. ``should_tail=False``: what is there now; ``True``: blocks, following the log until
+           the app is terminal and its log drained.
+        2. Unknown app: ``UnknownAppError``; unknown role or replica: ``ValueError``.
+        3. Backends without logs raise ``NotImplementedError`` (the default).
+        """
+        raise NotImplementedError(f"{self.backend} does not support log iteration")
+
+    def read_log(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        cursor: str | None = None,
+        streams: Stream | None = None,
+        max_lines: int | None = None,
+    ) -> LogChunk:
+        """Read on from ``cursor`` (None: the start); return the lines and the next cursor.
+
+        1. Never blocks waiting for new lines: returns what is there (possibly nothing).
+        2. A reader that saves each returned cursor and restarts from it sees every line
+           exactly once, in order (built-in backends). This default, for backends with only
+           ``log_iter``, re-reads the log and skips the lines counted in the cursor: it is
+           at-least-once if the backend's log changes under it.
+        3. At most ``max_lines`` lines when given.
+        4. Unknown app: ``UnknownAppError``.
+        """
+        skip = int(json.loads(cursor)["skip"]) if cursor else 0
+        desc = self.describe(app_id)
+        if desc is None:
+            raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
+        lines = list(self.log_iter(app_id, role_name, k, streams=streams))[skip:]
+        done = desc.state.is_terminal()
+        if max_lines is not None and len(lines) > max_lines:
+            lines, done = lines[:max_lines], False
+        return LogChunk(lines=lines, cursor=json.dumps({"skip": skip + len(lines)}), eof=done)
+
+    # ------------------------------------------------------------------ stop
+
+    def cancel(self, app_id: str) -> None:
+        """Ask the scheduler to stop the app; it ends CANCELLED asynchronously.
+
+        1. Idempotent: an unknown or already terminal app is logged and left alone.
+        2. Returns once the request was made; does not wait for the app to end.
+        """
+        desc = self.describe(app_id)
+        if desc is None:
+            log.info("cancel: no app %s on %s; nothing to do", app_id, self.backend)
+        elif desc.state.is_terminal():
+            log.info("cancel: app %s is already %s; nothing to do", app_id, desc.state.name)
+        else:
+            self._cancel_existing(app_id)
+
+    @abc.abstractmethod
+    def _cancel_existing(self, app_id: str) -> None: ...
+
+    def delete(self, app_id: str) -> None:
+        """Cancel the app if it runs, then remove what the scheduler keeps of it.
+
+        Idempotent: an unknown app is logged and left alone.
+        """
+        if not self.exists(app_id):
+            log.info("delete: no app %s on %s; nothing to do", app_id, self.backend)
+            return
+        self.cancel(app_id)
+        self._delete_existing(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        """Remove the app's record (default: nothing beyond the cancel)."""
+
+    def close(self) -> None:
+        """Release what this instance holds (clients, threads). Safe to call twice."""
+
+    def __enter__(self: Any) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
