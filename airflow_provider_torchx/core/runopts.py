@@ -98,9 +98,7 @@ def _coerce(name: str, opt: runopt, value: object) -> CfgVal:
         )
     )
     if not ok:
-        raise InvalidRunConfigError(
-            f"cfg: {name}={value!r} has type {type(value).__name__}; expected {_TYPE_NAMES[t]}"
-        )
+        raise InvalidRunConfigError(f"cfg: {name}={value!r} has type {type(value).__name__}; expected {_TYPE_NAMES[t]}")
     if t is float:
         return float(value)  # type: ignore[arg-type]
     if t is list:

@@ -137,8 +137,7 @@ class NamedResources(Mapping[str, Resource]):
             close = difflib.get_close_matches(name, list(self._factories), n=3, cutoff=0.6)
             hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             raise UnknownResourceError(
-                f"resource: unknown named resource {name!r}.{hint} "
-                f"Known: {', '.join(sorted(self._factories))}"
+                f"resource: unknown named resource {name!r}.{hint} Known: {', '.join(sorted(self._factories))}"
             ) from None
         return factory()
 
@@ -155,7 +154,10 @@ for _itype in _AWS_INSTANCES:
 
 
 def resource(
-    cpu: int | None = None, gpu: int | None = None, memMB: int | None = None, h: str | None = None  # noqa: N803
+    cpu: int | None = None,
+    gpu: int | None = None,
+    memMB: int | None = None,
+    h: str | None = None,  # noqa: N803
 ) -> Resource:
     """A ``Resource`` from a named resource ``h`` or from explicit numbers (TorchX's helper).
     ``h`` wins when given; unspecified numbers default to 1 cpu, 0 gpu, 1024 MB."""
