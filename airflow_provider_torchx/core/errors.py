@@ -6,6 +6,7 @@ bad value and what is allowed, so callers (the CLI, the Airflow operator) can sh
 
 from __future__ import annotations
 
+import signal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -43,3 +44,12 @@ class AppStatusError(Exception):
     def __init__(self, status: AppStatus, *args: object) -> None:
         super().__init__(status.format() if not args else args[0])
         self.status = status
+
+
+class SignalException(Exception):  # noqa: N818 - TorchX's public name
+    """Raised inside ``Runner.wait`` when the process gets SIGTERM or SIGINT, so the waiter
+    can cancel the job it watches before it exits."""
+
+    def __init__(self, msg: str, sigval: signal.Signals) -> None:
+        super().__init__(msg)
+        self.sigval = sigval

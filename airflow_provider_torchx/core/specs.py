@@ -60,7 +60,7 @@ class Resource:
 
     cpu: int
     gpu: int
-    memMB: int  # noqa: N815 - TorchX's public field name
+    memMB: int
     capabilities: dict[str, Any] = field(default_factory=dict)
     devices: dict[str, int] = field(default_factory=dict)
 
@@ -157,7 +157,7 @@ def resource(
     cpu: int | None = None,
     gpu: int | None = None,
     memMB: int | None = None,
-    h: str | None = None,  # noqa: N803
+    h: str | None = None,
 ) -> Resource:
     """A ``Resource`` from a named resource ``h`` or from explicit numbers (TorchX's helper).
     ``h`` wins when given; unspecified numbers default to 1 cpu, 0 gpu, 1024 MB."""
@@ -272,7 +272,7 @@ class macros:  # noqa: N801 - TorchX's public name
     - ``app_id``: the app id the scheduler assigned.
     - ``replica_id``: the replica's index within its role.
     - ``rank0_env``: the *name* of an env var that holds rank 0's host address, so
-      ``$${rank0_env}`` becomes ``$MASTER_HOST_VAR`` for the shell to expand.
+      ``"$${" + macros.rank0_env + "}"`` becomes ``${MASTER_HOST_VAR}`` for the shell to expand.
     """
 
     img_root = "${img_root}"

@@ -49,6 +49,8 @@ class DescribeAppResponse:
     roles_statuses: list[RoleStatus] = field(default_factory=list)
     roles: list[Role] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+    #: A cancel was requested through this scheduler (such a job is never adopted again).
+    cancel_requested: bool = False
 
 
 @dataclass

@@ -1,0 +1,407 @@
+"""The Runner: submits ``AppDef`` jobs to schedulers and watches, tails and stops them.
+
+It is the one door to the schedulers: it validates before anything is submitted, works on a
+deep copy of the caller's app, injects ``TORCHX_JOB_ID`` (the job's own, parseable handle) and
+turns app handles (``scheduler://session/app_id``) into calls on the right backend. Schedulers
+are found through the entry-point group ``airflow_provider_torchx.schedulers`` and created
+lazily, so importing the runner never imports a backend's client library.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from importlib import metadata
+from types import FrameType, TracebackType
+from typing import Any
+
+from airflow_provider_torchx.core.errors import SignalException, UnknownAppError, UnknownSchedulerError
+from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
+from airflow_provider_torchx.core.schedulers.api import ListAppResponse, LogChunk, Scheduler, Stream
+from airflow_provider_torchx.core.specs import (
+    AppDef,
+    AppDryRunInfo,
+    AppStatus,
+    Role,
+    macros,
+    make_app_handle,
+    parse_app_handle,
+    validate_app,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_ENTRY_POINT_GROUP = "airflow_provider_torchx.schedulers"
+DEFAULT_SESSION_NAME = "torchx"
+#: The env var every replica gets: the job's own handle, parseable with ``parse_app_handle``.
+JOB_ID_ENV = "TORCHX_JOB_ID"
+PARENT_RUN_ID_ENV = "TORCHX_PARENT_RUN_ID"
+
+SchedulerFactory = Callable[..., Scheduler[Any]]
+
+
+def _entry_point_factories() -> dict[str, SchedulerFactory]:
+    """Factories of every registered scheduler; each loads its module on first call only."""
+
+    def lazy(ep: metadata.EntryPoint) -> SchedulerFactory:
+        def factory(session_name: str, **kwargs: Any) -> Scheduler[Any]:
+            factory_fn: SchedulerFactory = ep.load()
+            return factory_fn(session_name, **kwargs)
+
+        return factory
+
+    return {ep.name: lazy(ep) for ep in metadata.entry_points(group=SCHEDULER_ENTRY_POINT_GROUP)}
+
+
+def _copy_app(app: AppDef) -> AppDef:
+    """A deep copy of ``app`` whose roles share the caller's ``overrides`` dicts (as TorchX)."""
+    return copy.deepcopy(app, memo={id(role.overrides): role.overrides for role in app.roles})
+
+
+class Runner:
+    """Submits, monitors and manages jobs on the registered schedulers.
+
+    ``name`` is the session name that goes into every app handle. Scheduler instances are
+    created on first use with ``scheduler_params`` and closed by ``close()`` (or ``with``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        scheduler_factories: Mapping[str, SchedulerFactory] | None = None,
+        component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+        scheduler_params: Mapping[str, object] | None = None,
+    ) -> None:
+        self._name = name
+        self._factories = dict(scheduler_factories if scheduler_factories is not None else _entry_point_factories())
+        self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
+        self._scheduler_params = dict(scheduler_params or {})
+        self._schedulers: dict[str, Scheduler[Any]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def session_name(self) -> str:
+        """The session name in every handle this runner makes."""
+        return self._name
+
+    # ------------------------------------------------------------------ schedulers
+
+    def scheduler_backends(self) -> list[str]:
+        """Names of every registered scheduler backend."""
+        return sorted(self._factories)
+
+    def _scheduler(self, scheduler: str) -> Scheduler[Any]:
+        with self._lock:
+            sched = self._schedulers.get(scheduler)
+            if sched is None:
+                factory = self._factories.get(scheduler)
+                if factory is None:
+                    raise UnknownSchedulerError(
+                        f"scheduler: unknown scheduler {scheduler!r}; known: {', '.join(self.scheduler_backends())}"
+                    )
+                sched = factory(self._name, **self._scheduler_params)
+                self._schedulers[scheduler] = sched
+            return sched
+
+    def _scheduler_app_id(self, app_handle: str) -> tuple[Scheduler[Any], str]:
+        parsed = parse_app_handle(app_handle)
+        return self._scheduler(parsed.scheduler_backend), parsed.app_id
+
+    def scheduler_run_opts(self, scheduler: str) -> runopts:
+        """The run options of ``scheduler``."""
+        return self._scheduler(scheduler).run_opts()
+
+    def cfg_from_str(self, scheduler: str, *cfg_literal: str) -> dict[str, CfgVal]:
+        """Parse ``key=value`` literals (each may hold ``a=1,b=2``) into ``scheduler``'s typed
+        cfg; unknown keys and wrong types raise ``InvalidRunConfigError``."""
+        return self.scheduler_run_opts(scheduler).cfg_from_str(*cfg_literal)
+
+    # ------------------------------------------------------------------ submit
+
+    def dryrun(
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Cfg | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> AppDryRunInfo[Any]:
+        """Validate ``app`` and render the request ``scheduler`` would get, without submitting.
+
+        Works on a deep copy (returned as ``info.app``): builds workspaces into images,
+        injects ``TORCHX_JOB_ID``. Raises a ``ValueError`` subclass naming the field for an
+        invalid app, an unknown scheduler or a bad cfg, before anything is built.
+        """
+        sched = self._scheduler(scheduler)
+        sched.run_opts().check(cfg)
+        app = _copy_app(app)
+        if workspace is not None:
+            warnings.warn(
+                "the workspace argument is deprecated: set Role.workspace instead", DeprecationWarning, stacklevel=2
+            )
+            if app.roles:
+                app.roles[0].workspace = workspace
+        validate_app(app)
+        for role in app.roles:
+            if role.workspace:
+                built = sched.build_workspace_image(role, cfg or {})
+                if built is None:
+                    log.warning("%s cannot build workspaces; role %s runs %s as is", scheduler, role.name, role.image)
+                else:
+                    role.image = built
+            role.env[JOB_ID_ENV] = make_app_handle(scheduler, self._name, macros.app_id)
+            if parent_run_id:
+                role.env[PARENT_RUN_ID_ENV] = parent_run_id
+        return sched.submit_dryrun(app, cfg, labels)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        """Submit a dry-run request (``dryrun_info.request`` as is); return the app handle."""
+        if dryrun_info.scheduler is None:
+            raise ValueError("dryrun_info: carries no scheduler; make it with Runner.dryrun")
+        app_id = self._scheduler(dryrun_info.scheduler).schedule(dryrun_info)
+        return make_app_handle(dryrun_info.scheduler, self._name, app_id)
+
+    def run(
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Cfg | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+        dryrun: bool = False,
+        labels: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Submit ``app`` and return its handle (``dryrun=True``: return the dry-run info)."""
+        info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, labels)
+        return info if dryrun else self.schedule(info)
+
+    def _component_app(self, component: str, component_args: list[str] | dict[str, Any]) -> AppDef:
+        from airflow_provider_torchx.core.components import get_app
+
+        return get_app(component, component_args, self._component_defaults.get(component))
+
+    def dryrun_component(
+        self,
+        component: str,
+        component_args: list[str] | dict[str, Any],
+        scheduler: str,
+        cfg: Cfg | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> AppDryRunInfo[Any]:
+        """Resolve ``component`` with ``component_args`` and dry-run the app it returns."""
+        app = self._component_app(component, component_args)
+        return self.dryrun(app, scheduler, cfg, workspace, parent_run_id, labels)
+
+    def run_component(
+        self,
+        component: str,
+        component_args: list[str] | dict[str, Any],
+        scheduler: str,
+        cfg: Cfg | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        """Resolve ``component`` with ``component_args`` and submit the app; return its handle."""
+        return self.schedule(
+            self.dryrun_component(component, component_args, scheduler, cfg, workspace, parent_run_id, labels)
+        )
+
+    def build_workspace(
+        self, app_or_role: AppDef | Role, scheduler: str, cfg: Cfg | None = None
+    ) -> str | dict[tuple[str, str], str] | None:
+        """Build workspaces into images without submitting (see the runner seed).
+
+        A ``Role`` gives its built image, or None without a workspace (or without workspace
+        support). An ``AppDef`` gives ``{(image, workspace): built}`` for its roles with a
+        workspace, each pair built once; empty when the scheduler cannot build.
+        """
+        sched = self._scheduler(scheduler)
+        if isinstance(app_or_role, Role):
+            role = copy.deepcopy(app_or_role)
+            return sched.build_workspace_image(role, cfg or {}) if role.workspace else None
+        built: dict[tuple[str, str], str] = {}
+        for role in copy.deepcopy(app_or_role.roles):
+            if not role.workspace or (role.image, role.workspace) in built:
+                continue
+            image = sched.build_workspace_image(role, cfg or {})
+            if image is None:
+                return {}
+            built[(role.image, role.workspace)] = image
+        return built
+
+    # ------------------------------------------------------------------ observe
+
+    def status(self, app_handle: str) -> AppStatus | None:
+        """The app's status, or None if the scheduler does not know it."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            return None
+        return AppStatus(
+            state=desc.state,
+            num_restarts=desc.num_restarts,
+            msg=desc.msg,
+            structured_error_msg=desc.structured_error_msg,
+            ui_url=desc.ui_url,
+            roles=desc.roles_statuses,
+        )
+
+    def describe(self, app_handle: str) -> AppDef | None:
+        """The app rebuilt from what the scheduler keeps (completeness varies), or None."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        desc = sched.describe(app_id)
+        return None if desc is None else AppDef(name=app_id, roles=desc.roles)
+
+    def describe_native(self, app_handle: str) -> AppDryRunInfo[Any] | None:
+        """The scheduler-native request read back, or None."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.describe_native(app_id)
+
+    def wait(
+        self,
+        app_handle: str,
+        wait_interval: float = 10,
+        timeout: float | None = None,
+        cancel_on_signal: bool | None = None,
+    ) -> AppStatus | None:
+        """Block until the app is terminal; return its status (None: no such app).
+
+        Polls every ``wait_interval`` seconds, but a scheduler that can be notified (local)
+        ends the wait as soon as the job ends. On ``timeout`` returns the last, non-terminal
+        status. With ``cancel_on_signal`` (default: when called in the main thread) SIGTERM
+        and SIGINT cancel the job and re-raise (as ``SignalException``); the previous
+        handlers are restored afterwards.
+        """
+        if cancel_on_signal is None:
+            cancel_on_signal = threading.current_thread() is threading.main_thread()
+        if not cancel_on_signal:
+            return self._wait(app_handle, wait_interval, timeout)
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            sig = signal.Signals(signum)
+            raise SignalException(f"got {sig.name} while waiting for {app_handle}", sig)
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self._wait(app_handle, wait_interval, timeout)
+        except SignalException:
+            log.warning("cancelling %s: the waiting process was interrupted", app_handle)
+            self.cancel(app_handle)
+            raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _wait(self, app_handle: str, wait_interval: float, timeout: float | None) -> AppStatus | None:
+        sched, app_id = self._scheduler_app_id(app_handle)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status(app_handle)
+            if status is None or status.is_terminal():
+                return status
+            pause = wait_interval
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return status
+                pause = min(pause, remaining)
+            sched.wait_for_change(app_id, pause)
+
+    def list(
+        self, scheduler: str, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None
+    ) -> list[ListAppResponse]:
+        """The apps on ``scheduler`` carrying every ``labels`` pair, with their handles."""
+        apps = self._scheduler(scheduler).list(cfg, labels)
+        for app in apps:
+            app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
+        return apps
+
+    # ------------------------------------------------------------------ logs
+
+    def log_lines(
+        self,
+        app_handle: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Lines (each ending in ``"\\n"``) of replica ``k`` of ``role_name``; follows the
+        log until the app ends with ``should_tail``. Unknown app: ``UnknownAppError``."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        if not sched.exists(app_id):
+            raise UnknownAppError(f"app_handle: no app {app_handle!r}")
+        return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
+
+    def read_log(
+        self,
+        app_handle: str,
+        role_name: str,
+        k: int = 0,
+        cursor: str | None = None,
+        streams: Stream | None = None,
+        max_lines: int | None = None,
+    ) -> LogChunk:
+        """Lines of replica ``k`` of ``role_name`` after ``cursor`` and the cursor to go on
+        from (see ``Scheduler.read_log``). Unknown app: ``UnknownAppError``."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.read_log(app_id, role_name, k, cursor, streams, max_lines)
+
+    # ------------------------------------------------------------------ stop
+
+    def cancel(self, app_handle: str) -> None:
+        """Ask for the app to stop; it ends CANCELLED asynchronously. Idempotent."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        sched.cancel(app_id)
+
+    def stop(self, app_handle: str) -> None:
+        """Deprecated alias of ``cancel``."""
+        warnings.warn("Runner.stop is deprecated: use Runner.cancel", DeprecationWarning, stacklevel=2)
+        self.cancel(app_handle)
+
+    def delete(self, app_handle: str) -> None:
+        """Cancel the app if needed and remove it from the scheduler. Idempotent."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        sched.delete(app_id)
+
+    def close(self) -> None:
+        """Close every scheduler this runner created. Safe to call twice."""
+        with self._lock:
+            schedulers, self._schedulers = list(self._schedulers.values()), {}
+        for sched in schedulers:
+            sched.close()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def get_runner(
+    name: str | None = None,
+    component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+    **scheduler_params: Any,
+) -> Runner:
+    """A ``Runner`` with every registered scheduler; ``scheduler_params`` go to each
+    scheduler's factory (e.g. ``session=`` a boto3 session for ``aws_batch``)."""
+    return Runner(
+        name or DEFAULT_SESSION_NAME,
+        component_defaults=component_defaults,
+        scheduler_params=scheduler_params,
+    )

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Start/stop the services the Docker and AWS Batch (moto) tests need: a Docker engine with its
+# data and socket under the state dir, a tiny local busybox image, and a local image registry.
+#
+#   scripts/services.sh start   # idempotent; writes $STATE/services.env
+#   scripts/services.sh stop    # stops what `start` started, by pid
+#   scripts/services.sh env     # prints the env file (source it: `. <(scripts/services.sh env)`)
+#
+# STATE defaults to <repo>/.ci/state (gitignored); override with TORCHX_SERVICES_DIR.
+# The moto server itself is started per test session by tests/fixtures/aws.py.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STATE="${TORCHX_SERVICES_DIR:-$REPO/.ci/state}"
+D="$STATE/docker"
+ENV_FILE="$STATE/services.env"
+SOCK="$D/docker.sock"
+REGISTRY_DIR="$STATE/registry"
+export DOCKER_HOST="unix://$SOCK"
+
+log() { echo "services: $*" >&2; }
+
+alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+install_packages() {
+    local missing=()
+    command -v dockerd >/dev/null || missing+=(docker.io)
+    [[ -x /bin/busybox ]] || missing+=(busybox-static)
+    command -v docker-registry >/dev/null || missing+=(docker-registry)
+    if ((${#missing[@]})); then
+        [[ $(id -u) -eq 0 ]] || { log "missing ${missing[*]}; install them as root"; exit 1; }
+        log "installing ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start_dockerd() {
+    if alive "$D/dockerd.pid" && docker version >/dev/null 2>&1; then
+        return
+    fi
+    [[ $(id -u) -eq 0 ]] || { log "dockerd needs root"; exit 1; }
+    mkdir -p "$D/data" "$D/exec"
+    rm -f "$SOCK"
+    log "starting dockerd (socket $SOCK)"
+    setsid dockerd --iptables=false --ip6tables=false --bridge=none --storage-driver=vfs \
+        --data-root "$D/data" --exec-root "$D/exec" --pidfile "$D/dockerd.pid.internal" \
+        --host "unix://$SOCK" >"$D/dockerd.log" 2>&1 </dev/null &
+    echo $! >"$D/dockerd.pid"
+    for _ in $(seq 1 150); do
+        docker version >/dev/null 2>&1 && return
+        alive "$D/dockerd.pid" || break
+        sleep 0.2
+    done
+    log "dockerd did not become ready; last log lines:"
+    tail -n 20 "$D/dockerd.log" >&2
+    exit 1
+}
+
+import_busybox() {
+    docker image inspect busybox:local >/dev/null 2>&1 && return
+    log "importing busybox:local from /bin/busybox"
+    local root="$D/rootfs"
+    rm -rf "$root"
+    mkdir -p "$root/bin" "$root/tmp"
+    cp /bin/busybox "$root/bin/"
+    for c in sh echo sleep cat env ls printf true false test expr seq; do ln -sf busybox "$root/bin/$c"; done
+    tar -C "$root" -c . | docker import - busybox:local >/dev/null
+    rm -rf "$root"
+}
+
+start_registry() {
+    if alive "$STATE/registry.pid" && [[ -f "$STATE/registry.port" ]]; then
+        return
+    fi
+    local port
+    port="$(free_port)"
+    mkdir -p "$REGISTRY_DIR/data"
+    cat >"$REGISTRY_DIR/config.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $REGISTRY_DIR/data
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$port
+EOF
+    log "starting docker-registry on 127.0.0.1:$port"
+    setsid docker-registry serve "$REGISTRY_DIR/config.yml" >"$REGISTRY_DIR/registry.log" 2>&1 </dev/null &
+    echo $! >"$STATE/registry.pid"
+    echo "$port" >"$STATE/registry.port"
+    for _ in $(seq 1 100); do
+        python3 - "$port" <<'EOF' && return
+import sys, urllib.request
+urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v2/", timeout=1)
+EOF
+        sleep 0.1
+    done
+    log "docker-registry did not become ready"
+    tail -n 20 "$REGISTRY_DIR/registry.log" >&2
+    exit 1
+}
+
+write_env() {
+    cat >"$ENV_FILE" <<EOF
+export DOCKER_HOST=unix://$SOCK
+export TORCHX_TEST_REGISTRY=127.0.0.1:$(cat "$STATE/registry.port")
+EOF
+}
+
+stop_pid() {
+    local pidfile="$1" name="$2"
+    if alive "$pidfile"; then
+        local pid
+        pid="$(cat "$pidfile")"
+        log "stopping $name (pid $pid)"
+        kill "$pid"
+        for _ in $(seq 1 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    fi
+    rm -f "$pidfile"
+}
+
+stop_containers() {
+    alive "$D/dockerd.pid" || return 0
+    local ids
+    ids="$(docker ps -aq 2>/dev/null || true)"
+    [[ -z "$ids" ]] || docker rm -f $ids >/dev/null 2>&1 || true
+}
+
+case "${1:-}" in
+start)
+    mkdir -p "$STATE"
+    install_packages
+    start_dockerd
+    import_busybox
+    start_registry
+    write_env
+    cat "$ENV_FILE"
+    ;;
+stop)
+    stop_containers
+    stop_pid "$STATE/registry.pid" docker-registry
+    rm -f "$STATE/registry.port" "$ENV_FILE"
+    stop_pid "$D/dockerd.pid" dockerd
+    ;;
+env)
+    [[ -f "$ENV_FILE" ]] || { log "not started; run: $0 start"; exit 1; }
+    cat "$ENV_FILE"
+    ;;
+*)
+    echo "usage: $0 start|stop|env" >&2
+    exit 2
+    ;;
+esac
