@@ -140,7 +140,7 @@ class Runner:
         invalid app, an unknown scheduler or a bad cfg, before anything is built.
         """
         sched = self._scheduler(scheduler)
-        sched.run_opts().check(cfg)
+        resolved_cfg = sched.run_opts().resolve(cfg)  # required options too, before any build
         app = _copy_app(app)
         if workspace is not None:
             warnings.warn(
@@ -151,7 +151,7 @@ class Runner:
         validate_app(app)
         for role in app.roles:
             if role.workspace:
-                built = sched.build_workspace_image(role, cfg or {})
+                built = sched.build_workspace_image(role, resolved_cfg)
                 if built is None:
                     log.warning("%s cannot build workspaces; role %s runs %s as is", scheduler, role.name, role.image)
                 else:
@@ -282,9 +282,8 @@ class Runner:
         and SIGINT cancel the job and re-raise (as ``SignalException``); the previous
         handlers are restored afterwards.
         """
-        if cancel_on_signal is None:
-            cancel_on_signal = threading.current_thread() is threading.main_thread()
-        if not cancel_on_signal:
+        # Python lets only the main thread install signal handlers.
+        if cancel_on_signal is False or threading.current_thread() is not threading.main_thread():
             return self._wait(app_handle, wait_interval, timeout)
 
         def on_signal(signum: int, frame: FrameType | None) -> None:

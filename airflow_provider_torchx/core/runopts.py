@@ -125,9 +125,9 @@ class runopts:  # noqa: N801 - TorchX's public name
             raise TypeError(f"runopts: type of {cfg_key!r} must be one of {', '.join(_TYPE_NAMES.values())}")
         if required and default is not None:
             raise ValueError(f"runopts: required option {cfg_key!r} cannot have a default")
-        if default is not None:
-            _coerce(cfg_key, runopt(None, type_, False, help), default)
-        self._opts[cfg_key] = runopt(default, type_, required, help)
+        # The default is stored in its declared type (a "1" declared for an int becomes 1).
+        typed_default = _coerce(cfg_key, runopt(None, type_, False, help), default)
+        self._opts[cfg_key] = runopt(typed_default, type_, required, help)
 
     def update(self, other: runopts) -> None:
         """Add every option of ``other``."""
@@ -147,15 +147,23 @@ class runopts:  # noqa: N801 - TorchX's public name
         valid = ", ".join(sorted(self._opts)) or "(none)"
         return InvalidRunConfigError(f"cfg: unknown option {key!r}; valid options: {valid}")
 
+    def _typed(self, key: str, value: object) -> CfgVal:
+        """``value`` checked against (strings parsed into) the type of option ``key``; an
+        error names the option and shows the usage of every option."""
+        opt = self._opts.get(key)
+        if opt is None:
+            raise self._unknown(key)
+        try:
+            return _coerce(key, opt, value)
+        except InvalidRunConfigError as e:
+            raise InvalidRunConfigError(f"{e} ({opt.help}); usage: {self.usage()}") from None
+
     def check(self, cfg: Cfg | None) -> dict[str, CfgVal]:
         """Type-check ``cfg`` (parsing string values) without applying defaults or checking
         required options: what a partial cfg (a connection's, an operator's) must pass."""
         out: dict[str, CfgVal] = {}
         for key, value in (cfg or {}).items():
-            opt = self._opts.get(key)
-            if opt is None:
-                raise self._unknown(key)
-            out[key] = _coerce(key, opt, value)
+            out[key] = self._typed(key, value)
         return out
 
     def resolve(self, cfg: Cfg | None) -> dict[str, CfgVal]:
@@ -188,10 +196,7 @@ class runopts:  # noqa: N801 - TorchX's public name
                     raise InvalidRunConfigError(
                         f"cfg: {pair!r} is not key=value; valid options: {', '.join(sorted(self._opts))}"
                     )
-                opt = self._opts.get(key)
-                if opt is None:
-                    raise self._unknown(key)
-                out[key] = _parse_value(key, opt.opt_type, value)
+                out[key] = self._typed(key, value.strip())
         return out
 
     def usage(self) -> str:

@@ -11,6 +11,7 @@ import difflib
 import enum
 import re
 import string
+import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -376,12 +377,25 @@ def _check_name(fieldname: str, value: object) -> None:
         )
 
 
+def _check_resource(where: str, res: object) -> None:
+    if not isinstance(res, Resource):
+        raise InvalidSpecError(f"{where}: {res!r} is not a Resource (use Resource(...) or named_resources[...])")
+    for name in ("cpu", "gpu", "memMB"):
+        value = getattr(res, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise InvalidSpecError(f"{where}.{name}: {value!r} must be an int >= 0 (or -1: not specified)")
+    for dev, count in res.devices.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidSpecError(f"{where}.devices[{dev!r}]: {count!r} must be an int >= 0")
+
+
 def validate_app(app: AppDef) -> None:
     """Check what every scheduler needs; raise ``InvalidSpecError`` naming the field.
 
     Checks: a valid app name; at least one role; unique, valid role names; a non-empty
     entrypoint; ``num_replicas > 0``; ``0 < min_replicas <= num_replicas`` when set;
-    ``max_retries >= 0``; string args and env; typed mounts.
+    ``max_retries >= 0``; a ``Resource`` of ints (-1: not specified); string args and env;
+    typed mounts.
     """
     _check_name("app.name", app.name)
     if not app.roles:
@@ -408,6 +422,7 @@ def validate_app(app: AppDef) -> None:
             )
         if not isinstance(role.max_retries, int) or role.max_retries < 0:
             raise InvalidSpecError(f"{where}.max_retries: {role.max_retries!r} must be an int >= 0")
+        _check_resource(f"{where}.resource", role.resource)
         for j, arg in enumerate(role.args):
             if not isinstance(arg, str):
                 raise InvalidSpecError(f"{where}.args[{j}]: {arg!r} is a {type(arg).__name__}; args must be strings")
@@ -521,7 +536,7 @@ class AppStatus:
             lines.append("Structured error msg: " + self.structured_error_msg)
         if self.ui_url:
             lines.append(f"UI URL: {self.ui_url}")
-        return "AppStatus:\n" + "\n".join("  " + line for line in lines)
+        return "AppStatus:\n" + textwrap.indent("\n".join(lines), "  ")
 
     def __str__(self) -> str:
         return self.format()
