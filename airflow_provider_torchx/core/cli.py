@@ -1,0 +1,429 @@
+"""The ``airflow-torchx`` command: run components and watch, tail, cancel and list jobs
+without Airflow (the same core the operator uses).
+
+Exit codes: 0 success; 1 the job FAILED or was CANCELLED, or no such job; 2 a usage or
+validation error (the message goes to stderr, without a traceback); 128 + the signal number
+when SIGINT or SIGTERM interrupted an attached ``run --wait`` (the job is cancelled first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import pprint
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any, TextIO
+
+from airflow_provider_torchx.core.components import get_app, get_component, list_components
+from airflow_provider_torchx.core.errors import ComponentError, SignalException, UnknownAppError
+from airflow_provider_torchx.core.logstream import LogFollower, LogLine, last_lines
+from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.schedulers.api import Stream
+from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
+
+log = logging.getLogger(__name__)
+
+PROG = "airflow-torchx"
+DEFAULT_SCHEDULER = "local_cwd"
+#: How long an interrupted ``run --wait`` waits for the cancelled job to end.
+CANCEL_WAIT_SECONDS = 30.0
+#: How long ``run --wait --log`` keeps reading logs after the job ended.
+LOG_DRAIN_SECONDS = 10.0
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+_LOG_TARGET = re.compile(r"^(?P<handle>[^/:]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<k>\d+))?)?$")
+
+
+class _NoSuchJobError(Exception):
+    """The handle names no job the scheduler knows (exit code 1)."""
+
+
+# --------------------------------------------------------------------------- argument parsing
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not key=value")
+    return key, value
+
+
+def _add_submit_args(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "-s",
+        "--scheduler",
+        default=DEFAULT_SCHEDULER,
+        help=f"the scheduler backend (default: {DEFAULT_SCHEDULER}); see `{PROG} runopts`",
+    )
+    sub.add_argument(
+        "-cfg",
+        "--scheduler_args",
+        action="append",
+        default=[],
+        metavar="K=V[,K=V...]",
+        help="scheduler run options (repeatable); see `runopts SCHEDULER`",
+    )
+    sub.add_argument(
+        "--label", action="append", type=_label, default=[], metavar="K=V", help="a job label (repeatable)"
+    )
+    sub.add_argument("--parent_run_id", default=None, help="set as TORCHX_PARENT_RUN_ID in every replica")
+    sub.add_argument("component", help="a component name (see `builtins`) or path/to/file.py:function")
+    sub.add_argument(
+        "component_args",
+        nargs=argparse.REMAINDER,
+        help="the component's arguments (`COMPONENT --help` shows them)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, allow_abbrev=False)
+    parser.add_argument(
+        "--log_level",
+        default="WARNING",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="level of the core's own log messages on stderr (default: WARNING)",
+    )
+    subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def sub(name: str, help_text: str) -> argparse.ArgumentParser:
+        return subs.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
+
+    run = sub("run", "submit a component as a job and print its handle")
+    run.add_argument("--dryrun", action="store_true", help="print the request instead of submitting it")
+    run.add_argument("--wait", action="store_true", help="wait for the job to end, showing its state changes")
+    run.add_argument("--log", action="store_true", help="stream every replica's log while waiting (implies --wait)")
+    run.add_argument("--poll_interval", type=float, default=1.0, help="seconds between status/log polls (default: 1)")
+    _add_submit_args(run)
+    _add_submit_args(sub("dryrun", "print the request a component would submit (like run --dryrun)"))
+
+    for name, help_text in (
+        ("status", "print a job's status"),
+        ("describe", "print a job's app definition as the scheduler keeps it"),
+        ("cancel", "cancel a job (it ends CANCELLED)"),
+        ("delete", "cancel a job if it runs and remove it from the scheduler"),
+    ):
+        sub(name, help_text).add_argument("app_handle", help="scheduler://session/app_id")
+
+    log_cmd = sub("log", "print (or follow) the logs of a job's replicas")
+    log_cmd.add_argument(
+        "target", metavar="HANDLE[/ROLE[/K]]", help="a job handle, optionally narrowed to a role and replica"
+    )
+    log_cmd.add_argument("-t", "--tail", action="store_true", help="follow the logs until the job ends")
+    log_cmd.add_argument("--regex", default=None, help="only lines matching this regular expression")
+    log_cmd.add_argument(
+        "--streams", choices=[s.value for s in Stream], default=None, help="which output (default: the scheduler's)"
+    )
+
+    list_cmd = sub("list", "list a scheduler's jobs")
+    list_cmd.add_argument("-s", "--scheduler", default=DEFAULT_SCHEDULER, help=f"default: {DEFAULT_SCHEDULER}")
+    list_cmd.add_argument("-cfg", "--scheduler_args", action="append", default=[], metavar="K=V[,K=V...]")
+    list_cmd.add_argument("--label", action="append", type=_label, default=[], metavar="K=V", help="filter")
+
+    sub("runopts", "print the run options of every (or one) scheduler").add_argument(
+        "scheduler", nargs="?", default=None
+    )
+    sub("builtins", "list the available components (or show one's arguments)").add_argument(
+        "component", nargs="?", default=None
+    )
+    return parser
+
+
+# --------------------------------------------------------------------------- output helpers
+
+
+def _out(text: str = "", stream: TextIO | None = None) -> None:
+    print(text, file=stream or sys.stdout, flush=True)
+
+
+def _err(text: str) -> None:
+    _out(text, sys.stderr)
+
+
+def _format_app(app: AppDef) -> str:
+    return pprint.pformat(dataclasses.asdict(app), sort_dicts=False, width=110)
+
+
+def _status_or_fail(runner: Runner, handle: str) -> AppStatus:
+    status = runner.status(handle)
+    if status is None:
+        raise _NoSuchJobError(handle)
+    return status
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
+    if _wants_help(args.component, args.component_args):
+        _out(get_component(args.component).usage)
+        return EXIT_OK
+    cfg = runner.cfg_from_str(args.scheduler, *args.scheduler_args)
+    labels = dict(args.label)
+    if dryrun:
+        info = runner.dryrun_component(
+            args.component,
+            args.component_args,
+            args.scheduler,
+            cfg,
+            parent_run_id=args.parent_run_id,
+            labels=labels,
+        )
+        _out("=== APPLICATION ===")
+        _out(_format_app(info.app))
+        _out("=== SCHEDULER REQUEST ===")
+        _out(str(info))
+        return EXIT_OK
+    handle = runner.run_component(
+        args.component, args.component_args, args.scheduler, cfg, parent_run_id=args.parent_run_id, labels=labels
+    )
+    _out(handle)
+    if not (args.wait or args.log):
+        return EXIT_OK
+    return _attach(runner, handle, args.log, args.poll_interval)
+
+
+def _wants_help(component: str, component_args: list[str]) -> bool:
+    """Whether ``--help`` is one of the component's options (not a word of its ``*args``,
+    as in ``utils.sh grep --help``)."""
+    options = component_args[: component_args.index("--")] if "--" in component_args else component_args
+    if "--help" not in options:
+        return False
+    try:
+        get_app(component, component_args)
+    except ComponentError:
+        return True
+    return False
+
+
+def _raise_signal(signum: int, frame: FrameType | None) -> None:
+    raise SignalException(f"got {signal.Signals(signum).name}", signal.Signals(signum))
+
+
+def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float) -> int:
+    """Wait for the job, printing its state changes (stderr) and, with ``stream_logs``, every
+    replica's new lines (stdout, ``[role/k] line``). SIGINT/SIGTERM cancel the job."""
+    follower = LogFollower(runner, handle) if stream_logs else None
+    # Runner.wait cancels on a signal that lands inside it; these handlers cover the moments
+    # between waits (printing logs), so a signal always cancels.
+    previous = {sig: signal.signal(sig, _raise_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        last_state: AppState | None = None
+        while True:
+            status = runner.wait(handle, wait_interval=poll_interval, timeout=poll_interval, cancel_on_signal=True)
+            if status is None:
+                raise _NoSuchJobError(handle)
+            if status.state != last_state:
+                _err(f"{handle}: {status.state.name}")
+                last_state = status.state
+            if follower:
+                _print_lines(follower.poll(status))
+            if status.is_terminal():
+                break
+        if follower:
+            _drain(follower)
+    except SignalException as sig:
+        return _cancelled(runner, handle, sig, previous)
+    finally:
+        for sig_num, handler in previous.items():
+            signal.signal(sig_num, handler)
+    if status.state == AppState.SUCCEEDED:
+        return EXIT_OK
+    _err(status.format())
+    failed = status.failed_replica()
+    if failed and not stream_logs:
+        tail = last_lines(runner, handle, failed.role, failed.id)
+        _err(f"last {len(tail)} lines of {failed.role}/{failed.id}:\n" + "".join(tail).rstrip("\n"))
+    return EXIT_JOB_FAILED
+
+
+def _cancelled(runner: Runner, handle: str, sig: SignalException, previous: dict[Any, Any]) -> int:
+    for sig_num, handler in previous.items():  # a second Ctrl-C stops waiting for the cancel
+        signal.signal(sig_num, handler)
+    runner.cancel(handle)  # idempotent: Runner.wait may have cancelled already
+    _err(f"{handle}: {sig.sigval.name} received, cancelling the job")
+    try:
+        final = runner.wait(handle, wait_interval=1, timeout=CANCEL_WAIT_SECONDS, cancel_on_signal=False)
+        _err(f"{handle}: {final.state.name if final else 'gone'}")
+    except KeyboardInterrupt:
+        pass
+    return 128 + int(sig.sigval)
+
+
+def _drain(follower: LogFollower) -> None:
+    """Read what the replicas wrote until every log says it is complete (bounded in time)."""
+    deadline = time.monotonic() + LOG_DRAIN_SECONDS
+    while not follower.drained and time.monotonic() < deadline:
+        lines = follower.poll()
+        _print_lines(lines)
+        if not lines:
+            time.sleep(0.1)
+
+
+def _print_lines(lines: list[LogLine]) -> None:
+    for line in lines:
+        _out(line.format())
+
+
+def _replicas(runner: Runner, handle: str, role: str | None) -> list[tuple[str, int]]:
+    """``(role, k)`` of every replica of ``handle`` (of ``role`` only, when given)."""
+    status = _status_or_fail(runner, handle)
+    found = [(r.role, rep.id) for r in status.roles for rep in r.replicas]
+    if not found:
+        app = runner.describe(handle)
+        found = [(r.name, k) for r in (app.roles if app else []) for k in range(r.num_replicas)]
+    if role is None:
+        return found
+    chosen = [(name, k) for name, k in found if name == role]
+    if not chosen:
+        roles = sorted({name for name, _ in found})
+        raise ValueError(f"role: {handle} has no role {role!r}; its roles: {', '.join(roles) or '(none yet)'}")
+    return chosen
+
+
+def _log(runner: Runner, args: argparse.Namespace) -> int:
+    m = _LOG_TARGET.match(args.target)
+    handle: str = m["handle"] if m else args.target
+    role: str | None = m["role"] if m else None
+    parse_app_handle(handle)  # raises, showing the expected form
+    replicas: list[tuple[str, int]]
+    if m and role and m["k"] is not None:  # one replica named: its lines as they are
+        _status_or_fail(runner, handle)
+        replicas, prefixed = [(role, int(m["k"]))], False
+    else:
+        replicas, prefixed = _replicas(runner, handle, role), True
+    streams = Stream(args.streams) if args.streams else None
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def show(role_name: str, k: int) -> None:
+        try:
+            for line in runner.log_lines(
+                handle, role_name, k, regex=args.regex, should_tail=args.tail, streams=streams
+            ):
+                text = line.rstrip("\n")
+                with lock:
+                    _out(f"[{role_name}/{k}] {text}" if prefixed else text)
+        except BaseException as err:  # reported by the main thread
+            errors.append(err)
+
+    if args.tail and len(replicas) > 1:
+        threads = [threading.Thread(target=show, args=r, daemon=True) for r in replicas]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    else:
+        for r in replicas:
+            show(*r)
+    if errors:
+        raise errors[0]
+    return EXIT_OK
+
+
+def _list(runner: Runner, args: argparse.Namespace) -> int:
+    cfg = runner.cfg_from_str(args.scheduler, *args.scheduler_args)
+    apps = runner.list(args.scheduler, cfg, dict(args.label))
+    if not apps:
+        _err(f"no jobs on {args.scheduler}")
+        return EXIT_OK
+    width = max(len(a.app_handle) for a in apps)
+    _out(f"{'APP HANDLE':<{width}}  {'STATE':<10}  NAME")
+    for app in apps:
+        _out(f"{app.app_handle:<{width}}  {app.state.name:<10}  {app.name}")
+    return EXIT_OK
+
+
+def _runopts(runner: Runner, args: argparse.Namespace) -> int:
+    names = [args.scheduler] if args.scheduler else runner.scheduler_backends()
+    code = EXIT_OK
+    for name in names:
+        try:
+            opts = runner.scheduler_run_opts(name)
+        except (ImportError, AttributeError) as err:  # a backend missing or broken
+            _err(f"{name}: unavailable: {err}")
+            code = EXIT_JOB_FAILED
+            continue
+        _out(f"{name}:")
+        _out("    " + str(opts).rstrip("\n").replace("\n", "\n    "))
+        _out()
+    return code
+
+
+def _builtins(args: argparse.Namespace) -> int:
+    if args.component:
+        _out(get_component(args.component).usage)
+        return EXIT_OK
+    components = list_components()
+    _out(f"Found {len(components)} components:")
+    width = max((len(n) for n in components), default=0)
+    for name, comp in sorted(components.items()):
+        _out(f"  {name:<{width}}  {comp.description}")
+    return EXIT_OK
+
+
+def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
+    handle: str = args.app_handle
+    status = _status_or_fail(runner, handle)
+    if args.command == "status":
+        _out(status.format())
+    elif args.command == "describe":
+        app = runner.describe(handle)
+        if app is None:
+            raise _NoSuchJobError(handle)
+        _out(_format_app(app))
+    elif args.command == "cancel":
+        if status.is_terminal():
+            _out(f"{handle}: already {status.state.name}; nothing to cancel")
+        else:
+            runner.cancel(handle)
+            _out(f"{handle}: cancel requested")
+    else:
+        runner.delete(handle)
+        _out(f"{handle}: deleted")
+    return EXIT_OK
+
+
+def _dispatch(runner: Runner, args: argparse.Namespace) -> int:
+    command = args.command
+    if command in ("run", "dryrun"):
+        return _submit(runner, args, dryrun=command == "dryrun" or args.dryrun)
+    if command == "log":
+        return _log(runner, args)
+    if command == "list":
+        return _list(runner, args)
+    if command == "runopts":
+        return _runopts(runner, args)
+    if command == "builtins":
+        return _builtins(args)
+    return _handle_command(runner, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2, already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        with get_runner() as runner:
+            return _dispatch(runner, args)
+    except (_NoSuchJobError, UnknownAppError) as err:
+        _err(f"{PROG}: no such job: {err}")
+        return EXIT_JOB_FAILED
+    except ValueError as err:
+        _err(f"{PROG}: error: {err}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 128 + int(signal.SIGINT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

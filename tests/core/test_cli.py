@@ -1,0 +1,270 @@
+"""The ``airflow-torchx`` command: parsing, exit codes, and job lifecycle on the real local
+scheduler (in-process for most, as a real subprocess for signals)."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_provider_torchx.core.cli import main
+from airflow_provider_torchx.core.runner import get_runner
+from airflow_provider_torchx.core.specs import AppState, parse_app_handle
+
+CLI = str(Path(sys.executable).parent / "airflow-torchx")
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private local job store; afterwards no job of this test may still run."""
+    path = tmp_path / "state"
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(path))
+    yield path
+    with get_runner() as runner:
+        live = [a.app_handle for a in runner.list("local_cwd") if not a.state.is_terminal()]
+        for handle in live:
+            runner.cancel(handle)
+        for handle in live:
+            runner.wait(handle, wait_interval=1, timeout=30, cancel_on_signal=False)
+    assert not live, f"jobs left running: {live}"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def only_handle(out: str) -> str:
+    handle = out.splitlines()[0]
+    parse_app_handle(handle)
+    return handle
+
+
+def jobs() -> list[str]:
+    with get_runner() as runner:
+        return [a.app_handle for a in runner.list("local_cwd")]
+
+
+# --------------------------------------------------------------------------- no job involved
+
+
+def test_builtins_lists_components_with_descriptions(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "builtins")
+    assert code == 0
+    assert out.startswith("Found 5 components:")
+    for name in ("utils.echo", "utils.sh", "utils.python", "utils.touch", "dist.spmd"):
+        assert f"  {name} " in out
+    assert "Prints a message to stdout" in out
+    code, out, _ = run_cli(capsys, "builtins", "dist.spmd")
+    assert code == 0 and out.startswith("usage: dist.spmd") and "NODESxPROCS" in out
+
+
+def test_component_help_submits_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "run", "-s", "local_cwd", "utils.echo", "--help")
+    assert code == 0
+    assert out.startswith("usage: utils.echo [--msg MSG]")
+    assert jobs() == []
+
+
+def test_dryrun_prints_app_and_request(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["dryrun"], ["run", "--dryrun"]):
+        code, out, _ = run_cli(capsys, *argv, "-s", "local_cwd", "--label", "team=ml", "utils.python", "-c", "print(1)")
+        assert code == 0
+        app_part, _, request_part = out.partition("=== SCHEDULER REQUEST ===")
+        assert app_part.startswith("=== APPLICATION ===")
+        assert "'args': ['-c', 'print(1)']" in app_part
+        assert "'TORCHX_JOB_ID': 'local_cwd://torchx/${app_id}'" in app_part
+        assert '"print(1)"' in request_part
+    assert jobs() == []
+
+
+def test_run_options_stop_at_the_component(capsys: pytest.CaptureFixture[str]) -> None:
+    # everything after the component is the component's, even the CLI's own option names
+    code, out, _ = run_cli(
+        capsys, "dryrun", "-s", "local_cwd", "utils.sh", "--num_replicas", "2", "echo", "--wait", "-s"
+    )
+    assert code == 0
+    assert "'args': ['-c', 'echo --wait -s']" in out and "'num_replicas': 2" in out
+    # --help among the command's words is the command's, not a request for the usage
+    code, out, _ = run_cli(capsys, "dryrun", "-s", "local_cwd", "utils.sh", "grep", "--help")
+    assert code == 0 and "'args': ['-c', 'grep --help']" in out
+
+
+def test_runopts(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "runopts", "local_cwd")
+    assert code == 0
+    assert out.startswith("local_cwd:\n    usage:")
+    assert "log_dir=LOG_DIR (str, None)" in out and "prepend_cwd=PREPEND_CWD (bool, False)" in out
+    code, out, _ = run_cli(capsys, "runopts")
+    assert code == 0
+    assert all(f"\n{name}:\n" in f"\n{out}" for name in ("aws_batch", "local_cwd", "local_dir"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["status"], "the following arguments are required: app_handle"),
+        (["run", "--label", "novalue", "utils.echo"], "'novalue' is not key=value"),
+        (["run", "-s", "nope", "utils.echo"], "unknown scheduler 'nope'; known: "),
+        (["run", "-cfg", "log_dir=/tmp/x,nope=1", "utils.echo"], "cfg: unknown option 'nope'"),
+        (["run", "-cfg", "prepend_cwd=maybe", "utils.echo"], "cfg: prepend_cwd='maybe' is not a valid bool"),
+        (["run", "utils.ehco"], "unknown component 'utils.ehco'. Did you mean utils.echo"),
+        (["run", "utils.echo", "--num_replicas", "x"], "--num_replicas: 'x' is not a valid int"),
+        (["run", "utils.python"], "-m/-c/--script: give exactly one of them"),
+        (["dryrun", "utils.echo", "--num_replicas", "0"], "num_replicas=0; must be an int > 0"),
+        (["status", "not-a-handle"], "app_handle: 'not-a-handle' is not of the form scheduler://session/app_id"),
+        (["log", "local_cwd:/x"], "is not of the form scheduler://session/app_id"),
+        (["list", "-s", "local_cwd", "-cfg", "x=1"], "cfg: unknown option 'x'"),
+    ],
+)
+def test_usage_errors_exit_2_without_traceback(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and out == ""
+    assert jobs() == []
+
+
+@pytest.mark.parametrize("command", ["status", "describe", "cancel", "delete", "log"])
+def test_no_such_job_exits_1(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    code, _, err = run_cli(capsys, command, "local_cwd://torchx/missing-123")
+    assert code == 1
+    assert "no such job: local_cwd://torchx/missing-123" in err
+
+
+# --------------------------------------------------------------------------- job lifecycle
+
+
+def test_run_wait_success_and_inspect(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(
+        capsys, "run", "--wait", "-s", "local_cwd", "--label", "team=ml", "utils.sh", "--num_replicas", "2",
+        "echo out ${replica_id}; echo err ${replica_id} >&2",
+    )  # fmt: skip
+    assert code == 0, err
+    handle = only_handle(out)
+    assert f"{handle}: SUCCEEDED" in err
+
+    code, out, _ = run_cli(capsys, "status", handle)
+    assert code == 0 and "State: SUCCEEDED" in out and "sh[1]@localhost:SUCCEEDED (exit 0)" in out
+    code, out, _ = run_cli(capsys, "describe", handle)
+    assert code == 0 and "'num_replicas': 2" in out
+
+    code, out, _ = run_cli(capsys, "log", handle)
+    assert code == 0
+    assert out.splitlines() == ["[sh/0] out 0", "[sh/0] err 0", "[sh/1] out 1", "[sh/1] err 1"]
+    assert run_cli(capsys, "log", f"{handle}/sh/1")[1] == "out 1\nerr 1\n"
+    assert run_cli(capsys, "log", "--streams", "stderr", f"{handle}/sh")[1] == "[sh/0] err 0\n[sh/1] err 1\n"
+    # --tail follows the replicas side by side: per-replica order only
+    tailed = run_cli(capsys, "log", "--regex", "out", "--tail", handle)[1]
+    assert sorted(tailed.splitlines()) == ["[sh/0] out 0", "[sh/1] out 1"]
+    code, _, err = run_cli(capsys, "log", f"{handle}/nope")
+    assert code == 2 and "has no role 'nope'; its roles: sh" in err
+
+    code, out, _ = run_cli(capsys, "list", "-s", "local_cwd", "--label", "team=ml")
+    assert code == 0 and handle in out and "SUCCEEDED" in out
+    code, out, err = run_cli(capsys, "list", "-s", "local_cwd", "--label", "team=other")
+    assert code == 0 and handle not in out and "no jobs" in err
+
+    code, out, _ = run_cli(capsys, "cancel", handle)
+    assert code == 0 and "already SUCCEEDED; nothing to cancel" in out
+    assert run_cli(capsys, "delete", handle)[0] == 0
+    assert run_cli(capsys, "status", handle)[0] == 1
+
+
+def test_run_wait_failure_exits_1_with_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "run", "--wait", "-s", "local_cwd", "utils.sh", "echo about to fail; exit 3")
+    assert code == 1
+    assert f"{only_handle(out)}: FAILED" in err
+    assert "role 'sh' replica 0 exited with code 3" in err
+    assert "last 1 lines of sh/0:\nabout to fail" in err
+
+
+def test_run_log_streams_every_replica_once(capsys: pytest.CaptureFixture[str]) -> None:
+    script = "for i in 1 2 3; do echo line $i of ${replica_id}; sleep 0.3; done"
+    code, out, err = run_cli(
+        capsys, "run", "--log", "--poll_interval", "0.2", "-s", "local_cwd", "utils.sh", "--num_replicas", "2", script
+    )
+    assert code == 0, err
+    lines = out.splitlines()[1:]
+    for k in (0, 1):
+        assert [x for x in lines if x.startswith(f"[sh/{k}]")] == [f"[sh/{k}] line {i} of {k}" for i in (1, 2, 3)]
+    assert len(lines) == 6
+
+
+def test_cancel_a_running_job(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "run", "-s", "local_cwd", "utils.sh", "sleep 60")
+    handle = only_handle(out)
+    code, out, _ = run_cli(capsys, "cancel", handle)
+    assert code == 0 and f"{handle}: cancel requested" in out
+    with get_runner() as runner:
+        final = runner.wait(handle, wait_interval=1, timeout=30, cancel_on_signal=False)
+    assert final is not None and final.state == AppState.CANCELLED
+
+
+def _read_lines(stream: subprocess.Popen[str]) -> queue.Queue[str]:
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert stream.stdout is not None
+        for line in stream.stdout:
+            lines.put(line.rstrip("\n"))
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+@pytest.mark.parametrize(("sig", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_during_attached_run_cancels_the_job(tmp_path: Path, sig: signal.Signals, exit_code: int) -> None:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    # $$$$ reaches the shell as $$ (its pid); exec makes the replica the sleep itself
+    script = f"echo $$$$ > {pids}/${{replica_id}}; echo started; exec sleep 60"
+    proc = subprocess.Popen(
+        [CLI, "run", "--log", "--poll_interval", "0.2", "-s", "local_cwd", "utils.sh", "--num_replicas", "2", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = _read_lines(proc)
+        handle = lines.get(timeout=30)
+        parse_app_handle(handle)
+        seen = {lines.get(timeout=30), lines.get(timeout=30)}
+        assert seen == {"[sh/0] started", "[sh/1] started"}
+        replica_pids = [int((pids / str(k)).read_text()) for k in (0, 1)]
+        assert all(psutil.pid_exists(p) for p in replica_pids)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == exit_code
+        err = proc.stderr.read() if proc.stderr else ""
+        assert f"{handle}: {sig.name} received, cancelling the job" in err
+        assert "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with get_runner() as runner:
+        status = runner.status(handle)
+    assert status is not None and status.state == AppState.CANCELLED
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in replica_pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in replica_pids if _alive(p)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
