@@ -1,0 +1,468 @@
+"""Rendering an ``AppDef`` into one AWS Batch multi-node parallel job, and reading one back.
+
+Pure functions (no AWS calls), so every field of the request can be unit-tested; moto drops
+several of them (``describe_job_definitions`` omits ``nodeProperties``, submit ignores shares).
+Each role becomes one node range; node 0 (the first replica of the first role) is the main node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
+from airflow_provider_torchx.core.specs import (
+    INSTANCE_TYPE,
+    AppDef,
+    BindMount,
+    DeviceMount,
+    Resource,
+    Role,
+    VolumeMount,
+    macros,
+    make_app_handle,
+)
+
+#: Batch limits (AWS Batch user guide, "Node groups" and the API reference).
+MAX_NODE_RANGES = 5
+MAX_NODES = 1000
+MAX_ATTEMPTS = 10
+MAX_TAGS = 50
+MIN_MEMORY_MB = 4
+MAX_PRIORITY = 9999
+JOB_NAME_MAX = 128
+
+#: Where Batch sends container output (the awslogs driver's default group).
+LOG_GROUP = "/aws/batch/job"
+
+# Tags this scheduler writes; ``TAG_VERSION`` marks a job as ours.
+TAG_PREFIX = "airflow-torchx/"
+TAG_VERSION = TAG_PREFIX + "version"
+TAG_APP_NAME = TAG_PREFIX + "app-name"
+TAG_USER = TAG_PREFIX + "user"
+TAG_LABEL = TAG_PREFIX + "label/"
+TAG_CANCEL = TAG_PREFIX + "cancel-requested"
+
+#: Env vars set on every node range.
+ENV_ROLE_NAME = "TORCHX_ROLE_NAME"
+ENV_FIRST_NODE = "TORCHX_ROLE_FIRST_NODE"
+ENV_JOB_ID = "TORCHX_JOB_ID"
+#: What ``${replica_id}`` becomes inside the ``sh -c`` wrapper (Batch does not expand
+#: variables in ``command``); an unset node index counts as 0, as POSIX arithmetic does.
+REPLICA_ID_EXPR = "$((AWS_BATCH_JOB_NODE_INDEX - TORCHX_ROLE_FIRST_NODE))"
+#: Env var holding the main node's address on the other nodes (``${rank0_env}``).
+RANK0_ENV = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
+
+ULIMIT_NAMES = (
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "memlock",
+    "msgqueue",
+    "nice",
+    "nofile",
+    "nproc",
+    "rss",
+    "rtprio",
+    "rttime",
+    "sigpending",
+    "stack",
+)
+_EFA_DEVICE = "vpc.amazonaws.com/efa"
+_RESOURCE_HINT = (
+    " (set Role.resource, e.g. Resource(cpu=1, gpu=0, memMB=1024) or a named resource such as aws_p3.2xlarge)"
+)
+_JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
+_EFS_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
+_DEVICE_PERMS = {"r": "READ", "w": "WRITE", "m": "MKNOD"}
+# A marker no user string contains, substituted for ``${replica_id}`` and then turned into
+# shell code outside of quotes.
+_REPLICA_MARK = "\x00replica_id\x00"
+
+
+@dataclass
+class BatchJob:
+    """The native request: the job definition to register and how to submit it.
+
+    ``images_to_push`` maps a local image id to the ``(repository, tag)`` it is pushed as
+    before the job definition is registered.
+    """
+
+    name: str
+    queue: str
+    share_id: str | None
+    job_def: dict[str, Any]
+    images_to_push: dict[str, tuple[str, str]] = field(default_factory=dict)
+    priority: int = 0
+
+    @property
+    def app_id(self) -> str:
+        """``queue:job_name``."""
+        return f"{self.queue}:{self.name}"
+
+    def submit_request(self) -> dict[str, Any]:
+        """The ``SubmitJob`` arguments, given the registered job definition's ARN later."""
+        req: dict[str, Any] = {
+            "jobName": self.name,
+            "jobQueue": self.queue,
+            "tags": dict(self.job_def.get("tags", {})),
+            "propagateTags": True,
+        }
+        if self.share_id:
+            req["shareIdentifier"] = self.share_id
+            req["schedulingPriorityOverride"] = self.priority
+        return req
+
+    def format(self) -> str:
+        """What a dry run shows: images to push, the job definition and the submit request."""
+        return json.dumps(
+            {
+                "images_to_push": {k: f"{r}:{t}" for k, (r, t) in self.images_to_push.items()},
+                "job_definition": self.job_def,
+                "submit_job": self.submit_request(),
+            },
+            indent=2,
+            sort_keys=True,
+        )
+
+
+# --------------------------------------------------------------------------- cfg values
+
+
+def queue_name(queue: str) -> str:
+    """A queue name from a name or an ARN (``arn:...:job-queue/NAME``)."""
+    name = queue.rsplit("job-queue/", 1)[-1] if queue.startswith("arn:") else queue
+    if not name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}", name):
+        raise InvalidRunConfigError(
+            f"cfg: queue={queue!r} is not a job queue name or ARN (letters, digits, '-', '_', up to 128)"
+        )
+    return name
+
+
+def parse_ulimits(items: list[str] | None) -> list[dict[str, Any]]:
+    """``["nofile:1024:4096", ...]`` -> Batch ``ulimits``; bad entries raise naming them."""
+    out: list[dict[str, Any]] = []
+    for item in items or []:
+        parts = item.split(":")
+        form = "name:softLimit:hardLimit, e.g. nofile:1024:4096"
+        if len(parts) != 3:
+            raise InvalidRunConfigError(f"cfg: ulimits entry {item!r} is not {form}")
+        name, soft, hard = (p.strip() for p in parts)
+        if name not in ULIMIT_NAMES:
+            raise InvalidRunConfigError(
+                f"cfg: ulimits entry {item!r} has unknown name {name!r}; allowed: {', '.join(ULIMIT_NAMES)}"
+            )
+        try:
+            soft_i, hard_i = int(soft), int(hard)
+        except ValueError:
+            raise InvalidRunConfigError(f"cfg: ulimits entry {item!r} needs integer limits ({form})") from None
+        soft_n, hard_n = (float("inf") if v == -1 else v for v in (soft_i, hard_i))
+        if soft_n < 0 or hard_n < 0 or soft_n > hard_n:
+            raise InvalidRunConfigError(
+                f"cfg: ulimits entry {item!r} must have 0 <= softLimit <= hardLimit (-1: unlimited; {form})"
+            )
+        out.append({"name": name, "softLimit": soft_i, "hardLimit": hard_i})
+    return out
+
+
+def labels_hash(labels: Mapping[str, str]) -> str:
+    """A short, stable hash of a label set: the job-name prefix jobs are found by."""
+    blob = json.dumps(sorted(labels.items()), separators=(",", ":"))
+    return "l" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def make_job_name(app_name: str, labels: Mapping[str, str]) -> str:
+    """A unique Batch job name: ``[<labels hash>-]<app name>-<random>``.
+
+    Jobs with labels start with their labels' hash so ``ListJobs``' ``JOB_NAME`` prefix
+    filter finds them (ListJobs cannot filter on tags).
+    """
+    suffix = secrets.token_hex(4)
+    prefix = f"{labels_hash(labels)}-" if labels else ""
+    room = JOB_NAME_MAX - len(prefix) - len(suffix) - 1
+    base = _JOB_NAME_BAD.sub("-", app_name).strip("-_")[:room] or "app"
+    return f"{prefix}{base}-{suffix}"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate(app: AppDef) -> None:
+    """Batch's own limits (raise ``InvalidSpecError`` naming the field), before any AWS call."""
+    if len(app.roles) > MAX_NODE_RANGES:
+        raise InvalidSpecError(
+            f"app.roles: {len(app.roles)} roles; AWS Batch allows at most {MAX_NODE_RANGES} node ranges (one per role)"
+        )
+    total = sum(r.num_replicas for r in app.roles)
+    if total > MAX_NODES:
+        raise InvalidSpecError(
+            f"roles[*].num_replicas: {total} nodes in total; AWS Batch allows at most {MAX_NODES} per job"
+        )
+    itypes = set()
+    for i, role in enumerate(app.roles):
+        where = f"roles[{i}]"
+        res = role.resource
+        if not isinstance(res.cpu, int) or res.cpu < 1:
+            raise InvalidSpecError(
+                f"{where}.resource.cpu: role {role.name!r} asks for {res.cpu!r} vCPUs; "
+                f"AWS Batch multi-node jobs need an int >= 1{_RESOURCE_HINT}"
+            )
+        if not isinstance(res.memMB, int) or res.memMB < MIN_MEMORY_MB:
+            raise InvalidSpecError(
+                f"{where}.resource.memMB: role {role.name!r} asks for {res.memMB!r} MiB; "
+                f"AWS Batch needs an int >= {MIN_MEMORY_MB}{_RESOURCE_HINT}"
+            )
+        if not isinstance(res.gpu, int) or res.gpu < 0:
+            raise InvalidSpecError(f"{where}.resource.gpu: {res.gpu!r} must be an int >= 0")
+        if role.max_retries + 1 > MAX_ATTEMPTS:
+            raise InvalidSpecError(
+                f"{where}.max_retries: {role.max_retries}; AWS Batch allows at most {MAX_ATTEMPTS} attempts "
+                f"(max_retries <= {MAX_ATTEMPTS - 1})"
+            )
+        if res.capabilities.get(INSTANCE_TYPE):
+            itypes.add(res.capabilities[INSTANCE_TYPE])
+        for j, mount in enumerate(role.mounts):
+            _validate_mount(f"{where}.mounts[{j}]", mount)
+    if len(itypes) > 1:
+        raise InvalidSpecError(
+            f"roles[*].resource: instance types {sorted(itypes)}; all node ranges of an AWS Batch "
+            "multi-node job must use the same instance type"
+        )
+
+
+def _validate_mount(where: str, mount: BindMount | VolumeMount | DeviceMount) -> None:
+    if isinstance(mount, BindMount | DeviceMount):
+        paths = {"src": mount.src_path, "dst": mount.dst_path}
+    else:
+        paths = {"dst": mount.dst_path}
+        if not _EFS_ID.match(mount.src):
+            raise InvalidSpecError(
+                f"{where}: volume src={mount.src!r} is not an EFS file system id (fs-xxxxxxxx); "
+                "mount other file systems on the host and bind-mount them"
+            )
+    for key, path in paths.items():
+        if not path.startswith("/"):
+            raise InvalidSpecError(f"{where}: {key}={path!r} must be an absolute path")
+
+
+def check_tags(tags: Mapping[str, str]) -> None:
+    """Batch's tag limits: at most 50, keys up to 128 and values up to 256 characters."""
+    if len(tags) > MAX_TAGS:
+        raise InvalidSpecError(
+            f"app.metadata/labels: {len(tags)} job tags (metadata, labels and {TAG_PREFIX}*); "
+            f"AWS Batch allows at most {MAX_TAGS}"
+        )
+    for key, value in tags.items():
+        if not 1 <= len(key) <= 128 or len(value) > 256:
+            raise InvalidSpecError(
+                f"app.metadata/labels: tag {key!r}={value!r} is too long (keys 1-128, values up to 256 characters)"
+            )
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _quote_with_replica(text: str) -> str:
+    """Shell-quote ``text``, leaving the replica id expression unquoted so it expands."""
+    parts = text.split(_REPLICA_MARK)
+    return f'"{REPLICA_ID_EXPR}"'.join(shlex.quote(p) if p or len(parts) == 1 else "" for p in parts)
+
+
+def _command(role: Role) -> list[str]:
+    """``entrypoint + args``; under ``sh -c`` when a value uses ``${replica_id}``."""
+    argv = [role.entrypoint, *role.args]
+    per_node_env = {k: v for k, v in role.env.items() if _REPLICA_MARK in v}
+    if not per_node_env and not any(_REPLICA_MARK in a for a in argv):
+        return argv
+    for key in per_node_env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise InvalidSpecError(
+                f"env: {key!r} uses ${{replica_id}}, so it is set by a shell, which needs a name of letters, "
+                "digits and '_' not starting with a digit"
+            )
+    exports = "".join(f"export {k}={_quote_with_replica(v)}; " for k, v in per_node_env.items())
+    return ["sh", "-c", exports + "exec " + " ".join(_quote_with_replica(a) for a in argv)]
+
+
+def _resource_requirements(res: Resource) -> list[dict[str, str]]:
+    reqs = [{"type": "VCPU", "value": str(res.cpu)}, {"type": "MEMORY", "value": str(res.memMB)}]
+    if res.gpu > 0:
+        reqs.append({"type": "GPU", "value": str(res.gpu)})
+    return reqs
+
+
+def _mounts(role: Role) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(volumes, mountPoints, devices)`` for the role's mounts and EFA devices."""
+    volumes: list[dict[str, Any]] = []
+    points: list[dict[str, Any]] = []
+    devices: list[dict[str, Any]] = []
+    for i, mount in enumerate(role.mounts):
+        name = f"mount_{i}"
+        if isinstance(mount, BindMount):
+            volumes.append({"name": name, "host": {"sourcePath": mount.src_path}})
+            points.append({"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name})
+        elif isinstance(mount, VolumeMount):
+            volumes.append({"name": name, "efsVolumeConfiguration": {"fileSystemId": mount.src}})
+            points.append({"containerPath": mount.dst_path, "readOnly": mount.read_only, "sourceVolume": name})
+        else:
+            devices.append(
+                {
+                    "hostPath": mount.src_path,
+                    "containerPath": mount.dst_path,
+                    "permissions": [_DEVICE_PERMS[p] for p in mount.permissions],
+                }
+            )
+    for i in range(role.resource.devices.get(_EFA_DEVICE, 0)):
+        path = f"/dev/infiniband/uverbs{i}"
+        devices.append({"hostPath": path, "containerPath": path, "permissions": ["READ", "WRITE", "MKNOD"]})
+    return volumes, points, devices
+
+
+def node_range(
+    role: Role,
+    first_node: int,
+    cfg: Mapping[str, Any],
+    ulimits: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One role (macros already applied) as a node range starting at node ``first_node``."""
+    env = {**role.env, ENV_ROLE_NAME: role.name, ENV_FIRST_NODE: str(first_node)}
+    volumes, points, devices = _mounts(role)
+    container: dict[str, Any] = {
+        "image": role.image,
+        "command": _command(role),
+        "environment": [{"name": k, "value": v.replace(_REPLICA_MARK, "0")} for k, v in env.items()],
+        "resourceRequirements": _resource_requirements(role.resource),
+        "privileged": bool(cfg.get("privileged")),
+        "logConfiguration": {"logDriver": "awslogs"},
+        "volumes": volumes,
+        "mountPoints": points,
+        "ulimits": ulimits,
+    }
+    if devices:
+        container["linuxParameters"] = {"devices": devices}
+    if role.resource.capabilities.get(INSTANCE_TYPE):
+        container["instanceType"] = role.resource.capabilities[INSTANCE_TYPE]
+    for opt, key in (("job_role_arn", "jobRoleArn"), ("execution_role_arn", "executionRoleArn")):
+        if cfg.get(opt):
+            container[key] = cfg[opt]
+    last = first_node + role.num_replicas - 1
+    target = str(first_node) if last == first_node else f"{first_node}:{last}"
+    return {"targetNodes": target, "container": container}
+
+
+def render(
+    app: AppDef,
+    cfg: Mapping[str, Any],
+    labels: Mapping[str, str],
+    *,
+    backend: str,
+    session_name: str,
+    version: str,
+    images_to_push: Mapping[str, tuple[str, str]],
+) -> BatchJob:
+    """The ``BatchJob`` for ``app`` (validated) with resolved ``cfg`` and job ``labels``.
+
+    Substitutes the macros (``${app_id}`` is the full ``queue:job_name``), points roles whose
+    image is pushed at its repository tag, and sets ``TORCHX_JOB_ID`` to the app handle when the
+    runner did not.
+    """
+    queue = queue_name(str(cfg["queue"]))
+    ulimits = parse_ulimits(cfg.get("ulimits"))
+    priority = int(cfg.get("priority") or 0)
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise InvalidRunConfigError(f"cfg: priority={priority} must be between 0 and {MAX_PRIORITY}")
+    name = make_job_name(app.name, labels)
+    app_id = f"{queue}:{name}"
+    app_values = macros.Values(img_root="", app_id=app_id, replica_id=macros.replica_id, rank0_env=RANK0_ENV)
+    tags = {
+        TAG_VERSION: version,
+        TAG_APP_NAME: app.name,
+        TAG_USER: str(cfg.get("user") or ""),
+        **{str(k): app_values.substitute(str(v)) for k, v in app.metadata.items()},
+        **{TAG_LABEL + k: v for k, v in labels.items()},
+    }
+    check_tags(tags)
+    ranges = []
+    first = 0
+    for role in app.roles:
+        values = macros.Values(img_root="", app_id=app_id, replica_id=_REPLICA_MARK, rank0_env=RANK0_ENV)
+        role = values.apply(role)
+        role.env.setdefault(ENV_JOB_ID, make_app_handle(backend, session_name, app_id))
+        if role.image in images_to_push:
+            repo, tag = images_to_push[role.image]
+            role.image = f"{repo}:{tag}"
+        ranges.append(node_range(role, first, cfg, ulimits))
+        first += role.num_replicas
+    job_def: dict[str, Any] = {
+        "jobDefinitionName": name,
+        "type": "multinode",
+        "nodeProperties": {"numNodes": first, "mainNode": 0, "nodeRangeProperties": ranges},
+        "retryStrategy": {"attempts": 1 + max(r.max_retries for r in app.roles)},
+        "platformCapabilities": ["EC2"],
+        "propagateTags": True,
+        "tags": tags,
+    }
+    return BatchJob(
+        name=name,
+        queue=queue,
+        share_id=str(cfg["share_id"]) if cfg.get("share_id") else None,
+        job_def=job_def,
+        images_to_push=dict(images_to_push),
+        priority=priority,
+    )
+
+
+# --------------------------------------------------------------------------- reading back
+
+
+def _target_range(target: str, num_nodes: int) -> tuple[int, int]:
+    start, sep, end = target.partition(":")
+    first = int(start) if start else 0
+    if not sep:
+        return first, first
+    return first, int(end) if end else num_nodes - 1
+
+
+def node_ranges(job: Mapping[str, Any]) -> list[tuple[str, int, int, dict[str, Any]]]:
+    """``(role name, first node, last node, container)`` of each node range of a job."""
+    props = job.get("nodeProperties") or {}
+    num = int(props.get("numNodes", 0))
+    out = []
+    for i, rng in enumerate(props.get("nodeRangeProperties", [])):
+        container = rng.get("container", {})
+        env = {e["name"]: e["value"] for e in container.get("environment", [])}
+        first, last = _target_range(rng["targetNodes"], num)
+        out.append((env.get(ENV_ROLE_NAME, f"node_range_{i}"), first, last, container))
+    return out
+
+
+def role_from_container(name: str, num_replicas: int, container: Mapping[str, Any]) -> Role:
+    """A ``Role`` rebuilt from a node range's container (as far as Batch keeps it)."""
+    reqs = {r["type"]: r["value"] for r in container.get("resourceRequirements", [])}
+    command = list(container.get("command", []))
+    env = {e["name"]: e["value"] for e in container.get("environment", [])}
+    for key in (ENV_ROLE_NAME, ENV_FIRST_NODE):
+        env.pop(key, None)
+    caps = {INSTANCE_TYPE: container["instanceType"]} if container.get("instanceType") else {}
+    return Role(
+        name=name,
+        image=container.get("image", ""),
+        entrypoint=command[0] if command else "",
+        args=command[1:],
+        env=env,
+        num_replicas=num_replicas,
+        resource=Resource(
+            cpu=int(reqs.get("VCPU", container.get("vcpus", 0)) or 0),
+            gpu=int(reqs.get("GPU", 0)),
+            memMB=int(reqs.get("MEMORY", container.get("memory", 0)) or 0),
+            capabilities=caps,
+        ),
+    )

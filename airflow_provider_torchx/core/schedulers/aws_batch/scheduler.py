@@ -1,0 +1,535 @@
+"""``AWSBatchScheduler``: an ``AppDef`` as one AWS Batch multi-node parallel job.
+
+Calls go through boto3 clients (injected, from an injected boto3 session, or from boto3's
+default chain; ``AWS_ENDPOINT_URL`` and the region come from the environment). Status reads go
+through the process-wide ``StatusPoller``; every other call retries throttling and 5xx with
+jittered back-off. boto3 and docker are imported only when a client is first needed.
+"""
+
+from __future__ import annotations
+
+import builtins
+import getpass
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_torchx.core import workspace
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError
+from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
+from airflow_provider_torchx.core.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    LogChunk,
+    Scheduler,
+    Stream,
+    filter_regex,
+    labels_match,
+)
+from airflow_provider_torchx.core.schedulers.aws_batch import render, status
+from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events
+from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
+    NOT_VISIBLE,
+    StatusPoller,
+    call_with_retry,
+    shared_log_limiter,
+    shared_poller,
+)
+from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
+
+log = logging.getLogger(__name__)
+
+BACKEND = "aws_batch"
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("airflow-provider-torchx")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _client_config() -> Any:
+    """Clients we create leave retrying to ``call_with_retry`` (jittered, counted)."""
+    from botocore.config import Config
+
+    return Config(retries={"mode": "standard", "total_max_attempts": 1})
+
+
+def _error_code(err: Exception) -> str:
+    response = getattr(err, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+class AWSBatchScheduler(Scheduler[render.BatchJob]):
+    """Runs apps on AWS Batch; app ids are ``queue:job_name``.
+
+    ``client`` (Batch), ``log_client`` (CloudWatch Logs), ``docker_client`` or a boto3
+    ``session`` may be injected; otherwise they are created on first use.
+    """
+
+    supports_workspace = True
+
+    def __init__(
+        self,
+        session_name: str,
+        client: Any | None = None,
+        log_client: Any | None = None,
+        docker_client: Any | None = None,
+        session: Any | None = None,
+    ) -> None:
+        super().__init__(BACKEND, session_name)
+        self._client = client
+        self._log_client = log_client
+        self._docker_client = docker_client
+        self._session = session
+        self._lock = threading.Lock()
+        self._known_queues: set[str] = set()
+
+    # ------------------------------------------------------------------ clients
+
+    def _boto_session(self) -> Any:
+        if self._session is None:
+            import boto3
+
+            self._session = boto3.session.Session()
+        return self._session
+
+    @property
+    def client(self) -> Any:
+        """The Batch client."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._boto_session().client("batch", config=_client_config())
+            return self._client
+
+    @property
+    def log_client(self) -> Any:
+        """The CloudWatch Logs client."""
+        with self._lock:
+            if self._log_client is None:
+                self._log_client = self._boto_session().client("logs", config=_client_config())
+            return self._log_client
+
+    @property
+    def docker_client(self) -> Any:
+        """The Docker client (workspace builds and pushes)."""
+        with self._lock:
+            if self._docker_client is None:
+                self._docker_client = workspace.docker_client()
+            return self._docker_client
+
+    @property
+    def poller(self) -> StatusPoller:
+        """The process-wide status poller for this client's account/region/endpoint."""
+        return shared_poller(self.client)
+
+    def _region(self) -> str:
+        return str(self.client.meta.region_name)
+
+    # ------------------------------------------------------------------ submit
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("queue", str, "Queue to schedule job in (name or ARN).", required=True)
+        opts.add("user", str, "The username to tag the job with.", default=getpass.getuser())
+        opts.add(
+            "image_repo",
+            str,
+            "(remote jobs) the image repository to push workspace images to, must have push access. "
+            "Ex: example.com/your/container",
+        )
+        opts.add("privileged", bool, "Run the containers privileged (docker run --privileged).", default=False)
+        opts.add("share_id", str, "The share identifier for the job; set iff the queue has a scheduling policy.")
+        opts.add(
+            "priority",
+            int,
+            "Scheduling priority within share_id (0-9999, higher runs first); needs a scheduling policy.",
+            default=0,
+        )
+        opts.add("job_role_arn", str, "IAM role ARN the containers can assume for AWS permissions.")
+        opts.add("execution_role_arn", str, "IAM role ARN the ECS agent can assume for AWS permissions.")
+        opts.add("ulimits", list, "Ulimits as name:softLimit:hardLimit, comma separated.")
+        opts.add("quiet", bool, "Suppress verbose output of image builds.", default=False)
+        return opts
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: dict[str, CfgVal]) -> None:
+        render.validate(app)
+        render.queue_name(str(cfg["queue"]))
+        render.parse_ulimits(cfg.get("ulimits"))  # type: ignore[arg-type]
+        for i, role in enumerate(app.roles):
+            if workspace.is_local_image(role.image) and not cfg.get("image_repo"):
+                raise InvalidRunConfigError(
+                    f"cfg: image_repo is not set, but roles[{i}] ({role.name!r}) runs the local image "
+                    f"{role.image!r}, which must be pushed to a repository AWS Batch can pull from"
+                )
+
+    def build_workspace_image(self, role: Role, cfg: Mapping[str, CfgVal]) -> str | None:
+        """Build ``role.workspace`` on ``role.image`` with Docker; the local image id. It is
+        pushed to ``image_repo`` when the job is scheduled."""
+        if not role.workspace:
+            return None
+        if not cfg.get("image_repo"):
+            raise InvalidRunConfigError(
+                f"cfg: image_repo is not set, but role {role.name!r} has a workspace whose image must be "
+                "pushed to a repository AWS Batch can pull from (e.g. image_repo=<account>.dkr.ecr.<region>"
+                ".amazonaws.com/<repo>)"
+            )
+        return workspace.build_image(self.docker_client, role.image, role.workspace, quiet=bool(cfg.get("quiet")))
+
+    def _submit_dryrun(
+        self, app: AppDef, cfg: dict[str, CfgVal], labels: dict[str, str]
+    ) -> AppDryRunInfo[render.BatchJob]:
+        to_push = {
+            r.image: workspace.push_target(r.image, str(cfg["image_repo"]))
+            for r in app.roles
+            if workspace.is_local_image(r.image)
+        }
+        job = render.render(
+            app,
+            cfg,
+            labels,
+            backend=self.backend,
+            session_name=self.session_name,
+            version=_version(),
+            images_to_push=to_push,
+        )
+        return AppDryRunInfo(job, render.BatchJob.format)
+
+    def _check_queue(self, queue: str) -> None:
+        """A clear error for a queue that does not exist (a read-only call, before any write)."""
+        if queue in self._known_queues:
+            return
+        found = call_with_retry(self.client.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
+        if not found:
+            names = sorted(q["jobQueueName"] for q in self._all_queues())
+            raise InvalidRunConfigError(
+                f"cfg: queue={queue!r} does not exist in {self._region()}; "
+                f"existing queues: {', '.join(names) or '(none)'}"
+            )
+        self._known_queues.add(queue)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[render.BatchJob]) -> str:
+        """Push the images, register the job definition, submit the job; return its app id."""
+        job = dryrun_info.request
+        self._check_queue(job.queue)
+        quiet = bool(dryrun_info.cfg.get("quiet"))
+        for image_id, (repo, tag) in job.images_to_push.items():
+            workspace.push_image(self.docker_client, image_id, repo, tag, quiet=quiet)
+        registered = call_with_retry(self.client.register_job_definition, **job.job_def)
+        resp = call_with_retry(
+            self.client.submit_job, jobDefinition=registered["jobDefinitionArn"], **job.submit_request()
+        )
+        poller = self.poller
+        poller.remember(job.app_id, resp["jobId"])
+        poller.expect(resp["jobId"])
+        log.info("submitted %s as job %s", job.app_id, resp["jobId"])
+        return job.app_id
+
+    # ------------------------------------------------------------------ observe
+
+    def _job_id(self, app_id: str) -> str | None:
+        """The Batch job id of ``app_id`` (remembered, else found by name with ListJobs)."""
+        queue, sep, name = app_id.partition(":")
+        if not sep or not queue or not name:
+            return None
+        poller = self.poller
+        known = poller.job_id(app_id)
+        if known:
+            return known
+        try:
+            summaries = self._list_jobs(queue, [{"name": "JOB_NAME", "values": [name]}])
+        except Exception as err:
+            if _error_code(err) == "ClientException":  # no such queue
+                return None
+            raise
+        matches = sorted((s for s in summaries if s["jobName"] == name), key=lambda s: s.get("createdAt", 0))
+        if not matches:
+            return None
+        poller.remember(app_id, matches[-1]["jobId"])
+        return str(matches[-1]["jobId"])
+
+    def _job(self, app_id: str) -> dict[str, Any] | None:
+        """The newest DescribeJobs entry of ``app_id`` from the shared poller (None: no such job)."""
+        job_id = self._job_id(app_id)
+        if job_id is None:
+            return None
+        return self.poller.get([job_id])[job_id]
+
+    def _nodes(self, job: Mapping[str, Any], nodes: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """Child jobs ``jobId#N`` by node index (real AWS; moto has none)."""
+        ids = {f"{job['jobId']}#{n}": n for n in nodes}
+        terminal = job.get("status") in ("SUCCEEDED", "FAILED")
+        found = self.poller.get(list(ids), max_age=3600.0 if terminal else None)
+        return {ids[i]: c for i, c in found.items() if c is not None and c is not NOT_VISIBLE}
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """Status, roles, labels of the job; node details (exit codes) once it ended."""
+        job = self._job(app_id)
+        if job is None:
+            return None
+        if job is NOT_VISIBLE:
+            return DescribeAppResponse(app_id=app_id, state=AppState.PENDING, msg=str(job["statusReason"]))
+        nodes: dict[int, dict[str, Any]] = {}
+        num_nodes = int((job.get("nodeProperties") or {}).get("numNodes", 0))
+        if job.get("status") in ("SUCCEEDED", "FAILED") and num_nodes:
+            nodes = self._nodes(job, range(num_nodes))
+        return status.describe_response(app_id, job, nodes, self._region())
+
+    def describe_native(self, app_id: str) -> AppDryRunInfo[render.BatchJob] | None:
+        """The job as Batch holds it, as a ``BatchJob``."""
+        job = self._job(app_id)
+        if job is None or job is NOT_VISIBLE:
+            return None
+        job_def = {
+            "jobDefinitionName": str(job.get("jobDefinition", "")).rsplit("/", 1)[-1].split(":")[0],
+            "type": "multinode",
+            "nodeProperties": job.get("nodeProperties"),
+            "retryStrategy": job.get("retryStrategy"),
+            "platformCapabilities": job.get("platformCapabilities"),
+            "propagateTags": job.get("propagateTags"),
+            "tags": job.get("tags") or {},
+        }
+        batch_job = render.BatchJob(
+            name=str(job["jobName"]),
+            queue=app_id.partition(":")[0],
+            share_id=job.get("shareIdentifier"),
+            job_def={k: v for k, v in job_def.items() if v is not None},
+            priority=int(job.get("schedulingPriority") or 0),
+        )
+        info = AppDryRunInfo(batch_job, render.BatchJob.format)
+        info._scheduler = self.backend
+        return info
+
+    def _all_queues(self) -> list[dict[str, Any]]:
+        queues: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"nextToken": token} if token else {}
+            resp = call_with_retry(self.client.describe_job_queues, **kwargs)
+            queues.extend(resp.get("jobQueues", []))
+            token = resp.get("nextToken")
+            if not token:
+                return queues
+
+    def _list_jobs(self, queue: str, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every job summary of ``queue`` matching ``filters``, all pages."""
+        out: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"jobQueue": queue, "filters": filters}
+            if token:
+                kwargs["nextToken"] = token
+            resp = call_with_retry(self.client.list_jobs, **kwargs)
+            out.extend(resp.get("jobSummaryList", []))
+            token = resp.get("nextToken")
+            if not token:
+                return out
+
+    def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
+        """This scheduler's jobs (by tag) in the cfg's queue or in every queue, with ``labels``.
+
+        Jobs with labels are found by their job-name prefix (the hash of the label set they
+        were submitted with, so ``labels`` must be that whole set), then confirmed by tags.
+        Without labels, all jobs of the queues are listed (``AFTER_CREATED_AT`` makes
+        ListJobs return every status) and described in batches of 100 to read their tags.
+        """
+        want = dict(labels or {})
+        if cfg and cfg.get("queue"):
+            queues = [render.queue_name(str(cfg["queue"]))]
+        else:
+            queues = [q["jobQueueName"] for q in self._all_queues()]
+        name_filter = {"name": "JOB_NAME", "values": [render.labels_hash(want) + "-*"]} if want else None
+        all_filter = {"name": "AFTER_CREATED_AT", "values": ["1"]}
+        summaries: dict[str, tuple[str, dict[str, Any]]] = {}
+        for queue in queues:
+            for s in self._list_jobs(queue, [name_filter or all_filter]):
+                summaries[s["jobId"]] = (queue, s)
+        ids = sorted(summaries)
+        out: list[ListAppResponse] = []
+        for n in range(0, len(ids), 100):
+            resp = call_with_retry(self.client.describe_jobs, jobs=ids[n : n + 100])
+            for job in resp.get("jobs", []):
+                tags = job.get("tags") or {}
+                if render.TAG_VERSION not in tags:
+                    continue
+                have = {k[len(render.TAG_LABEL) :]: v for k, v in tags.items() if k.startswith(render.TAG_LABEL)}
+                if not labels_match(have, want):
+                    continue
+                queue = summaries[job["jobId"]][0]
+                out.append(
+                    ListAppResponse(
+                        app_id=f"{queue}:{job['jobName']}",
+                        state=status.app_state(job),
+                        name=str(job["jobName"]),
+                        labels=have,
+                    )
+                )
+        return out
+
+    # ------------------------------------------------------------------ logs
+
+    def _log_streams(self, app_id: str, role_name: str, k: int) -> tuple[builtins.list[str], bool] | None:
+        """The node's log streams in attempt order and whether the job is terminal; None while
+        the job is not visible yet. Unknown app/role/replica raise."""
+        job = self._job(app_id)
+        if job is None:
+            raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
+        if job is NOT_VISIBLE:
+            return None
+        ranges = render.node_ranges(job)
+        for name, first, last, _ in ranges:
+            if name == role_name:
+                if not 0 <= k <= last - first:
+                    raise ValueError(f"k: role {role_name!r} of {app_id} has replicas 0..{last - first}, not {k}")
+                node = first + k
+                break
+        else:
+            raise ValueError(
+                f"role_name: {role_name!r} is not a role of {app_id}; roles: {', '.join(r[0] for r in ranges)}"
+            )
+        child = self._nodes(job, [node]).get(node)
+        streams = _attempt_streams(child if child is not None else job)
+        return streams, job.get("status") in ("SUCCEEDED", "FAILED")
+
+    def read_log(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        cursor: str | None = None,
+        streams: Stream | None = None,
+        max_lines: int | None = None,
+    ) -> LogChunk:
+        """Lines of replica ``k`` of ``role_name`` after ``cursor`` (see ``LogCursor``)."""
+        _check_stream(streams)
+        start = LogCursor.load(cursor)
+        target = self._log_streams(app_id, role_name, k)
+        if target is None:
+            return LogChunk(lines=[], cursor=start.dump(), eof=False)
+        names, terminal = target
+        events, nxt, eof = read_events(
+            self.log_client, shared_log_limiter(self.log_client), names, start, max_lines, terminal
+        )
+        return LogChunk(lines=[as_line(e) for e in events], cursor=nxt.dump(), eof=eof)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Lines of replica ``k`` of ``role_name`` within ``[since, until]``; with
+        ``should_tail`` follows (back-off 0.5 s to 5 s) until the job ended and its log is drained."""
+        _check_stream(streams)
+        self._log_streams(app_id, role_name, k)  # unknown app/role/replica raise now, not on next()
+        lines = self._follow(app_id, role_name, k, since, until, should_tail)
+        return filter_regex(regex, lines)
+
+    def _follow(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int,
+        since: datetime | None,
+        until: datetime | None,
+        should_tail: bool,
+    ) -> Iterator[str]:
+        lo = since.timestamp() * 1000 if since else None
+        hi = until.timestamp() * 1000 if until else None
+        cursor = LogCursor()
+        delay = 0.5
+        while True:
+            target = self._log_streams(app_id, role_name, k)
+            eof = False
+            events: builtins.list[dict[str, Any]] = []
+            if target is not None:
+                events, cursor, eof = read_events(
+                    self.log_client, shared_log_limiter(self.log_client), target[0], cursor, None, target[1]
+                )
+            for event in events:
+                stamp = float(event.get("timestamp", 0))
+                if hi is not None and stamp > hi:
+                    return
+                if lo is None or stamp >= lo:
+                    yield as_line(event)
+            if eof or not should_tail:
+                return
+            delay = 0.5 if events else min(delay * 2, 5.0)
+            time.sleep(delay)
+
+    # ------------------------------------------------------------------ stop
+
+    def _cancel_existing(self, app_id: str) -> None:
+        job = self._job(app_id)  # ``cancel`` described it just now: fresh enough
+        if job is None or job is NOT_VISIBLE:
+            log.info("cancel: job %s is not visible yet; nothing to cancel", app_id)
+            return
+        job_id, reason = str(job["jobId"]), f"{status.CANCEL_REASON} through {self.backend}"
+        try:
+            call_with_retry(self.client.tag_resource, resourceArn=job["jobArn"], tags={render.TAG_CANCEL: "true"})
+        except Exception as err:  # the reason still records the request once Batch applies it
+            log.warning("cancel: could not tag %s as cancelled: %s", app_id, err)
+        if job.get("status") in status.NOT_STARTED:
+            call_with_retry(self.client.cancel_job, jobId=job_id, reason=reason)
+            again = self.poller.get([job_id], max_age=0.0)[job_id]
+            if not again or again.get("status") not in ("STARTING", "RUNNING"):
+                self.poller.invalidate(job_id)
+                return
+            # It started meanwhile: CancelJob does nothing to a started job.
+        call_with_retry(self.client.terminate_job, jobId=job_id, reason=reason)
+        self.poller.invalidate(job_id)
+        log.info("cancel: requested for %s (%s)", app_id, job_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        job = self._job(app_id)
+        if job is None or job is NOT_VISIBLE or not job.get("jobDefinition"):
+            return
+        try:
+            call_with_retry(self.client.deregister_job_definition, jobDefinition=job["jobDefinition"])
+        except Exception as err:
+            if _error_code(err) != "ClientException":
+                raise
+            log.info("delete: job definition of %s already gone: %s", app_id, err)
+
+
+def _attempt_streams(job: Mapping[str, Any]) -> list[str]:
+    """Log streams of a job's attempts, oldest first, then the running attempt's."""
+    names: list[str] = []
+    containers = [a.get("container") or {} for a in job.get("attempts", [])] + [job.get("container") or {}]
+    for container in containers:
+        name = container.get("logStreamName")
+        if name and name not in names:
+            names.append(str(name))
+    return names
+
+
+def _check_stream(streams: Stream | None) -> None:
+    if streams not in (None, Stream.COMBINED):
+        raise ValueError(
+            f"streams: {streams!r}; AWS Batch logs hold stdout and stderr together: use Stream.COMBINED or None"
+        )
+
+
+def create_scheduler(
+    session_name: str,
+    client: Any | None = None,
+    log_client: Any | None = None,
+    docker_client: Any | None = None,
+    session: Any | None = None,
+    **kwargs: object,
+) -> AWSBatchScheduler:
+    """The entry-point factory (unknown kwargs are ignored, as every factory does)."""
+    return AWSBatchScheduler(
+        session_name, client=client, log_client=log_client, docker_client=docker_client, session=session
+    )

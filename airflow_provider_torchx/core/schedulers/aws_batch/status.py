@@ -1,0 +1,138 @@
+"""From ``DescribeJobs`` entries to ``DescribeAppResponse``: states, failure reasons, replicas.
+
+Pure functions over the shapes of the AWS API reference (``JobDetail``), so the paths moto
+does not model (child jobs ``jobId#N``, per-node exit codes, several attempts) are unit-tested
+on responses shaped like real AWS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.schedulers.aws_batch.render import (
+    TAG_CANCEL,
+    TAG_LABEL,
+    node_ranges,
+    role_from_container,
+)
+from airflow_provider_torchx.core.specs import AppState, ReplicaStatus, RoleStatus
+
+#: Prefix of the reason this scheduler gives CancelJob/TerminateJob (how a FAILED job is
+#: recognised as cancelled through us).
+CANCEL_REASON = "airflow-torchx: cancel requested"
+
+STATE_MAP: dict[str, AppState] = {
+    "SUBMITTED": AppState.PENDING,
+    "PENDING": AppState.PENDING,
+    "RUNNABLE": AppState.PENDING,
+    "STARTING": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "SUCCEEDED": AppState.SUCCEEDED,
+    "FAILED": AppState.FAILED,
+}
+
+NOT_STARTED = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
+
+
+def cancel_requested(job: Mapping[str, Any]) -> bool:
+    """Whether this scheduler was asked to cancel the job (its tag or its reason says so)."""
+    return (job.get("tags") or {}).get(TAG_CANCEL) == "true" or str(job.get("statusReason", "")).startswith(
+        CANCEL_REASON
+    )
+
+
+def app_state(job: Mapping[str, Any], cancelled: bool | None = None) -> AppState:
+    """The ``AppState`` of a Batch job; FAILED after our cancel request is CANCELLED."""
+    state = STATE_MAP.get(str(job.get("status")), AppState.UNKNOWN)
+    if cancelled is None:
+        cancelled = cancel_requested(job)
+    return AppState.CANCELLED if state == AppState.FAILED and cancelled else state
+
+
+def num_restarts(job: Mapping[str, Any]) -> int:
+    """Attempts that ended and were followed by another (Batch lists attempts as they end;
+    moto also lists the running one, without ``stoppedAt``)."""
+    ended = sum(1 for a in job.get("attempts", []) if a.get("stoppedAt"))
+    terminal = job.get("status") in ("SUCCEEDED", "FAILED")
+    return max(0, ended - 1 if terminal else ended)
+
+
+def _exit_code(job: Mapping[str, Any]) -> int | None:
+    container = job.get("container") or {}
+    if container.get("exitCode") is not None:
+        return int(container["exitCode"])
+    for attempt in reversed(job.get("attempts", [])):
+        code = (attempt.get("container") or {}).get("exitCode")
+        if code is not None:
+            return int(code)
+    return None
+
+
+def _reason(job: Mapping[str, Any]) -> str:
+    container = job.get("container") or {}
+    return str(job.get("statusReason") or container.get("reason") or "")
+
+
+def ui_url(region: str, job_id: str) -> str:
+    """The job's page in the AWS console."""
+    return f"https://{region}.console.aws.amazon.com/batch/home?region={region}#jobs/mnp-job/{job_id}"
+
+
+def describe_response(
+    app_id: str,
+    job: Mapping[str, Any],
+    nodes: Mapping[int, Mapping[str, Any]],
+    region: str,
+) -> DescribeAppResponse:
+    """``DescribeAppResponse`` of a multi-node ``job`` and its child jobs ``nodes`` (by node
+    index; empty where the API gives none, as moto: replicas then take the job's state)."""
+    cancelled = cancel_requested(job)
+    state = app_state(job, cancelled)
+    roles = []
+    role_statuses = []
+    failed_node = ""
+    for name, first, last, container in node_ranges(job):
+        roles.append(role_from_container(name, last - first + 1, container))
+        replicas = []
+        for k, node in enumerate(range(first, last + 1)):
+            child = nodes.get(node)
+            if child is None:
+                replicas.append(ReplicaStatus(id=k, state=state, role=name))
+                continue
+            code = _exit_code(child)
+            rep_state = app_state(child, cancelled)
+            iface = ((child.get("container") or {}).get("networkInterfaces") or [{}])[0]
+            replicas.append(
+                ReplicaStatus(
+                    id=k,
+                    state=rep_state,
+                    role=name,
+                    hostname=str(iface.get("privateIpv4Address", "")),
+                    exit_code=code,
+                    msg=_reason(child),
+                )
+            )
+            if not failed_node and rep_state == AppState.FAILED and code not in (None, 0):
+                failed_node = f"role {name!r} replica {k} (node {node}) exited with code {code}"
+                if _reason(child):
+                    failed_node += f": {_reason(child)}"
+        role_statuses.append(RoleStatus(role=name, replicas=replicas))
+    msg = _reason(job)
+    if state in (AppState.FAILED, AppState.CANCELLED):
+        if not failed_node and _exit_code(job) not in (None, 0):
+            failed_node = f"exit code {_exit_code(job)}"
+        msg = "; ".join(part for part in (msg, failed_node) if part)
+    tags = job.get("tags") or {}
+    return DescribeAppResponse(
+        app_id=app_id,
+        state=state,
+        num_restarts=num_restarts(job),
+        msg=msg,
+        ui_url=ui_url(region, str(job.get("jobId", ""))),
+        roles_statuses=role_statuses,
+        roles=roles,
+        labels={k[len(TAG_LABEL) :]: v for k, v in tags.items() if k.startswith(TAG_LABEL)},
+        cancel_requested=cancelled,
+    )

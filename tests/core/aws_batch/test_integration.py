@@ -1,0 +1,248 @@
+"""The AWS Batch scheduler end to end: a real moto server over HTTP on loopback, running every
+node as a real container on a real Docker engine, output read back from CloudWatch Logs.
+
+Asserts only what moto models (API.md): submit, state progression, terminate with a reason,
+tags, ``nodeProperties``, output in CloudWatch after the container exits, one log stream for
+all nodes. Exit codes of multi-node jobs, child jobs, ListJobs pages and CancelJob before
+start are covered on AWS-shaped responses in ``test_status.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from airflow_provider_torchx.core.errors import InvalidRunConfigError
+from airflow_provider_torchx.core.runner import get_runner
+from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler, BatchJob, create_scheduler
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, parse_app_handle
+from tests.fixtures.aws import FlakyProxy
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
+
+IMAGE = "busybox:local"
+
+
+def role(name: str, script: str, replicas: int = 1) -> Role:
+    return Role(
+        name,
+        image=IMAGE,
+        entrypoint="sh",
+        args=["-c", script],
+        num_replicas=replicas,
+        resource=Resource(cpu=1, gpu=0, memMB=64),
+    )
+
+
+@pytest.fixture
+def sched(batch_queue: str) -> Iterator[AWSBatchScheduler]:
+    s = create_scheduler("itest")
+    s.poller.min_interval = 0.2  # the shared moto poller: rounds 0.2 s apart in tests
+    yield s
+    s.close()
+
+
+def wait_terminal(s: AWSBatchScheduler, app_id: str, timeout: float = 60.0) -> tuple[Any, set[AppState]]:
+    seen: set[AppState] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        desc = s.describe(app_id)
+        assert desc is not None
+        seen.add(desc.state)
+        if desc.state.is_terminal():
+            return desc, seen
+        assert time.monotonic() < deadline, f"{app_id} still {desc.state} after {timeout}s"
+        time.sleep(0.2)
+
+
+def test_two_roles_run_to_success_with_every_nodes_output(batch_queue: str) -> None:
+    app = AppDef(
+        "hello",
+        roles=[
+            role("trainer", 'sleep 1; echo "trainer says $TORCHX_JOB_ID"', replicas=2),
+            role("ps", "echo ps-ready; sleep 1"),
+        ],
+    )
+    with get_runner("itest") as runner:
+        handle = runner.run(app, "aws_batch", cfg={"queue": batch_queue})
+        sched_name, session, app_id = parse_app_handle(handle)
+        assert (sched_name, session) == ("aws_batch", "itest")
+        assert app_id.startswith(f"{batch_queue}:hello-")
+        seen = set()
+        while True:
+            status = runner.status(handle)
+            assert status is not None
+            seen.add(status.state)
+            if status.is_terminal():
+                break
+            time.sleep(0.2)
+        assert AppState.RUNNING in seen
+        assert status.state == AppState.SUCCEEDED, status
+        assert [len(r.replicas) for r in status.roles] == [2, 1]
+        # moto: every node writes into one stream, so each role's log holds all nodes' output
+        lines = list(runner.log_lines(handle, "trainer", 1))
+        assert lines.count(f"trainer says {handle}\n") == 2
+        assert "ps-ready\n" in lines
+        chunk = runner.read_log(handle, "ps", 0, max_lines=1)
+        rest = runner.read_log(handle, "ps", 0, cursor=chunk.cursor)
+        assert chunk.lines + rest.lines == lines and rest.eof
+
+
+def test_failing_command_ends_failed(sched: AWSBatchScheduler, batch_queue: str) -> None:
+    app = AppDef("fails", roles=[role("main", "echo about to fail; exit 3")])
+    app_id = sched.submit(app, {"queue": batch_queue})
+    # tailing from the submit on blocks until the job ended and its log is drained
+    assert list(sched.log_iter(app_id, "main", 0, should_tail=True)) == ["about to fail\n"]
+    desc = sched.describe(app_id)
+    assert desc is not None
+    assert desc.state == AppState.FAILED
+    assert [r.state for r in desc.roles_statuses[0].replicas] == [AppState.FAILED]
+    assert not desc.cancel_requested
+    assert list(sched.log_iter(app_id, "main", 0)) == ["about to fail\n"]
+
+
+def test_cancel_ends_cancelled_and_stops_the_containers(
+    sched: AWSBatchScheduler, batch_queue: str, docker_engine: str
+) -> None:
+    app = AppDef("sleeper", roles=[role("main", "echo started; sleep 60", replicas=2)])
+    app_id = sched.submit(app, {"queue": batch_queue})
+    deadline = time.monotonic() + 30
+    while (desc := sched.describe(app_id)) is not None and desc.state != AppState.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    sched.cancel(app_id)
+    desc, _ = wait_terminal(sched, app_id, timeout=30)
+    assert desc.state == AppState.CANCELLED
+    assert desc.cancel_requested
+    assert "cancel requested" in desc.msg
+    sched.cancel(app_id)  # idempotent on a terminal job
+    import docker
+
+    job_id = sched.poller.job_id(app_id)
+    assert job_id
+    client = docker.DockerClient(base_url=docker_engine)
+    try:
+        left = [c.name for c in client.containers.list(all=True) if job_id in c.name]
+    finally:
+        client.close()
+    assert left == []
+
+
+def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_queue: str) -> None:
+    labels = {
+        "airflow.dag_id": "dag",
+        "airflow.task_id": "task",
+        "airflow.run_id": "manual__1",
+        "airflow.map_index": "-1",
+    }
+    app = AppDef("listed", roles=[role("main", "echo listed")], metadata={"team": "ml"})
+    app_id = sched.submit(app, {"queue": batch_queue, "user": "alice"}, labels=labels)
+    other = sched.submit(app, {"queue": batch_queue})
+    # another scheduler instance (another task, same process) finds it by its labels
+    found = create_scheduler("elsewhere").list({"queue": batch_queue}, labels)
+    assert [(a.app_id, a.labels) for a in found] == [(app_id, labels)]
+    assert {app_id, other} <= {a.app_id for a in sched.list()}
+    assert create_scheduler("x").list({"queue": batch_queue}, {**labels, "airflow.map_index": "0"}) == []
+    desc, _ = wait_terminal(sched, app_id)
+    assert desc.state == AppState.SUCCEEDED
+    assert desc.labels == labels
+    (main,) = desc.roles
+    assert (main.name, main.image, main.entrypoint, main.args) == ("main", IMAGE, "sh", ["-c", "echo listed"])
+    assert main.resource.memMB == 64
+    native = sched.describe_native(app_id)
+    assert native is not None and isinstance(native.request, BatchJob)
+    assert native.request.app_id == app_id
+    assert native.request.job_def["nodeProperties"]["numNodes"] == 1
+    assert native.request.job_def["tags"]["airflow-torchx/user"] == "alice"
+    assert native.request.job_def["tags"]["team"] == "ml"
+    batch = boto3.client("batch")
+    arn = batch.describe_jobs(jobs=[sched.poller.job_id(app_id)])["jobs"][0]["jobDefinition"]
+    assert batch.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"][0]["status"] == "ACTIVE"
+    sched.delete(app_id)
+    assert batch.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"][0]["status"] == "INACTIVE"
+    sched.delete(app_id)  # idempotent
+    assert sched.describe(f"{batch_queue}:no-such-job") is None
+    assert sched.describe("no-such-queue:job") is None
+    wait_terminal(sched, other)
+
+
+def test_missing_queue_registers_and_submits_nothing(sched: AWSBatchScheduler) -> None:
+    batch = boto3.client("batch")
+    defs_before = len(batch.describe_job_definitions()["jobDefinitions"])
+    app = AppDef("noqueue", roles=[role("main", "echo x")])
+    with pytest.raises(InvalidRunConfigError, match=r"queue='no-such-queue' does not exist.*torchx-test-queue"):
+        sched.submit(app, {"queue": "no-such-queue"})
+    assert len(batch.describe_job_definitions()["jobDefinitions"]) == defs_before
+
+
+def _registry_tags(registry: str, repo: str) -> list[str]:
+    with urllib.request.urlopen(f"http://{registry}/v2/{repo}/tags/list", timeout=10) as resp:
+        return list(json.load(resp).get("tags") or [])
+
+
+def test_workspace_is_built_pushed_and_run(batch_queue: str, image_registry: str, tmp_path: Path) -> None:
+    (tmp_path / "hello.txt").write_text("hello from the workspace\n")
+    repo = "torchx-ws-test"
+    app = AppDef(
+        "ws",
+        roles=[
+            Role(
+                "main",
+                image=IMAGE,
+                entrypoint="cat",
+                args=["/hello.txt"],
+                workspace=str(tmp_path),
+                resource=Resource(1, 0, 64),
+            )
+        ],
+    )
+    cfg = {"queue": batch_queue, "image_repo": f"{image_registry}/{repo}", "quiet": True}
+    import docker
+
+    client = docker.from_env()
+    with get_runner("itest") as runner:
+        built = runner.build_workspace(app, "aws_batch", cfg)
+        assert isinstance(built, dict) and list(built) == [(IMAGE, str(tmp_path))]
+        info = runner.dryrun(app, "aws_batch", cfg)
+        assert info.app.roles[0].image == built[(IMAGE, str(tmp_path))]  # same files, same image
+        local_image = info.app.roles[0].image
+        assert local_image.startswith("sha256:")
+        tag = local_image.removeprefix("sha256:")
+        try:
+            assert info.request.images_to_push == {local_image: (f"{image_registry}/{repo}", tag)}
+            handle = runner.schedule(info)
+            assert tag in _registry_tags(image_registry, repo)
+            status = runner.wait(handle, wait_interval=0.5, timeout=60)
+            assert status is not None and status.state == AppState.SUCCEEDED, status
+            assert list(runner.log_lines(handle, "main", 0)) == ["hello from the workspace\n"]
+        finally:
+            client.images.remove(f"{image_registry}/{repo}:{tag}", force=True)
+            client.close()
+
+
+def test_throttling_and_5xx_are_retried_and_jobs_are_watched_to_the_end(
+    batch_queue: str, flaky_aws_endpoint: FlakyProxy
+) -> None:
+    no_retries = Config(retries={"mode": "standard", "total_max_attempts": 1})  # only our back-off
+    s = create_scheduler(
+        "flaky",
+        client=boto3.client("batch", endpoint_url=flaky_aws_endpoint.url, config=no_retries),
+        log_client=boto3.client("logs", endpoint_url=flaky_aws_endpoint.url, config=no_retries),
+    )
+    s.poller.min_interval = 0.2
+    app = AppDef("flaky", roles=[role("main", "echo survived", replicas=2)])
+    ids = [s.submit(app, {"queue": batch_queue}) for _ in range(2)]
+    for app_id in ids:
+        desc, _ = wait_terminal(s, app_id)
+        assert desc.state == AppState.SUCCEEDED
+        assert list(s.log_iter(app_id, "main", 1)) == ["survived\n", "survived\n"]
+    assert flaky_aws_endpoint.counts["throttled"] >= 3
+    assert flaky_aws_endpoint.counts["unavailable"] >= 3

@@ -1,0 +1,141 @@
+"""The shared status poller, retries with jittered back-off and the log rate limit (stub client;
+the moto-server run of the same poller is in ``test_integration.py`` and the benchmark)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from botocore.exceptions import EndpointConnectionError
+
+from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
+    RateLimiter,
+    StatusPoller,
+    backoff_delays,
+    call_with_retry,
+    is_retryable,
+    shared_poller,
+)
+from tests.core.aws_batch.fakes import FakeBatch, client_error, mnp_job
+
+
+def test_many_watchers_share_batched_rounds() -> None:
+    batch = FakeBatch()
+    for i in range(250):
+        batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}")
+    poller = StatusPoller(batch, min_interval=0.2)
+    results: dict[str, Any] = {}
+    start = threading.Barrier(250)
+
+    def watch(job_id: str) -> None:
+        start.wait()
+        for _ in range(3):
+            results[job_id] = poller.get([job_id])[job_id]
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=watch, args=(f"j{i}",)) for i in range(250)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(results[f"j{i}"]["jobId"] == f"j{i}" for i in range(250))
+    sizes = [len(kw["jobs"]) for name, kw in batch.calls if name == "describe_jobs"]
+    assert max(sizes) == 100
+    # 250 watchers, 3 polls each: without sharing 750 calls; shared rounds of <= 3 calls
+    assert poller.calls == len(sizes) <= 3 * poller.rounds
+    assert poller.rounds <= 6
+    assert poller.calls < 750 / 20
+
+
+def test_terminal_jobs_are_answered_from_cache_and_not_polled_again() -> None:
+    batch = FakeBatch()
+    batch.jobs["done"] = mnp_job(job_id="done", status="SUCCEEDED")
+    batch.jobs["live"] = mnp_job(job_id="live", status="RUNNING")
+    poller = StatusPoller(batch, min_interval=0.01)
+    poller.get(["done", "live"])
+    calls = len(batch.calls)
+    poller.get(["done"], max_age=0)
+    assert len(batch.calls) == calls
+    poller.get(["live"], max_age=0)
+    (last,) = [kw["jobs"] for name, kw in batch.calls[calls:]]
+    assert last == ["live"]
+
+
+def test_errors_reach_the_waiters_and_the_poller_recovers() -> None:
+    batch = FakeBatch()
+    batch.jobs["j"] = mnp_job(job_id="j")
+    poller = StatusPoller(batch, min_interval=0.01)
+    batch.fail_next = [client_error("AccessDeniedException", 403)]
+    with pytest.raises(Exception, match="AccessDenied"):
+        poller.get(["j"])
+    assert poller.get(["j"])["j"]["jobId"] == "j"
+
+
+def test_unknown_ids_are_none_and_expected_ids_are_not_visible_yet() -> None:
+    batch = FakeBatch()
+    poller = StatusPoller(batch, min_interval=0.01, visibility_grace=60)
+    poller.expect("soon")
+    got = poller.get(["soon", "never"])
+    assert got["never"] is None
+    assert got["soon"] is not None and got["soon"]["status"] == "SUBMITTED"
+
+
+def test_pollers_are_shared_per_account_region_endpoint() -> None:
+    a, b = FakeBatch(), FakeBatch()
+    assert shared_poller(a) is shared_poller(a)
+    assert shared_poller(a) is not shared_poller(b)
+
+
+def test_retryable_errors() -> None:
+    assert is_retryable(client_error("ThrottlingException"))
+    assert is_retryable(client_error("TooManyRequestsException", 429))
+    assert is_retryable(client_error("503", 503))
+    assert is_retryable(EndpointConnectionError(endpoint_url="http://x"))
+    assert not is_retryable(client_error("ClientException", 400))
+    assert not is_retryable(ValueError("x"))
+
+
+def test_call_with_retry_backs_off_with_jitter_and_gives_up() -> None:
+    slept: list[float] = []
+    errors = [client_error("ThrottlingException"), client_error("500", 500)]
+
+    def flaky() -> str:
+        if errors:
+            raise errors.pop(0)
+        return "ok"
+
+    assert call_with_retry(flaky, sleep=slept.append) == "ok"
+    assert len(slept) == 2 and 0 <= slept[0] <= 0.2 and 0 <= slept[1] <= 0.4
+
+    def always() -> None:
+        raise client_error("ThrottlingException")
+
+    with pytest.raises(Exception, match="Throttling"):
+        call_with_retry(always, attempts=4, sleep=slept.append)
+    assert len(slept) == 2 + 3
+
+    def bad() -> None:
+        raise client_error("ClientException")
+
+    before = len(slept)
+    with pytest.raises(Exception, match="ClientException"):
+        call_with_retry(bad, sleep=slept.append)
+    assert len(slept) == before
+
+
+def test_backoff_is_exponential_capped_and_jittered() -> None:
+    runs = [[d for _, d in zip(range(12), backoff_delays(base=0.2, cap=10.0), strict=False)] for _ in range(30)]
+    for run in runs:
+        assert all(0 <= d <= min(10.0, 0.2 * 2**n) for n, d in enumerate(run))
+    # jitter: the same retry's delay differs between watchers
+    assert len({run[5] for run in runs}) > 20
+
+
+def test_rate_limiter_bounds_the_rate() -> None:
+    limiter = RateLimiter(rate=50.0, burst=5)
+    started = time.monotonic()
+    for _ in range(30):
+        limiter.acquire()
+    assert time.monotonic() - started >= (30 - 5) / 50.0 * 0.9

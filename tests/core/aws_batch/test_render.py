@@ -1,0 +1,311 @@
+"""The rendered job definition and submit request, field by field (no AWS: moto drops several
+of these fields, so only a unit test can check them), and bad input rejected before any call."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
+from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler, BatchJob, create_scheduler
+from airflow_provider_torchx.core.schedulers.aws_batch.render import (
+    REPLICA_ID_EXPR,
+    labels_hash,
+    parse_ulimits,
+    queue_name,
+)
+from airflow_provider_torchx.core.specs import (
+    AppDef,
+    BindMount,
+    DeviceMount,
+    Resource,
+    Role,
+    VolumeMount,
+    named_resources,
+    parse_app_handle,
+)
+
+
+class NoCalls:
+    """A Batch client that fails the test on any call: dry runs and bad input never call AWS."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"unexpected AWS call {name}")
+
+
+def sched() -> AWSBatchScheduler:
+    return create_scheduler("sess", client=NoCalls(), log_client=NoCalls(), docker_client=NoCalls(), unknown=1)
+
+
+def trainer(**kw: Any) -> Role:
+    base: dict[str, Any] = {
+        "name": "trainer",
+        "image": "busybox:local",
+        "entrypoint": "python",
+        "args": ["-m", "train", "--out", "/tmp/${app_id}"],
+        "env": {"FOO": "bar"},
+        "num_replicas": 2,
+        "resource": Resource(cpu=4, gpu=0, memMB=2048),
+    }
+    base.update(kw)
+    return Role(**base)
+
+
+def dryrun(app: AppDef, cfg: dict[str, Any] | None = None, labels: dict[str, str] | None = None) -> BatchJob:
+    return sched().submit_dryrun(app, {"queue": "q1", **(cfg or {})}, labels).request
+
+
+def container(job: BatchJob, i: int) -> dict[str, Any]:
+    return job.job_def["nodeProperties"]["nodeRangeProperties"][i]["container"]
+
+
+def env(job: BatchJob, i: int) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container(job, i)["environment"]}
+
+
+def test_multiple_roles_become_node_ranges_main_node_0() -> None:
+    ps = Role("ps", image="img:2", entrypoint="echo", args=["ps"], resource=Resource(1, 0, 512))
+    job = dryrun(AppDef("my app!", roles=[trainer(), ps]))
+    props = job.job_def["nodeProperties"]
+    assert props["numNodes"] == 3
+    assert props["mainNode"] == 0
+    assert [r["targetNodes"] for r in props["nodeRangeProperties"]] == ["0:1", "2"]
+    assert job.job_def["type"] == "multinode"
+    assert job.job_def["platformCapabilities"] == ["EC2"]
+    assert job.job_def["jobDefinitionName"] == job.name
+    assert job.name.startswith("my-app-")
+    c0, c1 = container(job, 0), container(job, 1)
+    assert c0["image"] == "busybox:local" and c1["image"] == "img:2"
+    assert c0["command"] == ["python", "-m", "train", "--out", f"/tmp/q1:{job.name}"]
+    assert c1["command"] == ["echo", "ps"]
+    assert c0["resourceRequirements"] == [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "2048"}]
+    assert c0["logConfiguration"] == {"logDriver": "awslogs"}
+    assert c0["privileged"] is False
+    assert env(job, 0)["FOO"] == "bar"
+    assert env(job, 0)["TORCHX_ROLE_NAME"] == "trainer" and env(job, 0)["TORCHX_ROLE_FIRST_NODE"] == "0"
+    assert env(job, 1)["TORCHX_ROLE_NAME"] == "ps" and env(job, 1)["TORCHX_ROLE_FIRST_NODE"] == "2"
+    assert "instanceType" not in c0 and "linuxParameters" not in c0
+
+
+def test_app_id_and_job_id_env_is_a_parseable_handle() -> None:
+    info = sched().submit_dryrun(AppDef("a", roles=[trainer()]), {"queue": "arn:aws:batch:r:1:job-queue/q1"})
+    job = info.request
+    assert job.queue == "q1"
+    assert job.app_id == f"q1:{job.name}"
+    handle = env(job, 0)["TORCHX_JOB_ID"]
+    assert parse_app_handle(handle) == ("aws_batch", "sess", job.app_id)
+    assert "/" not in job.app_id and ".." not in job.app_id
+
+
+def test_runner_style_job_id_macro_is_substituted_in_env_and_metadata() -> None:
+    role = trainer(env={"TORCHX_JOB_ID": "aws_batch://sess/${app_id}", "OUT": "s3://b/${app_id}"})
+    job = dryrun(AppDef("a", roles=[role], metadata={"run": "${app_id}"}))
+    assert env(job, 0)["TORCHX_JOB_ID"] == f"aws_batch://sess/{job.app_id}"
+    assert env(job, 0)["OUT"] == f"s3://b/{job.app_id}"
+    assert job.job_def["tags"]["run"] == job.app_id
+
+
+def test_replica_id_runs_under_sh_with_node_index_arithmetic() -> None:
+    role = trainer(args=["--rank=${replica_id}", "it's"], env={"RANK": "${replica_id}"})
+    job = dryrun(AppDef("a", roles=[trainer(name="first", num_replicas=3), role]))
+    cmd = container(job, 1)["command"]
+    assert cmd[:2] == ["sh", "-c"]
+    assert REPLICA_ID_EXPR in cmd[2]
+    assert env(job, 1)["TORCHX_ROLE_FIRST_NODE"] == "3"
+    # Run the script with a real shell as node 4 (replica 1 of the second role).
+    script = cmd[2].replace("exec python", "exec echo")
+    out = subprocess.run(
+        ["sh", "-c", script + '; echo "$RANK"'],
+        env={"AWS_BATCH_JOB_NODE_INDEX": "4", "TORCHX_ROLE_FIRST_NODE": "3", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.split("\n")[0] == "--rank=1 it's"
+    script_env = cmd[2].split("exec ")[0] + 'echo "$RANK"'
+    out = subprocess.run(
+        ["sh", "-c", script_env],
+        env={"AWS_BATCH_JOB_NODE_INDEX": "5", "TORCHX_ROLE_FIRST_NODE": "3"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == "2"
+
+
+def test_gpus_and_named_resource_instance_type() -> None:
+    res = named_resources["aws_p3.8xlarge"]
+    job = dryrun(AppDef("a", roles=[trainer(resource=res)]))
+    c = container(job, 0)
+    reqs = {r["type"]: r["value"] for r in c["resourceRequirements"]}
+    assert reqs == {"VCPU": "32", "MEMORY": str(res.memMB), "GPU": "4"}
+    assert c["instanceType"] == "p3.8xlarge"
+
+
+def test_efa_devices_from_resource() -> None:
+    res = Resource(cpu=8, gpu=1, memMB=4096, devices={"vpc.amazonaws.com/efa": 2})
+    job = dryrun(AppDef("a", roles=[trainer(resource=res)]))
+    devices = container(job, 0)["linuxParameters"]["devices"]
+    assert [d["hostPath"] for d in devices] == ["/dev/infiniband/uverbs0", "/dev/infiniband/uverbs1"]
+
+
+def test_every_mount_type() -> None:
+    mounts = [
+        BindMount(src_path="/data", dst_path="/mnt/data", read_only=True),
+        VolumeMount(src="fs-0123456789abcdef0", dst_path="/efs"),
+        DeviceMount(src_path="/dev/fuse", dst_path="/dev/fuse", permissions="rw"),
+    ]
+    c = container(dryrun(AppDef("a", roles=[trainer(mounts=mounts)])), 0)
+    assert c["volumes"] == [
+        {"name": "mount_0", "host": {"sourcePath": "/data"}},
+        {"name": "mount_1", "efsVolumeConfiguration": {"fileSystemId": "fs-0123456789abcdef0"}},
+    ]
+    assert c["mountPoints"] == [
+        {"containerPath": "/mnt/data", "readOnly": True, "sourceVolume": "mount_0"},
+        {"containerPath": "/efs", "readOnly": False, "sourceVolume": "mount_1"},
+    ]
+    assert c["linuxParameters"]["devices"] == [
+        {"hostPath": "/dev/fuse", "containerPath": "/dev/fuse", "permissions": ["READ", "WRITE"]}
+    ]
+
+
+def test_ulimits_privileged_roles_share_priority_retries_tags() -> None:
+    cfg = {
+        "ulimits": ["nofile:1024:4096", "memlock:-1:-1", "core:0:0"],
+        "privileged": True,
+        "job_role_arn": "arn:aws:iam::1:role/job",
+        "execution_role_arn": "arn:aws:iam::1:role/exec",
+        "share_id": "teamA",
+        "priority": 42,
+        "user": "alice",
+    }
+    app = AppDef("a", roles=[trainer(max_retries=2), trainer(name="b", max_retries=4)], metadata={"team": "x"})
+    job = dryrun(app, cfg, labels={"airflow.dag_id": "d", "airflow.task_id": "t"})
+    c = container(job, 1)
+    assert c["ulimits"] == [
+        {"name": "nofile", "softLimit": 1024, "hardLimit": 4096},
+        {"name": "memlock", "softLimit": -1, "hardLimit": -1},
+        {"name": "core", "softLimit": 0, "hardLimit": 0},
+    ]
+    assert c["privileged"] is True
+    assert c["jobRoleArn"] == "arn:aws:iam::1:role/job"
+    assert c["executionRoleArn"] == "arn:aws:iam::1:role/exec"
+    assert job.job_def["retryStrategy"] == {"attempts": 5}
+    assert job.share_id == "teamA" and job.priority == 42
+    req = job.submit_request()
+    assert req["shareIdentifier"] == "teamA"
+    assert req["schedulingPriorityOverride"] == 42
+    assert req["jobQueue"] == "q1" and req["jobName"] == job.name
+    tags = job.job_def["tags"]
+    assert tags["airflow-torchx/user"] == "alice"
+    assert tags["airflow-torchx/app-name"] == "a"
+    assert tags["airflow-torchx/version"]
+    assert tags["team"] == "x"
+    assert tags["airflow-torchx/label/airflow.dag_id"] == "d"
+    assert req["tags"] == tags and req["propagateTags"] is True
+    assert job.name.startswith(labels_hash({"airflow.task_id": "t", "airflow.dag_id": "d"}) + "-a-")
+
+
+def test_no_share_means_no_priority_override() -> None:
+    req = dryrun(AppDef("a", roles=[trainer()])).submit_request()
+    assert "shareIdentifier" not in req and "schedulingPriorityOverride" not in req
+
+
+def test_dryrun_shows_definition_request_and_images_to_push() -> None:
+    role = trainer(image="sha256:" + "ab" * 32)
+    info = sched().submit_dryrun(AppDef("a", roles=[role]), {"queue": "q1", "image_repo": "127.0.0.1:5000/ws"})
+    job = info.request
+    assert job.images_to_push == {"sha256:" + "ab" * 32: ("127.0.0.1:5000/ws", "ab" * 32)}
+    assert container(job, 0)["image"] == "127.0.0.1:5000/ws:" + "ab" * 32
+    shown = json.loads(str(info))
+    assert set(shown) == {"images_to_push", "job_definition", "submit_job"}
+    assert info.app.roles[0].image == role.image
+
+
+def test_job_names_are_valid_and_unique() -> None:
+    names = {dryrun(AppDef("x" * 200 + " é:", roles=[trainer()])).name for _ in range(20)}
+    assert len(names) == 20
+    for name in names:
+        assert len(name) <= 128
+        assert all(ch.isalnum() or ch in "-_" for ch in name)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "app", "match"),
+    [
+        ({"queue": None}, AppDef("a", roles=[trainer()]), "required option 'queue'"),
+        ({"queue": "bad/queue"}, AppDef("a", roles=[trainer()]), "queue='bad/queue'"),
+        ({"ulimits": ["nofile:10"]}, AppDef("a", roles=[trainer()]), "ulimits entry 'nofile:10'"),
+        ({"ulimits": ["nofiles:1:2"]}, AppDef("a", roles=[trainer()]), "unknown name 'nofiles'"),
+        ({"ulimits": ["nofile:9:2"]}, AppDef("a", roles=[trainer()]), "softLimit <= hardLimit"),
+        ({"ulimits": ["nofile:-1:2"]}, AppDef("a", roles=[trainer()]), "softLimit <= hardLimit"),
+        ({"ulimits": ["nofile:-2:2"]}, AppDef("a", roles=[trainer()]), "softLimit <= hardLimit"),
+        ({"ulimits": ["nofile:a:2"]}, AppDef("a", roles=[trainer()]), "integer limits"),
+        ({"priority": 10000}, AppDef("a", roles=[trainer()]), "priority=10000"),
+        ({}, AppDef("a", roles=[trainer(resource=Resource(0, 0, 512))]), r"resource.cpu.*>= 1"),
+        ({}, AppDef("a", roles=[trainer(resource=Resource(1, 0, 2))]), r"resource.memMB.*>= 4"),
+        ({}, AppDef("a", roles=[trainer()]), None),
+        ({}, AppDef("a", roles=[trainer(name=f"r{i}") for i in range(6)]), "at most 5 node ranges"),
+        ({}, AppDef("a", roles=[trainer(num_replicas=600), trainer(name="b", num_replicas=401)]), "at most 1000"),
+        ({}, AppDef("a", roles=[trainer(max_retries=10)]), "at most 10 attempts"),
+        (
+            {},
+            AppDef("a", roles=[trainer(mounts=[BindMount("data", "/mnt")])]),
+            r"mounts\[0\]: src='data' must be an absolute path",
+        ),
+        ({}, AppDef("a", roles=[trainer(mounts=[VolumeMount("myvol", "/mnt")])]), "not an EFS file system id"),
+        (
+            {},
+            AppDef(
+                "a",
+                roles=[
+                    trainer(resource=named_resources["aws_p3.2xlarge"]),
+                    trainer(name="b", resource=named_resources["aws_g5.xlarge"]),
+                ],
+            ),
+            "same instance type",
+        ),
+        ({}, AppDef("a", roles=[trainer(image="sha256:" + "0" * 64)]), "image_repo is not set"),
+        ({}, AppDef("a", roles=[trainer(env={"MY-RANK": "${replica_id}"})]), "env: 'MY-RANK' uses"),
+        ({}, AppDef("a", roles=[trainer()], metadata={f"k{i}": "v" for i in range(48)}), "at most 50"),
+    ],
+)
+def test_bad_input_is_rejected_before_any_call(cfg: dict[str, Any], app: AppDef, match: str | None) -> None:
+    if match is None:  # the baseline of the table renders fine
+        dryrun(app, cfg)
+        return
+    with pytest.raises((InvalidRunConfigError, InvalidSpecError), match=match):
+        sched().submit_dryrun(app, {"queue": "q1", **cfg})
+
+
+def test_workspace_without_image_repo_fails_before_building() -> None:
+    with pytest.raises(InvalidRunConfigError, match=r"image_repo is not set.*workspace"):
+        sched().build_workspace_image(trainer(workspace="/tmp"), {"queue": "q"})
+    assert sched().build_workspace_image(trainer(), {"queue": "q"}) is None
+
+
+def test_helpers() -> None:
+    assert queue_name("arn:aws:batch:us-east-1:123:job-queue/my_q") == "my_q"
+    assert parse_ulimits(None) == []
+    assert labels_hash({"a": "1", "b": "2"}) == labels_hash({"b": "2", "a": "1"}) != labels_hash({"a": "1"})
+    opts = sched().run_opts()
+    assert [k for k, _ in opts] == [
+        "queue",
+        "user",
+        "image_repo",
+        "privileged",
+        "share_id",
+        "priority",
+        "job_role_arn",
+        "execution_role_arn",
+        "ulimits",
+        "quiet",
+    ]
+    assert opts.cfg_from_str("queue=q,ulimits=nofile:1:2,core:0:0,priority=3") == {
+        "queue": "q",
+        "ulimits": ["nofile:1:2", "core:0:0"],
+        "priority": 3,
+    }

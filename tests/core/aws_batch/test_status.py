@@ -1,0 +1,313 @@
+"""Status, describe, list, cancel and logs on responses shaped like real AWS (``fakes``).
+
+These are the paths moto does not model (API.md): exit codes of multi-node jobs, child jobs
+``jobId#N`` and their per-node log streams, several attempts, ListJobs pagination and
+CancelJob of a job that has not started. The same code runs against moto in
+``test_integration.py`` for what moto does model.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError
+from airflow_provider_torchx.core.schedulers.api import Stream
+from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler
+from airflow_provider_torchx.core.schedulers.aws_batch.scheduler import AWSBatchScheduler
+from airflow_provider_torchx.core.schedulers.aws_batch.status import (
+    CANCEL_REASON,
+    app_state,
+    describe_response,
+    num_restarts,
+)
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from tests.core.aws_batch.fakes import FakeBatch, FakeLogs, child_job, client_error, mnp_job
+
+
+def make(batch: FakeBatch, logs: FakeLogs | None = None) -> AWSBatchScheduler:
+    sched = create_scheduler("s", client=batch, log_client=logs or FakeLogs())
+    sched.poller.min_interval = 0.01  # rounds as fast as the test goes (default: 1 s apart)
+    return sched
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        ("SUBMITTED", AppState.PENDING),
+        ("PENDING", AppState.PENDING),
+        ("RUNNABLE", AppState.PENDING),
+        ("STARTING", AppState.PENDING),
+        ("RUNNING", AppState.RUNNING),
+        ("SUCCEEDED", AppState.SUCCEEDED),
+        ("FAILED", AppState.FAILED),
+        ("SOMETHING_NEW", AppState.UNKNOWN),
+    ],
+)
+def test_state_map(status: str, state: AppState) -> None:
+    assert app_state({"status": status}) == state
+
+
+def test_cancelled_through_us_is_cancelled_not_failed() -> None:
+    by_reason = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch")
+    by_tag = mnp_job(status="FAILED", statusReason="Terminated", tags={"airflow-torchx/cancel-requested": "true"})
+    by_someone_else = mnp_job(status="FAILED", statusReason="Terminated by admin in the console")
+    assert describe_response("q1:a", by_reason, {}, "r").state == AppState.CANCELLED
+    got = describe_response("q1:a", by_tag, {}, "r")
+    assert got.state == AppState.CANCELLED and got.cancel_requested
+    got = describe_response("q1:a", by_someone_else, {}, "r")
+    assert got.state == AppState.FAILED and not got.cancel_requested
+    assert got.msg == "Terminated by admin in the console"
+
+
+def test_failed_node_exit_code_and_replicas_from_child_jobs() -> None:
+    job = mnp_job(status="FAILED", statusReason="Essential container in task exited")
+    nodes = {
+        0: child_job("j1", 0, "FAILED", 137, statusReason="Job terminated: main node failed"),
+        1: child_job("j1", 1, "FAILED", 3, statusReason="Essential container in task exited"),
+        2: child_job("j1", 2, "SUCCEEDED", 0),
+    }
+    # node 0 was killed (137) after node 1 failed: the first failing node in node order is
+    # reported, with its code and reason.
+    got = describe_response("q1:app-1", job, nodes, "us-west-2")
+    assert got.state == AppState.FAILED
+    assert got.msg.startswith("Essential container in task exited; role 'trainer' replica 0 (node 0)")
+    assert "exited with code 137" in got.msg
+    trainer, ps = got.roles_statuses
+    assert [(r.id, r.state, r.exit_code, r.hostname) for r in trainer.replicas] == [
+        (0, AppState.FAILED, 137, "10.0.0.1"),
+        (1, AppState.FAILED, 3, "10.0.0.2"),
+    ]
+    assert [(r.id, r.state, r.exit_code) for r in ps.replicas] == [(0, AppState.SUCCEEDED, 0)]
+    assert got.ui_url == "https://us-west-2.console.aws.amazon.com/batch/home?region=us-west-2#jobs/mnp-job/j1"
+
+
+def test_without_node_details_replicas_take_the_job_state_and_attempt_exit_code() -> None:
+    job = mnp_job(
+        status="FAILED",
+        statusReason="Essential container in task exited",
+        attempts=[{"container": {"exitCode": 2}, "startedAt": 1, "stoppedAt": 2}],
+    )
+    got = describe_response("q1:app-1", job, {}, "r")
+    assert got.msg == "Essential container in task exited; exit code 2"
+    assert {r.state for rs in got.roles_statuses for r in rs.replicas} == {AppState.FAILED}
+    assert [(r.name, r.num_replicas, r.resource.cpu, r.resource.memMB) for r in got.roles] == [
+        ("trainer", 2, 2, 1024),
+        ("ps", 1, 2, 1024),
+    ]
+    assert got.roles[0].resource.capabilities == {"instanceType": "p3.2xlarge"}
+    assert got.roles[0].env == {}
+
+
+def test_num_restarts_from_attempts() -> None:
+    ended = {"startedAt": 1, "stoppedAt": 2}
+    assert num_restarts({"status": "RUNNING", "attempts": []}) == 0
+    assert num_restarts({"status": "RUNNING", "attempts": [{"startedAt": 1}]}) == 0  # moto lists the live one
+    assert num_restarts({"status": "RUNNING", "attempts": [ended]}) == 1  # AWS: one ended, another runs
+    assert num_restarts({"status": "FAILED", "attempts": [ended, ended, ended]}) == 2
+
+
+def test_labels_from_tags() -> None:
+    job = mnp_job(tags={"airflow-torchx/label/airflow.dag_id": "d", "team": "x"})
+    assert describe_response("q1:a", job, {}, "r").labels == {"airflow.dag_id": "d"}
+
+
+def test_describe_finds_job_by_name_across_listjobs_pages_and_fetches_nodes_once_terminal() -> None:
+    batch = FakeBatch(page_size=2)
+    for i in range(5):
+        batch.jobs[f"other{i}"] = mnp_job(job_id=f"other{i}", name=f"app-1x{i}")
+    batch.jobs["j1"] = mnp_job(status="RUNNING")
+    sched = make(batch)
+    got = sched.describe("q1:app-1")
+    assert got is not None and got.state == AppState.RUNNING
+    assert batch.names().count("list_jobs") == 1  # JOB_NAME filter: exact name, one page
+    assert not any("#" in j for n, kw in batch.calls if n == "describe_jobs" for j in kw["jobs"])
+    batch.jobs["j1"] = mnp_job(status="FAILED", statusReason="Essential container in task exited")
+    for n in range(3):
+        batch.jobs[f"j1#{n}"] = child_job("j1", n, "FAILED" if n == 2 else "SUCCEEDED", 1 if n == 2 else 0)
+    sched.poller.invalidate("j1")
+    got = sched.describe("q1:app-1")
+    assert got is not None and "role 'ps' replica 0 (node 2) exited with code 1" in got.msg
+    calls = len(batch.calls)
+    assert sched.describe("q1:app-1") is not None  # terminal: answered from cache
+    assert len(batch.calls) == calls
+    assert sched.describe("q1:nope") is None
+    assert sched.describe("not-an-app-id") is None
+
+
+def test_list_pages_through_all_queues_and_filters_on_our_tags_and_labels() -> None:
+    batch = FakeBatch(page_size=2)
+    batch.queues = ["q1", "q2"]
+    labels = {"airflow.dag_id": "d", "airflow.task_id": "t"}
+    from airflow_provider_torchx.core.schedulers.aws_batch.render import labels_hash
+
+    prefix = labels_hash(labels)
+    for i in range(5):
+        batch.jobs[f"a{i}"] = mnp_job(job_id=f"a{i}", name=f"plain-{i}")
+    batch.jobs["theirs"] = mnp_job(job_id="theirs", name="theirs")
+    del batch.jobs["theirs"]["tags"]["airflow-torchx/version"]
+    tagged = {f"airflow-torchx/label/{k}": v for k, v in labels.items()}
+    batch.jobs["l1"] = mnp_job(job_id="l1", name=f"{prefix}-x-1", status="SUCCEEDED", tags=tagged)
+    batch.jobs["l2"] = mnp_job(job_id="l2", name=f"{prefix}-x-2", tags=tagged)
+    batch.jobs["q2job"] = mnp_job(job_id="q2job", name="elsewhere", jobQueue="arn:aws:batch:r:1:job-queue/q2")
+    sched = make(batch)
+    everything = sched.list()
+    assert sorted(a.app_id for a in everything) == sorted(
+        [f"q1:plain-{i}" for i in range(5)] + [f"q1:{prefix}-x-1", f"q1:{prefix}-x-2", "q2:elsewhere"]
+    )
+    assert batch.names().count("list_jobs") >= 5  # pages of 2, two queues: no cap
+    mine = sched.list({"queue": "q1"}, labels)
+    assert sorted((a.app_id, a.state) for a in mine) == [
+        (f"q1:{prefix}-x-1", AppState.SUCCEEDED),
+        (f"q1:{prefix}-x-2", AppState.RUNNING),
+    ]
+    assert all(a.labels == labels for a in mine)
+    name_filters = [kw["filters"][0] for n, kw in batch.calls if n == "list_jobs"][-1]
+    assert name_filters == {"name": "JOB_NAME", "values": [prefix + "-*"]}
+    assert sched.list({"queue": "q1"}, {"airflow.dag_id": "other"}) == []
+
+
+@pytest.mark.parametrize(("status", "expected"), [("RUNNABLE", "cancel_job"), ("RUNNING", "terminate_job")])
+def test_cancel_uses_canceljob_before_start_and_terminatejob_after(status: str, expected: str) -> None:
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(status=status)
+    make(batch).cancel("q1:app-1")
+    acted = [(n, kw) for n, kw in batch.calls if n in ("cancel_job", "terminate_job")]
+    assert [n for n, _ in acted] == [expected]
+    assert acted[0][1]["reason"].startswith(CANCEL_REASON)
+    assert batch.jobs["j1"]["tags"]["airflow-torchx/cancel-requested"] == "true"
+    got = make(batch).describe("q1:app-1")
+    assert got is not None and got.cancel_requested
+
+
+def test_cancel_that_races_the_start_terminates_and_terminal_jobs_are_left_alone() -> None:
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(status="RUNNABLE")
+    sched = make(batch)
+    real_cancel = batch.cancel_job
+
+    def cancel_then_start(jobId: str, reason: str) -> dict[str, str]:
+        batch.jobs["j1"]["status"] = "STARTING"
+        return real_cancel(jobId=jobId, reason=reason)
+
+    batch.cancel_job = cancel_then_start  # type: ignore[method-assign]
+    sched.cancel("q1:app-1")
+    assert [n for n in batch.names() if n.endswith("_job")] == ["cancel_job", "terminate_job"]
+    batch.jobs["j1"]["status"] = "SUCCEEDED"
+    sched.poller.invalidate("j1")
+    before = len(batch.calls)
+    sched.cancel("q1:app-1")
+    assert "terminate_job" not in batch.names()[before:] and "cancel_job" not in batch.names()[before:]
+
+
+def test_delete_cancels_and_deregisters_the_job_definition() -> None:
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(status="RUNNING")
+    sched = make(batch)
+    sched.delete("q1:app-1")
+    assert "terminate_job" in batch.names()
+    dereg = [kw for n, kw in batch.calls if n == "deregister_job_definition"]
+    assert dereg == [{"jobDefinition": batch.jobs["j1"]["jobDefinition"]}]
+    sched.delete("q1:missing")  # idempotent: nothing to do
+
+
+def test_job_not_visible_right_after_submit_is_pending_not_missing() -> None:
+    batch = FakeBatch()
+    sched = make(batch)
+    app = AppDef("app", roles=[Role("r", image="img", entrypoint="echo", resource=Resource(1, 0, 64))])
+    app_id = sched.submit(app, {"queue": "q1"})
+    batch.invisible_rounds = 2  # eventual consistency: DescribeJobs does not show it yet
+    first = sched.describe(app_id)
+    assert first is not None and first.state == AppState.PENDING and "not yet visible" in first.msg
+    batch.jobs["new-job"] = mnp_job(job_id="new-job", name=app_id.split(":")[1], status="RUNNABLE")
+    batch.invisible_rounds = 0
+    sched.poller.invalidate("new-job")
+    second = sched.describe(app_id)
+    assert second is not None and second.state == AppState.PENDING and second.roles
+    assert "list_jobs" not in batch.names()  # the submit remembered the job id
+
+
+def test_missing_queue_is_an_error_before_anything_is_registered() -> None:
+    batch = FakeBatch()
+    sched = make(batch)
+    app = AppDef("app", roles=[Role("r", image="img", entrypoint="echo", resource=Resource(1, 0, 64))])
+    with pytest.raises(InvalidRunConfigError, match=r"queue='nope' does not exist in us-west-2; existing queues: q1"):
+        sched.submit(app, {"queue": "nope"})
+    assert set(batch.names()) == {"describe_job_queues"}
+
+
+def test_throttled_calls_are_retried() -> None:
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(status="RUNNING")
+    batch.fail_next = [client_error("TooManyRequestsException", 429), client_error("ServiceUnavailable", 503)]
+    got = make(batch).describe("q1:app-1")
+    assert got is not None and got.state == AppState.RUNNING
+    refused: list[str] = []
+
+    def refuse(jobId: str, reason: str) -> None:
+        refused.append(jobId)
+        raise client_error("ClientException", 400)
+
+    batch.terminate_job = refuse  # type: ignore[method-assign]
+    with pytest.raises(Exception, match="ClientException"):
+        make(batch).cancel("q1:app-1")
+    assert refused == ["j1"]  # not retried: the caller's error
+
+
+def test_logs_per_node_and_attempt_with_a_resumable_cursor() -> None:
+    batch, logs = FakeBatch(), FakeLogs(page=2)
+    batch.jobs["j1"] = mnp_job(status="RUNNING")
+    # node 1 (trainer replica 1) failed its first attempt and runs a second one.
+    batch.jobs["j1#1"] = child_job(
+        "j1", 1, "RUNNING", attempts=[{"container": {"logStreamName": "jd/default/att1"}, "stoppedAt": 1}]
+    )
+    batch.jobs["j1#1"]["container"]["logStreamName"] = "jd/default/att2"
+    logs.add("jd/default/att1", "a1", "a2", "a3")
+    sched = make(batch, logs)
+    chunk = sched.read_log("q1:app-1", "trainer", 1, max_lines=2)
+    assert chunk.lines == ["a1\n", "a2\n"] and not chunk.eof
+    # the second attempt's stream does not exist yet: no lines yet, not an error
+    chunk = sched.read_log("q1:app-1", "trainer", 1, cursor=chunk.cursor)
+    assert chunk.lines == ["a3\n"] and not chunk.eof
+    saved = chunk.cursor
+    logs.add("jd/default/att2", "b1", "b2", "b3", "b4", "b5")
+    chunk = sched.read_log("q1:app-1", "trainer", 1, cursor=saved, max_lines=3)
+    assert chunk.lines == ["b1\n", "b2\n", "b3\n"]
+    restarted = sched.read_log("q1:app-1", "trainer", 1, cursor=chunk.cursor)
+    assert restarted.lines == ["b4\n", "b5\n"] and not restarted.eof
+    assert sched.read_log("q1:app-1", "trainer", 1, cursor=restarted.cursor).lines == []
+    logs.add("jd/default/att2", "b6", start=10_000)
+    batch.jobs["j1"]["status"] = "SUCCEEDED"
+    batch.jobs["j1#1"]["status"] = "SUCCEEDED"
+    sched.poller.invalidate("j1")
+    sched.poller.invalidate("j1#1")
+    last = sched.read_log("q1:app-1", "trainer", 1, cursor=restarted.cursor)
+    assert last.lines == ["b6\n"] and last.eof
+    assert json.loads(last.cursor)["i"] == 1
+    # log_iter: the whole log, regex and since/until on event timestamps
+    assert list(sched.log_iter("q1:app-1", "trainer", 1, regex="^b[12]")) == ["b1\n", "b2\n"]
+    from datetime import datetime, timezone
+
+    since = datetime.fromtimestamp(1700000002, tz=timezone.utc)
+    until = datetime.fromtimestamp(1700000004, tz=timezone.utc)
+    got = list(sched.log_iter("q1:app-1", "trainer", 1, since=since, until=until))
+    assert got == ["a3\n", "b3\n", "b4\n", "b5\n"]
+
+
+def test_log_errors() -> None:
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(status="RUNNING")
+    sched = make(batch)
+    with pytest.raises(UnknownAppError, match="q1:missing"):
+        sched.read_log("q1:missing", "trainer")
+    with pytest.raises(UnknownAppError):
+        sched.log_iter("q1:missing", "trainer")
+    with pytest.raises(ValueError, match=r"role_name: 'nope'.*roles: trainer, ps"):
+        sched.read_log("q1:app-1", "nope")
+    with pytest.raises(ValueError, match=r"k: role 'ps' of q1:app-1 has replicas 0..0, not 1"):
+        sched.read_log("q1:app-1", "ps", 1)
+    with pytest.raises(ValueError, match="streams"):
+        sched.read_log("q1:app-1", "ps", 0, streams=Stream.STDERR)
+    with pytest.raises(ValueError, match="cursor"):
+        sched.read_log("q1:app-1", "ps", 0, cursor="garbage")
