@@ -1,0 +1,269 @@
+"""``TorchXRunOperator``: submit a TorchX app (an ``AppDef`` or a component) and wait for it.
+
+The task dry-runs (``dryrun=True``: logs the native request and returns it) or submits, records
+the app handle (return value, XCom, extra links), then waits in the worker or deferred to
+``TorchXJobTrigger``, streaming every replica's log lines into the task log as
+``[role/k] line``. It fails with the failed replica, its exit code or reason and its last log
+lines; ``on_kill`` cancels the job. boto3 and docker are only imported by the backends that
+need them, when they are used.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.exceptions import AirflowException
+from airflow.sdk import BaseOperator
+
+from airflow_provider_torchx.core.specs import AppDef, AppState
+from airflow_provider_torchx.hooks.torchx import (
+    JobWatcher,
+    TorchXHook,
+    default_deferrable,
+    failure_message,
+    flush_logs,
+    hook_for_handle,
+    progress_line,
+)
+from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
+from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_torchx.core.runner import Runner
+
+#: Job states a retried task adopts instead of submitting again.
+_ADOPTABLE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING)
+
+
+def identity_labels(context: Context) -> dict[str, str]:
+    """The task instance's identity (never the try number) as job labels."""
+    ti = context["ti"]
+    return {
+        "airflow.dag_id": ti.dag_id,
+        "airflow.task_id": ti.task_id,
+        "airflow.run_id": ti.run_id,
+        "airflow.map_index": str(ti.map_index),
+    }
+
+
+def _seconds(value: timedelta | float | None) -> float | None:
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+class TorchXRunOperator(BaseOperator):
+    """Runs a TorchX app on a scheduler and waits for it (see the module docstring).
+
+    :param app: the ``AppDef`` to run (or give ``component``)
+    :param component: a component name (``utils.sh``, ``dist.spmd``, ``file.py:fn``)
+    :param component_args: the component's arguments: a CLI-style list or a dict (templated)
+    :param app_name: overrides the app's name (templated)
+    :param env: environment variables added to every role (templated)
+    :param scheduler: scheduler backend, over the connection's
+    :param cfg: run options merged over the connection's, a dict or ``k=v,...`` (templated)
+    :param torchx_conn_id: the ``torchx`` connection (optional when ``scheduler`` is given)
+    :param dryrun: log and return the native request; submit nothing
+    :param wait_for_completion: wait for the job (else return the handle once submitted)
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``)
+    :param poll_interval: seconds between status polls, log reads and progress lines
+    :param stream_logs: copy every replica's log lines into the task log
+    :param cancel_on_kill: cancel the job when the task is killed (worker; deferred on Airflow >= 3.3)
+    :param reattach_on_retry: a retried task adopts its still-running job instead of submitting
+    :param timeout: bound on the wait (also deferred); on timeout the job is cancelled
+    """
+
+    template_fields: Sequence[str] = ("component_args", "app_name", "env", "cfg")
+    template_fields_renderers = {"component_args": "json", "env": "json", "cfg": "json"}
+    operator_extra_links = (TorchXJobLink(), TorchXLogDirLink())
+    ui_color = "#ee4c2c"
+
+    def __init__(
+        self,
+        *,
+        app: AppDef | None = None,
+        component: str | None = None,
+        component_args: list[str] | dict[str, Any] | None = None,
+        app_name: str | None = None,
+        env: dict[str, str] | None = None,
+        scheduler: str | None = None,
+        cfg: Mapping[str, Any] | str | None = None,
+        torchx_conn_id: str = TorchXHook.default_conn_name,
+        dryrun: bool = False,
+        wait_for_completion: bool = True,
+        deferrable: bool = default_deferrable(),
+        poll_interval: float = 10,
+        stream_logs: bool = True,
+        cancel_on_kill: bool = True,
+        reattach_on_retry: bool = True,
+        timeout: timedelta | float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if (app is None) == (component is None):
+            raise ValueError(
+                f"app/component: give exactly one of app= (an AppDef) or component= (a name), got "
+                f"app={app!r}, component={component!r}"
+            )
+        if app is not None and not isinstance(app, AppDef):
+            raise TypeError(f"app: expected an AppDef, got {type(app).__name__}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval: {poll_interval!r} must be > 0 seconds")
+        self.app = app
+        self.component = component
+        self.component_args = component_args if component_args is not None else []
+        self.app_name = app_name
+        self.env = env
+        self.scheduler = scheduler
+        self.cfg = cfg
+        self.torchx_conn_id = torchx_conn_id
+        self.dryrun = dryrun
+        self.wait_for_completion = wait_for_completion
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.stream_logs = stream_logs
+        self.cancel_on_kill = cancel_on_kill
+        self.reattach_on_retry = reattach_on_retry
+        self.timeout = timeout
+        self.app_handle: str | None = None
+        self._runner: Runner | None = None
+
+    # ------------------------------------------------------------------ building the job
+
+    def hook(self) -> TorchXHook:
+        """The hook for this task's connection and scheduler override."""
+        return TorchXHook(self.torchx_conn_id, scheduler=self.scheduler)
+
+    def build_app(self) -> AppDef:
+        """The app to submit: ``app`` (copied) or the component's, with ``app_name`` and ``env``."""
+        if self.app is not None:
+            app = copy.deepcopy(self.app)
+        else:
+            from airflow_provider_torchx.core.components import get_app
+
+            assert self.component is not None
+            app = get_app(self.component, self.component_args)
+        if self.app_name:
+            app.name = self.app_name
+        for role in app.roles:
+            role.env.update({str(k): str(v) for k, v in (self.env or {}).items()})
+        return app
+
+    def _wait_seconds(self) -> float | None:
+        """The bound on the wait: the smaller of ``timeout`` and ``execution_timeout``."""
+        bounds = [s for s in (_seconds(self.timeout), _seconds(self.execution_timeout)) if s is not None]
+        return min(bounds) if bounds else None
+
+    # ------------------------------------------------------------------ execute
+
+    def execute(self, context: Context) -> str:
+        started_at = time.time()
+        hook = self.hook()
+        scheduler = hook.settings.scheduler
+        runner = self._runner = hook.get_runner()
+        cfg = hook.resolve_cfg(self.cfg)
+        labels = identity_labels(context)
+        adopt = self.reattach_on_retry and not self.dryrun
+        handle = self._adopt(runner, scheduler, cfg, labels, context) if adopt else None
+        if handle is None:
+            info = runner.dryrun(self.build_app(), scheduler, cfg, labels=labels)
+            if self.dryrun:
+                rendered = str(info)
+                self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, rendered)
+                return rendered
+            handle = runner.schedule(info)
+            self.log.info("Submitted %s", handle)
+        self.app_handle = handle
+        context["ti"].xcom_push(key="app_handle", value=handle)
+        self._persist_links(context, runner, handle)
+        if not self.wait_for_completion:
+            return handle
+        wait_seconds = self._wait_seconds()
+        deadline = None if wait_seconds is None else started_at + wait_seconds
+        if self.deferrable:
+            self.defer(
+                trigger=TorchXJobTrigger(
+                    handle,
+                    aws_conn_id=hook.settings.aws_conn_id,
+                    region_name=hook.settings.region_name,
+                    poll_interval=self.poll_interval,
+                    stream_logs=self.stream_logs,
+                    deadline=deadline,
+                    host=socket.gethostname() if is_local_scheduler(scheduler) else None,
+                    started_at=started_at,
+                    cancel_on_kill=self.cancel_on_kill,
+                ),
+                method_name="execute_complete",
+            )
+        return self._wait_in_worker(runner, handle, started_at, deadline)
+
+    def _adopt(
+        self, runner: Runner, scheduler: str, cfg: dict[str, Any], labels: dict[str, str], context: Context
+    ) -> str | None:
+        """On a retry, the handle of this task instance's still-live job, if there is one."""
+        if context["ti"].try_number <= 1:
+            return None
+        live = [app for app in runner.list(scheduler, cfg, labels) if app.state in _ADOPTABLE]
+        if not live:
+            return None
+        self.log.info("Retry: adopting the live job %s of an earlier try instead of submitting", live[0].app_handle)
+        return live[0].app_handle
+
+    def _persist_links(self, context: Context, runner: Runner, handle: str) -> None:
+        """Record the job page (or a local job's log directory) for the task's extra links."""
+        status = runner.status(handle)
+        for link, url in job_links(status.ui_url if status else None):
+            link.persist(context, url)
+            if url:
+                self.log.info("%s: %s", link.name, url)
+
+    def _wait_in_worker(self, runner: Runner, handle: str, started_at: float, deadline: float | None) -> str:
+        watcher = JobWatcher(runner, handle, self.log, stream_logs=self.stream_logs)
+        while True:
+            pause = (
+                self.poll_interval if deadline is None else max(0.0, min(self.poll_interval, deadline - time.time()))
+            )
+            status = runner.wait(handle, wait_interval=pause, timeout=pause, cancel_on_signal=False)
+            if status is None or status.is_terminal():
+                if status is not None:
+                    watcher.drain(status)
+                return self._finish(watcher.outcome(status))
+            watcher.stream(status)
+            if deadline is not None and time.time() >= deadline:
+                return self._finish(watcher.event("timeout", state=status.state.name))
+            self.log.info(progress_line(handle, status, time.time() - started_at))
+
+    def _finish(self, event: Mapping[str, Any]) -> str:
+        """Return the handle of a succeeded job; otherwise cancel on timeout and raise."""
+        handle = str(event["app_handle"])
+        if event["status"] == "success":
+            self.log.info("TorchX job %s SUCCEEDED", handle)
+            return handle
+        if event["status"] == "timeout":
+            assert self._runner is not None
+            self._runner.cancel(handle)
+            raise AirflowException(
+                f"TorchX job {handle} did not end within {self._wait_seconds():.0f}s "
+                f"(still {event.get('state')}); cancelled it"
+            )
+        raise AirflowException(failure_message(event))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
+        """Resume after the trigger's event: flush the remaining log lines, then return the
+        handle or raise with the reason."""
+        self.app_handle = str(event["app_handle"])
+        self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()
+        if self.stream_logs:
+            flush_logs(self._runner, event, self.log)
+        return self._finish(event)
+
+    def on_kill(self) -> None:
+        """Cancel the job when the task is killed (worker mode, ``cancel_on_kill``)."""
+        if self.cancel_on_kill and self.app_handle and self._runner is not None:
+            self.log.info("Task killed: cancelling %s", self.app_handle)
+            self._runner.cancel(self.app_handle)

@@ -1,0 +1,70 @@
+"""Provider metadata for Airflow's ``apache_airflow_provider`` entry point.
+
+Declares the ``torchx`` connection type with its form fields, so the connection shows in the UI
+and ``airflow providers list``; imports nothing heavy (Airflow loads it in every process).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_INTEGRATION = "TorchX"
+
+
+def _text_field(label: str, description: str) -> dict[str, Any]:
+    return {"label": label, "description": description, "schema": {"type": ["string", "null"]}}
+
+
+def _modules(kind: str) -> list[dict[str, Any]]:
+    return [{"integration-name": _INTEGRATION, "python-modules": [f"airflow_provider_torchx.{kind}.torchx"]}]
+
+
+def get_provider_info() -> dict[str, Any]:
+    """What Airflow's providers manager reads about this provider."""
+    return {
+        "package-name": "airflow-provider-torchx",
+        "name": "TorchX",
+        "description": "Run TorchX-style distributed jobs (local processes, AWS Batch) from Apache Airflow.",
+        "integrations": [{"integration-name": _INTEGRATION, "tags": ["software"]}],
+        "operators": [
+            {"integration-name": _INTEGRATION, "python-modules": ["airflow_provider_torchx.operators.torchx"]}
+        ],
+        "sensors": [{"integration-name": _INTEGRATION, "python-modules": ["airflow_provider_torchx.sensors.torchx"]}],
+        "hooks": [{"integration-name": _INTEGRATION, "python-modules": ["airflow_provider_torchx.hooks.torchx"]}],
+        "triggers": [{"integration-name": _INTEGRATION, "python-modules": ["airflow_provider_torchx.triggers.torchx"]}],
+        "extra-links": [
+            "airflow_provider_torchx.links.torchx.TorchXJobLink",
+            "airflow_provider_torchx.links.torchx.TorchXLogDirLink",
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_provider_torchx.hooks.torchx.TorchXHook",
+                "hook-name": "TorchX",
+                "connection-type": "torchx",
+                "conn-fields": {
+                    "scheduler": _text_field("Scheduler", "Scheduler backend: local_cwd, local_dir or aws_batch."),
+                    "cfg": _text_field(
+                        "Scheduler config",
+                        "Run options as k=v pairs, e.g. queue=my-queue,image_repo=123.dkr.ecr.eu-west-1"
+                        ".amazonaws.com/torchx (a JSON object in the extra also works).",
+                    ),
+                    "session_name": _text_field("Session name", "Session part of app handles (default: torchx)."),
+                    "aws_conn_id": _text_field(
+                        "AWS connection id",
+                        "Amazon provider connection for AWS Batch credentials; empty: boto3's default chain.",
+                    ),
+                    "region_name": _text_field("AWS region", "Region for AWS Batch and CloudWatch Logs."),
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["host", "schema", "login", "password", "port"],
+                    "relabeling": {},
+                    "placeholders": {
+                        "scheduler": "local_cwd",
+                        "cfg": "queue=torchx-queue,priority=0",
+                        "session_name": "torchx",
+                        "region_name": "us-east-1",
+                    },
+                },
+            }
+        ],
+    }

@@ -1,0 +1,111 @@
+"""``TorchXJobSensor``: wait for a TorchX job submitted elsewhere (e.g. by a
+``TorchXRunOperator(wait_for_completion=False)`` whose return value is templated in).
+
+Succeeds when the job SUCCEEDED, fails with the reason (failed replica, exit code or Batch
+reason, last log lines) otherwise. It never cancels the job: it does not own it.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.exceptions import AirflowException
+
+try:
+    from airflow.sdk.exceptions import AirflowSensorTimeout
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import AirflowSensorTimeout  # type: ignore[no-redef]
+from airflow.sdk import BaseSensorOperator
+
+from airflow_provider_torchx.core.specs import parse_app_handle
+from airflow_provider_torchx.hooks.torchx import (
+    JobWatcher,
+    TorchXHook,
+    default_deferrable,
+    failure_message,
+    flush_logs,
+    hook_for_handle,
+)
+from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class TorchXJobSensor(BaseSensorOperator):
+    """Waits for the job ``app_handle`` (templated) to end, polling every ``poke_interval``.
+
+    :param app_handle: the job's handle, ``scheduler://session/app_id``
+    :param torchx_conn_id: the ``torchx`` connection (for AWS settings; optional)
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``)
+    :param stream_logs: copy the replicas' log lines into this task's log
+    """
+
+    template_fields: Sequence[str] = ("app_handle",)
+
+    def __init__(
+        self,
+        *,
+        app_handle: str,
+        torchx_conn_id: str = TorchXHook.default_conn_name,
+        deferrable: bool = default_deferrable(),
+        stream_logs: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.app_handle = app_handle
+        self.torchx_conn_id = torchx_conn_id
+        self.deferrable = deferrable
+        self.stream_logs = stream_logs
+        self._watcher: JobWatcher | None = None
+
+    def hook(self) -> TorchXHook:
+        """A hook for the handle's scheduler (the connection only adds AWS settings)."""
+        return hook_for_handle(self.torchx_conn_id, self.app_handle)
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        scheduler = parse_app_handle(self.app_handle).scheduler_backend
+        settings = self.hook().settings
+        now = time.time()
+        self.defer(
+            trigger=TorchXJobTrigger(
+                self.app_handle,
+                aws_conn_id=settings.aws_conn_id,
+                region_name=settings.region_name,
+                poll_interval=float(self.poke_interval),
+                stream_logs=self.stream_logs,
+                deadline=now + float(self.timeout) if self.timeout is not None else None,
+                host=socket.gethostname() if is_local_scheduler(scheduler) else None,
+                started_at=now,
+            ),
+            method_name="execute_complete",
+        )
+
+    def poke(self, context: Context) -> bool:
+        if self._watcher is None:
+            self._watcher = JobWatcher(
+                self.hook().get_runner(), self.app_handle, self.log, stream_logs=self.stream_logs
+            )
+        status = self._watcher.poll()
+        if status is not None and not status.is_terminal():
+            self.log.info("%s is %s", self.app_handle, status.state.name)
+            return False
+        event = self._watcher.outcome(status)
+        if event["status"] != "success":
+            raise AirflowException(failure_message(event))
+        return True
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
+        """Resume after the trigger's event: flush the remaining log lines, then succeed or raise."""
+        if self.stream_logs:
+            flush_logs(self.hook().get_runner(), event, self.log)
+        if event["status"] == "timeout":
+            raise AirflowSensorTimeout(f"{self.app_handle} did not end within {self.timeout}s: {event.get('message')}")
+        if event["status"] != "success":
+            raise AirflowException(failure_message(event))
+        return self.app_handle

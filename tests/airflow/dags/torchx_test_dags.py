@@ -1,0 +1,48 @@
+"""DAGs used only by the tests (copied into the test DAGs folder next to the examples)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_provider_torchx.core.specs import AppDef, Role, macros
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+
+START = datetime(2024, 1, 1)
+
+
+def sh_role(name: str, num_replicas: int, script: str) -> Role:
+    return Role(name=name, image="local", entrypoint="sh", args=["-c", script], num_replicas=num_replicas)
+
+
+#: Two roles of two replicas; each writes 6 numbered lines over ~1 s (several polls).
+LINES = AppDef(
+    name="lines",
+    roles=[
+        sh_role(role, 2, f"for i in 1 2 3 4 5 6; do echo {role} {macros.replica_id} line $i; sleep 0.15; done")
+        for role in ("trainer", "reader")
+    ],
+)
+
+with DAG(dag_id="torchx_test_lines", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(task_id="lines", app=LINES, scheduler="local_cwd", poll_interval=0.3)
+
+with DAG(dag_id="torchx_test_fail", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="fail",
+        component="utils.sh",
+        component_args=["for i in $(seq 1 25); do echo out $i; done; exit 3"],
+        scheduler="local_cwd",
+        poll_interval=0.3,
+    )
+
+with DAG(dag_id="torchx_test_timeout", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="slow",
+        component="utils.sh",
+        component_args=["echo sleeping; sleep 60"],
+        scheduler="local_cwd",
+        poll_interval=0.3,
+        timeout=2,
+    )

@@ -1,0 +1,107 @@
+"""Example and test DAGs run with ``dag.test()`` on SQLite and the local scheduler, in both
+waiting modes; the task output must hold every replica line exactly once."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.fixtures.airflow import EXAMPLE_DAGS, AirflowEnv, assert_lines_once
+
+pytestmark = pytest.mark.airflow
+
+MODES = [pytest.param(False, id="worker"), pytest.param(True, id="deferred")]
+
+
+def task_states(dag_run: Any) -> dict[str, str]:
+    return {f"{ti.task_id}[{ti.map_index}]": str(ti.state) for ti in dag_run.get_task_instances()}
+
+
+def test_example_dags_import_without_errors(airflow_env: AirflowEnv) -> None:
+    assert airflow_env.dagbag.import_errors == {}
+    expected = {path.stem for path in EXAMPLE_DAGS.glob("*.py")}
+    assert expected <= set(airflow_env.dagbag.dag_ids)
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_local_echo(run_dag: Any, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_local_echo", deferrable=deferrable)
+    assert dag_run.state == "success", out[-4000:]
+    assert_lines_once(out, [f"[echo/{k}] hello from TorchX in torchx_local_echo" for k in (0, 1)])
+    ti = dag_run.get_task_instance("echo")
+    handle = ti.xcom_pull(task_ids="echo")
+    assert ti.xcom_pull(task_ids="echo", key="app_handle") == handle
+    log_dir = ti.xcom_pull(task_ids="echo", key="_link_TorchXLogDirLink")
+    assert log_dir.startswith("file://") and log_dir.endswith(handle.rsplit("/", 1)[1]), log_dir
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_local_distributed(run_dag: Any, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_local_distributed", deferrable=deferrable)
+    assert dag_run.state == "success", out[-4000:]
+    shard = dag_run.logical_date.strftime("%Y-%m-%d")
+    expected = [f"[trainer/{k}] trainer {k} step {s}" for k in (0, 1) for s in (1, 2, 3)]
+    assert_lines_once(out, [*expected, f"[reader/0] reader 0 read shard {shard}"])
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_submit_and_sense(run_dag: Any, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_local_submit_and_sense", deferrable=deferrable)
+    assert dag_run.state == "success", out[-4000:]
+    assert_lines_once(out, ["[sh/0] started", "[sh/0] finished"])
+    handle = dag_run.get_task_instance("submit").xcom_pull(task_ids="submit")
+    assert handle.startswith("local_cwd://")
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_mapped_sweep(run_dag: Any, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_local_sweep", deferrable=deferrable)
+    assert dag_run.state == "success", out[-4000:]
+    assert task_states(dag_run) == {f"sweep[{i}]": "success" for i in range(3)}
+    lines = [f"[sh/0] training with lr {lr}" for lr in ("0.1", "0.01", "0.001")]
+    assert_lines_once(out, lines, ordered=False)  # three jobs, each with its own sh/0
+    handles = {ti.xcom_pull(task_ids="sweep", map_indexes=ti.map_index) for ti in dag_run.get_task_instances()}
+    assert len(handles) == 3, handles
+
+
+def test_dryrun_submits_nothing(run_dag: Any) -> None:
+    dag_run, out = run_dag("torchx_dryrun")
+    assert dag_run.state == "success", out[-4000:]
+    rendered = dag_run.get_task_instance("spmd_dryrun").xcom_pull(task_ids="spmd_dryrun")
+    assert "torchrun" in str(rendered) and "torchrun" in out
+    assert "Submitted" not in out
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_every_line_of_every_replica_once(run_dag: Any, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_test_lines", deferrable=deferrable)
+    assert dag_run.state == "success", out[-4000:]
+    expected = [f"[{r}/{k}] {r} {k} line {i}" for r in ("trainer", "reader") for k in (0, 1) for i in range(1, 7)]
+    assert_lines_once(out, expected)
+    assert "RUNNING: replicas" in out  # a progress line
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_failing_job_fails_the_task_with_the_reason(run_dag: Any, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_test_fail", deferrable=deferrable)
+    assert dag_run.state == "failed"
+    assert task_states(dag_run) == {"fail[-1]": "failed"}
+    assert "failed replica sh/0, exit code 3" in out
+    assert "Last 20 log lines:\nout 6\n" in out and "\nout 25" in out
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_timeout_cancels_the_job(run_dag: Any, deferrable: bool) -> None:
+    from airflow_provider_torchx.core.runner import get_runner
+    from airflow_provider_torchx.core.specs import AppState
+
+    dag_run, out = run_dag("torchx_test_timeout", deferrable=deferrable)
+    assert dag_run.state == "failed"
+    assert re.search(r"did not end within 2s \(still (PENDING|RUNNING)\); cancelled it", out), out[-3000:]
+    handle = re.search(r"Submitted (local_cwd://\S+)", out)
+    assert handle, out[-3000:]
+    runner = get_runner()
+    status = runner.wait(handle.group(1), wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.CANCELLED

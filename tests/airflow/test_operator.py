@@ -1,0 +1,200 @@
+"""``TorchXRunOperator`` and ``TorchXJobSensor`` pieces outside a DAG run: argument checks, the
+app it builds, identity labels, adoption on retry, ``on_kill``, links and the import hot path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator, identity_labels
+from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
+
+SLEEP_APP = AppDef(name="sleeper", roles=[Role(name="s", image="local", entrypoint="sleep", args=["60"])])
+
+
+class FakeTI:
+    """The task-instance attributes the operator reads, and the XComs it pushes."""
+
+    def __init__(self, try_number: int = 1, map_index: int = -1) -> None:
+        self.dag_id, self.task_id, self.run_id = "dag", "task", "manual__2024-01-01T00:00:00+00:00"
+        self.map_index, self.try_number = map_index, try_number
+        self.xcoms: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+@pytest.fixture
+def runner_and_handles() -> Iterator[tuple[Runner, list[str]]]:
+    runner = get_runner()
+    handles: list[str] = []
+    yield runner, handles
+    for handle in handles:
+        runner.delete(handle)
+
+
+def test_exactly_one_of_app_or_component() -> None:
+    with pytest.raises(ValueError, match=r"exactly one of app= .* or component="):
+        TorchXRunOperator(task_id="t", scheduler="local_cwd")
+    with pytest.raises(ValueError, match="exactly one of app="):
+        TorchXRunOperator(task_id="t", app=SLEEP_APP, component="utils.echo")
+    with pytest.raises(TypeError, match="app: expected an AppDef, got str"):
+        TorchXRunOperator(task_id="t", app="utils.echo")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="poll_interval: 0 must be > 0"):
+        TorchXRunOperator(task_id="t", component="utils.echo", poll_interval=0)
+
+
+def test_templated_fields() -> None:
+    assert tuple(TorchXRunOperator.template_fields) == ("component_args", "app_name", "env", "cfg")
+    assert tuple(TorchXJobSensor.template_fields) == ("app_handle",)
+
+
+def test_build_app_from_component_with_name_and_env() -> None:
+    op = TorchXRunOperator(
+        task_id="t",
+        component="utils.echo",
+        component_args={"msg": "hi", "num_replicas": 3},
+        app_name="greeting",
+        env={"A": "1"},
+    )
+    app = op.build_app()
+    assert app.name == "greeting"
+    assert app.roles[0].num_replicas == 3 and app.roles[0].args == ["hi"]
+    assert app.roles[0].env == {"A": "1"}
+
+
+def test_build_app_copies_the_given_app() -> None:
+    op = TorchXRunOperator(task_id="t", app=SLEEP_APP, env={"B": "2"})
+    app = op.build_app()
+    assert app.roles[0].env == {"B": "2"} and SLEEP_APP.roles[0].env == {}
+
+
+def test_identity_labels_never_hold_the_try_number() -> None:
+    labels = identity_labels({"ti": FakeTI(try_number=3, map_index=2)})  # type: ignore[typeddict-item]
+    assert labels == {
+        "airflow.dag_id": "dag",
+        "airflow.task_id": "task",
+        "airflow.run_id": "manual__2024-01-01T00:00:00+00:00",
+        "airflow.map_index": "2",
+    }
+
+
+def test_retry_adopts_the_live_job_of_its_identity(runner_and_handles: tuple[Runner, list[str]]) -> None:
+    runner, handles = runner_and_handles
+    ti = FakeTI(try_number=2)
+    labels = identity_labels({"ti": ti})  # type: ignore[typeddict-item]
+    handle = runner.run(SLEEP_APP, "local_cwd", labels=labels)
+    handles.append(handle)
+    op = TorchXRunOperator(task_id="task", app=SLEEP_APP, scheduler="local_cwd")
+    assert op._adopt(runner, "local_cwd", {}, labels, {"ti": ti}) == handle  # type: ignore[typeddict-item]
+    first_try = {"ti": FakeTI(try_number=1)}
+    assert op._adopt(runner, "local_cwd", {}, labels, first_try) is None  # type: ignore[arg-type]
+    runner.cancel(handle)
+    runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    assert op._adopt(runner, "local_cwd", {}, labels, {"ti": ti}) is None  # type: ignore[typeddict-item]
+
+
+@pytest.mark.parametrize("cancel_on_kill", [True, False])
+def test_on_kill_cancels_only_when_asked(runner_and_handles: tuple[Runner, list[str]], cancel_on_kill: bool) -> None:
+    runner, handles = runner_and_handles
+    handle = runner.run(SLEEP_APP, "local_cwd")
+    handles.append(handle)
+    op = TorchXRunOperator(task_id="t", app=SLEEP_APP, scheduler="local_cwd", cancel_on_kill=cancel_on_kill)
+    op.app_handle, op._runner = handle, runner
+    op.on_kill()
+    status = runner.wait(handle, wait_interval=0.2, timeout=2 if not cancel_on_kill else 30, cancel_on_signal=False)
+    assert status is not None
+    assert (status.state == AppState.CANCELLED) is cancel_on_kill
+
+
+def test_links_get_the_right_url() -> None:
+    assert job_links("https://console.aws.amazon.com/batch/home#jobs/detail/abc") == [
+        (TorchXJobLink(), "https://console.aws.amazon.com/batch/home#jobs/detail/abc"),
+        (TorchXLogDirLink(), None),
+    ]
+    assert job_links("file:///var/torchx/job-1") == [
+        (TorchXJobLink(), None),
+        (TorchXLogDirLink(), "file:///var/torchx/job-1"),
+    ]
+    ti = FakeTI()
+    for link, url in job_links("file:///d"):
+        link.persist({"ti": ti}, url)
+    assert ti.xcoms == {"_link_TorchXJobLink": "", "_link_TorchXLogDirLink": "file:///d"}
+
+
+def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
+    """In a fresh interpreter; it also checks ``deferrable`` defaults to ``[operators] default_deferrable``."""
+    code = (
+        "import sys, json\n"
+        "import airflow_provider_torchx.operators.torchx as op, airflow_provider_torchx.sensors.torchx as se\n"
+        "import airflow_provider_torchx.triggers.torchx, airflow_provider_torchx.hooks.torchx\n"
+        "import airflow_provider_torchx.links.torchx\n"
+        "modules = sorted(sys.modules)\n"
+        "run = op.TorchXRunOperator(task_id='a', component='utils.echo')\n"
+        "sense = se.TorchXJobSensor(task_id='b', app_handle='local_cwd://s/x')\n"
+        "print(json.dumps([modules, run.deferrable, sense.deferrable]))\n"
+    )
+    env = {**os.environ, "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    modules, run_deferrable, sensor_deferrable = json.loads(out.strip().splitlines()[-1])
+    heavy = [m for m in modules if m.split(".")[0] in ("boto3", "botocore", "docker", "moto")]
+    assert heavy == []
+    assert not [m for m in modules if m.startswith("airflow_provider_torchx.core.schedulers.aws_batch")]
+    assert "airflow_provider_torchx.operators.torchx" in modules
+    assert run_deferrable is True and sensor_deferrable is True
+
+
+def test_sensor_poke_fails_with_the_reason(runner_and_handles: tuple[Runner, list[str]]) -> None:
+    from airflow.exceptions import AirflowException
+
+    runner, handles = runner_and_handles
+    app = AppDef(name="bad", roles=[Role(name="b", image="local", entrypoint="sh", args=["-c", "echo oops; exit 4"])])
+    handle = runner.run(app, "local_cwd")
+    handles.append(handle)
+    runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    sensor = TorchXJobSensor(task_id="s", app_handle=handle, torchx_conn_id="tx_none")
+    with pytest.raises(AirflowException, match=r"failed replica b/0, exit code 4(.|\n)*oops"):
+        sensor.poke(SimpleNamespace())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"component": "utils.echo", "cfg": "colour=blue"}, "colour"),
+        ({"component": "utils.echo", "component_args": ["--nope", "1"]}, "nope"),
+        ({"component": "utils.no_such_thing"}, "utils.no_such_thing"),
+        ({"app": AppDef(name="bad", roles=[Role(name="r", image="local", entrypoint="")])}, "entrypoint"),
+    ],
+)
+def test_bad_input_fails_before_anything_is_submitted(kwargs: dict[str, Any], error: str) -> None:
+    ti = FakeTI()
+    ti.run_id = f"bad-input-{error}"
+    op = TorchXRunOperator(task_id="task", scheduler="local_cwd", **kwargs)
+    with pytest.raises(ValueError, match=error):
+        op.execute({"ti": ti})  # type: ignore[arg-type]
+    assert ti.xcoms == {}
+    assert get_runner().list("local_cwd", labels=identity_labels({"ti": ti})) == []  # type: ignore[typeddict-item]
+
+
+def test_sensor_resume_raises_by_event_kind() -> None:
+    from airflow.exceptions import AirflowException
+    from airflow.sdk.exceptions import AirflowSensorTimeout
+
+    handle = "local_cwd://torchx/gone-1"
+    sensor = TorchXJobSensor(task_id="s", app_handle=handle, timeout=5, stream_logs=False)
+    assert sensor.execute_complete({}, {"status": "success", "app_handle": handle}) == handle  # type: ignore[arg-type]
+    with pytest.raises(AirflowSensorTimeout, match="did not end within 5"):
+        sensor.execute_complete({}, {"status": "timeout", "app_handle": handle, "message": "m"})  # type: ignore[arg-type]
+    failed = {"status": "failed", "app_handle": handle, "message": "it broke", "tail": ["a", "b"]}
+    with pytest.raises(AirflowException, match="it broke\nLast 2 log lines:\na\nb"):
+        sensor.execute_complete({}, failed)  # type: ignore[arg-type]

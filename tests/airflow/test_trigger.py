@@ -1,0 +1,225 @@
+"""``TorchXJobTrigger``: exact serialisation and ``run()`` against real local jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+from tests.fixtures.airflow import assert_lines_once
+
+CLASSPATH = "airflow_provider_torchx.triggers.torchx.TorchXJobTrigger"
+
+
+def sh_app(script: str, num_replicas: int = 1) -> AppDef:
+    return AppDef(
+        name="trig",
+        roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", script], num_replicas=num_replicas)],
+    )
+
+
+@pytest.fixture
+def local_jobs() -> Iterator[tuple[Runner, list[str]]]:
+    """A runner and a list of submitted handles, all deleted (cancelled first) at the end."""
+    runner = get_runner()
+    handles: list[str] = []
+    yield runner, handles
+    for handle in handles:
+        runner.delete(handle)
+
+
+def submit(local_jobs: tuple[Runner, list[str]], script: str, num_replicas: int = 1) -> str:
+    runner, handles = local_jobs
+    handle = runner.run(sh_app(script, num_replicas), "local_cwd")
+    handles.append(handle)
+    return handle
+
+
+def run_trigger(trigger: TorchXJobTrigger) -> list[dict[str, Any]]:
+    async def collect() -> list[dict[str, Any]]:
+        return [event.payload async for event in trigger.run()]
+
+    return asyncio.run(collect())
+
+
+def test_serialize_is_exact_and_round_trips() -> None:
+    kwargs: dict[str, Any] = {
+        "app_handle": "aws_batch://torchx/queue:abc-123",
+        "aws_conn_id": "aws_default",
+        "region_name": "eu-west-1",
+        "poll_interval": 5.0,
+        "stream_logs": True,
+        "log_cursors": {"trainer/0": '{"token": "f/1"}'},
+        "deadline": 1_900_000_000.5,
+        "host": None,
+        "started_at": 1_899_999_000.0,
+        "cancel_on_kill": True,
+    }
+    trigger = TorchXJobTrigger(**kwargs)
+    assert trigger.serialize() == (CLASSPATH, kwargs)
+    classpath, again = TorchXJobTrigger(**kwargs).serialize()
+    assert json.loads(json.dumps(again)) == kwargs
+    assert TorchXJobTrigger(**again).serialize() == (classpath, kwargs)
+
+
+def test_serialize_defaults() -> None:
+    assert TorchXJobTrigger("local_cwd://torchx/a-1").serialize() == (
+        CLASSPATH,
+        {
+            "app_handle": "local_cwd://torchx/a-1",
+            "aws_conn_id": None,
+            "region_name": None,
+            "poll_interval": 10,
+            "stream_logs": True,
+            "log_cursors": None,
+            "deadline": None,
+            "host": None,
+            "started_at": None,
+            "cancel_on_kill": False,
+        },
+    )
+
+
+def test_success_streams_every_line_once(
+    local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]
+) -> None:
+    handle = submit(local_jobs, "for i in 1 2 3 4; do echo n ${replica_id} $i; sleep 0.1; done", num_replicas=2)
+    events = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2, host=socket.gethostname()))
+    out = capfd.readouterr().out
+    assert len(events) == 1
+    event = events[0]
+    assert event["status"] == "success" and event["app_handle"] == handle and event["state"] == "SUCCEEDED"
+    assert set(event["log_cursors"]) == {"w/0", "w/1"}
+    assert_lines_once(out, [f"[w/{k}] n {k} {i}" for k in (0, 1) for i in range(1, 5)])
+
+
+def test_resumes_from_cursors(local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]) -> None:
+    from airflow_provider_torchx.core.logstream import LogFollower
+
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "echo first; sleep 1; echo second")
+    follower = LogFollower(runner, handle)
+    deadline = time.monotonic() + 30
+    while not follower.poll() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    capfd.readouterr()
+    events = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2, log_cursors=follower.cursors))
+    out = capfd.readouterr().out
+    assert events[0]["status"] == "success"
+    assert "[w/0] second" in out and "[w/0] first" not in out
+
+
+def test_failure_is_an_event_with_reason_and_tail(local_jobs: tuple[Runner, list[str]]) -> None:
+    handle = submit(local_jobs, "for i in $(seq 1 30); do echo l$i; done; exit 7")
+    (event,) = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2, stream_logs=False))
+    assert event["status"] == "failed" and event["state"] == "FAILED"
+    assert "failed replica w/0, exit code 7" in event["message"]
+    assert event["tail"] == [f"l{i}" for i in range(11, 31)]
+    assert event["log_cursors"] is None
+
+
+def test_deadline_yields_timeout(local_jobs: tuple[Runner, list[str]]) -> None:
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 60")
+    (event,) = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2, deadline=time.time() + 1))
+    assert event["status"] == "timeout" and event["state"] in ("PENDING", "RUNNING")
+    status = runner.status(handle)
+    assert status is not None and not status.is_terminal()  # the trigger never cancels; the task does
+
+
+@pytest.mark.parametrize("cancel_on_kill", [True, False])
+def test_on_kill_cancels_only_when_asked(local_jobs: tuple[Runner, list[str]], cancel_on_kill: bool) -> None:
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 60")
+    asyncio.run(TorchXJobTrigger(handle, cancel_on_kill=cancel_on_kill).on_kill())
+    status = runner.wait(handle, wait_interval=0.2, timeout=30 if cancel_on_kill else 1, cancel_on_signal=False)
+    assert status is not None and (status.state == AppState.CANCELLED) is cancel_on_kill
+
+
+def test_on_kill_after_the_final_event_does_nothing(local_jobs: tuple[Runner, list[str]]) -> None:
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 60")
+    trigger = TorchXJobTrigger(handle, poll_interval=0.2, deadline=time.time() + 0.5, cancel_on_kill=True)
+    (event,) = run_trigger(trigger)
+    assert event["status"] == "timeout"
+    asyncio.run(trigger.on_kill())
+    status = runner.status(handle)
+    assert status is not None and not status.is_terminal()
+
+
+def test_local_job_on_another_host_is_an_error_event() -> None:
+    (event,) = run_trigger(TorchXJobTrigger("local_cwd://torchx/x-1", host="some-other-host"))
+    assert event["status"] == "error"
+    assert "'some-other-host'" in event["message"] and "deferrable=False" in event["message"]
+
+
+def test_unknown_job_is_an_error_event() -> None:
+    (event,) = run_trigger(TorchXJobTrigger("local_cwd://torchx/nosuchjob-1", poll_interval=0.1))
+    assert event["status"] == "error" and "no such job" in event["message"]
+
+
+def test_blocking_calls_run_off_the_event_loop(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = submit(local_jobs, "sleep 0.5")
+    real_status = Runner.status
+
+    def slow_status(self: Runner, app_handle: str) -> Any:
+        time.sleep(1.0)  # a slow remote call: must not stall the event loop
+        return real_status(self, app_handle)
+
+    monkeypatch.setattr(Runner, "status", slow_status)
+    gaps: list[float] = []
+
+    async def main() -> dict[str, Any]:
+        async def ticker() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.02)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        task = asyncio.create_task(ticker())
+        events = [e.payload async for e in TorchXJobTrigger(handle, poll_interval=0.2).run()]
+        task.cancel()
+        return events[0]
+
+    event = asyncio.run(main())
+    assert event["status"] == "success"
+    assert max(gaps) < 0.9, f"the event loop stalled for {max(gaps):.2f}s"
+
+
+class ListLog:
+    """A logger stand-in that keeps the formatted lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, fmt: str, *args: Any) -> None:
+        self.lines.append(fmt % args)
+
+
+def test_resumed_task_flushes_only_what_the_event_did_not_cover(local_jobs: tuple[Runner, list[str]]) -> None:
+    from airflow_provider_torchx.core.logstream import LogFollower
+    from airflow_provider_torchx.hooks.torchx import flush_logs
+
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "for i in 1 2 3 4; do echo f$i; done")
+    runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    follower = LogFollower(runner, handle, max_lines_per_poll=1)
+    assert [line.line for line in follower.poll()] == ["f1\n"]
+    log = ListLog()
+    flush_logs(runner, {"app_handle": handle, "log_cursors": follower.cursors}, log)
+    assert log.lines == ["[w/0] f2", "[w/0] f3", "[w/0] f4"]
+    quiet = ListLog()
+    flush_logs(runner, {"app_handle": handle, "log_cursors": None}, quiet)  # not streaming: nothing
+    assert quiet.lines == []
