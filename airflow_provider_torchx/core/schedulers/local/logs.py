@@ -1,0 +1,104 @@
+"""Reading replica logs: whole lines from a byte offset (the resumable cursor), and
+``LogIterator``, which follows a log file until its app is terminal."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.schedulers.api import Scheduler
+
+#: At most this many bytes are read per ``read_log`` call (a reader loops for more).
+MAX_READ_BYTES = 1 << 20
+#: ``LogIterator`` reads in smaller chunks: small lists of lines reuse memory, which is faster.
+ITER_READ_BYTES = 64 << 10
+#: A longer line is returned in pieces (the supervisor already cuts lines at 1 MiB).
+MAX_LINE_BYTES = 16 << 20
+#: How often a tailing reader looks for new lines.
+TAIL_INTERVAL = 0.02
+# The UTF-8 of line boundaries of ``str.splitlines`` other than "\n" (\x85, \u2028 and \u2029
+# by their lead bytes): without them it splits as we want.
+_OTHER_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\xc2\x85", b"\xe2\x80")
+
+
+def read_lines(
+    path: str, offset: int, final: bool, max_lines: int | None = None, max_bytes: int = MAX_READ_BYTES
+) -> tuple[list[str], int, bool]:
+    """Whole lines of ``path`` from byte ``offset``: ``(lines, next offset, more to read)``.
+
+    Each line ends in ``"\\n"``. An unterminated last line is held back (the writer may not be
+    done) unless ``final`` (the app is terminal), when it is returned with a newline. A
+    missing file reads as empty. Bytes that are not UTF-8 are replaced.
+    """
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return [], offset, False
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        f.seek(offset)
+        data = f.read(max_bytes)
+        while b"\n" not in data and len(data) < MAX_LINE_BYTES:  # a long line: read to its end
+            extra = f.read(max_bytes)
+            if not extra:
+                break
+            data += extra
+    full = offset + len(data) < size
+    cut = data.rfind(b"\n") + 1
+    if (final and not full) or (not cut and len(data) >= MAX_LINE_BYTES):
+        cut = len(data)
+    available = cut
+    if max_lines is not None:
+        pos = 0
+        for _ in range(max_lines):
+            nl = data.find(b"\n", pos, cut)
+            pos = cut if nl < 0 else nl + 1
+            if pos == cut:
+                break
+        cut = pos
+    if not cut:
+        return [], offset, full
+    chunk = data[:cut] if cut < len(data) else data
+    text = chunk.decode("utf-8", "replace")
+    if not text.endswith("\n"):
+        text += "\n"
+    if any(b in chunk for b in _OTHER_BREAKS):
+        out = [line + "\n" for line in text.split("\n")[:-1]]
+    else:
+        out = text.splitlines(keepends=True)  # the same lines, faster
+    return out, offset + cut, full or cut < available
+
+
+class LogIterator:
+    """The lines of one log file of app ``app_id``; with ``should_tail`` it follows the file
+    until the app is terminal (as ``scheduler.describe`` says) and everything was read."""
+
+    def __init__(self, app_id: str, log_file: str, scheduler: Scheduler[Any], should_tail: bool = True) -> None:
+        self.app_id = app_id
+        self.log_file = log_file
+        self.scheduler = scheduler
+        self.should_tail = should_tail
+
+    def _terminal(self) -> bool:
+        desc = self.scheduler.describe(self.app_id)
+        return desc is None or desc.state.is_terminal()
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain.from_iterable(self._chunks())  # cheaper per line than ``yield from``
+
+    def _chunks(self) -> Iterator[list[str]]:
+        offset = 0
+        final = self._terminal()  # checked before reading: what follows was all written
+        while True:
+            lines, offset, more = read_lines(self.log_file, offset, final, max_bytes=ITER_READ_BYTES)
+            yield lines
+            if more:
+                continue
+            if final or not self.should_tail:
+                return
+            time.sleep(TAIL_INTERVAL)
+            final = self._terminal()

@@ -1,0 +1,629 @@
+"""``LocalScheduler``: each replica of each role runs as a process on this host, under a
+per-job supervisor, with the job kept in an on-disk store so that any process on the host can
+describe, list, tail, cancel or delete it, also after the launcher is gone.
+
+Differences from TorchX's local scheduler: jobs live on disk, not in the launcher's memory; a
+failed replica stops the job at once (fail fast); ``max_retries`` and ``retry_policy`` are
+honoured; logs are also readable through a resumable cursor (``read_log``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError
+from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
+from airflow_provider_torchx.core.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    LogChunk,
+    Scheduler,
+    Stream,
+    filter_regex,
+    labels_match,
+)
+from airflow_provider_torchx.core.schedulers.local import procfs, store
+from airflow_provider_torchx.core.schedulers.local.images import (
+    CWDImageProvider,
+    ImageProvider,
+    LocalDirectoryImageProvider,
+)
+from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, read_lines
+from airflow_provider_torchx.core.schedulers.local.request import (
+    PopenRequest,
+    ReplicaParam,
+    format_request,
+    request_from_json,
+    request_to_json,
+    role_from_json,
+)
+from airflow_provider_torchx.core.schedulers.local.supervisor import supervisor_command
+from airflow_provider_torchx.core.specs import (
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    ReplicaStatus,
+    Role,
+    RoleStatus,
+    macros,
+)
+
+ImageProviderFactory = Callable[[Cfg], ImageProvider]
+
+#: The env var that holds rank 0's host (``${rank0_env}`` names it); locally, ``localhost``.
+RANK0_ENV = "TORCHX_RANK0_HOST"
+#: A job whose supervisor has not shown up this long after submission is FAILED.
+SUPERVISOR_START_TIMEOUT = 60.0
+_TERMINAL_NAMES = {s.name for s in AppState if s.is_terminal()}
+_PENDING_STATE: dict[str, Any] = {"state": "PENDING", "num_restarts": 0, "msg": "", "replicas": {}}
+
+
+def default_device_count() -> int:
+    """How many NVIDIA GPUs this host has (``/dev/nvidiaN`` device files)."""
+    try:
+        return sum(1 for n in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", n))
+    except OSError:
+        return 0
+
+
+def make_app_id(app_name: str) -> str:
+    """``<name>-<12 random hex digits>``; the name is reduced to ``[A-Za-z0-9_-]``."""
+    safe = re.sub(r"[^A-Za-z0-9_-]+", "-", app_name).strip("-")[:40] or "app"
+    return f"{safe}-{secrets.token_hex(6)}"
+
+
+class LocalScheduler(Scheduler[PopenRequest]):
+    """Runs apps as local processes (see the module docstring).
+
+    ``backend`` is the scheduler's name (``local_cwd`` or ``local_dir``);
+    ``cancel_grace_period`` is the time between SIGTERM and SIGKILL when cancelling;
+    ``device_count`` returns the host's GPU count (tests replace it); ``state_dir`` overrides
+    where the job store is (default: ``store.default_state_dir()``). ``cache_size`` bounds
+    what is held in memory, never what is on disk.
+    """
+
+    def __init__(
+        self,
+        session_name: str,
+        image_provider_class: ImageProviderFactory,
+        cache_size: int = 100,
+        extra_paths: list[str] | None = None,
+        *,
+        backend: str = "local_cwd",
+        cancel_grace_period: float = 10.0,
+        device_count: Callable[[], int] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__(backend, session_name)
+        if cache_size <= 0:
+            raise ValueError(f"cache_size: {cache_size!r} must be > 0")
+        self.image_provider_class = image_provider_class
+        self.cache_size = cache_size
+        self.extra_paths = list(extra_paths or [])
+        self.cancel_grace_period = float(cancel_grace_period)
+        self.device_count = device_count or default_device_count
+        self.store = store.JobStore(state_dir)
+        # app id -> (request record, final state or None); both never change once written.
+        self._cache: OrderedDict[str, tuple[dict[str, Any], dict[str, Any] | None]] = OrderedDict()
+
+    # ------------------------------------------------------------------ submit
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add(
+            "log_dir",
+            str,
+            "Directory to write stdout/stderr log files of replicas (under <log_dir>/<app_id>/); "
+            "default: the job's directory in the job store",
+        )
+        opts.add(
+            "prepend_cwd",
+            bool,
+            "If set, prepends CWD to replica's PATH env var making binaries in CWD take precedence.",
+            default=False,
+        )
+        opts.add(
+            "auto_set_cuda_visible_devices",
+            bool,
+            "Sets CUDA_VISIBLE_DEVICES for roles that request GPU resources.",
+            default=False,
+        )
+        return opts
+
+    def _submit_dryrun(
+        self, app: AppDef, cfg: dict[str, CfgVal], labels: dict[str, str]
+    ) -> AppDryRunInfo[PopenRequest]:
+        app_id = make_app_id(app.name)
+        provider = self.image_provider_class(cfg)
+        log_dir_opt = cfg.get("log_dir")
+        if log_dir_opt:
+            app_log_dir = os.path.join(os.path.abspath(str(log_dir_opt)), app_id)
+        else:
+            app_log_dir = self.store.job_dir(app_id)
+        role_params: dict[str, list[ReplicaParam]] = {}
+        role_log_dirs: dict[str, list[str]] = {}
+        for i, role in enumerate(app.roles):
+            img_root = provider.fetch_role(role)
+            params, dirs = [], []
+            for k in range(role.num_replicas):
+                values = macros.Values(img_root=img_root, app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV)
+                replica_role = values.apply(role)
+                replica_role.env[RANK0_ENV] = "localhost"
+                replica_dir = os.path.join(app_log_dir, role.name, str(k))
+                param = provider.get_replica_param(
+                    img_root,
+                    replica_role,
+                    stdout=os.path.join(replica_dir, "stdout.log"),
+                    stderr=os.path.join(replica_dir, "stderr.log"),
+                    combined=os.path.join(replica_dir, "combined.log"),
+                )
+                self._set_path(param, bool(cfg.get("prepend_cwd")))
+                params.append(param)
+                dirs.append(replica_dir)
+            _check_entrypoint(i, role, params[0])
+            role_params[role.name] = params
+            role_log_dirs[role.name] = dirs
+        if cfg.get("auto_set_cuda_visible_devices"):
+            self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
+        request = PopenRequest(
+            app_id=app_id,
+            log_dir=app_log_dir,
+            role_params=role_params,
+            role_log_dirs=role_log_dirs,
+            app_name=app.name,
+            roles=list(app.roles),
+            cancel_grace_period=self.cancel_grace_period,
+        )
+        return AppDryRunInfo(request, format_request)
+
+    def _set_path(self, param: ReplicaParam, prepend_cwd: bool) -> None:
+        """Put the cwd (with ``prepend_cwd``) and the scheduler's ``extra_paths`` in front of
+        the replica's PATH."""
+        front = ([os.getcwd()] if prepend_cwd else []) + self.extra_paths
+        if front:
+            base = param.env.get("PATH", os.environ.get("PATH", ""))
+            param.env["PATH"] = os.pathsep.join([*front, base] if base else front)
+
+    def auto_set_CUDA_VISIBLE_DEVICES(  # noqa: N802 - TorchX's public name
+        self, role_params: dict[str, list[ReplicaParam]], app: AppDef, cfg: Cfg
+    ) -> None:
+        """Give each replica of each GPU role its own consecutive devices in
+        ``CUDA_VISIBLE_DEVICES`` (overwriting the role's), in role order; or, when the host has
+        fewer devices than requested in total, set it nowhere and warn with both counts."""
+        requested = sum(max(r.resource.gpu, 0) * r.num_replicas for r in app.roles)
+        if not requested:
+            return
+        available = self.device_count()
+        if requested > available:
+            warnings.warn(
+                f"auto_set_cuda_visible_devices: app {app.name!r} requests {requested} GPUs but this host has "
+                f"{available}; CUDA_VISIBLE_DEVICES is not set",
+                UserWarning,
+                stacklevel=3,
+            )
+            return
+        device = 0
+        for role in app.roles:
+            if role.resource.gpu <= 0:
+                continue
+            for param in role_params[role.name]:
+                param.env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in range(device, device + role.resource.gpu))
+                device += role.resource.gpu
+
+    def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
+        """Create the job in the store and start its supervisor; return the app id.
+
+        Returns once the supervisor process exists (it does not wait for the replicas).
+        Scheduling the same dry run twice raises ``ValueError`` (the app id is taken).
+        """
+        req = dryrun_info.request
+        if not store.is_valid_app_id(req.app_id):
+            raise InvalidSpecError(f"app_id: {req.app_id!r} may only hold letters, digits, '_', '-', '.'")
+        try:
+            job_dir = Path(self.store.create(req.app_id))
+        except FileExistsError:
+            raise ValueError(f"app_id: {req.app_id!r} was already scheduled; dry-run the app again") from None
+        try:
+            record = {
+                "backend": self.backend,
+                "session": self.session_name,
+                "host": socket.gethostname(),
+                "created": time.time(),
+                "labels": dict(dryrun_info.labels),
+                "cfg": json.loads(json.dumps(dryrun_info.cfg, default=str)),
+                **request_to_json(req),
+            }
+            store.write_json_atomic(job_dir / store.REQUEST, record)
+            self._start_supervisor(job_dir)
+        except BaseException:
+            self.store.remove(req.app_id)
+            raise
+        return req.app_id
+
+    def _start_supervisor(self, job_dir: Path) -> None:
+        """Start the supervisor detached (a background job of a short-lived ``sh``, so it is
+        nobody's child and survives its launcher) and record its identity."""
+        script = '"$@" </dev/null >>"$0" 2>&1 & echo $!'
+        sh = subprocess.Popen(
+            ["/bin/sh", "-c", script, str(job_dir / store.SUPERVISOR_LOG), *supervisor_command(str(job_dir))],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        out, _ = sh.communicate()
+        if sh.returncode != 0 or not out.strip().isdigit():
+            raise RuntimeError(f"could not start the supervisor of {job_dir} (sh exited {sh.returncode})")
+        pid = int(out)
+        start = procfs.start_time(pid)
+        if start is not None and not (job_dir / store.SUPERVISOR).exists():
+            store.write_json_atomic(job_dir / store.SUPERVISOR, {"pid": pid, "start": start, "boot": procfs.boot_id()})
+
+    # ------------------------------------------------------------------ records
+
+    def job_dir(self, app_id: str) -> Path:
+        """The job's directory in the store (which need not exist); ``UnknownAppError`` for an
+        id that cannot be a job of this store (``/``, ``..``)."""
+        if not store.is_valid_app_id(app_id):
+            raise UnknownAppError(f"app_id: {app_id!r} is not a local app id (no '/', '..' or leading '.')")
+        return Path(self.store.job_dir(app_id))
+
+    def sidecar_dir(self, app_id: str) -> Path | None:
+        """The job's directory: watchers' own files (log cursors) live beside the job in the
+        store and go away with ``delete``. None for an unknown job."""
+        path = self.job_dir(app_id)
+        return path if path.is_dir() else None
+
+    def _record(self, app_id: str) -> dict[str, Any] | None:
+        """The job's request record, or None if there is no such job."""
+        if not store.is_valid_app_id(app_id):
+            return None
+        path = os.path.join(self.store.job_dir(app_id), store.REQUEST)
+        cached = self._cache.get(app_id)
+        if cached is not None:
+            if os.path.exists(path):  # another process may have deleted it
+                self._cache.move_to_end(app_id)
+                return cached[0]
+            del self._cache[app_id]
+            return None
+        rec = store.read_json(path)
+        if rec is not None:
+            self._remember(app_id, rec, None)
+        return rec
+
+    def _remember(self, app_id: str, rec: dict[str, Any], final: dict[str, Any] | None) -> None:
+        self._cache[app_id] = (rec, final)
+        self._cache.move_to_end(app_id)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+
+    def _state(self, app_id: str, rec: dict[str, Any]) -> dict[str, Any]:
+        """The job's ``state.json``. A job whose supervisor died (or never started) is
+        finalised here: what is left of it is killed and it is recorded FAILED (CANCELLED if a
+        cancel was requested)."""
+        cached = self._cache.get(app_id)
+        if cached is not None and cached[1] is not None:
+            return cached[1]
+        job_dir = Path(self.store.job_dir(app_id))
+        st = store.read_json(job_dir / store.STATE)
+        if st is None or st["state"] not in _TERMINAL_NAMES:
+            if not _on_this_host(rec):
+                return st or _PENDING_STATE  # its processes cannot be checked from here
+            sup = store.read_json(job_dir / store.SUPERVISOR)
+            if sup is not None and _supervisor_alive(sup):
+                return st or _PENDING_STATE
+            if sup is None and time.time() - rec["created"] < SUPERVISOR_START_TIMEOUT:
+                return _PENDING_STATE
+            st = store.read_json(job_dir / store.STATE)  # it may have ended just now
+            if st is None or st["state"] not in _TERMINAL_NAMES:
+                st = self._finalize_orphan(job_dir, rec, st, sup)
+        self._remember(app_id, rec, st)
+        return st
+
+    def _finalize_orphan(
+        self, job_dir: Path, rec: dict[str, Any], st: dict[str, Any] | None, sup: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        st = dict(st or _PENDING_STATE)
+        replicas = st.get("replicas") or {}
+        roots = [(r["pid"], r["start"]) for reps in replicas.values() for r in reps if r.get("pid") and r.get("start")]
+        procfs.kill_job(sup["pid"] if sup else None, roots, env_marker=store.job_marker(job_dir))
+        cancelled = (job_dir / store.CANCEL).exists()
+        final = "CANCELLED" if cancelled else "FAILED"
+        for reps in replicas.values():
+            for r in reps:
+                if r["state"] not in _TERMINAL_NAMES:
+                    r["state"] = final
+        if cancelled:
+            why = "cancelled by request (the supervisor ended before it could record it)"
+        elif sup is None:
+            why = f"the supervisor did not start within {SUPERVISOR_START_TIMEOUT:.0f} s"
+        else:
+            why = f"the supervisor (pid {sup['pid']}) died before the job ended; its replicas were stopped"
+        st.update(state=final, msg=why, ended=time.time(), replicas=replicas)
+        store.write_json_atomic(job_dir / store.STATE, st)
+        return st
+
+    # ------------------------------------------------------------------ observe
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """The job's state, replicas (pid-checked, so a dead supervisor is noticed), failure
+        message, restarts, labels, roles and whether a cancel was requested; None if unknown."""
+        rec = self._record(app_id)
+        if rec is None:
+            return None
+        st = self._state(app_id, rec)
+        replicas = st.get("replicas") or {}
+        statuses = []
+        for role_name, params in rec["role_params"].items():
+            reps = replicas.get(role_name) or [{"state": "PENDING"}] * len(params)
+            statuses.append(
+                RoleStatus(
+                    role=role_name,
+                    replicas=[
+                        ReplicaStatus(
+                            id=k,
+                            state=AppState[r["state"]],
+                            role=role_name,
+                            hostname="localhost",
+                            exit_code=r.get("exit_code"),
+                        )
+                        for k, r in enumerate(reps)
+                    ],
+                )
+            )
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=AppState[st["state"]],
+            num_restarts=int(st.get("num_restarts", 0)),
+            msg=st.get("msg", ""),
+            ui_url=f"file://{rec['log_dir']}",
+            roles_statuses=statuses,
+            roles=[role_from_json(r) for r in rec["roles"]],
+            labels=dict(rec["labels"]),
+            cancel_requested=os.path.exists(os.path.join(self.store.job_dir(app_id), store.CANCEL)),
+        )
+
+    def describe_native(self, app_id: str) -> AppDryRunInfo[PopenRequest] | None:
+        """The stored ``PopenRequest`` (with labels, cfg and backend), or None if unknown."""
+        rec = self._record(app_id)
+        if rec is None:
+            return None
+        info = AppDryRunInfo(request_from_json(rec), format_request)
+        info.labels = dict(rec["labels"])
+        info._cfg = dict(rec["cfg"])
+        info._scheduler = rec["backend"]
+        return info
+
+    def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
+        """Every job of this backend in the store (any session) whose labels include every
+        ``labels`` pair, oldest first."""
+        found = []
+        for app_id in self.store.app_ids():
+            rec = self._record(app_id)
+            if rec is None or rec["backend"] != self.backend or not labels_match(rec["labels"], labels):
+                continue
+            st = self._state(app_id, rec)
+            found.append(
+                (
+                    rec["created"],
+                    ListAppResponse(
+                        app_id=app_id, state=AppState[st["state"]], name=rec["app_name"], labels=dict(rec["labels"])
+                    ),
+                )
+            )
+        return [resp for _, resp in sorted(found, key=lambda x: x[0])]
+
+    def wait_for_change(self, app_id: str, timeout: float) -> None:
+        """Block until the job's supervisor exits (the job is over) or ``timeout`` passes,
+        through a pidfd: no busy polling."""
+        sup = store.read_json(self.job_dir(app_id) / store.SUPERVISOR)
+        rec = self._record(app_id)
+        if rec is not None and not _on_this_host(rec):
+            super().wait_for_change(app_id, timeout)  # no process to watch here: sleep
+            return
+        if sup is None:
+            # Submitted a moment ago: the supervisor has not recorded itself yet.
+            time.sleep(max(0.0, min(timeout, 0.05)))
+            return
+        fd = procfs.open_if_same(sup["pid"], sup["start"]) if sup.get("boot") == procfs.boot_id() else None
+        if fd is None:
+            return
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.poll(max(0, int(timeout * 1000)))
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ logs
+
+    def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | str | None) -> tuple[str, str]:
+        """``(stream name, path)`` of a replica's log; raises for unknown app, role, replica or
+        stream."""
+        rec = self._record(app_id)
+        if rec is None:
+            raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
+        params = rec["role_params"].get(role_name)
+        if params is None:
+            raise ValueError(
+                f"role_name: app {app_id!r} has no role {role_name!r}; its roles: {', '.join(rec['role_params'])}"
+            )
+        if not isinstance(k, int) or not 0 <= k < len(params):
+            raise ValueError(f"k: role {role_name!r} has replicas 0..{len(params) - 1}; got {k!r}")
+        try:
+            stream = Stream(streams or Stream.COMBINED)
+        except ValueError:
+            raise ValueError(f"streams: {streams!r} is not one of {', '.join(s.value for s in Stream)}") from None
+        return stream.value, params[k][stream.value]
+
+    def read_log(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        cursor: str | None = None,
+        streams: Stream | None = None,
+        max_lines: int | None = None,
+    ) -> LogChunk:
+        """Whole lines of replica ``k`` of ``role_name`` after ``cursor`` (a JSON byte offset;
+        None: the start), at most ``max_lines``. ``eof`` once the job is terminal and the
+        whole log was returned. Default stream: combined. Never blocks."""
+        stream, path = self._log_file(app_id, role_name, k, streams)
+        offset = 0
+        if cursor is not None:
+            try:
+                parsed = json.loads(cursor)
+                offset = int(parsed["offset"])
+                ok = parsed.get("stream") == stream and offset >= 0
+            except (ValueError, TypeError, KeyError):
+                ok = False
+            if not ok:
+                raise ValueError(f"cursor: {cursor!r} is not a cursor read_log returned for the {stream} stream")
+        rec = self._record(app_id)
+        assert rec is not None
+        final = self._state(app_id, rec)["state"] in _TERMINAL_NAMES
+        lines, offset, more = read_lines(path, offset, final, max_lines)
+        return LogChunk(lines=lines, cursor=json.dumps({"stream": stream, "offset": offset}), eof=final and not more)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Lines of replica ``k`` of ``role_name`` (default stream: combined), filtered by
+        ``regex``; with ``should_tail`` it follows until the job is terminal and drained.
+        ``since``/``until`` are ignored with a warning (local logs carry no timestamps), as in
+        TorchX. Unknown app: ``UnknownAppError``; unknown role/replica: ``ValueError``."""
+        _, path = self._log_file(app_id, role_name, k, streams)
+        if since or until:
+            warnings.warn(
+                "since/until are ignored by the local scheduler: all log lines are returned", UserWarning, stacklevel=2
+            )
+        return filter_regex(regex, LogIterator(app_id, path, self, should_tail))
+
+    # ------------------------------------------------------------------ stop
+
+    def _cancel_existing(self, app_id: str) -> None:
+        """Record the cancel (with the grace period) and SIGTERM the supervisor, which
+        SIGTERMs every process of the job, SIGKILLs them after the grace period and records
+        CANCELLED. Returns at once."""
+        job_dir = self.job_dir(app_id)
+        rec = self._record(app_id)
+        if rec is not None and not _on_this_host(rec):
+            raise RuntimeError(f"cancel: app {app_id!r} runs on host {rec['host']!r}; cancel it from there")
+        store.write_json_atomic(
+            job_dir / store.CANCEL, {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid()}
+        )
+        sup = store.read_json(job_dir / store.SUPERVISOR)
+        if sup is not None and sup.get("boot") == procfs.boot_id():
+            procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
+
+    def _delete_existing(self, app_id: str) -> None:
+        """Wait (up to the grace period and a little) for the cancelled job's supervisor to
+        exit, then remove the job from the store (logs under a ``log_dir`` option stay)."""
+        deadline = time.monotonic() + self.cancel_grace_period + 5.0
+        while time.monotonic() < deadline:
+            rec = self._record(app_id)
+            if rec is None or self._state(app_id, rec)["state"] in _TERMINAL_NAMES:
+                break
+            self.wait_for_change(app_id, deadline - time.monotonic())
+        self._cache.pop(app_id, None)
+        self.store.remove(app_id)
+
+
+def _on_this_host(rec: dict[str, Any]) -> bool:
+    """Whether the job was launched on this host (a job store may be shared, e.g. on NFS)."""
+    return rec.get("host", socket.gethostname()) == socket.gethostname()
+
+
+def _supervisor_alive(sup: dict[str, Any]) -> bool:
+    """Whether the recorded supervisor still runs (same boot, same pid and start time)."""
+    return sup.get("boot") == procfs.boot_id() and procfs.is_alive(sup["pid"], sup["start"])
+
+
+def _check_entrypoint(index: int, role: Role, param: ReplicaParam) -> None:
+    """Raise ``InvalidSpecError`` unless the role's program exists and is executable."""
+    program = param.args[0]
+    if os.sep in program:
+        path = os.path.join(param.cwd or os.getcwd(), program)
+        found = os.path.isfile(path) and os.access(path, os.X_OK)
+        where = f"{path!r} is not an executable file"
+    else:
+        search = param.env.get("PATH", os.environ.get("PATH", ""))
+        found = shutil.which(program, path=search) is not None
+        where = f"{program!r} is not an executable on PATH ({search})"
+    if not found:
+        raise InvalidSpecError(
+            f"roles[{index}].entrypoint: role {role.name!r}: {where}; give an executable on PATH or a path to one"
+        )
+
+
+def create_scheduler(
+    session_name: str,
+    cache_size: int = 100,
+    extra_paths: list[str] | None = None,
+    image_provider_class: ImageProviderFactory = CWDImageProvider,
+    **kwargs: Any,
+) -> LocalScheduler:
+    """A ``LocalScheduler`` (TorchX's factory). Recognised keyword arguments: ``backend``
+    (default: ``local_dir`` for ``LocalDirectoryImageProvider``, else ``local_cwd``),
+    ``cancel_grace_period``, ``device_count``, ``state_dir``; others are ignored."""
+    backend = kwargs.get("backend") or (
+        "local_dir" if image_provider_class is LocalDirectoryImageProvider else "local_cwd"
+    )
+    return LocalScheduler(
+        session_name,
+        image_provider_class,
+        cache_size=cache_size,
+        extra_paths=extra_paths,
+        backend=backend,
+        cancel_grace_period=kwargs.get("cancel_grace_period", 10.0),
+        device_count=kwargs.get("device_count"),
+        state_dir=kwargs.get("state_dir"),
+    )
+
+
+def create_cwd_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
+    """The ``local_cwd`` scheduler: runs in the current directory, ignores images."""
+    kwargs.update(image_provider_class=CWDImageProvider, backend="local_cwd")
+    return create_scheduler(session_name, **kwargs)
+
+
+def create_dir_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
+    """The ``local_dir`` scheduler: each role's image is an absolute local directory."""
+    kwargs.update(image_provider_class=LocalDirectoryImageProvider, backend="local_dir")
+    return create_scheduler(session_name, **kwargs)
+
+
+__all__ = [
+    "CWDImageProvider",
+    "ImageProvider",
+    "LocalDirectoryImageProvider",
+    "LocalScheduler",
+    "LogIterator",
+    "PopenRequest",
+    "ReplicaParam",
+    "create_cwd_scheduler",
+    "create_dir_scheduler",
+    "create_scheduler",
+]

@@ -1,0 +1,121 @@
+"""The on-disk job store of the local scheduler.
+
+One directory per job, ``<state dir>/local/<app_id>/``, created atomically (``mkdir``), so app
+ids are unique across concurrent launchers. It holds JSON files, each written atomically
+(temp file + rename) and each with one writer:
+
+- ``request.json``: the launcher, once: the rendered request, roles, labels, cfg, backend.
+- ``supervisor.json``: the supervisor's pid and start time (written by the launcher and again
+  by the supervisor itself, with the same content).
+- ``state.json``: the supervisor (and, once the supervisor is dead, any observer): app and
+  replica states, pids, exit codes, restarts, message.
+- ``cancel.json``: whoever cancels: the request to stop, with its grace period.
+
+Everything is created owner-only. Standard library only: the supervisor imports this.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+
+# Not ``typing``/``pathlib``: they would slow the supervisor's start-up (a job's overhead).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    StrPath = str | os.PathLike[str]
+
+REQUEST = "request.json"
+STATE = "state.json"
+SUPERVISOR = "supervisor.json"
+CANCEL = "cancel.json"
+SUPERVISOR_LOG = "supervisor.log"
+
+#: Set in every replica's environment to the job directory, so that the job's processes can
+#: be found even after they left its session and lost their parent.
+JOB_ENV = "AIRFLOW_TORCHX_LOCAL_JOB"
+
+#: What an app id may look like: it becomes a directory name in the store.
+APP_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def default_state_dir() -> str:
+    """``$AIRFLOW_TORCHX_STATE_DIR``, else ``$XDG_STATE_HOME/airflow-torchx``, else
+    ``~/.local/state/airflow-torchx`` (absolute)."""
+    explicit = os.environ.get("AIRFLOW_TORCHX_STATE_DIR")
+    if not explicit:
+        xdg = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        explicit = os.path.join(xdg, "airflow-torchx")
+    return os.path.abspath(os.path.expanduser(explicit))
+
+
+def is_valid_app_id(app_id: object) -> bool:
+    """Whether ``app_id`` can name a job directory (no ``/``, no ``..``, not hidden)."""
+    return isinstance(app_id, str) and ".." not in app_id and bool(APP_ID_RE.match(app_id))
+
+
+def job_marker(job_dir: StrPath) -> str:
+    """The ``KEY=value`` every process of the job has in its environment."""
+    return f"{JOB_ENV}={job_dir}"
+
+
+def write_json_atomic(path: StrPath, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temp file and a rename (owner-only)."""
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(obj, separators=(",", ":")))  # json.dump's streaming encoder is slower
+    os.replace(tmp, path)
+
+
+def read_json(path: StrPath) -> Any:
+    """The JSON in ``path``, or None when it does not exist (or vanished)."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return None
+
+
+class JobStore:
+    """The jobs directory (``<state dir>/local``), created owner-only on first use."""
+
+    def __init__(self, state_dir: StrPath | None = None) -> None:
+        base = os.path.abspath(os.path.expanduser(state_dir)) if state_dir else default_state_dir()
+        self.root = os.path.join(base, "local")
+
+    def ensure(self) -> None:
+        """Create the store (owner-only) if missing."""
+        if not os.path.isdir(self.root):
+            os.makedirs(os.path.dirname(self.root), mode=0o700, exist_ok=True)
+            os.makedirs(self.root, mode=0o700, exist_ok=True)
+            os.chmod(self.root, 0o700)
+
+    def job_dir(self, app_id: str) -> str:
+        """Where the job ``app_id`` lives (the caller checks ``is_valid_app_id`` first)."""
+        return os.path.join(self.root, app_id)
+
+    def create(self, app_id: str) -> str:
+        """Create the job directory atomically; ``FileExistsError`` if the id is taken."""
+        self.ensure()
+        path = self.job_dir(app_id)
+        os.mkdir(path, mode=0o700)
+        return path
+
+    def app_ids(self) -> Iterator[str]:
+        """The ids of the jobs in the store (any order)."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return
+        yield from (n for n in names if is_valid_app_id(n))
+
+    def remove(self, app_id: str) -> None:
+        """Delete the job's directory and everything in it."""
+        import shutil
+
+        shutil.rmtree(self.job_dir(app_id), ignore_errors=True)

@@ -1,0 +1,441 @@
+"""The per-job supervisor: ``python -S -E -c ... <job dir>`` (see ``supervisor_command``).
+
+It runs in a session of its own, detached from whoever launched the job, so the job outlives
+its launcher. It starts every replica (each in its own process group, with a parent-death
+signal so that replicas die if the supervisor dies), copies their stdout/stderr into the
+per-replica ``stdout``/``stderr``/``combined`` log files (whole lines only, so the combined
+file never mixes two lines), records pids, start times and exit codes in ``state.json``,
+applies fail-fast and the retry policies, honours a cancel (SIGTERM; the grace period is in
+``cancel.json``), kills what is left of the job's session at the end and exits.
+
+It is single-threaded: one ``select.poll`` loop over pidfds (replica exits), pipes (output)
+and a signal wake-up pipe, so it never busy-polls. Standard library only, and started without
+``site``, to keep a job's start-up overhead small.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sys
+import time
+
+from airflow_provider_torchx.core.schedulers.local import procfs, store
+
+TYPE_CHECKING = False  # not ``typing``/``pathlib``: they would slow the start-up
+if TYPE_CHECKING:
+    from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_CHUNK = 1 << 16
+#: A line longer than this is cut (written with a newline) so memory stays bounded.
+_MAX_PARTIAL = 1 << 20
+_STREAMS = ("stdout", "stderr")
+#: How long to wait for the pipes of killed leftovers to close at the very end.
+_DRAIN_TIMEOUT = 1.0
+
+
+def supervisor_command(job_dir: str) -> list[str]:
+    """The argv that runs the supervisor of ``job_dir`` (without ``site``: fast start-up)."""
+    package_root = os.path.realpath(__file__)
+    for _ in range(5):  # .../airflow_provider_torchx/core/schedulers/local/supervisor.py
+        package_root = os.path.dirname(package_root)
+    code = (
+        f"import sys; sys.path.insert(0, {package_root!r}); "
+        "from airflow_provider_torchx.core.schedulers.local.supervisor import main; "
+        "main(sys.argv[1])"
+    )
+    return [sys.executable, "-S", "-E", "-c", code, job_dir]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class _Replica:
+    """One replica slot: its parameters, current process, log files and state."""
+
+    def __init__(self, role: str, idx: int, param: dict[str, Any]) -> None:
+        self.role = role
+        self.idx = idx
+        self.param = param
+        self.pid: int | None = None
+        self.start: int | None = None
+        self.pidfd = -1
+        self.state = "PENDING"
+        self.exit_code: int | None = None
+        self.stopping = False
+        self.pipes: dict[int, str] = {}
+        self.partial: dict[str, bytes] = {s: b"" for s in _STREAMS}
+        self.files: dict[str, int] = {}
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None and self.pidfd >= 0
+
+    @property
+    def ident(self) -> tuple[int, int] | None:
+        if self.pid is None or self.start is None:
+            return None
+        return (self.pid, self.start)
+
+    def open_logs(self) -> None:
+        for stream in (*_STREAMS, "combined"):
+            path = self.param.get(stream)
+            if path:
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+                self.files[stream] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def emit(self, stream: str, data: bytes) -> None:
+        """Write whole lines of ``data`` (after what was pending) to the stream's and the
+        combined log."""
+        buf = self.partial[stream] + data
+        cut = buf.rfind(b"\n") + 1
+        if not cut and len(buf) > _MAX_PARTIAL:
+            buf, cut = buf + b"\n", len(buf) + 1
+        if cut:
+            for key in (stream, "combined"):
+                if key in self.files:
+                    _write_all(self.files[key], buf[:cut])
+        self.partial[stream] = buf[cut:]
+
+    def flush(self, stream: str) -> None:
+        """End the stream: its unterminated last line gets a newline."""
+        if self.partial[stream]:
+            self.emit(stream, b"\n")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "start": self.start,
+            "state": self.state,
+            "exit_code": self.exit_code,
+        }
+
+
+class Supervisor:
+    """Runs the job in ``job_dir`` to its end (see the module docstring)."""
+
+    def __init__(self, job_dir: str) -> None:
+        self.dir = job_dir
+        self.pid = os.getpid()
+        self.poller = select.poll()
+        self.handlers: dict[int, Any] = {}
+        self.replicas: list[_Replica] = []
+        self.final: str | None = None
+        self.msg = ""
+        self.num_restarts = 0
+        self.retries_used: dict[str, int] = {}
+        self.retry: dict[str, tuple[int, str]] = {}
+        self.restart_group: list[_Replica] = []
+        self.kill_at: float | None = None
+        self.kill_session = False
+        self.cancel_requested = False
+        self.dirty = False
+        self.base_env = dict(os.environ)
+        self.started = time.time()
+        self.grace = 10.0
+        self.self_start = procfs.start_time(self.pid)
+        self.libc = ctypes.CDLL(None, use_errno=True)
+
+    # ------------------------------------------------------------------ records
+
+    def identity(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start": self.self_start, "boot": procfs.boot_id()}
+
+    def write_state(self, state: str, ended: float | None = None) -> None:
+        roles: dict[str, list[dict[str, Any]]] = {}
+        for r in self.replicas:
+            roles.setdefault(r.role, []).append(r.describe())
+        store.write_json_atomic(
+            os.path.join(self.dir, store.STATE),
+            {
+                "state": state,
+                "num_restarts": self.num_restarts,
+                "msg": self.msg,
+                "started": self.started,
+                "ended": ended,
+                "supervisor": self.identity(),
+                "replicas": roles,
+            },
+        )
+
+    # ------------------------------------------------------------------ processes
+
+    def launch(self, r: _Replica) -> None:
+        """Start (or restart) replica ``r``: fork, then exec in the child. Not ``subprocess``:
+        importing it costs start-up time, and its ``Popen`` waits for each exec in turn."""
+        env = dict(self.base_env)
+        env.update(r.param["env"])
+        env[store.JOB_ENV] = self.dir
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            self.exec_child(r.param, env, out_w, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        r.pid, r.exit_code, r.stopping, r.state = pid, None, False, "RUNNING"
+        r.start = procfs.start_time(pid)
+        r.pidfd = os.pidfd_open(pid)
+        self.watch(r.pidfd, lambda: self.reap(r))
+        for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
+            os.set_blocking(fd, False)
+            r.pipes[fd] = stream
+            self.watch(fd, lambda fd=fd: self.read_pipe(r, fd))
+        self.dirty = True
+
+    def exec_child(self, param: dict[str, Any], env: dict[str, str], out_w: int, err_w: int) -> None:
+        """In the forked child: own process group, die with the supervisor, default signal
+        dispositions, stdio to the pipes, then exec. Never returns; a failed exec is reported
+        on stderr and exits 127 (126: not executable)."""
+        code = 127
+        try:
+            os.setpgid(0, 0)
+            self.libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != self.pid:
+                os._exit(1)
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # ignored by Python; exec keeps SIG_IGN
+                signal.signal(sig, signal.SIG_DFL)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            if param.get("cwd"):
+                os.chdir(param["cwd"])
+            os.execvpe(param["args"][0], param["args"], env)
+        except BaseException as e:
+            code = 126 if isinstance(e, PermissionError) else 127
+            try:  # noqa: SIM105 - contextlib would cost start-up time
+                os.write(err_w, f"airflow-torchx: cannot start {param['args'][0]!r}: {e}\n".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(code)
+
+    def watch(self, fd: int, handler: Any) -> None:
+        self.handlers[fd] = handler
+        self.poller.register(fd, select.POLLIN)
+
+    def unwatch(self, fd: int) -> None:
+        self.poller.unregister(fd)
+        del self.handlers[fd]
+        os.close(fd)
+
+    def read_pipe(self, r: _Replica, fd: int) -> bool:
+        """Copy what the pipe holds into the logs; return whether it reached EOF."""
+        stream = r.pipes[fd]
+        while True:
+            try:
+                data = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                return False
+            if not data:
+                r.flush(stream)
+                del r.pipes[fd]
+                self.unwatch(fd)
+                return True
+            r.emit(stream, data)
+
+    def reap(self, r: _Replica) -> None:
+        assert r.pid is not None
+        code = os.waitstatus_to_exitcode(os.waitpid(r.pid, 0)[1])
+        self.unwatch(r.pidfd)
+        r.pidfd = -1
+        for fd in list(r.pipes):
+            self.read_pipe(r, fd)
+        self.on_exit(r, code)
+
+    def stop(self, targets: list[_Replica], session: bool) -> None:
+        """SIGTERM the targets' process trees (and the whole session if ``session``); they
+        get SIGKILL once the grace period is over."""
+        running = [r for r in targets if r.running]
+        for r in running:
+            r.stopping = True
+        self.kill_session = self.kill_session or session
+        if running or session:
+            self.signal_job(running, signal.SIGTERM, session)
+            self.kill_at = time.monotonic() + self.grace
+
+    def signal_job(self, targets: list[_Replica], sig: int, session: bool) -> None:
+        roots = [r.ident for r in targets if r.ident]
+        if session and self.self_start is not None:
+            roots.append((self.pid, self.self_start))  # as subreaper, it adopted the orphans
+        sid = self.pid if session else None
+        if sig == signal.SIGKILL:
+            procfs.kill_job(sid, roots, exclude=self.pid)
+        else:
+            procfs.signal_all(procfs.job_processes(sid, roots, exclude=self.pid), sig)
+
+    # ------------------------------------------------------------------ policy
+
+    def on_exit(self, r: _Replica, code: int) -> None:
+        r.exit_code = code
+        if r.stopping:
+            r.state, r.stopping = "CANCELLED", False
+        elif code == 0:
+            r.state = "SUCCEEDED"
+        else:
+            r.state = "FAILED"
+            if self.final is None:
+                self.on_failure(r, code)
+        self.dirty = True
+
+    def on_failure(self, r: _Replica, code: int) -> None:
+        max_retries, policy = self.retry.get(r.role, (0, "APPLICATION"))
+        used = self.retries_used.get(r.role, 0)
+        what = _exit_text(r.role, r.idx, code)
+        if used < max_retries:
+            self.retries_used[r.role] = used + 1
+            self.num_restarts += 1
+            if policy == "REPLICA":
+                group = [r]
+            elif policy == "ROLE":
+                group = [x for x in self.replicas if x.role == r.role]
+            else:
+                group = list(self.replicas)
+            print(f"{what}; restart {used + 1}/{max_retries} of role {r.role!r} ({policy})", file=sys.stderr)
+            self.restart_group.extend(x for x in group if x not in self.restart_group)
+            self.stop([x for x in group if x.running], session=False)
+            return
+        self.final = "FAILED"
+        self.msg = what + (f" (after {self.num_restarts} restart(s))" if self.num_restarts else "")
+        self.restart_group = []
+        self.stop([x for x in self.replicas if x.running], session=True)
+
+    def progress(self) -> None:
+        """Act on what changed: restarts due, a cancel, success, the end."""
+        if self.cancel_requested and self.final is None:
+            self.final, self.msg = "CANCELLED", "cancelled by request"
+            self.restart_group = []
+            self.grace = _cancel_grace(self.dir, self.grace)
+            self.stop([x for x in self.replicas if x.running], session=True)
+        if self.restart_group and not any(x.running for x in self.restart_group):
+            group, self.restart_group = self.restart_group, []
+            for x in group:
+                self.launch(x)
+        if self.final is None and all(x.state == "SUCCEEDED" for x in self.replicas):
+            self.final = "SUCCEEDED"
+        if not any(x.running for x in self.replicas):
+            self.kill_at = None
+
+    # ------------------------------------------------------------------ main loop
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        self.cancel_requested = True
+
+    def run(self) -> int:
+        try:  # noqa: SIM105 - contextlib would cost start-up time
+            os.setsid()
+        except PermissionError:  # already a session leader
+            pass
+        # Orphans of the replicas (even those that left the session) become our children.
+        self.libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(wake_r, False)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self.on_signal)
+        signal.set_wakeup_fd(wake_w)
+        self.watch(wake_r, lambda: os.read(wake_r, 512))
+        store.write_json_atomic(os.path.join(self.dir, store.SUPERVISOR), self.identity())
+        request = store.read_json(os.path.join(self.dir, store.REQUEST))
+        self.grace = float(request.get("cancel_grace_period", 10.0))
+        for role in request["roles"]:
+            self.retry[role["name"]] = (int(role.get("max_retries", 0)), str(role.get("retry_policy", "APPLICATION")))
+        for role_name, params in request["role_params"].items():
+            for idx, param in enumerate(params):
+                self.replicas.append(_Replica(role_name, idx, param))
+        for r in self.replicas:
+            r.open_logs()
+        if os.path.exists(os.path.join(self.dir, store.CANCEL)):
+            self.cancel_requested = True
+        else:
+            for r in self.replicas:
+                if not self.cancel_requested:
+                    self.launch(r)
+        while True:
+            self.progress()
+            if self.dirty:  # once per round of events: replicas often end together
+                self.write_state("RUNNING")
+                self.dirty = False
+            if self.final is not None and not any(x.running for x in self.replicas):
+                break
+            timeout = None if self.kill_at is None else max(0, int((self.kill_at - time.monotonic()) * 1000) + 1)
+            for fd, _ in self.poller.poll(timeout):
+                if fd in self.handlers:
+                    self.handlers[fd]()
+            if self.kill_at is not None and time.monotonic() >= self.kill_at:
+                stopping = [x for x in self.replicas if x.running and x.stopping]
+                self.signal_job(stopping, signal.SIGKILL, self.kill_session)
+                self.kill_at = None
+        self.finish()
+        return 0
+
+    def finish(self) -> None:
+        """Kill what is left of the job, drain the pipes, write the final state."""
+        # As a subreaper, every process of the job that is left is a descendant of ours.
+        if procfs.children(self.pid) != []:
+            self.signal_job([], signal.SIGKILL, session=True)
+        deadline = time.monotonic() + _DRAIN_TIMEOUT
+        while any(r.pipes for r in self.replicas) and time.monotonic() < deadline:
+            for fd, _ in self.poller.poll(50):
+                if fd in self.handlers:
+                    self.handlers[fd]()
+        for r in self.replicas:
+            for stream in _STREAMS:
+                r.flush(stream)
+            for fd in r.files.values():
+                os.close(fd)
+            if r.state == "PENDING" and self.final == "CANCELLED":
+                r.state = "CANCELLED"
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:  # adopted orphans, now killed
+                pass
+        except ChildProcessError:
+            pass
+        self.write_state(self.final or "FAILED", ended=time.time())
+
+
+def _exit_text(role: str, idx: int, code: int) -> str:
+    if code < 0:
+        try:
+            return f"role {role!r} replica {idx} was killed by {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            pass
+    return f"role {role!r} replica {idx} exited with code {code}"
+
+
+def _cancel_grace(job_dir: str, default: float) -> float:
+    cancel = store.read_json(os.path.join(job_dir, store.CANCEL)) or {}
+    return float(cancel.get("grace", default))
+
+
+def main(job_dir: str) -> None:
+    """Entry point: supervise the job in ``job_dir`` and exit; on an internal error, stop the
+    job and record it as FAILED with the reason (exit status 1)."""
+    code = _supervise(job_dir)
+    sys.stderr.flush()
+    # Skip the interpreter's teardown: waiters learn of the end when this process is gone.
+    os._exit(code)
+
+
+def _supervise(job_dir: str) -> int:
+    sup = Supervisor(job_dir)
+    try:
+        return sup.run()
+    except Exception as e:
+        import traceback
+
+        traceback.print_exc()
+        sup.signal_job([], signal.SIGKILL, session=True)
+        sup.msg = f"the supervisor failed: {type(e).__name__}: {e}"
+        try:  # noqa: SIM105 - contextlib would cost start-up time
+            sup.write_state("FAILED", ended=time.time())
+        except OSError:
+            pass
+        return 1
