@@ -18,12 +18,19 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from importlib import metadata
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
 from airflow_provider_torchx.core.errors import SignalException, UnknownAppError, UnknownSchedulerError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
-from airflow_provider_torchx.core.schedulers.api import ListAppResponse, LogChunk, Scheduler, Stream
+from airflow_provider_torchx.core.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    LogChunk,
+    Scheduler,
+    Stream,
+)
 from airflow_provider_torchx.core.specs import (
     AppDef,
     AppDryRunInfo,
@@ -266,6 +273,18 @@ class Runner:
         """The scheduler-native request read back, or None."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.describe_native(app_id)
+
+    def describe_app(self, app_handle: str) -> DescribeAppResponse | None:
+        """The scheduler's full answer for the app (labels, whether a cancel was requested),
+        or None if it does not know it."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.describe(app_id)
+
+    def sidecar_dir(self, app_handle: str) -> Path | None:
+        """Where watchers may keep their own files beside the job (``Scheduler.sidecar_dir``);
+        None: under the host's state dir."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.sidecar_dir(app_id)
 
     def wait(
         self,

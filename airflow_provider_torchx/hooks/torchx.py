@@ -1,8 +1,9 @@
 """``TorchXHook``: a ``torchx`` connection turned into a configured ``Runner``.
 
 Also holds the blocking job-watching logic shared by the operator (worker mode), the sensor and
-the trigger (which runs it off the event loop): status, log streaming with ``[role/k]``
-prefixes, progress lines and the final outcome as a JSON-able event payload.
+the trigger (which runs it off the event loop): a task instance's identity labels, status, log
+streaming with ``[role/k]`` prefixes and saved positions (cursor files, ``core/cursors.py``),
+progress lines and the final outcome as a JSON-able event payload.
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowException, AirflowNotFoundException
 from airflow.sdk import BaseHook
 
+from airflow_provider_torchx._compat import conf, connection_form_widgets, ui_field_behaviour
+from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
-from airflow_provider_torchx.core.logstream import LogFollower, last_lines
+from airflow_provider_torchx.core.logstream import LogFollower, LogLine, last_lines
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME, Runner, get_runner
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: How many lines of the failed replica's log a failure message carries.
 FAILURE_TAIL_LINES = 20
@@ -46,14 +52,8 @@ class TorchXSettings:
 
 
 def default_deferrable() -> bool:
-    """``[operators] default_deferrable``, read through the Task SDK's ``conf`` (Airflow >= 3.2)
-    or core's (3.1)."""
-    parser: Any
-    try:
-        from airflow.sdk import conf as parser
-    except ImportError:  # Airflow 3.1
-        from airflow.configuration import conf as parser
-    return bool(parser.getboolean("operators", "default_deferrable", fallback=False))
+    """``[operators] default_deferrable`` (Airflow's config, as this version exposes it)."""
+    return bool(conf.getboolean("operators", "default_deferrable", fallback=False))
 
 
 def _extra_value(extra: Mapping[str, Any], key: str) -> Any:
@@ -78,6 +78,17 @@ class TorchXHook(BaseHook):
     default_conn_name = "torchx_default"
     conn_type = "torchx"
     hook_name = "TorchX"
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """The connection form's extra fields for Airflow 3.1 (later versions read them from the
+        provider info and never call this)."""
+        return connection_form_widgets(cls.conn_type)
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The connection form's hidden fields and placeholders for Airflow 3.1 (see above)."""
+        return ui_field_behaviour(cls.conn_type)
 
     def __init__(
         self,
@@ -243,10 +254,34 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float) -> str:
     return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s"
 
 
+def identity_labels(context: Context) -> dict[str, str]:
+    """The task instance's identity (never the try number) as job labels."""
+    ti = context["ti"]
+    return {
+        "airflow.dag_id": ti.dag_id,
+        "airflow.task_id": ti.task_id,
+        "airflow.run_id": ti.run_id,
+        "airflow.map_index": str(ti.map_index),
+    }
+
+
+def cursor_file_for(runner: Runner, app_handle: str, identity: Mapping[str, str]) -> CursorFile:
+    """The cursor file of watcher ``identity`` (a task instance's labels) for ``app_handle``:
+    beside the job when its scheduler keeps a sidecar dir, else under this host's state dir."""
+    return CursorFile.locate(app_handle, identity, runner.sidecar_dir(app_handle))
+
+
 class JobWatcher:
-    """Follows one job for a task: streams its replicas' new log lines into ``log`` (each
-    ``[role/k] line``, once, in order per replica), and turns its final status into an
-    outcome payload. Blocking; the trigger calls it through ``asyncio.to_thread``."""
+    """Follows one job for a task: copies its replicas' new log lines into ``log`` (each
+    ``[role/k] line``, once, in order per replica), keeps its reading ``position`` (saved to
+    ``cursor_file`` after each batch it logged, when given) and turns its final status into an
+    outcome payload.
+
+    Reading (``fetch``, ``read``) blocks and has no side effect but advancing the in-memory
+    cursors; ``emit`` logs; ``save`` writes the cursor file. The trigger reads in a thread and
+    logs on its event loop, so a read interrupted by a cancellation is neither logged nor
+    saved; ``poll`` and ``stream`` do all three for the worker and the sensor.
+    """
 
     def __init__(
         self,
@@ -255,40 +290,66 @@ class JobWatcher:
         log: logging.Logger | Any,
         *,
         stream_logs: bool,
-        cursors: Mapping[str, str] | None = None,
+        position: LogPosition | None = None,
+        cursor_file: CursorFile | None = None,
     ) -> None:
         self.runner = runner
         self.app_handle = app_handle
         self.log = log
-        self.follower = LogFollower(runner, app_handle, cursors) if stream_logs else None
+        self.position = position or LogPosition()
+        self.follower = LogFollower(runner, app_handle, self.position.cursors) if stream_logs else None
+        self.cursor_file = cursor_file if stream_logs else None
+        self._saved_seq = self.position.seq
 
     @property
     def cursors(self) -> dict[str, str] | None:
-        """Where each replica's log reading stands (``None`` when not streaming)."""
-        return dict(self.follower.cursors) if self.follower else None
+        """Where each replica's logged lines end (``None`` when not streaming)."""
+        return dict(self.position.cursors) if self.follower else None
 
-    def stream(self, status: AppStatus | None = None) -> int:
-        """Log the lines written since the last call; return how many."""
-        if self.follower is None:
-            return 0
+    def read(self, status: AppStatus | None) -> list[LogLine]:
+        """The lines written since the last read; every remaining line of a terminal job."""
+        if self.follower is None or status is None:
+            return []
         lines = self.follower.poll(status)
+        if status.is_terminal():
+            while more := self.follower.poll(status):
+                lines.extend(more)
+        return lines
+
+    def fetch(self) -> tuple[AppStatus | None, list[LogLine]]:
+        """The job's status (None: no such job) and the lines written since the last read."""
+        status = self.runner.status(self.app_handle)
+        return status, self.read(status)
+
+    def emit(self, lines: list[LogLine]) -> bool:
+        """Log ``lines`` and move the position past them; return whether it moved."""
         for line in lines:
             self.log.info("%s", line.format())
-        return len(lines)
+        if not lines or self.follower is None:
+            return False
+        self.position = self.position.advanced(self.follower.cursors)
+        return True
 
-    def drain(self, status: AppStatus) -> None:
-        """Log every remaining line of a terminal job."""
-        while self.stream(status):
-            pass
+    def save(self) -> None:
+        """Write the position to the cursor file if it moved since the last save."""
+        if (
+            self.cursor_file is not None
+            and self.position.seq > self._saved_seq
+            and self.cursor_file.save(self.position)
+        ):
+            self._saved_seq = self.position.seq
+
+    def stream(self, status: AppStatus) -> None:
+        """Log (and save) the lines written since the last read; all remaining ones of a
+        terminal job."""
+        self.emit(self.read(status))
+        self.save()
 
     def poll(self) -> AppStatus | None:
-        """The job's status, after streaming what its replicas wrote (None: no such job)."""
-        status = self.runner.status(self.app_handle)
-        if status is not None:
-            if status.is_terminal():
-                self.drain(status)
-            else:
-                self.stream(status)
+        """The job's status, after logging (and saving) what its replicas wrote."""
+        status, lines = self.fetch()
+        self.emit(lines)
+        self.save()
         return status
 
     def outcome(self, status: AppStatus | None) -> dict[str, Any]:
@@ -312,10 +373,20 @@ class JobWatcher:
         return self.event("failed", state=status.state.name, message=message, tail=tail, ui_url=status.ui_url)
 
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
-        """An event payload of ``kind`` carrying the handle and the log cursors."""
-        payload: dict[str, Any] = {"status": kind, "app_handle": self.app_handle, "log_cursors": self.cursors}
+        """An event payload of ``kind`` carrying the handle and the log position."""
+        payload: dict[str, Any] = {
+            "status": kind,
+            "app_handle": self.app_handle,
+            "log_cursors": self.cursors,
+            "cursor_seq": self.position.seq,
+        }
         payload.update(fields)
         return payload
+
+
+def event_position(event: Mapping[str, Any]) -> LogPosition:
+    """The log position an event carries (empty when it carries none)."""
+    return LogPosition(seq=int(event.get("cursor_seq") or 0), cursors=dict(event.get("log_cursors") or {}))
 
 
 def failure_message(event: Mapping[str, Any]) -> str:
@@ -327,15 +398,22 @@ def failure_message(event: Mapping[str, Any]) -> str:
     return message
 
 
-def flush_logs(runner: Runner, event: Mapping[str, Any], log: logging.Logger | Any) -> None:
-    """Log what the event's cursors have not covered yet (a resumed task's last lines)."""
-    cursors = event.get("log_cursors")
-    if cursors is None:
-        return
-    watcher = JobWatcher(runner, str(event["app_handle"]), log, stream_logs=True, cursors=cursors)
+def flush_logs(
+    runner: Runner, event: Mapping[str, Any], log: logging.Logger | Any, cursor_file: CursorFile | None = None
+) -> LogPosition:
+    """Log what neither the event's position nor the cursor file's (the newer wins) covers yet
+    (a resumed task's last lines); save and return the position reached. An event without
+    cursors (not streaming) logs nothing."""
+    position = newest(event_position(event), cursor_file.load() if cursor_file else None)
+    if event.get("log_cursors") is None:
+        return position
+    watcher = JobWatcher(
+        runner, str(event["app_handle"]), log, stream_logs=True, position=position, cursor_file=cursor_file
+    )
     status = runner.status(watcher.app_handle)
     if status is not None:
-        watcher.drain(status)
+        watcher.stream(status)
+    return watcher.position
 
 
 def deadline_from(timeout_seconds: float | None) -> float | None:

@@ -11,23 +11,30 @@ need them, when they are used.
 from __future__ import annotations
 
 import copy
+import logging
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
 
+from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
+from airflow_provider_torchx.core.schedulers.api import labels_match
 from airflow_provider_torchx.core.specs import AppDef, AppState
 from airflow_provider_torchx.hooks.torchx import (
     JobWatcher,
     TorchXHook,
+    cursor_file_for,
     default_deferrable,
+    event_position,
     failure_message,
     flush_logs,
     hook_for_handle,
+    identity_labels,
     progress_line,
 )
 from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
@@ -38,19 +45,79 @@ if TYPE_CHECKING:
 
     from airflow_provider_torchx.core.runner import Runner
 
+log = logging.getLogger(__name__)
 #: Job states a retried task adopts instead of submitting again.
 _ADOPTABLE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING)
+#: The task state store key (Airflow >= 3.3) holding ``{"app_handle": ..., "reported": bool}``.
+STATE_STORE_KEY = "torchx_job"
 
 
-def identity_labels(context: Context) -> dict[str, str]:
-    """The task instance's identity (never the try number) as job labels."""
-    ti = context["ti"]
-    return {
-        "airflow.dag_id": ti.dag_id,
-        "airflow.task_id": ti.task_id,
-        "airflow.run_id": ti.run_id,
-        "airflow.map_index": str(ti.map_index),
-    }
+@dataclass(frozen=True)
+class JobCandidate:
+    """A job carrying a task instance's identity, as a retry sees it. ``reported``: whether a
+    try reported its success (None: no record of any try watching it); only known for
+    SUCCEEDED jobs."""
+
+    app_handle: str
+    state: AppState
+    cancel_requested: bool = False
+    reported: bool | None = None
+
+    def why_not(self) -> str:
+        """Why this job is not adopted (when another one is, or none)."""
+        if self.cancel_requested:
+            return f"{self.state.name}, a cancel was requested"
+        if self.state == AppState.SUCCEEDED:
+            return (
+                "SUCCEEDED, reported by an earlier try" if self.reported else "SUCCEEDED, no try recorded watching it"
+            )
+        if self.state in _ADOPTABLE:
+            return f"{self.state.name}, another job was chosen"
+        return f"ended {self.state.name}"
+
+
+def choose_job_to_adopt(candidates: Sequence[JobCandidate]) -> JobCandidate | None:
+    """Which job a retried task adopts: the live (SUBMITTED/PENDING/RUNNING) one; else the
+    latest SUCCEEDED one that a try watched but none reported (the worker died first); never
+    one with a cancel request. None: submit a new job (none, or only FAILED/CANCELLED/reported
+    ones). More than one live job is an error: the task cannot tell which one is its own."""
+    live = [c for c in candidates if c.state in _ADOPTABLE and not c.cancel_requested]
+    if len(live) > 1:
+        raise AirflowException(
+            f"reattach_on_retry: {len(live)} live jobs carry this task instance's identity "
+            f"({', '.join(c.app_handle for c in live)}); expected at most one. Cancel the extra ones "
+            "(airflow-torchx cancel HANDLE) or set reattach_on_retry=False"
+        )
+    if live:
+        return live[0]
+    unreported = [
+        c for c in candidates if c.state == AppState.SUCCEEDED and not c.cancel_requested and c.reported is False
+    ]
+    return unreported[-1] if unreported else None
+
+
+def _remembered_job(context: Context) -> dict[str, Any] | None:
+    """The job recorded in the task state store (Airflow >= 3.3), if any; failures are logged."""
+    store = context.get("task_state_store")
+    if store is None:
+        return None
+    try:
+        value = store.get(STATE_STORE_KEY)
+    except Exception as e:
+        log.warning("could not read %r from the task state store: %s", STATE_STORE_KEY, e)
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("app_handle"), str) else None
+
+
+def _remember_job(context: Context, app_handle: str, *, reported: bool) -> None:
+    """Record the job in the task state store (Airflow >= 3.3), so a retry finds it first."""
+    store = context.get("task_state_store")
+    if store is None:
+        return
+    try:
+        store.set(STATE_STORE_KEY, {"app_handle": app_handle, "reported": reported})
+    except Exception as e:
+        log.warning("could not record %s in the task state store: %s", app_handle, e)
 
 
 def _seconds(value: timedelta | float | None) -> float | None:
@@ -168,9 +235,10 @@ class TorchXRunOperator(BaseOperator):
         runner = self._runner = hook.get_runner()
         cfg = hook.resolve_cfg(self.cfg)
         labels = identity_labels(context)
-        adopt = self.reattach_on_retry and not self.dryrun
-        handle = self._adopt(runner, scheduler, cfg, labels, context) if adopt else None
-        if handle is None:
+        adopted = None
+        if self.reattach_on_retry and not self.dryrun:
+            adopted = self._find_job_to_adopt(runner, scheduler, cfg, labels, context)
+        if adopted is None:
             info = runner.dryrun(self.build_app(), scheduler, cfg, labels=labels)
             if self.dryrun:
                 rendered = str(info)
@@ -178,14 +246,22 @@ class TorchXRunOperator(BaseOperator):
                 return rendered
             handle = runner.schedule(info)
             self.log.info("Submitted %s", handle)
+            cursor_file = cursor_file_for(runner, handle, labels)
+            position = LogPosition()
+            cursor_file.save(position)  # "watched by this task instance, not reported yet"
+        else:
+            handle = adopted.app_handle
+            cursor_file = cursor_file_for(runner, handle, labels)
+            position = newest(cursor_file.load())
         self.app_handle = handle
+        _remember_job(context, handle, reported=False)
         context["ti"].xcom_push(key="app_handle", value=handle)
         self._persist_links(context, runner, handle)
         if not self.wait_for_completion:
-            return handle
+            return self._report_success(context, cursor_file, position, handle)
         wait_seconds = self._wait_seconds()
         deadline = None if wait_seconds is None else started_at + wait_seconds
-        if self.deferrable:
+        if self.deferrable and (adopted is None or not adopted.state.is_terminal()):
             self.defer(
                 trigger=TorchXJobTrigger(
                     handle,
@@ -193,6 +269,9 @@ class TorchXRunOperator(BaseOperator):
                     region_name=hook.settings.region_name,
                     poll_interval=self.poll_interval,
                     stream_logs=self.stream_logs,
+                    log_cursors=position.cursors if self.stream_logs else None,
+                    cursor_seq=position.seq,
+                    identity=labels,
                     deadline=deadline,
                     host=socket.gethostname() if is_local_scheduler(scheduler) else None,
                     started_at=started_at,
@@ -200,19 +279,48 @@ class TorchXRunOperator(BaseOperator):
                 ),
                 method_name="execute_complete",
             )
-        return self._wait_in_worker(runner, handle, started_at, deadline)
+        watcher = JobWatcher(
+            runner, handle, self.log, stream_logs=self.stream_logs, position=position, cursor_file=cursor_file
+        )
+        event = self._wait_in_worker(watcher, started_at, deadline)
+        return self._finish(event, context, cursor_file, watcher.position)
 
-    def _adopt(
+    def _find_job_to_adopt(
         self, runner: Runner, scheduler: str, cfg: dict[str, Any], labels: dict[str, str], context: Context
-    ) -> str | None:
-        """On a retry, the handle of this task instance's still-live job, if there is one."""
+    ) -> JobCandidate | None:
+        """On a retry, the job of this task instance to adopt (see ``choose_job_to_adopt``),
+        logging why; None: submit a new one. The job recorded in the task state store
+        (Airflow >= 3.3) comes first; every candidate is confirmed with the scheduler."""
         if context["ti"].try_number <= 1:
             return None
-        live = [app for app in runner.list(scheduler, cfg, labels) if app.state in _ADOPTABLE]
-        if not live:
-            return None
-        self.log.info("Retry: adopting the live job %s of an earlier try instead of submitting", live[0].app_handle)
-        return live[0].app_handle
+        stored = _remembered_job(context)
+        handles = [stored["app_handle"]] if stored else []
+        handles += [app.app_handle for app in runner.list(scheduler, cfg, labels) if app.app_handle not in handles]
+        candidates = []
+        for handle in handles:
+            desc = runner.describe_app(handle)
+            if desc is None or not labels_match(desc.labels, labels):
+                continue
+            reported = None
+            if desc.state == AppState.SUCCEEDED:
+                saved = cursor_file_for(runner, handle, labels).load()
+                marks = [saved.reported] if saved else []
+                if stored and stored["app_handle"] == handle:
+                    marks.append(bool(stored.get("reported")))
+                reported = any(marks) if marks else None
+            candidates.append(JobCandidate(handle, desc.state, desc.cancel_requested, reported))
+        chosen = choose_job_to_adopt(candidates)
+        for c in candidates:
+            if c is not chosen:
+                self.log.info("Retry: not adopting %s (%s)", c.app_handle, c.why_not())
+        if chosen is not None:
+            self.log.info(
+                "Retry: reattaching to %s (%s), submitted by an earlier try of this task instance, instead of "
+                "submitting a new job; its log continues where the earlier try's stopped",
+                chosen.app_handle,
+                chosen.state.name,
+            )
+        return chosen
 
     def _persist_links(self, context: Context, runner: Runner, handle: str) -> None:
         """Record the job page (or a local job's log directory) for the task's extra links."""
@@ -222,28 +330,32 @@ class TorchXRunOperator(BaseOperator):
             if url:
                 self.log.info("%s: %s", link.name, url)
 
-    def _wait_in_worker(self, runner: Runner, handle: str, started_at: float, deadline: float | None) -> str:
-        watcher = JobWatcher(runner, handle, self.log, stream_logs=self.stream_logs)
+    def _wait_in_worker(self, watcher: JobWatcher, started_at: float, deadline: float | None) -> dict[str, Any]:
+        """Wait for the job, logging (and saving) its new lines after each poll; return the
+        outcome event."""
+        handle = watcher.app_handle
         while True:
             pause = (
                 self.poll_interval if deadline is None else max(0.0, min(self.poll_interval, deadline - time.time()))
             )
-            status = runner.wait(handle, wait_interval=pause, timeout=pause, cancel_on_signal=False)
+            status = watcher.runner.wait(handle, wait_interval=pause, timeout=pause, cancel_on_signal=False)
+            if status is not None:
+                watcher.stream(status)
             if status is None or status.is_terminal():
-                if status is not None:
-                    watcher.drain(status)
-                return self._finish(watcher.outcome(status))
-            watcher.stream(status)
+                return watcher.outcome(status)
             if deadline is not None and time.time() >= deadline:
-                return self._finish(watcher.event("timeout", state=status.state.name))
+                return watcher.event("timeout", state=status.state.name)
             self.log.info(progress_line(handle, status, time.time() - started_at))
 
-    def _finish(self, event: Mapping[str, Any]) -> str:
-        """Return the handle of a succeeded job; otherwise cancel on timeout and raise."""
+    def _finish(
+        self, event: Mapping[str, Any], context: Context, cursor_file: CursorFile, position: LogPosition
+    ) -> str:
+        """Return the handle of a succeeded job (recording that this try reported it);
+        otherwise cancel on timeout and raise."""
         handle = str(event["app_handle"])
         if event["status"] == "success":
             self.log.info("TorchX job %s SUCCEEDED", handle)
-            return handle
+            return self._report_success(context, cursor_file, position, handle)
         if event["status"] == "timeout":
             assert self._runner is not None
             self._runner.cancel(handle)
@@ -253,14 +365,23 @@ class TorchXRunOperator(BaseOperator):
             )
         raise AirflowException(failure_message(event))
 
+    def _report_success(self, context: Context, cursor_file: CursorFile, position: LogPosition, handle: str) -> str:
+        """Mark the job as reported by a try (so a later clear submits a new one) and return it."""
+        cursor_file.mark_reported(position)
+        _remember_job(context, handle, reported=True)
+        return handle
+
     def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
-        """Resume after the trigger's event: flush the remaining log lines, then return the
-        handle or raise with the reason."""
+        """Resume after the trigger's event: flush the remaining log lines (from the newest of
+        the event's and the cursor file's positions), then return the handle or raise."""
         self.app_handle = str(event["app_handle"])
         self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()
+        cursor_file = cursor_file_for(self._runner, self.app_handle, identity_labels(context))
         if self.stream_logs:
-            flush_logs(self._runner, event, self.log)
-        return self._finish(event)
+            position = flush_logs(self._runner, event, self.log, cursor_file)
+        else:
+            position = newest(event_position(event), cursor_file.load())
+        return self._finish(event, context, cursor_file, position)
 
     def on_kill(self) -> None:
         """Cancel the job when the task is killed (worker mode, ``cancel_on_kill``)."""

@@ -13,21 +13,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowException
-
-try:
-    from airflow.sdk.exceptions import AirflowSensorTimeout
-except ImportError:  # Airflow 3.1
-    from airflow.exceptions import AirflowSensorTimeout  # type: ignore[no-redef]
 from airflow.sdk import BaseSensorOperator
 
+from airflow_provider_torchx._compat import AirflowSensorTimeout
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.hooks.torchx import (
     JobWatcher,
     TorchXHook,
+    cursor_file_for,
     default_deferrable,
     failure_message,
     flush_logs,
     hook_for_handle,
+    identity_labels,
 )
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
 
@@ -79,6 +77,7 @@ class TorchXJobSensor(BaseSensorOperator):
                 region_name=settings.region_name,
                 poll_interval=float(self.poke_interval),
                 stream_logs=self.stream_logs,
+                identity=identity_labels(context),
                 deadline=now + float(self.timeout) if self.timeout is not None else None,
                 host=socket.gethostname() if is_local_scheduler(scheduler) else None,
                 started_at=now,
@@ -88,8 +87,15 @@ class TorchXJobSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> bool:
         if self._watcher is None:
+            runner = self.hook().get_runner()
+            cursor_file = cursor_file_for(runner, self.app_handle, identity_labels(context))
             self._watcher = JobWatcher(
-                self.hook().get_runner(), self.app_handle, self.log, stream_logs=self.stream_logs
+                runner,
+                self.app_handle,
+                self.log,
+                stream_logs=self.stream_logs,
+                position=cursor_file.load() if self.stream_logs else None,
+                cursor_file=cursor_file,
             )
         status = self._watcher.poll()
         if status is not None and not status.is_terminal():
@@ -103,7 +109,8 @@ class TorchXJobSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
         """Resume after the trigger's event: flush the remaining log lines, then succeed or raise."""
         if self.stream_logs:
-            flush_logs(self.hook().get_runner(), event, self.log)
+            runner = self.hook().get_runner()
+            flush_logs(runner, event, self.log, cursor_file_for(runner, self.app_handle, identity_labels(context)))
         if event["status"] == "timeout":
             raise AirflowSensorTimeout(f"{self.app_handle} did not end within {self.timeout}s: {event.get('message')}")
         if event["status"] != "success":

@@ -5,6 +5,13 @@ It streams every replica's new log lines into the task log, prints a progress li
 failed replica's last lines), ``timeout`` (the absolute ``deadline`` passed) or ``error``. It
 never raises for a job's failure: the task's ``execute_complete`` raises. Blocking client calls
 run in a thread, off the triggerer's event loop.
+
+Exactly-once logs across triggerer restarts: kwargs are fixed at ``defer()``, so after logging
+each batch the trigger saves its position in the cursor file of its task instance and job
+(``core/cursors.py``); a restarted trigger goes on from the highest-numbered position of its
+kwargs and the file. Cancelling while deferred: Airflow >= 3.3 calls ``on_kill``; older
+versions only cancel the trigger's task, so ``run()`` then asks the Task SDK whether the task
+instance is still deferred (a triggerer restart) or not (marked failed or success, cleared).
 """
 
 from __future__ import annotations
@@ -12,13 +19,19 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_torchx.core.cursors import LogPosition, newest
+from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
-from airflow_provider_torchx.hooks.torchx import JobWatcher, TorchXHook, progress_line
+from airflow_provider_torchx.hooks.torchx import JobWatcher, TorchXHook, cursor_file_for, progress_line
+
+#: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
+#: have no such hook and only cancel the trigger's task, as they do on a triggerer restart.
+TRIGGER_HAS_ON_KILL = hasattr(BaseTrigger, "on_kill")
 
 
 def is_local_scheduler(scheduler: str) -> bool:
@@ -26,13 +39,46 @@ def is_local_scheduler(scheduler: str) -> bool:
     return scheduler.startswith("local")
 
 
+async def get_task_states(dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, Any]:
+    """``RuntimeTaskInstance.get_task_states`` for one task instance, sent through the
+    triggerer's Task SDK channel with ``asend``: the synchronous call cannot run inside a
+    trigger on Airflow 3.1/3.2. Returns ``{run_id: {task_id | f"{task_id}_{map_index}": state}}``."""
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import GetTaskStates
+
+    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+    if comms is None:
+        raise RuntimeError("this process has no Task SDK supervisor channel")
+    answer = await comms.asend(GetTaskStates(dag_id=dag_id, task_ids=[task_id], run_ids=[run_id], map_index=map_index))
+    states = getattr(answer, "task_states", None)
+    if not isinstance(states, dict):
+        raise RuntimeError(f"unexpected answer to GetTaskStates: {answer!r}")
+    return states
+
+
+async def task_instance_state(identity: Mapping[str, str]) -> str | None:
+    """The current state of the task instance ``identity`` (its job labels); None is Airflow's
+    "no state" (e.g. just cleared). Raises if it cannot be read."""
+    task_id, run_id = identity["airflow.task_id"], identity["airflow.run_id"]
+    map_index = int(identity["airflow.map_index"])
+    states = await get_task_states(identity["airflow.dag_id"], task_id, run_id, map_index)
+    key = task_id if map_index < 0 else f"{task_id}_{map_index}"
+    of_run = states.get(run_id) or {}
+    if key not in of_run:
+        raise LookupError(f"no task instance {key!r} in run {run_id!r}")
+    state = of_run[key]
+    return None if state is None else str(getattr(state, "value", state))
+
+
 class TorchXJobTrigger(BaseTrigger):
     """Waits for the job ``app_handle`` to end (see the module docstring).
 
-    Every argument is JSON-serialisable: ``log_cursors`` (``{"role/k": cursor}``) say where
-    the task log stands, ``deadline`` is absolute (epoch seconds), ``host`` is the host a local
-    job runs on, ``started_at`` (epoch seconds) dates the progress lines' elapsed time.
-    ``cancel_on_kill``: cancel the job when Airflow (>= 3.3) kills the deferred task (marked
+    Every argument is JSON-serialisable: ``log_cursors`` (``{"role/k": cursor}``) and
+    ``cursor_seq`` say where the task log stood at ``defer()``; ``identity`` (the task
+    instance's job labels) names the cursor file and the task instance whose state is checked
+    when cancelled on Airflow < 3.3; ``deadline`` is absolute (epoch seconds), ``host`` is the
+    host a local job runs on, ``started_at`` (epoch seconds) dates the progress lines' elapsed
+    time. ``cancel_on_kill``: cancel the job when Airflow kills the deferred task (marked
     failed or success, cleared); never on a triggerer restart, never in ``cleanup()``.
     """
 
@@ -45,6 +91,8 @@ class TorchXJobTrigger(BaseTrigger):
         poll_interval: float = 10,
         stream_logs: bool = True,
         log_cursors: dict[str, str] | None = None,
+        cursor_seq: int = 0,
+        identity: dict[str, str] | None = None,
         deadline: float | None = None,
         host: str | None = None,
         started_at: float | None = None,
@@ -57,6 +105,8 @@ class TorchXJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.stream_logs = stream_logs
         self.log_cursors = log_cursors
+        self.cursor_seq = cursor_seq
+        self.identity = identity
         self.deadline = deadline
         self.host = host
         self.started_at = started_at
@@ -74,6 +124,8 @@ class TorchXJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "stream_logs": self.stream_logs,
                 "log_cursors": self.log_cursors,
+                "cursor_seq": self.cursor_seq,
+                "identity": self.identity,
                 "deadline": self.deadline,
                 "host": self.host,
                 "started_at": self.started_at,
@@ -81,7 +133,7 @@ class TorchXJobTrigger(BaseTrigger):
             },
         )
 
-    def _watcher(self) -> JobWatcher:
+    def _runner(self) -> Runner:
         parsed = parse_app_handle(self.app_handle)
         hook = TorchXHook(
             None,
@@ -90,8 +142,24 @@ class TorchXJobTrigger(BaseTrigger):
             aws_conn_id=self.aws_conn_id,
             region_name=self.region_name,
         )
+        return hook.get_runner()
+
+    def _watcher(self) -> JobWatcher:
+        """A watcher starting from the newest of the kwargs' position and the cursor file's."""
+        runner = self._runner()
+        given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
+        cursor_file = cursor_file_for(runner, self.app_handle, self.identity) if self.identity else None
+        saved = cursor_file.load() if cursor_file is not None and self.stream_logs else None
+        position = newest(given, saved)
+        if saved is not None and saved.seq > given.seq:
+            self.log.info(
+                "Resuming the log of %s from its saved position #%d (%s): lines before it were logged already",
+                self.app_handle,
+                saved.seq,
+                cursor_file,
+            )
         return JobWatcher(
-            hook.get_runner(), self.app_handle, self.log, stream_logs=self.stream_logs, cursors=self.log_cursors
+            runner, self.app_handle, self.log, stream_logs=self.stream_logs, position=position, cursor_file=cursor_file
         )
 
     def _wrong_host(self) -> str | None:
@@ -114,7 +182,10 @@ class TorchXJobTrigger(BaseTrigger):
             watcher = await asyncio.to_thread(self._watcher)
             next_progress = time.monotonic() + self.poll_interval
             while True:
-                status = await asyncio.to_thread(watcher.poll)
+                status, lines = await asyncio.to_thread(watcher.fetch)
+                # Logged here, on the loop: a read cut short by a cancellation is never logged.
+                if watcher.emit(lines):
+                    await asyncio.to_thread(watcher.save)
                 if status is None or status.is_terminal():
                     event = await asyncio.to_thread(watcher.outcome, status)
                     self._final_event_fired = True
@@ -131,17 +202,51 @@ class TorchXJobTrigger(BaseTrigger):
                     next_progress = time.monotonic() + self.poll_interval
                 pause = self.poll_interval if self.deadline is None else min(self.poll_interval, self.deadline - now)
                 await asyncio.sleep(max(pause, 0.0))
+        except asyncio.CancelledError:
+            if not TRIGGER_HAS_ON_KILL and self.cancel_on_kill and not self._final_event_fired:
+                await self._cancel_unless_still_deferred()
+            raise
         except Exception as e:
             self.log.exception("watching %s failed", self.app_handle)
-            cursors = watcher.cursors if watcher else self.log_cursors
             yield TriggerEvent(
                 {
                     "status": "error",
                     "app_handle": self.app_handle,
                     "message": f"watching {self.app_handle} failed: {type(e).__name__}: {e}",
-                    "log_cursors": cursors,
+                    "log_cursors": watcher.cursors if watcher else self.log_cursors,
+                    "cursor_seq": watcher.position.seq if watcher else self.cursor_seq,
                 }
             )
+
+    async def _cancel_unless_still_deferred(self) -> None:
+        """Airflow < 3.3: the trigger was cancelled. Cancel the job only if the task instance
+        is no longer deferred (killed by a user); a triggerer restart leaves it deferred. When
+        the state cannot be read, leave the job alone."""
+        try:
+            if not self.identity:
+                raise ValueError("the trigger carries no task instance identity")
+            state = await task_instance_state(self.identity)
+        except Exception as e:
+            self.log.warning(
+                "Trigger cancelled; could not read the task instance's state (%s: %s): leaving %s running",
+                type(e).__name__,
+                e,
+                self.app_handle,
+            )
+            return
+        if state == "deferred":
+            self.log.info(
+                "Trigger cancelled while the task is still deferred (triggerer restart or reassignment): "
+                "leaving %s running",
+                self.app_handle,
+            )
+            return
+        self.log.info("Task is no longer deferred (now %s): cancelling %s", state, self.app_handle)
+        await self._cancel()
+
+    async def _cancel(self) -> None:
+        runner = await asyncio.to_thread(self._runner)
+        await asyncio.to_thread(runner.cancel, self.app_handle)
 
     async def on_kill(self) -> None:
         """Cancel the job when the deferred task is killed (Airflow >= 3.3 calls this), unless
@@ -149,5 +254,4 @@ class TorchXJobTrigger(BaseTrigger):
         if not self.cancel_on_kill or self._final_event_fired:
             return
         self.log.info("Task killed while deferred: cancelling %s", self.app_handle)
-        watcher = await asyncio.to_thread(self._watcher)
-        await asyncio.to_thread(watcher.runner.cancel, self.app_handle)
+        await self._cancel()

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +37,42 @@ def test_provider_info_matches_airflows_schema() -> None:
 
 def test_providers_manager_registers_the_connection_type() -> None:
     from airflow.providers_manager import ProvidersManager
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
 
-    hook_info = ProvidersManagerTaskRuntime().hooks["torchx"]
+    manager = ProvidersManager()
+    try:
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+        hooks = ProvidersManagerTaskRuntime().hooks
+    except ImportError:  # Airflow 3.1: hooks are still core's ProvidersManager's
+        hooks = manager.hooks
+    hook_info = hooks["torchx"]
     assert hook_info is not None and hook_info.connection_testable
     assert hook_info.hook_class_name == "airflow_provider_torchx.hooks.torchx.TorchXHook"
-    manager = ProvidersManager()
     assert "airflow-provider-torchx" in manager.providers
-    assert "extra__torchx__scheduler" in manager.connection_form_widgets
-    assert "password" in manager.field_behaviours["torchx"]["hidden_fields"]
+
+
+def test_connection_form_shows_the_declared_fields() -> None:
+    """What a fresh API server sends the UI for the connection form (``/ui/connections/hook_meta``;
+    Airflow 3.1 builds it from the hook's methods, later versions from the provider info). In a
+    subprocess: Airflow builds it once per process and other tests have already loaded the hooks."""
+    script = (
+        "import json\n"
+        "from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService\n"
+        "(meta,) = [m for m in HookMetaService.hook_meta_data() if m.connection_type == 'torchx']\n"
+        "print(json.dumps(meta.model_dump(mode='json')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads(proc.stdout.strip().splitlines()[-1])
+    declared = get_provider_info()["connection-types"][0]
+    shown = {
+        name: (f["schema"]["title"], f["description"], f["schema"]["type"]) for name, f in meta["extra_fields"].items()
+    }
+    assert shown == {
+        name: (f["label"], f["description"], f["schema"]["type"]) for name, f in declared["conn-fields"].items()
+    }
+    hidden = {name for name, f in meta["standard_fields"].items() if f and f["hidden"]}
+    assert hidden == {"url_schema" if n == "schema" else n for n in declared["ui-field-behaviour"]["hidden-fields"]}
 
 
 def test_settings_from_connection_with_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

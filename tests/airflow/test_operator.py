@@ -1,5 +1,6 @@
 """``TorchXRunOperator`` and ``TorchXJobSensor`` pieces outside a DAG run: argument checks, the
-app it builds, identity labels, adoption on retry, ``on_kill``, links and the import hot path."""
+app it builds, identity labels, ``on_kill``, links and the import hot path (adoption on retry:
+``test_reattach.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,20 +18,9 @@ from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator, identity_labels
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
+from tests.airflow.helpers import FakeTI
 
 SLEEP_APP = AppDef(name="sleeper", roles=[Role(name="s", image="local", entrypoint="sleep", args=["60"])])
-
-
-class FakeTI:
-    """The task-instance attributes the operator reads, and the XComs it pushes."""
-
-    def __init__(self, try_number: int = 1, map_index: int = -1) -> None:
-        self.dag_id, self.task_id, self.run_id = "dag", "task", "manual__2024-01-01T00:00:00+00:00"
-        self.map_index, self.try_number = map_index, try_number
-        self.xcoms: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[key] = value
 
 
 @pytest.fixture
@@ -87,21 +76,6 @@ def test_identity_labels_never_hold_the_try_number() -> None:
         "airflow.run_id": "manual__2024-01-01T00:00:00+00:00",
         "airflow.map_index": "2",
     }
-
-
-def test_retry_adopts_the_live_job_of_its_identity(runner_and_handles: tuple[Runner, list[str]]) -> None:
-    runner, handles = runner_and_handles
-    ti = FakeTI(try_number=2)
-    labels = identity_labels({"ti": ti})  # type: ignore[typeddict-item]
-    handle = runner.run(SLEEP_APP, "local_cwd", labels=labels)
-    handles.append(handle)
-    op = TorchXRunOperator(task_id="task", app=SLEEP_APP, scheduler="local_cwd")
-    assert op._adopt(runner, "local_cwd", {}, labels, {"ti": ti}) == handle  # type: ignore[typeddict-item]
-    first_try = {"ti": FakeTI(try_number=1)}
-    assert op._adopt(runner, "local_cwd", {}, labels, first_try) is None  # type: ignore[arg-type]
-    runner.cancel(handle)
-    runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
-    assert op._adopt(runner, "local_cwd", {}, labels, {"ti": ti}) is None  # type: ignore[typeddict-item]
 
 
 @pytest.mark.parametrize("cancel_on_kill", [True, False])
@@ -164,7 +138,7 @@ def test_sensor_poke_fails_with_the_reason(runner_and_handles: tuple[Runner, lis
     runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
     sensor = TorchXJobSensor(task_id="s", app_handle=handle, torchx_conn_id="tx_none")
     with pytest.raises(AirflowException, match=r"failed replica b/0, exit code 4(.|\n)*oops"):
-        sensor.poke(SimpleNamespace())  # type: ignore[arg-type]
+        sensor.poke({"ti": FakeTI()})  # type: ignore[typeddict-item]
 
 
 @pytest.mark.parametrize(
@@ -188,7 +162,7 @@ def test_bad_input_fails_before_anything_is_submitted(kwargs: dict[str, Any], er
 
 def test_sensor_resume_raises_by_event_kind() -> None:
     from airflow.exceptions import AirflowException
-    from airflow.sdk.exceptions import AirflowSensorTimeout
+    from airflow.sdk.bases.sensor import AirflowSensorTimeout  # the class this Airflow's sensors raise
 
     handle = "local_cwd://torchx/gone-1"
     sensor = TorchXJobSensor(task_id="s", app_handle=handle, timeout=5, stream_logs=False)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from airflow_provider_torchx.core.errors import UnknownAppError
@@ -195,6 +196,12 @@ class Scheduler(abc.ABC, Generic[T]):
         ``Runner.wait`` learn of the end at once whatever its poll interval.
         """
         time.sleep(max(0.0, timeout))
+
+    def sidecar_dir(self, app_id: str) -> Path | None:
+        """A directory beside the job where watchers (e.g. the Airflow trigger) may keep files
+        of their own, such as log cursor files; it goes away with the job. None (the default):
+        watchers keep them under the host's state dir. Never a file the backend writes."""
+        return None
 
     # ------------------------------------------------------------------ logs
 

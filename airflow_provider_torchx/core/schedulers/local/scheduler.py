@@ -93,7 +93,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
     ``backend`` is the scheduler's name (``local_cwd`` or ``local_dir``);
     ``cancel_grace_period`` is the time between SIGTERM and SIGKILL when cancelling;
     ``device_count`` returns the host's GPU count (tests replace it); ``state_dir`` overrides
-    where the job store is (default: ``store.default_state_dir()``). ``cache_size`` bounds
+    where the job store is (default: ``statedir.default_state_dir()``). ``cache_size`` bounds
     what is held in memory, never what is on disk.
     """
 

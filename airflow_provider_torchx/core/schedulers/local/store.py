@@ -21,6 +21,8 @@ import os
 import re
 from collections.abc import Iterator
 
+from airflow_provider_torchx.core.statedir import default_state_dir
+
 # Not ``typing``/``pathlib``: they would slow the supervisor's start-up (a job's overhead).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,16 +42,6 @@ JOB_ENV = "AIRFLOW_TORCHX_LOCAL_JOB"
 
 #: What an app id may look like: it becomes a directory name in the store.
 APP_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-def default_state_dir() -> str:
-    """``$AIRFLOW_TORCHX_STATE_DIR``, else ``$XDG_STATE_HOME/airflow-torchx``, else
-    ``~/.local/state/airflow-torchx`` (absolute)."""
-    explicit = os.environ.get("AIRFLOW_TORCHX_STATE_DIR")
-    if not explicit:
-        xdg = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-        explicit = os.path.join(xdg, "airflow-torchx")
-    return os.path.abspath(os.path.expanduser(explicit))
 
 
 def is_valid_app_id(app_id: object) -> bool:

@@ -1,0 +1,64 @@
+"""What differs between the supported Airflow versions (3.1 to 3.3), kept in one place so the
+Airflow layer does not repeat version guards.
+
+- ``AirflowSensorTimeout``: the Task SDK's (``airflow.sdk.exceptions``) where it exists, else
+  core's (3.1). Sensors must raise the class their Airflow's task runner checks for.
+- ``conf``: the Task SDK's configuration parser where it exists, else core's (3.1).
+- ``connection_form_widgets`` / ``ui_field_behaviour``: the ``torchx`` connection form for
+  Airflow 3.1, which reads it only from the hook's (later deprecated) methods. They are derived
+  from ``conn-fields`` and ``ui-field-behaviour`` in the provider info, which Airflow >= 3.2
+  reads instead (it then never calls the hook's methods), so the form is declared once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_torchx.provider_info import get_provider_info
+
+try:
+    from airflow.sdk import conf
+except ImportError:  # Airflow 3.1
+    from airflow.configuration import conf  # type: ignore[assignment]
+try:
+    from airflow.sdk.exceptions import AirflowSensorTimeout
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import AirflowSensorTimeout  # type: ignore[no-redef]
+
+__all__ = ["AirflowSensorTimeout", "conf", "connection_form_widgets", "ui_field_behaviour"]
+
+
+def _connection_type(conn_type: str) -> dict[str, Any]:
+    """The provider info's ``connection-types`` entry of ``conn_type``."""
+    (entry,) = (c for c in get_provider_info()["connection-types"] if c["connection-type"] == conn_type)
+    return entry
+
+
+def connection_form_widgets(conn_type: str) -> dict[str, Any]:
+    """``conn-fields`` of ``conn_type`` as the WTForms fields Airflow 3.1 expects (all optional
+    text). WTForms, Flask-AppBuilder and Flask-Babel are imported here, when Airflow asks: its
+    connection-form service provides stand-ins for them when they are not installed."""
+    from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+    from flask_babel import lazy_gettext
+    from wtforms import StringField
+    from wtforms.validators import Optional
+
+    return {
+        name: StringField(
+            lazy_gettext(field["label"]),
+            widget=BS3TextFieldWidget(),
+            description=field.get("description", ""),
+            validators=[Optional()],
+        )
+        for name, field in _connection_type(conn_type)["conn-fields"].items()
+    }
+
+
+def ui_field_behaviour(conn_type: str) -> dict[str, Any]:
+    """``ui-field-behaviour`` of ``conn_type`` in the spelling of Airflow 3.1's hook method."""
+    behaviour = _connection_type(conn_type)["ui-field-behaviour"]
+    return {
+        "hidden_fields": list(behaviour.get("hidden-fields", [])),
+        "relabeling": dict(behaviour.get("relabeling", {})),
+        "placeholders": dict(behaviour.get("placeholders", {})),
+    }

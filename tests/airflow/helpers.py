@@ -1,0 +1,67 @@
+"""Stand-ins for the Airflow objects an operator reads outside a task run (the task instance,
+the AIP-103 task state store) and small helpers shared by the Airflow tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_torchx.core.specs import AppDef, Role, macros
+
+
+class FakeTI:
+    """The task-instance attributes the operator reads, and the XComs it pushes."""
+
+    def __init__(
+        self, try_number: int = 1, map_index: int = -1, run_id: str = "manual__2024-01-01T00:00:00+00:00"
+    ) -> None:
+        self.dag_id, self.task_id, self.run_id = "dag", "task", run_id
+        self.map_index, self.try_number = map_index, try_number
+        self.xcoms: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+class FakeTaskStateStore:
+    """``context["task_state_store"]`` (Airflow >= 3.3) kept in a dict."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, **kwargs: Any) -> None:
+        self.values[key] = value
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "a condition") -> Any:
+    """Poll ``condition`` until it is truthy; return its value or fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def gated_app(directory: str, num_replicas: int = 1, name: str = "gated") -> AppDef:
+    """Each replica records its pid in ``<directory>/pids-<k>``, writes ``w<k> line 1..2``,
+    waits for the file ``<directory>/gate``, then writes ``w<k> line 3..4``."""
+    k = macros.replica_id
+    script = (
+        f"echo $$ >> {directory}/pids-{k}; echo w{k} line 1; echo w{k} line 2; "
+        f"while [ ! -e {directory}/gate ]; do sleep 0.05; done; echo w{k} line 3; echo w{k} line 4"
+    )
+    return AppDef(
+        name=name,
+        roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", script], num_replicas=num_replicas)],
+    )
+
+
+def gated_lines(num_replicas: int = 1, upto: int = 4) -> list[str]:
+    """The task-log lines ``gated_app`` writes, ``[w/k] wk line i``."""
+    return [f"[w/{k}] w{k} line {i}" for k in range(num_replicas) for i in range(1, upto + 1)]

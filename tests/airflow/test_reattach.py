@@ -1,0 +1,316 @@
+"""Submit once: a retried ``TorchXRunOperator`` adopts its task instance's job instead of
+submitting a second one (real local jobs; a try is ``execute()`` with a task-instance stand-in,
+the first one in a subprocess that is SIGKILLed like a dying worker)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.exceptions import AirflowException
+
+try:
+    from airflow.sdk.exceptions import TaskDeferred
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import TaskDeferred  # type: ignore[attr-defined,no-redef]
+
+from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+from airflow_provider_torchx.hooks.torchx import cursor_file_for, identity_labels
+from airflow_provider_torchx.operators.torchx import (
+    STATE_STORE_KEY,
+    JobCandidate,
+    TorchXRunOperator,
+    choose_job_to_adopt,
+)
+from tests.airflow.helpers import FakeTaskStateStore, FakeTI, gated_app, gated_lines, wait_until
+from tests.fixtures.airflow import REPO, assert_lines_once
+
+SLEEP = AppDef(name="sleeper", roles=[Role(name="s", image="local", entrypoint="sleep", args=["60"])])
+ECHO = AppDef(name="echo", roles=[Role(name="e", image="local", entrypoint="sh", args=["-c", "echo e1; echo e2"])])
+FAIL = AppDef(name="fail", roles=[Role(name="f", image="local", entrypoint="sh", args=["-c", "exit 3"])])
+
+TRY_ONE = """
+import sys
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from tests.airflow.helpers import FakeTI, gated_app
+
+op = TorchXRunOperator(
+    task_id="task", app=gated_app(sys.argv[1], 2), scheduler="local_cwd", poll_interval=0.2, deferrable=False
+)
+op.execute({"ti": FakeTI(try_number=1, run_id=sys.argv[2])})
+"""
+
+
+class Identity:
+    """A task instance of its own (unique run id) and what the test needs around it."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.run_id = f"reattach__{uuid.uuid4().hex[:12]}"
+        self.labels = identity_labels({"ti": self.ti()})  # type: ignore[typeddict-item]
+
+    def ti(self, try_number: int = 1) -> FakeTI:
+        return FakeTI(try_number=try_number, run_id=self.run_id)
+
+    def context(self, try_number: int, store: FakeTaskStateStore | None = None) -> Any:
+        ctx: dict[str, Any] = {"ti": self.ti(try_number)}
+        if store is not None:
+            ctx["task_state_store"] = store
+        return ctx
+
+    def jobs(self) -> list[str]:
+        """Handles of every job carrying this identity, oldest first."""
+        return [app.app_handle for app in self.runner.list("local_cwd", labels=self.labels)]
+
+    def wait(self, handle: str) -> AppState:
+        status = self.runner.wait(handle, wait_interval=0.1, timeout=30, cancel_on_signal=False)
+        assert status is not None
+        return status.state
+
+
+@pytest.fixture
+def ident() -> Iterator[Identity]:
+    runner = get_runner(cancel_grace_period=4)
+    identity = Identity(runner)
+    yield identity
+    for handle in identity.jobs():
+        runner.delete(handle)
+
+
+def operator(app: AppDef, **kwargs: Any) -> TorchXRunOperator:
+    kwargs.setdefault("deferrable", False)
+    return TorchXRunOperator(task_id="task", app=app, scheduler="local_cwd", poll_interval=0.2, **kwargs)
+
+
+def submit_and_defer(ident: Identity, app: AppDef, store: FakeTaskStateStore | None = None) -> str:
+    """Try 1 submits and defers (then, say, its worker and triggerer die): return the handle."""
+    with pytest.raises(TaskDeferred):
+        operator(app, deferrable=True).execute(ident.context(1, store))
+    (handle,) = ident.jobs()
+    return handle
+
+
+# ---------------------------------------------------------------------- the decision
+
+
+def job(state: AppState, cancel: bool = False, reported: bool | None = None, n: int = 1) -> JobCandidate:
+    return JobCandidate(f"local_cwd://torchx/j-{n}", state, cancel, reported)
+
+
+@pytest.mark.parametrize(
+    ("candidates", "chosen"),
+    [
+        ([], None),
+        ([job(AppState.RUNNING)], 0),
+        ([job(AppState.PENDING)], 0),
+        ([job(AppState.SUBMITTED)], 0),
+        ([job(AppState.FAILED), job(AppState.RUNNING, n=2)], 1),
+        ([job(AppState.RUNNING, cancel=True)], None),
+        ([job(AppState.FAILED)], None),
+        ([job(AppState.CANCELLED)], None),
+        ([job(AppState.SUCCEEDED, reported=False)], 0),
+        ([job(AppState.SUCCEEDED, reported=True)], None),
+        ([job(AppState.SUCCEEDED, reported=None)], None),  # no try recorded watching it: a clear, rerun
+        ([job(AppState.SUCCEEDED, cancel=True, reported=False)], None),
+        ([job(AppState.SUCCEEDED, reported=False), job(AppState.SUCCEEDED, reported=False, n=2)], 1),
+        ([job(AppState.SUCCEEDED, reported=False), job(AppState.RUNNING, n=2)], 1),  # live first
+        ([job(AppState.RUNNING), job(AppState.RUNNING, cancel=True, n=2)], 0),
+    ],
+)
+def test_which_job_a_retry_adopts(candidates: list[JobCandidate], chosen: int | None) -> None:
+    assert choose_job_to_adopt(candidates) == (None if chosen is None else candidates[chosen])
+
+
+def test_two_live_candidates_are_an_error() -> None:
+    with pytest.raises(AirflowException, match=r"2 live jobs .*j-1, local_cwd://torchx/j-2.*reattach_on_retry=False"):
+        choose_job_to_adopt([job(AppState.RUNNING), job(AppState.PENDING, n=2)])
+
+
+# ---------------------------------------------------------------------- real jobs
+
+
+def test_retry_after_the_worker_was_killed_reattaches_and_logs_each_line_once(
+    ident: Identity, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = ident.runner
+    first = subprocess.Popen(
+        [sys.executable, "-c", TRY_ONE, str(tmp_path), ident.run_id],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        handle = wait_until(lambda: ident.jobs(), 60, "try 1 to submit")[0]
+        cursor_file = cursor_file_for(runner, handle, ident.labels)
+
+        def try_one_logged_and_saved_lines_1_2() -> bool:
+            position = cursor_file.load()
+            if position is None or set(position.cursors) != {"w/0", "w/1"}:
+                return False
+            return all(
+                len(runner.read_log(handle, "w", k).lines) == 2
+                and runner.read_log(handle, "w", k, cursor=position.cursors[f"w/{k}"]).lines == []
+                for k in (0, 1)
+            )
+
+        wait_until(try_one_logged_and_saved_lines_1_2, 60, "try 1 to log and save lines 1-2")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first_out, _ = first.communicate(timeout=30)
+    saved = cursor_file.load()
+    assert saved is not None and not saved.reported
+
+    # A deferrable retry adopts the job and hands the saved position to its trigger.
+    capfd.readouterr()
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(gated_app(str(tmp_path), 2), deferrable=True).execute(ident.context(2))
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert kwargs["app_handle"] == handle
+    assert (kwargs["log_cursors"], kwargs["cursor_seq"], kwargs["identity"]) == (
+        saved.cursors,
+        saved.seq,
+        ident.labels,
+    )
+
+    # A worker-mode retry adopts the running job and logs only what try 1 had not.
+    decided = threading.Event()
+    real_find = TorchXRunOperator._find_job_to_adopt
+
+    def find_then_signal(self: TorchXRunOperator, *args: Any) -> Any:
+        try:
+            return real_find(self, *args)
+        finally:
+            decided.set()
+
+    monkeypatch.setattr(TorchXRunOperator, "_find_job_to_adopt", find_then_signal)
+    result: dict[str, Any] = {}
+    retry = threading.Thread(
+        target=lambda: result.update(
+            handle=operator(gated_app(str(tmp_path), 2)).execute(ident.context(3)),
+        )
+    )
+    capfd.readouterr()
+    retry.start()
+    assert decided.wait(60)
+    (tmp_path / "gate").touch()
+    retry.join(60)
+    retry_out = capfd.readouterr().out
+    assert result.get("handle") == handle, retry_out[-3000:]
+    assert ident.jobs() == [handle]  # nothing resubmitted
+    for k in (0, 1):  # the same replica processes, never restarted
+        assert len((tmp_path / f"pids-{k}").read_text().split()) == 1
+    assert f"Retry: reattaching to {handle} (RUNNING)" in retry_out
+    assert retry_out.index("reattaching") < retry_out.index("[w/")
+    assert "[w/0] w0 line 1" in first_out
+    assert_lines_once(first_out + retry_out, gated_lines(2))
+    done = cursor_file.load()
+    assert done is not None and done.reported and done.seq > saved.seq
+
+
+def test_retry_adopts_a_succeeded_job_no_try_reported_then_a_clear_reruns(
+    ident: Identity, capfd: pytest.CaptureFixture[str]
+) -> None:
+    handle = submit_and_defer(ident, ECHO)
+    assert ident.wait(handle) == AppState.SUCCEEDED
+    capfd.readouterr()
+    assert operator(ECHO).execute(ident.context(2)) == handle
+    out = capfd.readouterr().out
+    assert f"Retry: reattaching to {handle} (SUCCEEDED)" in out
+    assert_lines_once(out, ["[e/0] e1", "[e/0] e2"])
+    assert ident.jobs() == [handle]
+    # Try 2 reported it: clearing the task (try 3) runs the job again.
+    again = operator(ECHO).execute(ident.context(3))
+    assert again != handle and ident.jobs() == [handle, again]
+    assert "SUCCEEDED, reported by an earlier try" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("end", ["failed", "cancelled"])
+def test_retry_after_a_failed_or_cancelled_job_submits_a_new_one(ident: Identity, end: str) -> None:
+    handle = submit_and_defer(ident, FAIL if end == "failed" else SLEEP)
+    if end == "cancelled":
+        ident.runner.cancel(handle)
+    assert ident.wait(handle) == (AppState.FAILED if end == "failed" else AppState.CANCELLED)
+    new = operator(SLEEP, wait_for_completion=False).execute(ident.context(2))
+    assert new != handle and ident.jobs() == [handle, new]
+
+
+def test_retry_never_adopts_a_job_with_a_cancel_request(ident: Identity) -> None:
+    stubborn = AppDef(
+        name="stubborn",
+        roles=[
+            Role(name="s", image="local", entrypoint="sh", args=["-c", "trap '' TERM; while :; do sleep 0.1; done"])
+        ],
+    )
+    handle = submit_and_defer(ident, stubborn)
+    wait_until(lambda: ident.runner.status(handle).state == AppState.RUNNING, 30, "the job to run")  # type: ignore[union-attr]
+    ident.runner.cancel(handle)  # it ignores SIGTERM: RUNNING for the 4 s grace period
+    new = operator(SLEEP, wait_for_completion=False).execute(ident.context(2))
+    desc = ident.runner.describe_app(handle)
+    assert desc is not None and desc.state == AppState.RUNNING and desc.cancel_requested
+    assert new != handle and ident.jobs() == [handle, new]
+
+
+def test_two_live_jobs_of_one_task_instance_fail_the_retry(ident: Identity) -> None:
+    handles = [ident.runner.run(SLEEP, "local_cwd", labels=ident.labels) for _ in range(2)]
+    with pytest.raises(AirflowException, match="2 live jobs carry this task instance's identity") as err:
+        operator(SLEEP).execute(ident.context(2))
+    assert all(h in str(err.value) for h in handles)
+    assert ident.jobs() == handles  # nothing submitted
+
+
+def test_reattach_off_always_submits(ident: Identity) -> None:
+    handle = submit_and_defer(ident, SLEEP)
+    new = operator(SLEEP, wait_for_completion=False, reattach_on_retry=False).execute(ident.context(2))
+    assert new != handle and ident.jobs() == [handle, new]
+
+
+def test_task_state_store_keeps_the_handle_and_whether_it_was_reported(ident: Identity) -> None:
+    store = FakeTaskStateStore()
+    handle = submit_and_defer(ident, ECHO, store)
+    assert store.values[STATE_STORE_KEY] == {"app_handle": handle, "reported": False}
+    assert ident.wait(handle) == AppState.SUCCEEDED
+    # The retry runs on another host: no cursor file there, only the store says "not reported".
+    cursor_file_for(ident.runner, handle, ident.labels).path.unlink()
+    assert operator(ECHO).execute(ident.context(2, store)) == handle
+    assert store.values[STATE_STORE_KEY] == {"app_handle": handle, "reported": True}
+    assert ident.jobs() == [handle]
+
+
+def test_a_stored_handle_of_another_task_instance_is_not_adopted(ident: Identity) -> None:
+    other = ident.runner.run(SLEEP, "local_cwd", labels={**ident.labels, "airflow.task_id": "other"})
+    try:
+        store = FakeTaskStateStore()
+        store.values[STATE_STORE_KEY] = {"app_handle": other, "reported": False}
+        new = operator(SLEEP, wait_for_completion=False).execute(ident.context(2, store))
+        assert new != other and ident.jobs() == [new]
+        assert store.values[STATE_STORE_KEY] == {"app_handle": new, "reported": True}
+    finally:
+        ident.runner.delete(other)
+
+
+@pytest.mark.airflow
+def test_a_dag_run_keeps_the_handle_in_the_task_state_store(run_dag: Any) -> None:
+    """Airflow >= 3.3 (AIP-103): the handle, marked reported once the task succeeded."""
+    dag_run, out = run_dag("torchx_local_echo", deferrable=True)
+    assert dag_run.state == "success", out[-3000:]
+    handle = dag_run.get_task_instance("echo").xcom_pull(task_ids="echo")
+    try:
+        from airflow.models.task_state_store import TaskStateStoreModel
+    except ImportError:  # Airflow < 3.3: no task state store; the run must still succeed
+        return
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(TaskStateStoreModel).filter_by(run_id=dag_run.run_id, task_id="echo").all()
+        stored = {row.key: json.loads(row.value) for row in rows}
+    assert stored == {STATE_STORE_KEY: {"app_handle": handle, "reported": True}}
