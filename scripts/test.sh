@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (virtualenv, Docker engine, local registry, busybox image),
-# lint and type-check, then run the whole test suite. Services started here are stopped on exit.
+# lint and type-check, run the whole test suite on the pinned Airflow 3.3.2, then the Airflow
+# tests again on Airflow 3.1.8 (its own venv and constraints). Services are stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,3 +13,4 @@ source .ci/state/services.env
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/python -m pytest tests "$@"
+bash scripts/test-airflow31.sh
