@@ -1,0 +1,72 @@
+"""Fixtures for the live-deployment tests: a real Airflow (``deployment.AirflowDeployment``)
+whose DAGs folder holds ``tests/e2e/dags/`` (helpers in ``live.py``). Each is shared by the
+tests of one module and stopped after them, so two deployments never load the machine at once.
+
+- ``live_airflow``: a deployment for the local scheduler.
+- ``live_airflow_batch``: one whose workers and triggerer reach the moto server (and, through
+  it, the Docker engine), with the ``torchx_batch`` connection given as
+  ``AIRFLOW_CONN_TORCHX_BATCH``.
+
+Both stop every component at the end and leave no job running: live local jobs are cancelled
+(and any process left of them killed), live Batch jobs terminated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.deployment import AirflowDeployment
+from tests.e2e.live import E2E_DAGS, LiveAirflow, LiveBatch
+from tests.fixtures.aws import FAKE_CREDS, REGION, MotoServer
+
+
+@contextlib.contextmanager
+def _deployment(root: Path, env: dict[str, str]) -> Iterator[LiveAirflow]:
+    state_dir = root / "torchx-state"
+    state_dir.mkdir(parents=True)
+    deployment = AirflowDeployment(root, E2E_DAGS, env={"AIRFLOW_TORCHX_STATE_DIR": str(state_dir), **env})
+    live = LiveAirflow(deployment, state_dir)
+    try:
+        deployment.start()
+        yield live
+    finally:
+        try:
+            deployment.stop()
+        finally:
+            live.cleanup_jobs()
+
+
+@pytest.fixture(scope="module")
+def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
+    """A live Airflow deployment for local-scheduler jobs."""
+    with _deployment(tmp_path_factory.mktemp("live-airflow"), {}) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def live_airflow_batch(
+    tmp_path_factory: pytest.TempPathFactory, docker_engine: str, moto_server: MotoServer, batch_queue: str
+) -> Iterator[LiveBatch]:
+    """A live deployment with the AWS environment (moto) and the ``torchx_batch`` connection."""
+    import boto3
+
+    extra = {"scheduler": "aws_batch", "cfg": f"queue={batch_queue}", "region_name": REGION}
+    env = {
+        **FAKE_CREDS,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ENDPOINT_URL": moto_server.url,
+        "DOCKER_HOST": docker_engine,
+        "AIRFLOW_CONN_TORCHX_BATCH": json.dumps({"conn_type": "torchx", "extra": extra}),
+    }
+    client = boto3.client("batch", endpoint_url=moto_server.url, region_name=REGION)
+    with _deployment(tmp_path_factory.mktemp("live-airflow-batch"), env) as live:
+        batch = LiveBatch(live, batch_queue, docker_engine, client)
+        try:
+            yield batch
+        finally:
+            batch.terminate_live_jobs()

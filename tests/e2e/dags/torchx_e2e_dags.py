@@ -1,0 +1,59 @@
+"""DAGs for the live-deployment tests (``tests/e2e``), copied into the deployment's DAGs folder.
+
+Each job is ``utils.sh`` with ``num_replicas`` replicas; replica ``k`` prints ``r<k> line <i>``
+for ``i`` in ``1..lines``, ``pause`` seconds apart, then exits 0. The tests pick ``lines`` and
+``pause`` per run through the DAG run's conf (``params``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+
+START = datetime(2024, 1, 1)
+PARAMS = {"lines": 6, "pause": 1, "replicas": 2}
+LINES_SCRIPT = 'for i in $(seq 1 {{ params.lines }}); do echo "r${replica_id} line $i"; sleep {{ params.pause }}; done'
+
+
+def lines_args(image: str | None = None) -> dict[str, object]:
+    """``utils.sh`` arguments of the lines job (templated by the operator)."""
+    args: dict[str, object] = {"args": [LINES_SCRIPT], "num_replicas": "{{ params.replicas }}", "memMB": 256}
+    if image:
+        args["image"] = image
+    return args
+
+
+with DAG(dag_id="torchx_e2e_deferred", schedule=None, start_date=START, catchup=False, params=PARAMS):
+    TorchXRunOperator(
+        task_id="job",
+        component="utils.sh",
+        component_args=lines_args(),
+        scheduler="local_cwd",
+        deferrable=True,
+        poll_interval=1,
+    )
+
+with DAG(dag_id="torchx_e2e_worker", schedule=None, start_date=START, catchup=False, params=PARAMS):
+    TorchXRunOperator(
+        task_id="job",
+        component="utils.sh",
+        component_args=lines_args(),
+        scheduler="local_cwd",
+        deferrable=False,
+        poll_interval=1,
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+    )
+
+with DAG(dag_id="torchx_e2e_batch", schedule=None, start_date=START, catchup=False, params=PARAMS):
+    TorchXRunOperator(
+        task_id="job",
+        torchx_conn_id="torchx_batch",
+        component="utils.sh",
+        component_args=lines_args(image="busybox:local"),
+        deferrable=True,
+        poll_interval=1,
+    )

@@ -1,0 +1,283 @@
+"""A real Airflow deployment on loopback for end-to-end tests.
+
+Starts ``airflow api-server``, ``scheduler``, ``dag-processor`` and ``triggerer`` as separate
+processes with a fresh ``AIRFLOW_HOME``, a fresh SQLite database and free ports, and drives DAGs
+through the REST API only, as a user would. Every process is started in its own session and
+stopped (process group) by ``stop()``; components can be stopped and restarted one by one to
+test restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+TERMINAL_TI_STATES = {"success", "failed", "skipped", "upstream_failed", "removed"}
+#: Settings of the test process's own Airflow that must not leak into the deployment.
+_AIRFLOW_ENV_PREFIXES = ("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW_HOME")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class AirflowDeployment:
+    """Airflow's components as real processes under ``root``, with DAG files from ``dags``."""
+
+    def __init__(self, root: Path, dags: Iterable[Path], env: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        self.home = root / "airflow"
+        self.dags_folder = root / "dags"
+        self.logs = root / "component-logs"
+        for path in (self.home, self.dags_folder, self.logs):
+            path.mkdir(parents=True, exist_ok=True)
+        for dag in dags:
+            shutil.copy(dag, self.dags_folder / dag.name)
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        bin_dir = str(Path(sys.executable).parent)
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(_AIRFLOW_ENV_PREFIXES)},
+            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.base_url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "2",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+            **(env or {}),
+        }
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._client = httpx.Client(base_url=self.base_url, timeout=30)
+        self._token: str | None = None
+
+    # ------------------------------------------------------------------ processes
+
+    def migrate(self) -> None:
+        """Create the SQLite database."""
+        subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            env=self.env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def start(self, components: Iterable[str] = COMPONENTS) -> None:
+        """Migrate, start ``components`` and wait until the API answers."""
+        self.migrate()
+        for name in components:
+            self.start_component(name)
+        wait_until(self._api_up, 90, "the API server")
+
+    def start_component(self, name: str) -> subprocess.Popen[bytes]:
+        """Start one component (``triggerer``, ...) in its own session; log to a file."""
+        assert name not in self.procs or self.procs[name].poll() is not None, f"{name} is already running"
+        out = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it open
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow", name],
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        out.close()
+        self.procs[name] = proc
+        return proc
+
+    def stop_component(self, name: str, sig: signal.Signals = signal.SIGTERM, timeout: float = 60) -> None:
+        """Stop one component with ``sig`` and wait for its whole process group to exit."""
+        proc = self.procs.pop(name)
+        _signal_group(proc.pid, sig)
+        _reap_group(proc, timeout)
+
+    def stop(self) -> None:
+        """Stop every component still running: all are sent SIGTERM at once, then waited for
+        (SIGKILL after 20 s)."""
+        procs = list(self.procs.values())
+        self.procs.clear()
+        for proc in procs:
+            _signal_group(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            _reap_group(proc, 20)
+        self._client.close()
+
+    def started(self, pid: int) -> bool:
+        """Whether ``pid`` is a component or a descendant of one (a task process of the
+        LocalExecutor, say): a process this deployment may signal."""
+        for proc in self.procs.values():
+            with contextlib.suppress(psutil.Error):
+                if pid == proc.pid or pid in {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}:
+                    return True
+        return False
+
+    def component_log(self, name: str) -> str:
+        """What a component printed so far (for failure messages)."""
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # ------------------------------------------------------------------ REST API
+
+    def _api_up(self) -> bool:
+        try:
+            return self._client.get("/api/v2/version").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def api(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        """Call the REST API (``/api/v2`` + ``path``) as an admin; return the JSON answer."""
+        if self._token is None:
+            self._token = self._client.get("/auth/token").json()["access_token"]
+        resp = self._client.request(
+            method,
+            "/api/v2" + path,
+            json=body,
+            headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"},
+        )
+        if resp.status_code >= 400:
+            raise RuntimeError(f"{method} {path} -> {resp.status_code}: {resp.text}")
+        return resp.json() if resp.content else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
+        """Wait until the dag-processor has parsed ``dag_id``, then unpause it."""
+
+        def parsed() -> bool:
+            try:
+                self.api("GET", f"/dags/{dag_id}")
+            except RuntimeError:
+                return False
+            return True
+
+        wait_until(parsed, timeout, f"DAG {dag_id} to be parsed")
+        self.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(self, dag_id: str, run_id: str, conf: Mapping[str, Any] | None = None) -> None:
+        """Start a manual DAG run (``conf`` overrides the DAG's params)."""
+        self.api("POST", f"/dags/{dag_id}/dagRuns", {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}})
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        """The task instance as the API shows it (state, try_number, ...)."""
+        ti: dict[str, Any] = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+        return ti
+
+    def wait_for_state(
+        self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = 120
+    ) -> dict[str, Any]:
+        """Wait until the task instance is in one of ``states``; return it. Fails at once
+        when it ends in another state."""
+
+        def reached() -> dict[str, Any] | None:
+            ti = self.task_instance(dag_id, run_id, task_id)
+            if ti["state"] in TERMINAL_TI_STATES and ti["state"] not in states:
+                raise AssertionError(
+                    f"{dag_id}.{task_id} ended {ti['state']!r}, not in {sorted(states)}; its log ends:\n"
+                    + self._log_tail(dag_id, run_id, task_id, ti["try_number"])
+                    + self._known_races(run_id)
+                )
+            return ti if ti["state"] in states else None
+
+        try:
+            result: dict[str, Any] = wait_until(reached, timeout, f"{dag_id}.{task_id} to reach {sorted(states)}")
+        except TimeoutError as err:
+            ti = self.task_instance(dag_id, run_id, task_id)
+            tail = self._log_tail(dag_id, run_id, task_id, ti["try_number"])
+            raise TimeoutError(f"{err}; it is {ti['state']!r}; its log ends:\n{tail}") from None
+        return result
+
+    def _known_races(self, run_id: str) -> str:
+        """The scheduler's complaint when it failed a resumed deferred task because of a stale
+        executor event (apache/airflow#72716, open for 3.3.x), for failure messages."""
+        lines = [
+            line
+            for line in self.component_log("scheduler").splitlines()
+            if run_id in line and "but the task instance's state attribute is" in line
+        ]
+        if not lines:
+            return ""
+        return "\nthe scheduler failed it on a stale executor event (apache/airflow#72716):\n" + "\n".join(lines)
+
+    def _log_tail(self, dag_id: str, run_id: str, task_id: str, try_number: int, lines: int = 40) -> str:
+        """The last ``lines`` events of a try's log, for failure messages."""
+        try:
+            return "\n".join(self.task_log(dag_id, run_id, task_id, max(try_number, 1))[-lines:])
+        except RuntimeError as err:
+            return f"(no log: {err})"
+
+    def set_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        """Mark the task instance ``state`` (``failed``, ``success``) as a user in the UI."""
+        self.api("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}", {"new_state": state})
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        """The value of one XCom of the task instance (``None`` when there is none)."""
+        try:
+            entry = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}")
+        except RuntimeError as err:
+            if "-> 404" in str(err):
+                return None
+            raise
+        return entry["value"]
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[str]:
+        """The events (messages) of one try's task log, as the UI reads them."""
+        path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}?full_content=true"
+        content = self.api("GET", path)["content"]
+        if isinstance(content, str):
+            return content.splitlines()
+        return [str(item.get("event", "")) if isinstance(item, dict) else str(item) for item in content]
+
+
+def _reap_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for a signalled component to exit (SIGKILL its group after ``timeout``), then
+    SIGKILL whatever is left of its process group."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)

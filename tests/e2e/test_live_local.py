@@ -1,0 +1,120 @@
+"""Local-scheduler jobs on a live Airflow deployment, driven through the REST API only.
+
+Deferred tasks stream replica lines into the task log while deferred, each line once; marking a
+deferred task failed cancels its job; a triggerer restart neither cancels the job nor repeats a
+line; a task process killed with SIGKILL is retried and the retry adopts the running job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.e2e.deployment import wait_until
+from tests.e2e.live import (
+    LiveAirflow,
+    assert_each_line_once,
+    expected_lines,
+    processes_of,
+    replica_lines,
+    still_running,
+)
+
+pytestmark = pytest.mark.airflow
+
+DEFERRED = "torchx_e2e_deferred"
+WORKER = "torchx_e2e_worker"
+#: How long the job's processes may outlive marking the task failed (Airflow's on_kill timeout
+#: is 30 s; the cancel grace period 10 s).
+CANCEL_WITHIN = 35
+
+
+def identity(run_id: str, dag_id: str) -> dict[str, str]:
+    return {"airflow.dag_id": dag_id, "airflow.task_id": "job", "airflow.run_id": run_id, "airflow.map_index": "-1"}
+
+
+def test_deferred_job_lines_show_while_deferred_and_once_in_the_end(live_airflow: LiveAirflow) -> None:
+    live, api = live_airflow, live_airflow.deployment
+    run_id = live.trigger(DEFERRED, {"lines": 10, "pause": 1, "replicas": 2})
+    api.wait_for_state(DEFERRED, run_id, "job", {"deferred"})
+    assert live.wait_for_log(DEFERRED, run_id, "deferred") > 0
+
+    api.wait_for_state(DEFERRED, run_id, "job", {"success"})
+    assert_each_line_once(live.log(DEFERRED, run_id), expected_lines(10, 2), run_id)
+    assert live.job_state(live.app_handle(DEFERRED, run_id))["state"] == "SUCCEEDED"
+
+
+def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirflow) -> None:
+    live, api = live_airflow, live_airflow.deployment
+    run_id = live.trigger(DEFERRED, {"lines": 600, "pause": 1, "replicas": 2})
+    api.wait_for_state(DEFERRED, run_id, "job", {"deferred"})
+    handle = live.app_handle(DEFERRED, run_id)
+    live.wait_for_log(DEFERRED, run_id, "deferred")  # the trigger is watching the job
+    procs = live.job_processes(handle)
+    replicas = live.replica_processes(handle)
+    assert {p.pid for p in procs} >= {pid for pid, _ in replicas} and len(replicas) == 2, procs
+
+    api.set_state(DEFERRED, run_id, "job", "failed")
+    marked = time.monotonic()
+    try:
+        wait_until(lambda: not still_running(procs), CANCEL_WITHIN, "the job's processes to end")
+    except TimeoutError:
+        pytest.fail(f"still running {CANCEL_WITHIN}s after the task was marked failed: {still_running(procs)}")
+    assert not processes_of(live.job_dir(handle))
+    print(f"job processes gone {time.monotonic() - marked:.1f}s after marking the task failed")
+    assert live.job_state(handle)["state"] == "CANCELLED"
+    assert api.task_instance(DEFERRED, run_id, "job")["state"] == "failed"
+
+
+def test_triggerer_restart_keeps_the_job_and_logs_each_line_once(live_airflow: LiveAirflow) -> None:
+    live, api = live_airflow, live_airflow.deployment
+    run_id = live.trigger(DEFERRED, {"lines": 30, "pause": 1, "replicas": 2})
+    api.wait_for_state(DEFERRED, run_id, "job", {"deferred"})
+    handle = live.app_handle(DEFERRED, run_id)
+    live.wait_for_log(DEFERRED, run_id, "deferred")
+    replicas = live.replica_processes(handle)
+    procs = live.long_lived_processes(handle)
+
+    api.stop_component("triggerer", signal.SIGTERM)
+    try:
+        status = live.scheduler.describe(live.job_dir(handle).name)
+        assert status is not None and status.state.name == "RUNNING", status
+        assert not status.cancel_requested, "stopping the triggerer cancelled the job"
+        assert still_running(procs) == procs, "the supervisor or a replica ended with the triggerer"
+    finally:
+        api.start_component("triggerer")
+
+    api.wait_for_state(DEFERRED, run_id, "job", {"success"}, timeout=180)
+    assert live.replica_processes(handle) == replicas
+    assert live.job_state(handle)["state"] == "SUCCEEDED"
+    assert_each_line_once(live.log(DEFERRED, run_id), expected_lines(30, 2), run_id)
+
+
+def test_retry_after_sigkill_adopts_the_running_job(live_airflow: LiveAirflow) -> None:
+    live, api = live_airflow, live_airflow.deployment
+    run_id = live.trigger(WORKER, {"lines": 25, "pause": 1, "replicas": 2})
+    api.wait_for_state(WORKER, run_id, "job", {"running"})
+    handle = live.app_handle(WORKER, run_id)
+    live.wait_for_log(WORKER, run_id, "running")
+    replicas = live.replica_processes(handle)
+    ti = api.task_instance(WORKER, run_id, "job")
+    assert ti["try_number"] == 1 and ti["pid"] and api.started(ti["pid"]), ti
+
+    os.kill(ti["pid"], signal.SIGKILL)
+    wait_until(lambda: api.task_instance(WORKER, run_id, "job")["try_number"] == 2, 120, "the task to be retried")
+    api.wait_for_state(WORKER, run_id, "job", {"success"}, timeout=180)
+    assert live.app_handle(WORKER, run_id) == handle
+    assert api.xcom(WORKER, run_id, "job") == handle
+    jobs = live.scheduler.list(labels=identity(run_id, WORKER))
+    assert [job.app_id for job in jobs] == [live.job_dir(handle).name], f"resubmitted: {jobs}"
+    state = live.job_state(handle)
+    assert state["state"] == "SUCCEEDED" and state["num_restarts"] == 0, state
+    assert live.replica_processes(handle) == replicas, "the replicas were restarted"
+
+    first, second = replica_lines(live.log(WORKER, run_id, 1)), replica_lines(live.log(WORKER, run_id, 2))
+    assert len(second) == len(set(second)), f"the retry logged a line twice: {second}"
+    missing = set(expected_lines(25, 2)) - set(first) - set(second)
+    assert not missing, f"lines in neither try's log: {sorted(missing)}"
