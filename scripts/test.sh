@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (virtualenv, Docker engine, local registry, busybox image),
 # lint and type-check, run the whole test suite on the pinned Airflow 3.3.2, then the Airflow
-# tests again on Airflow 3.1.8 (its own venv and constraints). Services are stopped on exit.
+# tests and the live local-deployment tests again on Airflow 3.1.8 (its own venv and
+# constraints: the pre-3.3 cancel-while-deferred path). Services are stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,4 +14,4 @@ source .ci/state/services.env
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/python -m pytest tests "$@"
-bash scripts/test-airflow31.sh
+bash scripts/test-airflow31.sh tests/airflow tests/e2e/test_live_local.py
