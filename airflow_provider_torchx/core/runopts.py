@@ -78,6 +78,31 @@ def _parse_value(name: str, opt_type: type, raw: str) -> CfgVal:
     )
 
 
+def as_type(kind: type, value: object) -> Any:
+    """``value``, already of ``kind`` (str, int, float, bool, list of str, dict of str to str),
+    in that type's canonical form (ints pass as floats, bools never as ints, tuples become
+    lists); ``TypeError`` if it is not of ``kind``. Shared by run options and component args."""
+    ok = (
+        (kind is bool and isinstance(value, bool))
+        or (kind is int and isinstance(value, int) and not isinstance(value, bool))
+        or (kind is float and isinstance(value, int | float) and not isinstance(value, bool))
+        or (kind is str and isinstance(value, str))
+        or (kind is list and isinstance(value, list | tuple) and all(isinstance(v, str) for v in value))
+        or (
+            kind is dict
+            and isinstance(value, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        )
+    )
+    if not ok:
+        raise TypeError(f"{value!r} is not a {kind.__name__}")
+    if kind is float:
+        return float(value)  # type: ignore[arg-type]
+    if kind is list:
+        return list(value)  # type: ignore[call-overload]
+    return value
+
+
 def _coerce(name: str, opt: runopt, value: object) -> CfgVal:
     """Check ``value`` against ``opt``'s type, parsing strings; raise naming the option."""
     if value is None:
@@ -85,25 +110,13 @@ def _coerce(name: str, opt: runopt, value: object) -> CfgVal:
     t = opt.opt_type
     if isinstance(value, str) and t is not str:
         return _parse_value(name, t, value)
-    ok = (
-        (t is bool and isinstance(value, bool))
-        or (t is int and isinstance(value, int) and not isinstance(value, bool))
-        or (t is float and isinstance(value, int | float) and not isinstance(value, bool))
-        or (t is str and isinstance(value, str))
-        or (t is list and isinstance(value, list | tuple) and all(isinstance(v, str) for v in value))
-        or (
-            t is dict
-            and isinstance(value, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-        )
-    )
-    if not ok:
-        raise InvalidRunConfigError(f"cfg: {name}={value!r} has type {type(value).__name__}; expected {_TYPE_NAMES[t]}")
-    if t is float:
-        return float(value)  # type: ignore[arg-type]
-    if t is list:
-        return list(value)  # type: ignore[call-overload]
-    return value  # type: ignore[return-value]
+    try:
+        typed: CfgVal = as_type(t, value)
+    except TypeError:
+        raise InvalidRunConfigError(
+            f"cfg: {name}={value!r} has type {type(value).__name__}; expected {_TYPE_NAMES[t]}"
+        ) from None
+    return typed
 
 
 class runopts:  # noqa: N801 - TorchX's public name

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from airflow_provider_torchx.core.errors import ComponentError
+from airflow_provider_torchx.core.runopts import as_type
 from airflow_provider_torchx.core.specs import AppDef
 
 __all__ = [
@@ -120,27 +121,11 @@ class _Param:
             return None
         if isinstance(value, str) and self.kind is not str:
             return self.from_str(value)
-        kind = self.kind
-        ok = (
-            (kind is bool and isinstance(value, bool))
-            or (kind is int and isinstance(value, int) and not isinstance(value, bool))
-            or (kind is float and isinstance(value, int | float) and not isinstance(value, bool))
-            or (kind is str and isinstance(value, str))
-            or (kind is list and isinstance(value, list | tuple) and all(isinstance(v, str) for v in value))
-            or (
-                kind is dict
-                and isinstance(value, dict)
-                and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-            )
-        )
-        if not ok:
-            allowed = _TYPE_HELP[kind] + (" or None" if self.optional else "")
-            raise ComponentError(f"{self.flag}: {value!r} is a {type(value).__name__}; expected {allowed}")
-        if kind is float:
-            return float(value)
-        if kind is list:
-            return list(value)
-        return value
+        try:
+            return as_type(self.kind, value)
+        except TypeError:
+            allowed = _TYPE_HELP[self.kind] + (" or None" if self.optional else "")
+            raise ComponentError(f"{self.flag}: {value!r} is a {type(value).__name__}; expected {allowed}") from None
 
 
 def _base_type(fn_name: str, name: str, annotation: Any) -> tuple[type, bool]:
