@@ -8,13 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.hooks.torchx import cursor_file_for
 from airflow_provider_torchx.triggers import torchx as triggers
@@ -29,15 +28,6 @@ IDENTITY = {
     "airflow.map_index": "-1",
 }
 SLEEP = AppDef(name="sleeper", roles=[Role(name="s", image="local", entrypoint="sleep", args=["60"])])
-
-
-@pytest.fixture
-def local_jobs() -> Iterator[tuple[Runner, list[str]]]:
-    runner = get_runner()
-    handles: list[str] = []
-    yield runner, handles
-    for handle in handles:
-        runner.delete(handle)
 
 
 def submit(local_jobs: tuple[Runner, list[str]], app: AppDef) -> str:

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,15 +20,6 @@ from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from tests.airflow.helpers import FakeTI
 
 SLEEP_APP = AppDef(name="sleeper", roles=[Role(name="s", image="local", entrypoint="sleep", args=["60"])])
-
-
-@pytest.fixture
-def runner_and_handles() -> Iterator[tuple[Runner, list[str]]]:
-    runner = get_runner()
-    handles: list[str] = []
-    yield runner, handles
-    for handle in handles:
-        runner.delete(handle)
 
 
 def test_exactly_one_of_app_or_component() -> None:
@@ -79,8 +69,8 @@ def test_identity_labels_never_hold_the_try_number() -> None:
 
 
 @pytest.mark.parametrize("cancel_on_kill", [True, False])
-def test_on_kill_cancels_only_when_asked(runner_and_handles: tuple[Runner, list[str]], cancel_on_kill: bool) -> None:
-    runner, handles = runner_and_handles
+def test_on_kill_cancels_only_when_asked(local_jobs: tuple[Runner, list[str]], cancel_on_kill: bool) -> None:
+    runner, handles = local_jobs
     handle = runner.run(SLEEP_APP, "local_cwd")
     handles.append(handle)
     op = TorchXRunOperator(task_id="t", app=SLEEP_APP, scheduler="local_cwd", cancel_on_kill=cancel_on_kill)
@@ -128,10 +118,10 @@ def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
     assert run_deferrable is True and sensor_deferrable is True
 
 
-def test_sensor_poke_fails_with_the_reason(runner_and_handles: tuple[Runner, list[str]]) -> None:
+def test_sensor_poke_fails_with_the_reason(local_jobs: tuple[Runner, list[str]]) -> None:
     from airflow.exceptions import AirflowException
 
-    runner, handles = runner_and_handles
+    runner, handles = local_jobs
     app = AppDef(name="bad", roles=[Role(name="b", image="local", entrypoint="sh", args=["-c", "echo oops; exit 4"])])
     handle = runner.run(app, "local_cwd")
     handles.append(handle)

@@ -6,12 +6,11 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from tests.fixtures.airflow import assert_lines_once
@@ -24,16 +23,6 @@ def sh_app(script: str, num_replicas: int = 1) -> AppDef:
         name="trig",
         roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", script], num_replicas=num_replicas)],
     )
-
-
-@pytest.fixture
-def local_jobs() -> Iterator[tuple[Runner, list[str]]]:
-    """A runner and a list of submitted handles, all deleted (cancelled first) at the end."""
-    runner = get_runner()
-    handles: list[str] = []
-    yield runner, handles
-    for handle in handles:
-        runner.delete(handle)
 
 
 def submit(local_jobs: tuple[Runner, list[str]], script: str, num_replicas: int = 1) -> str:
