@@ -613,17 +613,3 @@ def create_dir_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
     """The ``local_dir`` scheduler: each role's image is an absolute local directory."""
     kwargs.update(image_provider_class=LocalDirectoryImageProvider, backend="local_dir")
     return create_scheduler(session_name, **kwargs)
-
-
-__all__ = [
-    "CWDImageProvider",
-    "ImageProvider",
-    "LocalDirectoryImageProvider",
-    "LocalScheduler",
-    "LogIterator",
-    "PopenRequest",
-    "ReplicaParam",
-    "create_cwd_scheduler",
-    "create_dir_scheduler",
-    "create_scheduler",
-]
