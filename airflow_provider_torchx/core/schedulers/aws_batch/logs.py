@@ -1,4 +1,4 @@
-"""Reading a node's CloudWatch Logs streams through a resumable cursor (DESIGN.md contract 2).
+"""Reading a node's CloudWatch Logs streams through a resumable cursor (docs/architecture.md, "Cursors").
 
 A node has one stream per attempt, read in attempt order. The cursor records the stream
 being read, the CloudWatch forward token of the page being read and how many events of that
