@@ -277,3 +277,33 @@ def test_third_party_scheduler_cancel_on_kill(acme: Path) -> None:
     status = runner.status(handle)
     assert status is not None and status.state == AppState.CANCELLED
     assert replica_lines(trigger._log.lines, "main/0") == ["started"]
+
+
+# ---------------------------------------------------------------------- shared state
+
+
+def test_watch_pool_size_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_torchx import watch
+
+    monkeypatch.setenv("AIRFLOW__TORCHX__WATCH_THREADS", "3")
+    assert watch.watch_threads() == 3
+    monkeypatch.setenv("AIRFLOW__TORCHX__WATCH_THREADS", "0")
+    with pytest.raises(ValueError, match=r"\[torchx\] watch_threads: 0 must be >= 1"):
+        watch.watch_threads()
+    monkeypatch.delenv("AIRFLOW__TORCHX__WATCH_THREADS")
+    assert watch.watch_threads() == watch.DEFAULT_WATCH_THREADS
+
+
+def test_runner_cache_can_be_invalidated_and_closed() -> None:
+    from airflow_provider_torchx.hooks.torchx import TorchXHook, close_runners
+
+    hook = TorchXHook(None, scheduler="local_cwd", session_name="cache-test")
+    first = hook.get_runner()
+    assert TorchXHook(None, scheduler="local_cwd", session_name="cache-test").get_runner() is first
+    first.scheduler_run_opts("local_cwd")  # makes its scheduler
+    invalidate_runner(hook.settings.runner_key)
+    assert first._schedulers == {}  # closed
+    second = hook.get_runner()
+    assert second is not first
+    close_runners()
+    assert second._schedulers == {} and hook.get_runner() is not second

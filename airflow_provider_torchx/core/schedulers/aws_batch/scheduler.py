@@ -284,7 +284,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def describe_future(self, app_id: str) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
         """``describe`` answered by the shared poller's thread (its next round, or its cache);
-        None for an app whose job id this process has not learnt yet (``describe`` finds it)."""
+        None before this instance made its client or for an app whose job id this process has
+        not learnt yet (``describe`` does both, blocking)."""
+        if self._client is None:
+            return None
         job_id = self.poller.job_id(app_id)
         if job_id is None:
             return None
