@@ -277,7 +277,8 @@ class JobWatcher(JobWatch):
                 await run_blocking(self.save)
             if not keep_reading(batch, status, started, budget):
                 break
-        await run_blocking(self.save)
+        if self.cursor_file is not None and self.position.seq > self._saved_seq:
+            await run_blocking(self.save)
         return batch.more and not status.is_terminal()
 
     async def watch(self, poll_interval: float, deadline: float | None, started_at: float | None) -> dict[str, Any]:
