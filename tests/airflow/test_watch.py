@@ -91,12 +91,12 @@ def watch_deferred(runner: Runner, handle: str) -> list[str]:
     return log.lines
 
 
-def watch_with_sensor(runner: Runner, handle: str) -> list[str]:
+def watch_with_sensor(runner: Runner, handle: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     log = ListLog()
+    monkeypatch.setattr(TorchXJobSensor, "log", log)
     sensor = TorchXJobSensor(
         task_id="t", app_handle=handle, stream_logs=True, poke_interval=0.3, deferrable=False, torchx_conn_id=None
     )
-    sensor._cached_logger = log
     deadline = time.monotonic() + 120
     while not sensor.poke(context()):
         assert time.monotonic() < deadline
@@ -130,7 +130,7 @@ def test_chatty_job_every_line_once_in_order(
     watch: dict[str, Callable[[], list[str]]] = {
         "worker": lambda: watch_in_worker(runner, handle),
         "trigger": lambda: watch_deferred(runner, handle),
-        "sensor": lambda: watch_with_sensor(runner, handle),
+        "sensor": lambda: watch_with_sensor(runner, handle, monkeypatch),
         "cli": lambda: watch_with_cli(runner, handle, capsys),
     }
     logged = replica_lines(watch[watcher]())
