@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -354,8 +353,3 @@ def flush_logs(
     )
     watcher.stream(runner.status(watcher.app_handle))
     return watcher.position
-
-
-def host_of(runner: Runner, scheduler: str) -> str | None:
-    """This host's name when jobs of ``scheduler`` can only be watched from here, else None."""
-    return socket.gethostname() if runner.capabilities(scheduler).host_bound else None
