@@ -2,3 +2,4 @@
 
 from tests.fixtures.airflow import *  # noqa: F403
 from tests.fixtures.aws import *  # noqa: F403
+from tests.fixtures.torch import *  # noqa: F403
