@@ -1,5 +1,5 @@
 """DDP DAGs for the PyTorch tests (``tests/airflow/test_ddp.py``): the example's training script
-(``$TORCHX_TEST_DDP_SCRIPT``) through ``dist.spmd -j 2x2`` with the test venv's ``torchrun`` on
+(``$TORCHX_TEST_DDP_SCRIPT``) through ``dist.spmd`` (2 nodes) with the test venv's ``torchrun`` on
 the jobs' ``PATH`` (``$TORCHX_TEST_TORCH_VENV``). They parse without PyTorch."""
 
 from __future__ import annotations
@@ -19,17 +19,15 @@ TORCH_PATH = os.path.join(os.environ.get("TORCHX_TEST_TORCH_VENV", ".venv-torch"
 MARKERS = os.environ.get("AIRFLOW_TORCHX_STATE_DIR", "/tmp")
 
 
-def ddp_task(*script_args: str, **kwargs: Any) -> TorchXRunOperator:
-    component_args: dict[str, Any] = {"script": SCRIPT, "j": "2x2", "script_args": list(script_args)}
-    component_args.update(kwargs.pop("component_args", {}))
+def ddp_task(*script_args: str, j: str = "2x2", **component_args: Any) -> TorchXRunOperator:
+    """The training script on ``j`` (nodes x ranks) with ``script_args``."""
     return TorchXRunOperator(
         task_id="train",
         component="dist.spmd",
-        component_args=component_args,
+        component_args={"script": SCRIPT, "j": j, "script_args": list(script_args), **component_args},
         scheduler="local_cwd",
         env={"PATH": TORCH_PATH + os.pathsep + os.environ.get("PATH", "")},
         poll_interval=0.5,
-        **kwargs,
     )
 
 
@@ -37,18 +35,8 @@ with DAG(dag_id="torchx_test_ddp", schedule=None, start_date=START, catchup=Fals
     ddp_task("--steps", "3")
 
 with DAG(dag_id="torchx_test_ddp_crash", schedule=None, start_date=START, catchup=False):
-    ddp_task("--steps", "50", "--crash-rank", "3", "--crash-step", "2")
+    ddp_task("--steps", "50", "--crash-rank", "1", "--crash-step", "2", j="2x1")
 
 with DAG(dag_id="torchx_test_ddp_retry", schedule=None, start_date=START, catchup=False):
-    ddp_task(
-        "--steps",
-        "3",
-        "--crash-rank",
-        "1",
-        "--crash-once",
-        os.path.join(MARKERS, "crashed-{{ run_id | replace(':', '_') | replace('+', '_') }}"),
-        component_args={"max_retries": 1},
-    )
-
-with DAG(dag_id="torchx_test_ddp_cancel", schedule=None, start_date=START, catchup=False):
-    ddp_task("--steps", "2", "--hold", timeout=45)
+    marker = os.path.join(MARKERS, "crashed-{{ run_id | replace(':', '_') | replace('+', '_') }}")
+    ddp_task("--steps", "3", "--crash-rank", "1", "--crash-once", marker, j="2x1", max_retries=1)
