@@ -24,7 +24,7 @@ from tests.airflow.helpers import wait_until
 from tests.fixtures.airflow import assert_lines_once
 from tests.fixtures.torch import DDP_SCRIPT, torch_job_env
 
-pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("torch_venv")]
+pytestmark = [pytest.mark.airflow, pytest.mark.torch, pytest.mark.usefixtures("torch_venv")]
 
 ROLE = "ddp_train"
 

@@ -14,7 +14,7 @@ from airflow_provider_torchx.core.specs import AppState
 from tests.core.local.helpers import wait_done
 from tests.fixtures.torch import DDP_SCRIPT, torch_job_env
 
-pytestmark = pytest.mark.usefixtures("torch_venv")
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("torch_venv")]
 
 
 def test_two_multi_node_ddp_jobs_at_once_both_succeed(sched: LocalScheduler) -> None:

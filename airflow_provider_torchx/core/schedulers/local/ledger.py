@@ -77,7 +77,7 @@ class Locked:
 
 def supervisor_alive(sup: dict[str, Any] | None) -> bool:
     """Whether the supervisor recorded as ``sup`` (pid, start, boot) still runs."""
-    return bool(sup) and sup.get("boot") == procfs.boot_id() and procfs.is_alive(sup.get("pid"), sup.get("start"))
+    return sup is not None and sup.get("boot") == procfs.boot_id() and procfs.is_alive(sup.get("pid"), sup.get("start"))
 
 
 def job_over(root: str, app_id: str) -> bool:

@@ -47,13 +47,13 @@ def assign(root: str, req: PopenRequest) -> dict[str, dict[str, int]]:
     with ledger.Locked(root) as data:
         reserved: dict[str, str] = data.setdefault("ports", {})
         over = {o for o in set(reserved.values()) if o != req.app_id and ledger.job_over(root, o)}
-        for port in [p for p, owner in reserved.items() if owner in over]:
-            del reserved[port]
+        for stale in [p for p, owner in reserved.items() if owner in over]:
+            del reserved[stale]
         for role_name, name in wanted:
             port = _free_port(reserved)
             reserved[str(port)] = req.app_id
             chosen.setdefault(role_name, {})[name] = port
     for role_name, by_name in chosen.items():
         for param in req.role_params[role_name]:
-            param.env.update({port_env(name): str(port) for name, port in by_name.items()})
+            param.env.update({port_env(name): str(p) for name, p in by_name.items()})
     return chosen
