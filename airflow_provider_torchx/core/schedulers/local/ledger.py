@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 #: The ledger's directory in the store (a leading dot: never taken for a job).
 LEDGER_DIR = ".ledger"
-#: A job whose supervisor has not recorded itself this long after its directory was created
-#: never started (the scheduler's ``SUPERVISOR_START_TIMEOUT``).
+#: A job whose supervisor has not recorded itself this long after it was created never
+#: started (the scheduler then records it FAILED).
 START_TIMEOUT = 60.0
 _TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -76,7 +76,8 @@ class Locked:
 
 
 def supervisor_alive(sup: dict[str, Any] | None) -> bool:
-    """Whether the supervisor recorded as ``sup`` (pid, start, boot) still runs."""
+    """Whether the supervisor recorded as ``sup`` (pid, start time, boot) still runs: same
+    boot, same pid and start time (None: none recorded)."""
     return sup is not None and sup.get("boot") == procfs.boot_id() and procfs.is_alive(sup.get("pid"), sup.get("start"))
 
 

@@ -37,7 +37,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     filter_regex,
     labels_match,
 )
-from airflow_provider_torchx.core.schedulers.local import gpus, ports, procfs, store
+from airflow_provider_torchx.core.schedulers.local import gpus, ledger, ports, procfs, store
 from airflow_provider_torchx.core.schedulers.local.images import (
     CWDImageProvider,
     ImageProvider,
@@ -68,7 +68,7 @@ ImageProviderFactory = Callable[[Cfg], ImageProvider]
 #: The env var that holds rank 0's host (``${rank0_env}`` names it); locally, ``localhost``.
 RANK0_ENV = "TORCHX_RANK0_HOST"
 #: A job whose supervisor has not shown up this long after submission is FAILED.
-SUPERVISOR_START_TIMEOUT = 60.0
+SUPERVISOR_START_TIMEOUT = ledger.START_TIMEOUT
 _TERMINAL_NAMES = {s.name for s in AppState if s.is_terminal()}
 _PENDING_STATE: dict[str, Any] = {"state": "PENDING", "num_restarts": 0, "msg": "", "replicas": {}}
 
@@ -326,7 +326,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             if not _on_this_host(rec):
                 return st or _PENDING_STATE  # its processes cannot be checked from here
             sup = store.read_json(job_dir / store.SUPERVISOR)
-            if sup is not None and _supervisor_alive(sup):
+            if ledger.supervisor_alive(sup):
                 return st or _PENDING_STATE
             if sup is None and time.time() - rec["created"] < SUPERVISOR_START_TIMEOUT:
                 return _PENDING_STATE
@@ -558,11 +558,6 @@ class LocalScheduler(Scheduler[PopenRequest]):
 def _on_this_host(rec: dict[str, Any]) -> bool:
     """Whether the job was launched on this host (a job store may be shared, e.g. on NFS)."""
     return rec.get("host", socket.gethostname()) == socket.gethostname()
-
-
-def _supervisor_alive(sup: dict[str, Any]) -> bool:
-    """Whether the recorded supervisor still runs (same boot, same pid and start time)."""
-    return sup.get("boot") == procfs.boot_id() and procfs.is_alive(sup["pid"], sup["start"])
 
 
 def _check_entrypoint(index: int, role: Role, param: ReplicaParam) -> None:
