@@ -39,12 +39,14 @@ def test_one_job_per_device_and_one_that_waits(sched: LocalScheduler, devices: l
     app = AppDef("one", roles=[Role("g", entrypoint="sh", args=["-c", script], resource=Resource(1, 1, 64))])
     cfg = {"auto_set_cuda_visible_devices": True}
     app_ids = [sched.schedule(sched.submit_dryrun(app, cfg)) for _ in range(len(devices) + 1)]  # type: ignore[arg-type]
+    want = [AppState.RUNNING] * len(devices) + [AppState.PENDING]
     deadline = time.monotonic() + 30
-    while sum(sched.describe(a).state == AppState.RUNNING for a in app_ids) < len(devices):  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, [sched.describe(a) for a in app_ids]
+    while True:
+        descs = [sched.describe(a) for a in app_ids]
+        if [d.state for d in descs] == want and descs[-1].msg.startswith("waiting for 1 GPUs, 0 free, held by"):  # type: ignore[union-attr]
+            break
+        assert time.monotonic() < deadline, descs
         time.sleep(0.05)
-    last = sched.describe(app_ids[-1])
-    assert last is not None and last.state == AppState.PENDING and last.msg.startswith("waiting for 1 GPUs, 0 free")
     shown = [sched.describe(a).roles_statuses[0].replicas[0].msg for a in app_ids[:-1]]  # type: ignore[union-attr]
     assert sorted(shown) == sorted(f"GPUs {d}" for d in devices), shown
     for app_id in app_ids:

@@ -118,9 +118,14 @@ def test_three_jobs_from_three_processes_share_eight_gpus(sched: LocalScheduler,
         for k, msg in enumerate(shown):
             line = f"cvd={msg.removeprefix('GPUs ')}"
             wait_for(lambda a=app_id, k=k, line=line: line in log_lines(sched, a, k), what=line)
-    desc = sched.describe(waiting)
-    assert desc is not None and desc.msg.startswith("waiting for 4 GPUs, 0 free, held by "), desc.msg
-    assert first in desc.msg and second in desc.msg
+    msg = wait_for(
+        lambda: (
+            sched.describe(waiting).msg.startswith("waiting for 4 GPUs, 0 free, held by ")  # type: ignore[union-attr]
+            and sched.describe(waiting).msg
+        ),  # type: ignore[union-attr]
+        what="the waiting message",
+    )
+    assert first in msg and second in msg, msg
 
     open_gate(tmp_path, first)
     assert wait_done(sched, first).state == AppState.SUCCEEDED
