@@ -34,6 +34,8 @@ class FakeBatch:
         self.meta = _meta("batch")
         self.jobs: dict[str, dict[str, Any]] = {}
         self.queues = ["q1"]
+        #: ``computeResources.type`` (or ``UNMANAGED``) of each queue's compute environments.
+        self.queue_kinds: dict[str, list[str]] = {"q1": ["EC2"]}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.page_size = page_size
         self.fail_next: list[Exception] = []
@@ -60,7 +62,33 @@ class FakeBatch:
     def describe_job_queues(self, **kwargs: Any) -> dict[str, Any]:
         self._record("describe_job_queues", kwargs)
         names = kwargs.get("jobQueues") or self.queues
-        return {"jobQueues": [{"jobQueueName": q} for q in names if q in self.queues]}
+        return {
+            "jobQueues": [
+                {
+                    "jobQueueName": q,
+                    "computeEnvironmentOrder": [
+                        {"order": i, "computeEnvironment": f"arn:aws:batch:us-west-2:1:compute-environment/{q}-{kind}"}
+                        for i, kind in enumerate(self.queue_kinds.get(q, []))
+                    ],
+                }
+                for q in names
+                if q in self.queues
+            ]
+        }
+
+    def describe_compute_environments(self, computeEnvironments: list[str]) -> dict[str, Any]:
+        self._record("describe_compute_environments", {"computeEnvironments": computeEnvironments})
+        envs = []
+        for arn in computeEnvironments:
+            kind = arn.rsplit("-", 1)[-1] if "FARGATE_SPOT" not in arn else "FARGATE_SPOT"
+            env: dict[str, Any] = {
+                "computeEnvironmentArn": arn,
+                "type": "UNMANAGED" if kind == "UNMANAGED" else "MANAGED",
+            }
+            if kind != "UNMANAGED":
+                env["computeResources"] = {"type": kind}
+            envs.append(env)
+        return {"computeEnvironments": envs}
 
     def list_jobs(self, **kwargs: Any) -> dict[str, Any]:
         self._record("list_jobs", kwargs)

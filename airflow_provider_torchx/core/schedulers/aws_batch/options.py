@@ -65,10 +65,13 @@ def _choice(cfg: Mapping[str, Any], key: str, allowed: tuple[str, ...], default:
 
 
 def nearest_fargate_sizes(cpu: int, mem: int, count: int = 3) -> list[tuple[int, int]]:
-    """The ``count`` valid Fargate ``(vCPU, MiB)`` pairs nearest to ``(cpu, mem)``: same vCPUs
-    first, then by memory distance (at least what was asked for, where possible)."""
-    pairs = [(c, m) for c, sizes in FARGATE_MEMORY.items() for m in sizes]
-    return sorted(pairs, key=lambda p: (abs(p[0] - cpu), p[1] < mem, abs(p[1] - mem)))[:count]
+    """Valid Fargate ``(vCPU, MiB)`` pairs near ``(cpu, mem)``: for the ``count`` vCPU counts
+    nearest to ``cpu``, the memory size nearest to ``mem`` (at least ``mem`` where possible)."""
+    best = [
+        (c, min(sizes, key=lambda m: (m < mem, abs(m - mem))))
+        for c, sizes in sorted(FARGATE_MEMORY.items(), key=lambda item: abs(item[0] - cpu))
+    ]
+    return best[:count]
 
 
 def _check_fargate(app: AppDef, cfg: Mapping[str, Any], shm_size: int | None) -> None:
