@@ -548,7 +548,7 @@ def test_priority_with_share_id_and_share_id_alone() -> None:
 
 # What TorchX 0.7.0's aws_batch scheduler renders for a trainer role of 2 replicas and a ps role
 # of 1 (its dry run, recorded): the fields a job written for TorchX depends on.
-TORCHX_070_RANGES = [
+TORCHX_070_RANGES: list[dict[str, Any]] = [
     {
         "targetNodes": "0:1",
         "env": {"TORCHX_ROLE_IDX": "0", "TORCHX_ROLE_NAME": "trainer"},
