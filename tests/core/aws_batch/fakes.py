@@ -38,6 +38,8 @@ class FakeBatch:
         self.queue_kinds: dict[str, list[str]] = {"q1": ["EC2"]}
         #: ``container`` (ContainerSummary) of ListJobs summaries, by job id.
         self.summary_containers: dict[str, dict[str, Any]] = {}
+        #: Queues with a fair-share scheduling policy.
+        self.fair_share: set[str] = set()
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.page_size = page_size
         self.fail_next: list[Exception] = []
@@ -72,6 +74,11 @@ class FakeBatch:
                         {"order": i, "computeEnvironment": f"arn:aws:batch:us-west-2:1:compute-environment/{q}-{kind}"}
                         for i, kind in enumerate(self.queue_kinds.get(q, []))
                     ],
+                    **(
+                        {"schedulingPolicyArn": f"arn:aws:batch:us-west-2:1:scheduling-policy/{q}"}
+                        if q in self.fair_share
+                        else {}
+                    ),
                 }
                 for q in names
                 if q in self.queues

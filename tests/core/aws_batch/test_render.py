@@ -592,6 +592,9 @@ def test_multinode_rendering_keeps_what_torchx_070_renders() -> None:
         ({"EC2", "SPOT"}, {}, AppDef("a", roles=[trainer()]), None),
         ({"SPOT"}, {}, AppDef("a", roles=[one()]), None),
         ({"UNMANAGED"}, {}, AppDef("a", roles=[trainer()]), None),
+        ({"EC2"}, {"share_id": "teamA"}, AppDef("a", roles=[one()]), "share_id='teamA' applies only to a queue with"),
+        ({"EC2", "fair-share"}, {}, AppDef("a", roles=[one()]), "share_id is not set, but queue='q1' has a fair-share"),
+        ({"EC2", "fair-share"}, {"share_id": "teamA", "priority": 9}, AppDef("a", roles=[one()]), None),
     ],
 )
 def test_queue_that_cannot_run_the_job_is_refused_before_registering(
@@ -600,7 +603,9 @@ def test_queue_that_cannot_run_the_job_is_refused_before_registering(
     from tests.core.aws_batch.fakes import FakeBatch
 
     batch = FakeBatch()
-    batch.queue_kinds["q1"] = sorted(kinds)
+    if "fair-share" in kinds:
+        batch.fair_share.add("q1")
+    batch.queue_kinds["q1"] = sorted(kinds - {"fair-share"})
     s = create_scheduler("sess", client=batch, log_client=NoCalls(), docker_client=NoCalls())
     if match is None:
         s.submit(app, {"queue": "q1", **cfg})

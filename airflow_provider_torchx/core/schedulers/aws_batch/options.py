@@ -195,11 +195,31 @@ def compute_kind(env: Mapping[str, Any]) -> str:
 _FARGATE_KINDS = frozenset({"FARGATE", "FARGATE_SPOT"})
 
 
-def check_queue(queue: str, kinds: frozenset[str], job_type: str, platform: str) -> None:
-    """Reject a job its queue cannot run, by the ``kinds`` of its compute environments: a
-    Fargate job on an EC2 queue and the reverse (AWS refuses the submit), and a multi-node
-    job on a queue of Spot or Fargate environments only (AWS Batch runs none there).
-    UNMANAGED environments are the owner's instances: nothing is assumed about them."""
+@dataclass(frozen=True)
+class QueueInfo:
+    """What a job queue runs: the ``kinds`` of its compute environments (``compute_kind``)
+    and whether it has a (fair-share) scheduling policy."""
+
+    kinds: frozenset[str]
+    fair_share: bool = False
+
+
+def check_queue(queue: str, info: QueueInfo, job_type: str, platform: str, share_id: str | None) -> None:
+    """Reject a job its queue cannot run: a Fargate job on an EC2 queue and the reverse, a
+    share identifier on a FIFO queue and none on a fair-share queue (AWS refuses these
+    submits), and a multi-node job on a queue of Spot or Fargate environments only (AWS Batch
+    runs none there). UNMANAGED environments are the owner's instances: nothing is assumed."""
+    if info.fair_share and not share_id:
+        raise InvalidRunConfigError(
+            f"cfg: share_id is not set, but queue={queue!r} has a fair-share scheduling policy, whose jobs must "
+            "name their share; set share_id=<share> (and optionally priority)"
+        )
+    if share_id and not info.fair_share:
+        raise InvalidRunConfigError(
+            f"cfg: share_id={share_id!r} applies only to a queue with a fair-share scheduling policy, and "
+            f"queue={queue!r} has none (it runs jobs first in, first out); drop share_id and priority"
+        )
+    kinds = info.kinds
     if not kinds:
         return
     listed = ", ".join(sorted(kinds))

@@ -89,7 +89,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         self._docker_client = docker_client
         self._session = session
         self._lock = threading.Lock()
-        self._queue_kinds: dict[str, frozenset[str]] = {}
+        self._queues: dict[str, options.QueueInfo] = {}
         self._summaries: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ clients
@@ -238,7 +238,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         """A clear error for a queue that does not exist or cannot run ``job`` (read-only
         calls, before any write): see ``options.check_queue``."""
         queue = job.queue
-        if queue not in self._queue_kinds:
+        if queue not in self._queues:
             found = call_with_retry(self.client.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
             if not found:
                 names = sorted(q["jobQueueName"] for q in self._all_queues())
@@ -254,9 +254,16 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                 if arns
                 else []
             )
-            self._queue_kinds[queue] = frozenset(options.compute_kind(env) for env in envs)
+            self._queues[queue] = options.QueueInfo(
+                kinds=frozenset(options.compute_kind(env) for env in envs),
+                fair_share=bool(found[0].get("schedulingPolicyArn")),
+            )
         options.check_queue(
-            queue, self._queue_kinds[queue], str(job.job_def["type"]), str(job.job_def["platformCapabilities"][0])
+            queue,
+            self._queues[queue],
+            str(job.job_def["type"]),
+            str(job.job_def["platformCapabilities"][0]),
+            job.share_id,
         )
 
     def schedule(self, dryrun_info: AppDryRunInfo[render.BatchJob]) -> str:
