@@ -43,6 +43,8 @@ from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, 
 log = logging.getLogger(__name__)
 
 BACKEND = "aws_batch"
+#: Failed jobs' ListJobs summaries kept per scheduler (see ``_summary_container``).
+_MAX_SUMMARIES = 1000
 
 
 def _version() -> str:
@@ -331,7 +333,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         num_nodes = int((job.get("nodeProperties") or {}).get("numNodes", 0))
         if job.get("status") in ("SUCCEEDED", "FAILED") and render.is_multinode(job):
             nodes = self._nodes(job, range(num_nodes))
-        elif job.get("status") == "FAILED" and status.exit_code(job) is None:
+        elif status.app_state(job) == AppState.FAILED and status.exit_code(job) is None:
             job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
         return status.describe_response(app_id, job, nodes, self._region())
 
@@ -344,6 +346,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             found = [
                 s for s in self._list_jobs(queue, [{"name": "JOB_NAME", "values": [name]}]) if s["jobId"] == job_id
             ]
+            if len(self._summaries) >= _MAX_SUMMARIES:  # a long-lived triggerer keeps memory flat
+                self._summaries.pop(next(iter(self._summaries)))
             self._summaries[job_id] = dict(found[0].get("container") or {}) if found else {}
         return self._summaries[job_id]
 
