@@ -1,11 +1,12 @@
 """The AWS Batch scheduler end to end: a real moto server over HTTP on loopback, running every
 node as a real container on a real Docker engine, output read back from CloudWatch Logs.
 
-Asserts only what moto models (API.md): submit, state progression, terminate with a reason,
+Asserts only what moto models: submit, state progression, terminate with a reason,
 tags, ``nodeProperties``, output in CloudWatch after the container exits, one log stream for
-all nodes; single-node (``container``) jobs, whose exit code moto gives in ListJobs only.
-Exit codes of multi-node jobs, child jobs, ListJobs pages, CancelJob before start, attempts,
-Spot reclaims and Fargate are covered on AWS-shaped responses in ``test_status.py``.
+all nodes; single-node (``container``) jobs, whose exit code moto gives in ListJobs only, also
+on Fargate and Spot queues (moto runs them as plain containers: no placement, sizes or
+reclaims). Exit codes of multi-node jobs, child jobs, ListJobs pages, CancelJob before start,
+attempts and Spot reclaims are covered on AWS-shaped responses in ``test_status.py``.
 """
 
 from __future__ import annotations
@@ -199,6 +200,71 @@ def test_single_node_cancel_ends_cancelled_and_leaves_no_container(
     assert desc.state == AppState.CANCELLED and desc.cancel_requested
     job_id = sched.poller.job_id(app_id)
     assert job_id and _containers_left(docker_engine, job_id) == []
+
+
+@pytest.fixture(scope="module")
+def managed_queues(aws_env: str) -> dict[str, str]:
+    """Queues on moto's MANAGED compute environments, by kind (``FARGATE``, ``SPOT``), and the
+    execution role: moto runs their jobs as containers too (it models no placement)."""
+    ec2, iam, batch = (boto3.client(name) for name in ("ec2", "iam", "batch"))
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="torchx-test", Description="tests", VpcId=vpc)["GroupId"]
+    role = iam.create_role(RoleName="torchx-test-managed", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    profile = iam.create_instance_profile(InstanceProfileName="torchx-test")["InstanceProfile"]["Arn"]
+    queues = {"execution_role": role}
+    for kind in ("FARGATE", "SPOT"):
+        resources: dict[str, Any] = {"type": kind, "maxvCpus": 16, "subnets": [subnet], "securityGroupIds": [group]}
+        if kind == "SPOT":
+            resources.update(minvCpus=0, desiredvCpus=0, instanceTypes=["optimal"], instanceRole=profile)
+        env = batch.create_compute_environment(
+            computeEnvironmentName=f"torchx-test-{kind.lower()}",
+            type="MANAGED",
+            state="ENABLED",
+            serviceRole=role,
+            computeResources=resources,
+        )["computeEnvironmentArn"]
+        name = f"torchx-test-{kind.lower()}"
+        batch.create_job_queue(
+            jobQueueName=name,
+            state="ENABLED",
+            priority=1,
+            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env}],
+        )
+        queues[kind] = name
+    return queues
+
+
+def test_single_node_jobs_run_on_fargate_and_spot_queues_and_multinode_is_refused_there(
+    sched: AWSBatchScheduler, managed_queues: dict[str, str]
+) -> None:
+    app = AppDef("managed", roles=[role("main", "echo on $TORCHX_ROLE_NAME")])
+    app.roles[0].resource = Resource(cpu=1, gpu=0, memMB=2048)  # a Fargate size
+    fargate = {"platform": "FARGATE", "execution_role_arn": managed_queues["execution_role"]}
+    runs = [
+        sched.submit(app, {"queue": managed_queues["FARGATE"], **fargate}),
+        sched.submit(app, {"queue": managed_queues["SPOT"], "retry_on": "infra"}),
+    ]
+    for app_id in runs:
+        desc, _ = wait_terminal(sched, app_id)
+        assert desc.state == AppState.SUCCEEDED, desc
+        assert list(sched.log_iter(app_id, "main", 0)) == ["on main\n"]
+    batch = boto3.client("batch")
+    arn = batch.describe_jobs(jobs=[sched.poller.job_id(runs[0])])["jobs"][0]["jobDefinition"]
+    (registered,) = batch.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"]
+    assert (registered["type"], registered["platformCapabilities"]) == ("container", ["FARGATE"])
+    assert registered["containerProperties"]["networkConfiguration"] == {"assignPublicIp": "DISABLED"}
+    defs_before = len(batch.describe_job_definitions()["jobDefinitions"])
+    two = AppDef("managed2", roles=[role("main", "true", replicas=2)])
+    with pytest.raises(InvalidRunConfigError, match="runs on SPOT compute environments only"):
+        sched.submit(two, {"queue": managed_queues["SPOT"]})
+    with pytest.raises(
+        InvalidRunConfigError, match=r"queue='torchx-test-fargate' runs on FARGATE.*set platform=FARGATE"
+    ):
+        sched.submit(app, {"queue": managed_queues["FARGATE"]})
+    with pytest.raises(InvalidRunConfigError, match="platform=FARGATE, but queue='torchx-test-spot' runs on SPOT"):
+        sched.submit(app, {"queue": managed_queues["SPOT"], **fargate})
+    assert len(batch.describe_job_definitions()["jobDefinitions"]) == defs_before
 
 
 def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_queue: str) -> None:

@@ -1,6 +1,6 @@
 """Status, describe, list, cancel and logs on responses shaped like real AWS (``fakes``).
 
-These are the paths moto does not model (API.md): exit codes of multi-node jobs, child jobs
+These are the paths moto does not model: exit codes of multi-node jobs, child jobs
 ``jobId#N`` and their per-node log streams, several attempts, ListJobs pagination and
 CancelJob of a job that has not started. The same code runs against moto in
 ``test_integration.py`` for what moto does model.
