@@ -2,7 +2,8 @@
 
 These are the paths moto does not model: exit codes of multi-node jobs, child jobs
 ``jobId#N`` and their per-node log streams, several attempts, ListJobs pagination and
-CancelJob of a job that has not started. The same code runs against moto in
+CancelJob of a job that has not started; single-node jobs through Spot reclaims and attempts,
+and as AWS describes Fargate jobs. The same code runs against moto in
 ``test_integration.py`` for what moto does model.
 """
 
