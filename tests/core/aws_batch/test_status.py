@@ -399,6 +399,11 @@ def test_every_attempt_reclaimed_and_success_after_a_reclaim() -> None:
     got = describe_response("q1:app-1", ok, {}, "r")
     assert got.state == AppState.SUCCEEDED and got.num_restarts == 1
     assert got.msg.startswith("attempt 2 of 2 succeeded: no reason given (exit code 0); attempt 1 of 2 ended: Host")
+    cancel = f"{CANCEL_REASON} through aws_batch"
+    stopped = container_job(status="FAILED", statusReason=cancel, attempts_allowed=2, attempts=[attempt(cancel)])
+    got = describe_response("q1:app-1", stopped, {}, "r")
+    assert got.state == AppState.CANCELLED
+    assert got.msg == f"{cancel}; attempt 1 of 2 was cancelled: {cancel}"
 
 
 def test_fargate_job_as_aws_describes_it() -> None:

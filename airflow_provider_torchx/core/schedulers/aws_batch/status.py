@@ -78,9 +78,10 @@ def attempts_summary(job: Mapping[str, Any]) -> str:
     status = str(job.get("status"))
     if status in ("SUCCEEDED", "FAILED") and ended:
         last, earlier = ended[-1], ended[:-1]
-        verb = "succeeded" if status == "SUCCEEDED" else "failed"
+        cancelled = cancel_requested(job)
+        verb = "succeeded" if status == "SUCCEEDED" else "was cancelled" if cancelled else "failed"
         head = _attempt_line(len(ended), allowed, last, verb)
-        if status == "FAILED" and len(ended) < allowed and not cancel_requested(job):
+        if status == "FAILED" and len(ended) < allowed and not cancelled:
             head += "; not retried (the job's retry strategy exits on this reason)"
     else:
         earlier = ended
