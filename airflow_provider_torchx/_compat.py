@@ -4,6 +4,9 @@ Airflow layer does not repeat version guards.
 - ``AirflowSensorTimeout``: the Task SDK's (``airflow.sdk.exceptions``) where it exists, else
   core's (3.1). Sensors must raise the class their Airflow's task runner checks for.
 - ``conf``: the Task SDK's configuration parser where it exists, else core's (3.1).
+- ``Stats``: Airflow's metrics client as the deployment configured it (StatsD, OpenTelemetry or
+  none): the Task SDK's (``airflow.sdk.observability.stats``, 3.3) where it exists, else core's
+  ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim).
 - ``connection_form_widgets`` / ``ui_field_behaviour``: the ``torchx`` connection form for
   Airflow 3.1, which reads it only from the hook's (later deprecated) methods. They are derived
   from ``conn-fields`` and ``ui-field-behaviour`` in the provider info, which Airflow >= 3.2
@@ -24,8 +27,12 @@ try:
     from airflow.sdk.exceptions import AirflowSensorTimeout
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import AirflowSensorTimeout  # type: ignore[no-redef]
+try:
+    from airflow.sdk.observability.stats import Stats
+except ImportError:  # Airflow 3.1
+    from airflow.stats import Stats
 
-__all__ = ["AirflowSensorTimeout", "conf", "connection_form_widgets", "ui_field_behaviour"]
+__all__ = ["AirflowSensorTimeout", "Stats", "conf", "connection_form_widgets", "ui_field_behaviour"]
 
 
 def _connection_type(conn_type: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     shared_log_limiter,
     shared_poller,
 )
+from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
 
 log = logging.getLogger(__name__)
@@ -279,7 +280,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         num_nodes = int((job.get("nodeProperties") or {}).get("numNodes", 0))
         if job.get("status") in ("SUCCEEDED", "FAILED") and num_nodes:
             nodes = self._nodes(job, range(num_nodes))
-        return status.describe_response(app_id, job, nodes, self._region())
+        resp = status.describe_response(app_id, job, nodes, self._region())
+        if resp.state.is_terminal():
+            resp.usage = batch_usage(job, nodes, resp.roles)
+        return resp
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[render.BatchJob] | None:
         """The job as Batch holds it, as a ``BatchJob``."""
