@@ -147,3 +147,39 @@ def test_metrics_and_openlineage_events(
     fail_events = {ev["eventType"]: ev for ev in by_task[f"{DAG_ID}.fail"]}
     failed = fail_events["FAIL"]["run"]["facets"]["torchx_run"]
     assert failed["state"] == "FAILED" and failed["usage"]["attempts"][0]["exit_code"] == 3
+
+
+_WITHOUT_OPENLINEAGE = """
+import importlib.abc, json, sys
+
+# Airflow's provider discovery still reads the installed provider's info: allow only that.
+INFO = ("airflow.providers.openlineage", "airflow.providers.openlineage.get_provider_info")
+
+class BlockOpenLineage(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in INFO and name.startswith(("openlineage", "airflow.providers.openlineage")):
+            raise ImportError(f"not installed in this test: {name}")
+        return None
+
+sys.meta_path.insert(0, BlockOpenLineage())
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from tests.airflow.helpers import FakeTI
+
+ti = FakeTI()
+op = TorchXRunOperator(task_id="t", component="utils.echo", scheduler="local_cwd", poll_interval=0.2, deferrable=False)
+handle = op.execute({"ti": ti})
+loaded = [m for m in sys.modules if "openlineage" in m and m not in INFO]
+print(json.dumps([handle, ti.xcoms["usage"]["attempts_count"], loaded]))
+"""
+
+
+def test_works_without_the_openlineage_provider(airflow_env: AirflowEnv) -> None:
+    """With the OpenLineage provider and client unimportable, a task runs and reports its usage
+    as before, and nothing tries to import them."""
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_OPENLINEAGE], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    handle, attempts, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert handle.startswith("local_cwd://") and attempts == 1
+    assert loaded == []

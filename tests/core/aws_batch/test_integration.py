@@ -87,6 +87,20 @@ def test_two_roles_run_to_success_with_every_nodes_output(batch_queue: str) -> N
         assert AppState.RUNNING in seen
         assert status.state == AppState.SUCCEEDED, status
         assert [len(r.replicas) for r in status.roles] == [2, 1]
+        # usage from moto's createdAt/startedAt/stoppedAt and attempts: each node ran while
+        # the job ran (moto has no child jobs), at least the 1 s every node sleeps
+        usage = status.usage
+        assert usage is not None and usage.queue_wait_s is not None and usage.run_time_s is not None
+        assert usage.queue_wait_s >= 0 and usage.run_time_s >= 1.0
+        assert [(a.role, a.replica, a.number) for a in usage.attempts] == [
+            ("trainer", 0, 1),
+            ("trainer", 1, 1),
+            ("ps", 0, 1),
+        ]
+        trainer, ps = usage.roles
+        assert trainer.node_seconds == pytest.approx(2 * ps.node_seconds) and ps.node_seconds >= 1.0
+        assert trainer.vcpu_hours == pytest.approx(trainer.node_seconds / 3600)
+        assert ps.memory_gb_hours == pytest.approx(64 / 1024 * ps.node_seconds / 3600)
         # moto: every node writes into one stream, so each role's log holds all nodes' output
         lines = list(runner.log_lines(handle, "trainer", 1))
         assert lines.count(f"trainer says {handle}\n") == 2
