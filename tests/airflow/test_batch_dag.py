@@ -24,3 +24,7 @@ def test_batch_dag_reads_its_queue_from_the_connection(
     assert "[sh/0] hello from AWS Batch node" in out  # moto: every node writes to one log stream
     job_link = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch", key="_link_TorchXJobLink")
     assert job_link.startswith("https://us-east-1.console.aws.amazon.com/batch/"), job_link
+    # the usage summary, from moto's timestamps and attempts, logged and pushed in both modes
+    usage = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch", key="usage")
+    assert usage["attempts_count"] >= 1 and usage["run_time_s"] >= 0 and usage["node_seconds"] > 0
+    assert "Usage:" in out and "Queue wait:" in out
