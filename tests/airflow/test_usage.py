@@ -50,12 +50,12 @@ def check_train_usage(usage: dict[str, Any]) -> None:
     """Two replicas of ``sleep 1`` asking 2 vCPUs, 1 GPU and 2 GiB each."""
     assert usage["attempts_count"] == 2
     assert [a["exit_code"] for a in usage["attempts"]] == [0, 0]
-    assert 2.0 <= usage["node_seconds"] < 3.0
+    assert 2.0 <= usage["node_seconds"] < 6.0  # upper bounds: room for a loaded machine
     assert usage["vcpu_hours"] == pytest.approx(2 * usage["node_seconds"] / 3600)
     assert usage["gpu_hours"] == pytest.approx(usage["node_seconds"] / 3600)
     assert usage["memory_gb_hours"] == pytest.approx(2 * usage["node_seconds"] / 3600)
-    assert 1.0 <= usage["run_time_s"] < 2.0
-    assert 0.0 <= usage["queue_wait_s"] < 2.0
+    assert 1.0 <= usage["run_time_s"] < 4.0
+    assert 0.0 <= usage["queue_wait_s"] < 4.0
 
 
 def test_usage_in_log_and_xcom_and_no_metrics_when_off(
@@ -115,7 +115,10 @@ def test_metrics_and_openlineage_events(
     train_tags = "scheduler=local_cwd,app_name=sleepers,dag_id=torchx_test_usage,task_id=train"
     by_name = {line.split(":")[0]: line for line in ours}
     duration = by_name[f"airflow.torchx.job.duration,{train_tags}"]
-    assert duration.endswith("|ms") and 1000 <= float(duration.split(":")[1].split("|")[0]) < 2000
+    assert duration.endswith("|ms")
+    assert float(duration.split(":")[1].split("|")[0]) == pytest.approx(
+        result["train"]["usage"]["run_time_s"] * 1000, rel=1e-4
+    )
     assert f"airflow.torchx.job.queue_wait,{train_tags}" in by_name
     gpu = by_name[f"airflow.torchx.job.gpu_hours,{train_tags}"]
     assert float(gpu.split(":")[1].split("|")[0]) == pytest.approx(result["train"]["usage"]["gpu_hours"], rel=1e-3)

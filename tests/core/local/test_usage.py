@@ -32,21 +32,21 @@ def test_two_replicas_of_sleep_1(sched: LocalScheduler) -> None:
     after = time.time()
     usage = desc.usage
     assert usage is not None
-    assert [(a.role, a.replica, a.number, a.exit_code) for a in usage.attempts] == [
+    # the replicas start in either order; each ran once and exited 0
+    assert sorted((a.role, a.replica, a.number, a.exit_code) for a in usage.attempts) == [
         ("sleeper", 0, 1, 0),
         ("sleeper", 1, 1, 0),
-    ] or [(a.role, a.replica, a.number, a.exit_code) for a in usage.attempts] == [
-        ("sleeper", 1, 1, 0),
-        ("sleeper", 0, 1, 0),
     ]
+    # at least the second each sleeps; the upper bounds only leave room for a loaded machine
     for a in usage.attempts:
-        assert 1.0 <= a.seconds < 1.5, a
+        assert 1.0 <= a.seconds < 3.0, a
     assert usage.submitted is not None and before <= usage.submitted <= after
-    assert usage.queue_wait_s is not None and 0 <= usage.queue_wait_s < 2.0
-    assert usage.run_time_s is not None and 1.0 <= usage.run_time_s < 2.0
+    assert usage.queue_wait_s is not None and 0 <= usage.queue_wait_s <= after - before - 1.0
+    assert usage.run_time_s is not None and 1.0 <= usage.run_time_s <= after - before
     (role,) = usage.roles
     assert role.replicas == 2
-    assert 2.0 <= role.node_seconds < 3.0
+    assert role.node_seconds == pytest.approx(sum(a.seconds for a in usage.attempts))
+    assert 2.0 <= role.node_seconds < 6.0
     # requested resources times the seconds each replica really ran
     assert role.vcpu_hours == pytest.approx(2 * role.node_seconds / 3600)
     assert role.gpu_hours == pytest.approx(1 * role.node_seconds / 3600)

@@ -178,6 +178,7 @@ class Supervisor:
         env[store.JOB_ENV] = self.dir
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        started = time.time()  # before the fork: the child may run before the parent resumes
         pid = os.fork()
         if pid == 0:
             self.exec_child(r.param, env, out_w, err_w)
@@ -185,7 +186,7 @@ class Supervisor:
         os.close(err_w)
         r.pid, r.exit_code, r.stopping, r.state = pid, None, False, "RUNNING"
         r.start = procfs.start_time(pid)
-        r.attempts.append({"started": time.time(), "ended": None, "exit_code": None})
+        r.attempts.append({"started": started, "ended": None, "exit_code": None})
         r.pidfd = os.pidfd_open(pid)
         self.watch(r.pidfd, lambda: self.reap(r))
         for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
