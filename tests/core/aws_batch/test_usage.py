@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler
 from airflow_provider_torchx.core.schedulers.aws_batch.status import describe_response
 from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
-from airflow_provider_torchx.core.specs import AppState, Resource, Role
+from airflow_provider_torchx.core.specs import AppState
 from tests.core.aws_batch.fakes import FakeBatch, FakeLogs, child_job, mnp_job
 
 T0 = 1700000000000  # createdAt of the fakes' jobs
@@ -87,6 +87,7 @@ def test_single_node_container_job() -> None:
         "container": {
             "image": "img",
             "command": ["python", "train.py"],
+            "environment": [{"name": "TORCHX_ROLE_NAME", "value": "train"}],
             "resourceRequirements": [
                 {"type": "VCPU", "value": "8"},
                 {"type": "MEMORY", "value": "61440"},
@@ -96,7 +97,8 @@ def test_single_node_container_job() -> None:
         },
         "attempts": [attempt(120, 3720, 0)],
     }
-    roles = [Role("train", resource=Resource(cpu=8, gpu=1, memMB=61440))]
+    roles = describe_response("q1:train-1", job, {}, "us-west-2").roles
+    assert [(r.name, r.resource.cpu, r.resource.gpu, r.resource.memMB) for r in roles] == [("train", 8, 1, 61440)]
     usage = batch_usage(job, {}, roles)
     assert usage.queue_wait_s == 120.0 and usage.run_time_s == 3600.0
     (role,) = usage.roles
@@ -118,3 +120,15 @@ def test_describe_carries_usage_once_the_job_ended() -> None:
     assert desc.usage is not None and desc.usage.node_seconds == 3 * 660
     running_desc = sched.describe("q1:app-2")
     assert running_desc is not None and running_desc.usage is None
+
+
+def test_last_attempt_without_an_exit_code_takes_the_jobs() -> None:
+    """moto's attempts carry no exit code; the job's ``container.exitCode`` is the last run's."""
+    job = mnp_job(status="FAILED", startedAt=T0 + 1_000, stoppedAt=T0 + 2_000, roles=(("main", 1),))
+    job["attempts"] = [
+        {"startedAt": T0 + 1_000, "stoppedAt": T0 + 1_500, "container": {"exitCode": 1}},
+        {"startedAt": T0 + 1_600, "stoppedAt": T0 + 2_000, "container": {}},
+    ]
+    job["container"] = {"exitCode": 3}
+    usage = batch_usage(job, {}, describe_response("q1:app-1", job, {}, "us-west-2").roles)
+    assert [(a.number, a.exit_code) for a in usage.attempts] == [(1, 1), (2, 3)]

@@ -34,7 +34,8 @@ def _exit_code(entry: Mapping[str, Any]) -> int | None:
 
 def replica_attempts(role: str, replica: int, entry: Mapping[str, Any]) -> list[Attempt]:
     """The runs of one replica from its job entry: its ``attempts`` that started, else (none
-    listed yet) the entry's own ``startedAt``/``stoppedAt`` as one run."""
+    listed yet) the entry's own ``startedAt``/``stoppedAt`` as one run. The last run's exit
+    code, where its attempt leaves it out (moto), is the entry's ``container.exitCode``."""
     runs = [a for a in entry.get("attempts") or [] if a.get("startedAt") is not None] or (
         [entry] if entry.get("startedAt") is not None else []
     )
@@ -45,7 +46,7 @@ def replica_attempts(role: str, replica: int, entry: Mapping[str, Any]) -> list[
             number=n,
             started=_seconds(run.get("startedAt")),
             ended=_seconds(run.get("stoppedAt")),
-            exit_code=_exit_code(run),
+            exit_code=_exit_code(run) if _exit_code(run) is not None or n < len(runs) else _exit_code(entry),
             reason=_reason(run),
         )
         for n, run in enumerate(runs, start=1)
@@ -55,12 +56,10 @@ def replica_attempts(role: str, replica: int, entry: Mapping[str, Any]) -> list[
 def batch_usage(job: Mapping[str, Any], nodes: Mapping[int, Mapping[str, Any]], roles: Sequence[Role]) -> Usage:
     """The usage of ``job`` (ended), its child jobs ``nodes`` by node index (may be empty) and
     its ``roles`` as ``describe`` rebuilt them (resources from the job's containers)."""
-    attempts: list[Attempt] = []
-    if job.get("nodeProperties"):
-        for name, first, last, _ in node_ranges(job):
-            for k, node in enumerate(range(first, last + 1)):
-                attempts += replica_attempts(name, k, nodes.get(node, job))
-    else:
-        name = roles[0].name if roles else str(job.get("jobName", ""))
-        attempts = replica_attempts(name, 0, job)
+    attempts = [
+        attempt
+        for name, first, last, _ in node_ranges(job)  # a single-node job: node 0, the job itself
+        for k, node in enumerate(range(first, last + 1))
+        for attempt in replica_attempts(name, k, nodes.get(node, job))
+    ]
     return compute_usage(_seconds(job.get("createdAt")), _seconds(job.get("stoppedAt")), roles, attempts)
