@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -33,8 +34,8 @@ def test_local_echo(run_dag: Any, deferrable: bool) -> None:
     ti = dag_run.get_task_instance("echo")
     handle = ti.xcom_pull(task_ids="echo")
     assert ti.xcom_pull(task_ids="echo", key="app_handle") == handle
-    log_dir = ti.xcom_pull(task_ids="echo", key="_link_TorchXLogDirLink")
-    assert log_dir.startswith("file://") and log_dir.endswith(handle.rsplit("/", 1)[1]), log_dir
+    assert ti.xcom_pull(task_ids="echo", key="_link_TorchXJobLink") == f"/torchx/job?handle={quote(handle, safe='')}"
+    assert ti.xcom_pull(task_ids="echo", key="_link_TorchXConsoleLink") == ""  # a local job has no console
 
 
 @pytest.mark.parametrize("deferrable", MODES)

@@ -1,0 +1,194 @@
+"""The TorchX UI plugin's API (``plugins/app.py``) in-process with FastAPI's TestClient, on real
+local jobs and Airflow's SimpleAuthManager: who may see and cancel what, errors that explain
+themselves (400 bad handle, 404 unknown job, never a traceback), log pages with cursors, and
+that Airflow loads the plugin from the entry point and mounts it under ``/torchx``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+
+pytestmark = pytest.mark.airflow
+
+LINES = 'for i in 1 2 3; do echo "line $i"; done; sleep {pause}'
+
+
+def _app(pause: int) -> AppDef:
+    return AppDef(
+        "ui", roles=[Role("worker", image="/", entrypoint="sh", args=["-c", LINES.format(pause=pause)], num_replicas=2)]
+    )
+
+
+def _identity(dag_id: str, run_id: str = "r1") -> dict[str, str]:
+    return {"airflow.dag_id": dag_id, "airflow.task_id": "train", "airflow.run_id": run_id, "airflow.map_index": "-1"}
+
+
+@pytest.fixture(scope="module")
+def auth(airflow_env: Any) -> Any:
+    """Airflow's auth manager (SimpleAuthManager), as the api-server initialises it."""
+    from airflow.api_fastapi.app import init_auth_manager
+
+    return init_auth_manager()
+
+
+def _headers(auth: Any, role: str | None) -> dict[str, str]:
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    token = auth.generate_jwt(SimpleAuthManagerUser(username=f"ann-{role}", role=role))
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def client(auth: Any) -> Iterator[Any]:
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_torchx.plugins.app import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def jobs(airflow_env: Any) -> Iterator[dict[str, str]]:
+    """A finished job of DAG ``ui_done`` and a running one of DAG ``ui_live`` (2 replicas each)."""
+    from airflow_provider_torchx.core.runner import get_runner
+
+    runner = get_runner()
+    done = runner.run(_app(0), "local_cwd", labels=_identity("ui_done"))
+    live = runner.run(_app(120), "local_cwd", labels=_identity("ui_live"))
+    runner.wait(done, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    yield {"done": done, "live": live}
+    for handle in (done, live):
+        runner.delete(handle)
+
+
+def test_nothing_without_a_login(client: Any) -> None:
+    resp = client.get("/api/jobs")
+    assert resp.status_code == 401 and "not authenticated" in resp.json()["detail"]
+    resp = client.get("/api/jobs", headers={"Authorization": "Bearer not-a-jwt"})
+    assert resp.status_code == 401 and "invalid or expired" in resp.json()["detail"]
+    page = client.get("/", follow_redirects=False)
+    assert page.status_code in (302, 307) and "login" in page.headers["location"]
+
+
+def test_list_filters_by_dag_and_state(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    viewer = _headers(auth, "viewer")
+    listed = client.get("/api/jobs", headers=viewer).json()
+    handles = {j["handle"] for j in listed["jobs"]}
+    assert {jobs["done"], jobs["live"]} <= handles, listed
+    only = client.get("/api/jobs", params={"dag_id": "ui_live"}, headers=viewer).json()["jobs"]
+    assert [j["handle"] for j in only] == [jobs["live"]]
+    assert only[0] | {"url": None} == only[0] | {
+        "dag_id": "ui_live",
+        "task_id": "train",
+        "run_id": "r1",
+        "scheduler": "local_cwd",
+        "url": None,
+    }
+    assert only[0]["url"].startswith("/torchx/job?handle=local_cwd%3A%2F%2F")
+    done = client.get("/api/jobs", params={"state": "succeeded", "task_id": "train"}, headers=viewer).json()["jobs"]
+    assert jobs["done"] in {j["handle"] for j in done} and jobs["live"] not in {j["handle"] for j in done}
+    assert client.get("/api/jobs", headers=_headers(auth, None)).json()["jobs"] == [], "a user without a role"
+
+
+def test_a_broken_connection_is_reported_beside_the_other_jobs(
+    client: Any, auth: Any, jobs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TORCHX_BROKEN", json.dumps({"conn_type": "torchx", "extra": {"scheduler": "nope"}})
+    )
+    listed = client.get("/api/jobs", headers=_headers(auth, "viewer")).json()
+    assert jobs["live"] in {j["handle"] for j in listed["jobs"]}
+    assert "unknown scheduler 'nope'" in listed["errors"]["torchx_broken"], listed["errors"]
+
+
+def test_job_shows_roles_and_replicas(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    job = client.get("/api/job", params={"handle": jobs["done"]}, headers=_headers(auth, "viewer")).json()
+    assert job["state"] == "SUCCEEDED" and job["dag_id"] == "ui_done" and job["can_cancel"] is False
+    (role,) = job["roles"]
+    assert role["name"] == "worker" and role["num_replicas"] == 2
+    assert [(r["id"], r["state"], r["exit_code"]) for r in role["replicas"]] == [
+        (0, "SUCCEEDED", 0),
+        (1, "SUCCEEDED", 0),
+    ]
+    assert job["console_url"] is None, "a local job's file:// directory is no link"
+    assert client.get("/api/job", params={"handle": jobs["done"]}, headers=_headers(auth, "user")).json()["can_cancel"]
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "message"),
+    [
+        ({"handle": "not a handle"}, 400, "app_handle: 'not a handle' is not of the form"),
+        ({"handle": "nosuch://torchx/x-1"}, 400, "unknown scheduler 'nosuch'"),
+        ({"handle": "local_cwd://torchx/no-such-job"}, 404, "no job 'local_cwd://torchx/no-such-job'"),
+        ({}, 422, "handle"),
+    ],
+)
+def test_bad_and_unknown_handles_get_a_clear_error(
+    client: Any, auth: Any, params: dict[str, str], status: int, message: str
+) -> None:
+    for method, path in (("GET", "/api/job"), ("GET", "/api/log"), ("POST", "/api/cancel")):
+        query = {**params, "role": "worker"} if path == "/api/log" else params
+        resp = client.request(method, path, params=query, headers=_headers(auth, "admin"))
+        assert resp.status_code == status, (path, resp.text)
+        assert message in json.dumps(resp.json()["detail"]), (path, resp.text)
+        assert "Traceback" not in resp.text
+
+
+def test_log_pages_follow_the_cursor(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    viewer, handle = _headers(auth, "viewer"), jobs["done"]
+    first = client.get("/api/log", params={"handle": handle, "role": "worker", "replica": 1}, headers=viewer).json()
+    assert first["lines"] == ["line 1", "line 2", "line 3"] and first["eof"], first
+    again = client.get(
+        "/api/log", params={"handle": handle, "role": "worker", "replica": 1, "cursor": first["cursor"]}, headers=viewer
+    ).json()
+    assert again["lines"] == [] and again["eof"]
+    for query, message in (
+        ({"role": "nope"}, "has no role 'nope'"),
+        ({"role": "worker", "replica": 7}, "has replicas 0..1; got 7"),
+        ({"role": "worker", "cursor": "garbage{"}, "cursor"),
+    ):
+        resp = client.get("/api/log", params={"handle": handle, **query}, headers=viewer)
+        assert resp.status_code == 400 and message in resp.json()["detail"], resp.text
+
+
+def test_only_users_with_edit_rights_cancel(client: Any, auth: Any, jobs: dict[str, str], local_jobs: Any) -> None:
+    runner: Runner = local_jobs[0]
+    handle = jobs["live"]
+    denied = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "viewer"))
+    assert denied.status_code == 403, denied.text
+    assert denied.json()["detail"] == (
+        "'ann-viewer' may not cancel this job: needs edit rights on the task instances of DAG 'ui_live'"
+    )
+    assert not runner.describe_app(handle).cancel_requested  # type: ignore[union-attr]
+
+    resp = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "user"))
+    assert resp.status_code == 202 and resp.json()["cancel_requested"], resp.text
+    status = runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.CANCELLED
+    again = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "user")).json()
+    assert again == {"handle": handle, "state": "CANCELLED", "cancel_requested": False}
+
+
+def test_airflow_mounts_the_plugin_under_torchx(airflow_env: Any, auth: Any) -> None:
+    """Loaded from the ``airflow.plugins`` entry point by the api-server's own app factory: the
+    page is served to a logged-in user, the API is behind the auth manager."""
+    from airflow import plugins_manager
+    from airflow.api_fastapi.app import create_app
+    from fastapi.testclient import TestClient
+
+    apps, _ = plugins_manager.get_fastapi_plugins()
+    assert [a["url_prefix"] for a in apps if a["name"] == "TorchX jobs"] == ["/torchx"]
+    views, _ = plugins_manager._get_ui_plugins()
+    assert {v["url_route"] for v in views} >= {"torchx", "torchx_task"}
+    with TestClient(create_app("core"), raise_server_exceptions=False) as c:
+        assert c.get("/torchx/api/jobs").status_code == 401
+        page = c.get("/torchx/", headers=_headers(auth, "viewer"))
+        assert page.status_code == 200 and "<title>TorchX jobs</title>" in page.text
