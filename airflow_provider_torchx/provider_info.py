@@ -17,10 +17,24 @@ _INTEGRATION = "TorchX"
 _SCHEDULERS_GROUP = "airflow_provider_torchx.schedulers"
 
 
-def _text_field(label: str, description: str, choices: list[str] | None = None) -> dict[str, Any]:
+#: Each field's placeholder: Airflow 3.1 shows ``ui-field-behaviour``'s placeholders; later
+#: versions show a text field's schema ``examples`` (as suggestions) instead.
+_PLACEHOLDERS = {
+    "scheduler": "local_cwd",
+    "cfg": "queue=torchx-queue,priority=0",
+    "session_name": "torchx",
+    "aws_conn_id": "aws_default",
+    "region_name": "us-east-1",
+}
+
+
+def _field(name: str, label: str, description: str, choices: list[str] | None = None) -> dict[str, Any]:
+    """A connection form field: free text with its placeholder as the example, or a choice."""
     schema: dict[str, Any] = {"type": ["string", "null"]}
     if choices:
         schema["enum"] = choices
+    else:
+        schema["examples"] = [_PLACEHOLDERS[name]]
     return {"label": label, "description": description, "schema": schema}
 
 
@@ -56,31 +70,32 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-name": "TorchX",
                 "connection-type": "torchx",
                 "conn-fields": {
-                    "scheduler": _text_field(
-                        "Scheduler", "Where jobs run: one of the installed schedulers.", installed_schedulers()
+                    "scheduler": _field(
+                        "scheduler",
+                        "Scheduler",
+                        "Where jobs run: one of the installed schedulers.",
+                        installed_schedulers(),
                     ),
-                    "cfg": _text_field(
+                    "cfg": _field(
+                        "cfg",
                         "Scheduler config",
                         "Run options as k=v pairs, e.g. queue=my-queue,image_repo=123.dkr.ecr.eu-west-1"
                         ".amazonaws.com/torchx (a JSON object in the extra also works).",
                     ),
-                    "session_name": _text_field("Session name", "Session part of app handles (default: torchx)."),
-                    "aws_conn_id": _text_field(
+                    "session_name": _field(
+                        "session_name", "Session name", "Session part of app handles (default: torchx)."
+                    ),
+                    "aws_conn_id": _field(
+                        "aws_conn_id",
                         "AWS connection id",
                         "Amazon provider connection for AWS Batch credentials; empty: boto3's default chain.",
                     ),
-                    "region_name": _text_field("AWS region", "Region for AWS Batch and CloudWatch Logs."),
+                    "region_name": _field("region_name", "AWS region", "Region for AWS Batch and CloudWatch Logs."),
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],
                     "relabeling": {},
-                    "placeholders": {
-                        "scheduler": "local_cwd",
-                        "cfg": "queue=torchx-queue,priority=0",
-                        "session_name": "torchx",
-                        "aws_conn_id": "aws_default",
-                        "region_name": "us-east-1",
-                    },
+                    "placeholders": dict(_PLACEHOLDERS),
                 },
             }
         ],

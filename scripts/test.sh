@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/browser-venv.sh
 bash scripts/services.sh start
 trap 'bash scripts/services.sh stop' EXIT
 # shellcheck disable=SC1091

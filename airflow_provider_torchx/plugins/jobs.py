@@ -54,6 +54,7 @@ class JobRow:
         identity = {key: self.labels.get(label) for key, label in IDENTITY_LABELS.items()}
         return {
             "handle": self.handle,
+            "app_id": parse_app_handle(self.handle).app_id,
             "scheduler": self.scheduler,
             "name": self.name,
             "state": self.state,

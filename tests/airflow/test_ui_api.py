@@ -92,6 +92,7 @@ def test_list_filters_by_dag_and_state(client: Any, auth: Any, jobs: dict[str, s
         "scheduler": "local_cwd",
         "url": None,
     }
+    assert only[0]["app_id"] == jobs["live"].rsplit("/", 1)[1]
     assert only[0]["url"].startswith("/torchx/job?handle=local_cwd%3A%2F%2F")
     done = client.get("/api/jobs", params={"state": "succeeded", "task_id": "train"}, headers=viewer).json()["jobs"]
     assert jobs["done"] in {j["handle"] for j in done} and jobs["live"] not in {j["handle"] for j in done}

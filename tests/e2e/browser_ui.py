@@ -85,7 +85,7 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
 
             # 2. the task page's extra link opens the job page
             task = context_for(browser, base, spec["admin_token"]).new_page()
-            task.goto(f"{base}/dags/{dag_id}/runs/{spec['run_id']}/tasks/{spec['task_id']}")
+            task.goto(f"{base}/dags/{dag_id}/runs/{spec['run_id']}/tasks/{spec['task_id']}/details")
             link = task.get_by_role("link", name="TorchX Job")
             link.wait_for()
             seen["task_link_href"] = link.get_attribute("href")
@@ -106,6 +106,12 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             admin.locator("#cancel").click()
             admin.locator("#job-title .state", has_text="CANCELLED").wait_for()
             seen["cancelled_shown"] = True
+        except Exception:
+            if shots:
+                for n, ctx in enumerate(browser.contexts):
+                    for k, page in enumerate(ctx.pages):
+                        page.screenshot(path=str(shots / f"failed-{n}-{k}.png"))
+            raise
         finally:
             browser.close()
 
