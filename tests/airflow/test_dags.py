@@ -34,7 +34,8 @@ def test_local_echo(run_dag: Any, deferrable: bool) -> None:
     ti = dag_run.get_task_instance("echo")
     handle = ti.xcom_pull(task_ids="echo")
     assert ti.xcom_pull(task_ids="echo", key="app_handle") == handle
-    assert ti.xcom_pull(task_ids="echo", key="_link_TorchXJobLink") == f"/torchx/job?handle={quote(handle, safe='')}"
+    job_page = f"/torchx/job?handle={quote(handle, safe='')}&conn_id=torchx_default"  # the operator's connection
+    assert ti.xcom_pull(task_ids="echo", key="_link_TorchXJobLink") == job_page
     assert ti.xcom_pull(task_ids="echo", key="_link_TorchXConsoleLink") == ""  # a local job has no console
 
 

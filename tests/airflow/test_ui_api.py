@@ -180,16 +180,16 @@ def test_only_users_with_edit_rights_cancel(client: Any, auth: Any, jobs: dict[s
 
 def test_airflow_mounts_the_plugin_under_torchx(airflow_env: Any, auth: Any) -> None:
     """Loaded from the ``airflow.plugins`` entry point by the api-server's own app factory: the
-    page is served to a logged-in user, the API is behind the auth manager."""
-    from airflow import plugins_manager
+    plugin is listed with its app and views, the page is served to a logged-in user, the API is
+    behind the auth manager."""
     from airflow.api_fastapi.app import create_app
     from fastapi.testclient import TestClient
 
-    apps, _ = plugins_manager.get_fastapi_plugins()
-    assert [a["url_prefix"] for a in apps if a["name"] == "TorchX jobs"] == ["/torchx"]
-    views, _ = plugins_manager._get_ui_plugins()
-    assert {v["url_route"] for v in views} >= {"torchx", "torchx_task"}
     with TestClient(create_app("core"), raise_server_exceptions=False) as c:
+        plugins = c.get("/api/v2/plugins", headers=_headers(auth, "admin")).json()["plugins"]
+        (ours,) = [p for p in plugins if p["name"] == "torchx"]
+        assert [a["url_prefix"] for a in ours["fastapi_apps"]] == ["/torchx"]
+        assert {v["url_route"] for v in ours["external_views"]} == {"torchx", "torchx_task"}
         assert c.get("/torchx/api/jobs").status_code == 401
         page = c.get("/torchx/", headers=_headers(auth, "viewer"))
         assert page.status_code == 200 and "<title>TorchX jobs</title>" in page.text
