@@ -74,6 +74,9 @@ def test_dryrun_submits_nothing(run_dag: Any) -> None:
     rendered = dag_run.get_task_instance("spmd_dryrun").xcom_pull(task_ids="spmd_dryrun")
     assert "torchrun" in str(rendered) and "torchrun" in out
     assert "Submitted" not in out
+    ti = dag_run.get_task_instance("spmd_dryrun")
+    assert not ti.xcom_pull(task_ids="spmd_dryrun", key="_link_TorchXJobLink"), "a dry run has no job page"
+    assert "XCom not found" not in out, "a link read a missing XCom"
 
 
 @pytest.mark.parametrize("deferrable", MODES)
