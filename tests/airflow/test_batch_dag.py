@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -22,5 +23,8 @@ def test_batch_dag_reads_its_queue_from_the_connection(
     handle = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch")
     assert handle.startswith(f"aws_batch://torchx/{batch_queue}:"), handle
     assert "[sh/0] hello from AWS Batch node" in out  # moto: every node writes to one log stream
-    job_link = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch", key="_link_TorchXJobLink")
-    assert job_link.startswith("https://us-east-1.console.aws.amazon.com/batch/"), job_link
+    ti = dag_run.get_task_instance("hello_batch")
+    job_link = ti.xcom_pull(task_ids="hello_batch", key="_link_TorchXJobLink")
+    assert job_link == f"/torchx/job?handle={quote(handle, safe='')}&conn_id=torchx_batch", job_link
+    console = ti.xcom_pull(task_ids="hello_batch", key="_link_TorchXConsoleLink")
+    assert console.startswith("https://us-east-1.console.aws.amazon.com/batch/"), console

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_torchx.core.runner import Runner
-from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 
 pytestmark = pytest.mark.airflow
 
@@ -193,3 +193,35 @@ def test_airflow_mounts_the_plugin_under_torchx(airflow_env: Any, auth: Any) -> 
         assert c.get("/torchx/api/jobs").status_code == 401
         page = c.get("/torchx/", headers=_headers(auth, "viewer"))
         assert page.status_code == 200 and "<title>TorchX jobs</title>" in page.text
+
+
+@pytest.mark.docker
+def test_batch_jobs_through_their_connection(
+    client: Any, auth: Any, aws_env: str, batch_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Batch job (moto server, real containers) is listed through its ``torchx`` connection,
+    shown with its AWS console link, and cancelled through the connection's AWS settings."""
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+    extra = {"scheduler": "aws_batch", "cfg": f"queue={batch_queue}", "region_name": "us-east-1"}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_UI_BATCH", json.dumps({"conn_type": "torchx", "extra": extra}))
+    hook = TorchXHook("torchx_ui_batch")
+    role = Role(
+        "worker", image="busybox:local", entrypoint="sh", args=["-c", "sleep 120"], resource=Resource(1, 0, 256)
+    )
+    app = AppDef("ui", roles=[role])
+    handle = hook.get_runner().run(app, "aws_batch", hook.resolve_cfg(), labels=_identity("ui_batch"))
+    admin = _headers(auth, "admin")
+    try:
+        listed = client.get("/api/jobs", params={"dag_id": "ui_batch"}, headers=admin).json()
+        assert [(j["handle"], j["conn_id"]) for j in listed["jobs"]] == [(handle, "torchx_ui_batch")], listed
+        assert listed["jobs"][0]["url"].endswith("&conn_id=torchx_ui_batch")
+        params = {"handle": handle, "conn_id": "torchx_ui_batch"}
+        job = client.get("/api/job", params=params, headers=admin).json()
+        assert job["console_url"].startswith("https://us-east-1.console.aws.amazon.com/batch/"), job
+        assert [r["name"] for r in job["roles"]] == ["worker"] and job["dag_id"] == "ui_batch"
+        assert client.post("/api/cancel", params=params, headers=admin).status_code == 202
+        status = hook.get_runner().wait(handle, wait_interval=1, timeout=60, cancel_on_signal=False)
+        assert status is not None and status.is_terminal() and status.state != AppState.SUCCEEDED, status
+    finally:
+        hook.get_runner().cancel(handle)
