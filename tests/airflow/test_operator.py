@@ -111,7 +111,7 @@ def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
         "import sys, json\n"
         "import airflow_provider_torchx.operators.torchx as op, airflow_provider_torchx.sensors.torchx as se\n"
         "import airflow_provider_torchx.triggers.torchx, airflow_provider_torchx.hooks.torchx\n"
-        "import airflow_provider_torchx.links.torchx\n"
+        "import airflow_provider_torchx.links.torchx, airflow_provider_torchx.plugins.torchx\n"
         "modules = sorted(sys.modules)\n"
         "run = op.TorchXRunOperator(task_id='a', component='utils.echo')\n"
         "sense = se.TorchXJobSensor(task_id='b', app_handle='local_cwd://s/x')\n"
@@ -124,6 +124,7 @@ def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
     assert heavy == []
     assert not [m for m in modules if m.startswith("airflow_provider_torchx.core.schedulers.aws_batch")]
     assert "airflow_provider_torchx.operators.torchx" in modules
+    assert "airflow_provider_torchx.plugins.app" not in modules, "every process loads the plugin: its web app waits"
     assert run_deferrable is True and sensor_deferrable is True
 
 
