@@ -9,7 +9,7 @@ seen so far and the error.
 Scenario, on one running job of a DAG (two replicas printing ``r<k> line <i>`` each second):
 1. the jobs page, filtered by the DAG, lists the job; its page shows both replicas and log
    lines arriving while the job runs;
-2. the task page's "TorchX Job" link opens that job page;
+2. the task page's "TorchX Job" link opens that job page, and its "TorchX" tab lists the job;
 3. a viewer sees the Cancel button disabled and the plugin's API answers its cancel with 403;
 4. an admin's Cancel stops the job: the page shows CANCELLED.
 Screenshots of the two pages go to ``screenshots`` when given.
@@ -93,6 +93,14 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             task.wait_for_url(re.compile(r"/torchx/job\?handle="))
             task.locator("#job-summary").get_by_text(handle).wait_for()
             seen["task_link_opened"] = task.url
+
+            # the task instance's TorchX tab lists its job (the plugin's page in Airflow's frame)
+            task.goto(f"{base}/dags/{dag_id}/runs/{spec['run_id']}/tasks/{spec['task_id']}")
+            task.get_by_role("tab", name="TorchX").or_(task.get_by_role("link", name="TorchX", exact=True)).click()
+            task.frame_locator("iframe").locator(f'#jobs tr[data-handle="{handle}"]').wait_for()
+            seen["task_tab_lists_job"] = True
+            if shots:
+                task.screenshot(path=str(shots / "task-tab.png"))
 
             # 3. a viewer may look but not cancel
             viewer = context_for(browser, base, spec["viewer_token"]).new_page()

@@ -3,8 +3,9 @@ whose api-server loaded the provider's plugin, with real logins (an admin and a 
 
 One deferred DAG run's job, followed as a user would (``browser_ui.py`` drives the browser): the
 jobs page lists it, its page shows both replicas and log lines arriving while it runs, the task
-page's "TorchX Job" link opens that page, a viewer cannot cancel (403 from the plugin's API),
-the admin's Cancel stops the job and the task fails saying it was cancelled.
+page's "TorchX Job" link opens that page and its "TorchX" tab lists the job, a viewer cannot
+cancel (403 from the plugin's API), the admin's Cancel stops the job and the task fails saying
+it was cancelled.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def test_jobs_page_job_page_link_and_cancel_in_a_browser(live_airflow_users: Liv
     assert isinstance(first, list) and isinstance(later, list)
     assert first[0] == "r0 line 1" and later[: len(first)] == first and len(later) > len(first), seen
     assert seen["task_link_href"] == f"/torchx/job?handle={quote(handle, safe='')}&conn_id=torchx_default", seen
+    assert seen["task_tab_lists_job"] is True
     assert seen["viewer_cancel_disabled"] is True and seen["viewer_cancel_status"] == 403, seen
     assert seen["viewer_cancel_detail"] == (
         f"'viewer' may not cancel this job: needs edit rights on the task instances of DAG '{DAG}'"
