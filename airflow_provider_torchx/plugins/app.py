@@ -101,9 +101,8 @@ def _require(user: Any, dag_id: str | None, method: str, what: str) -> None:
     """403 unless ``user`` has ``method`` rights on the task instances of ``dag_id``."""
     if not _allowed(user, dag_id, method):
         dag = f"DAG {dag_id!r}" if dag_id else "DAGs (the job has no DAG)"
-        name = getattr(user, "get_name", lambda: "this user")()
         raise HTTPException(
-            403, f"{name!r} may not {what}: needs {_RIGHTS[method]} rights on the task instances of {dag}"
+            403, f"{user.get_name()!r} may not {what}: needs {_RIGHTS[method]} rights on the task instances of {dag}"
         )
 
 
@@ -195,7 +194,7 @@ def create_app() -> FastAPI:
         """Ask the scheduler to stop the job; it ends CANCELLED (the task fails)."""
         runner, desc = _job(user, handle, conn_id, _EDIT, "cancel this job")
         if not desc.state.is_terminal():
-            log.info("TorchX UI: %s cancels %s", getattr(user, "get_name", lambda: "?")(), handle)
+            log.info("TorchX UI: %s cancels %s", user.get_name(), handle)
             runner.cancel(handle)
         return {"handle": handle, "state": desc.state.name, "cancel_requested": not desc.state.is_terminal()}
 

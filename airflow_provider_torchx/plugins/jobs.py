@@ -78,9 +78,10 @@ def torchx_connection_ids() -> list[str]:
     environment variables (other secrets backends cannot be enumerated)."""
     from airflow.models import Connection
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
-        ids = {c for (c,) in session.query(Connection.conn_id).filter(Connection.conn_type == "torchx")}
+        ids = set(session.scalars(select(Connection.conn_id).where(Connection.conn_type == "torchx")))
     for name in os.environ:
         if name.startswith(_CONN_ENV_PREFIX):
             conn_id = name[len(_CONN_ENV_PREFIX) :].lower()

@@ -102,12 +102,30 @@ def test_list_filters_by_dag_and_state(client: Any, auth: Any, jobs: dict[str, s
 def test_a_broken_connection_is_reported_beside_the_other_jobs(
     client: Any, auth: Any, jobs: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_TORCHX_BROKEN", json.dumps({"conn_type": "torchx", "extra": {"scheduler": "nope"}})
-    )
-    listed = client.get("/api/jobs", headers=_headers(auth, "viewer")).json()
-    assert jobs["live"] in {j["handle"] for j in listed["jobs"]}
-    assert "unknown scheduler 'nope'" in listed["errors"]["torchx_broken"], listed["errors"]
+    """Connections come from the environment and the metadata database; one of a local
+    scheduler adds nothing (the store is listed once), a broken one is named with its error."""
+    from airflow.models import Connection
+    from airflow.utils.session import create_session
+
+    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # as in the api-server: connections from the database
+    broken = json.dumps({"conn_type": "torchx", "extra": {"scheduler": "nope"}})
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_BROKEN", broken)
+    stored = [
+        Connection(conn_id=f"torchx_db_{name}", conn_type="torchx", extra=json.dumps({"scheduler": scheduler}))
+        for name, scheduler in (("local", "local_dir"), ("broken", "nope2"))
+    ]
+    with create_session() as session:
+        session.add_all(stored)
+    try:
+        listed = client.get("/api/jobs", headers=_headers(auth, "viewer")).json()
+    finally:
+        with create_session() as session:
+            session.query(Connection).filter(Connection.conn_id.startswith("torchx_db_")).delete()
+    handles = [j["handle"] for j in listed["jobs"]]
+    assert jobs["live"] in handles and len(handles) == len(set(handles))
+    assert set(listed["errors"]) == {"torchx_broken", "torchx_db_broken"}, listed["errors"]
+    assert "unknown scheduler 'nope'" in listed["errors"]["torchx_broken"]
+    assert "unknown scheduler 'nope2'" in listed["errors"]["torchx_db_broken"]
 
 
 def test_job_shows_roles_and_replicas(client: Any, auth: Any, jobs: dict[str, str]) -> None:
