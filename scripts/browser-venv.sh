@@ -16,6 +16,7 @@ if ! command -v chromium >/dev/null; then
 fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$pins" ]; then
+    # shellcheck disable=SC2086 # one word per pin
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check $pins
     echo "$pins" >"$venv/.installed"
 fi
