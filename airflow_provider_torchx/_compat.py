@@ -37,8 +37,9 @@ def _connection_type(conn_type: str) -> dict[str, Any]:
 def connection_form_widgets(conn_type: str) -> dict[str, Any]:
     """``conn-fields`` of ``conn_type`` as the WTForms fields Airflow 3.1 expects (all optional
     text; a field with choices gets an ``any_of`` validator, the name Airflow 3.1's form service
-    stands in for and turns into a choice). WTForms, Flask-AppBuilder and Flask-Babel are imported here, when Airflow asks: its
-    connection-form service provides stand-ins for them when they are not installed."""
+    stands in for and turns into a choice). WTForms, Flask-AppBuilder and Flask-Babel are
+    imported here, when Airflow asks: its connection-form service provides stand-ins for them
+    when they are not installed."""
     from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
     from flask_babel import lazy_gettext
     from wtforms import StringField
