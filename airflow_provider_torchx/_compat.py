@@ -43,19 +43,21 @@ def _connection_type(conn_type: str) -> dict[str, Any]:
 
 def connection_form_widgets(conn_type: str) -> dict[str, Any]:
     """``conn-fields`` of ``conn_type`` as the WTForms fields Airflow 3.1 expects (all optional
-    text). WTForms, Flask-AppBuilder and Flask-Babel are imported here, when Airflow asks: its
-    connection-form service provides stand-ins for them when they are not installed."""
+    text; a field with choices gets an ``any_of`` validator, the name Airflow 3.1's form service
+    stands in for and turns into a choice). WTForms, Flask-AppBuilder and Flask-Babel are
+    imported here, when Airflow asks: its connection-form service provides stand-ins for them
+    when they are not installed."""
     from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
     from flask_babel import lazy_gettext
     from wtforms import StringField
-    from wtforms.validators import Optional
+    from wtforms.validators import Optional, any_of
 
     return {
         name: StringField(
             lazy_gettext(field["label"]),
             widget=BS3TextFieldWidget(),
             description=field.get("description", ""),
-            validators=[Optional()],
+            validators=[Optional(), *([any_of(field["schema"]["enum"])] if "enum" in field["schema"] else [])],
         )
         for name, field in _connection_type(conn_type)["conn-fields"].items()
     }

@@ -38,7 +38,7 @@ from airflow_provider_torchx.hooks.torchx import (
     identity_labels,
     progress_line,
 )
-from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
+from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
 from airflow_provider_torchx.usage_report import report_usage
 
@@ -150,7 +150,7 @@ class TorchXRunOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("component_args", "app_name", "env", "cfg")
     template_fields_renderers = {"component_args": "json", "env": "json", "cfg": "json"}
-    operator_extra_links = (TorchXJobLink(), TorchXLogDirLink())
+    operator_extra_links = (TorchXJobLink(), TorchXConsoleLink())
     ui_color = "#ee4c2c"
 
     def __init__(
@@ -329,9 +329,9 @@ class TorchXRunOperator(BaseOperator):
         return chosen
 
     def _persist_links(self, context: Context, runner: Runner, handle: str) -> None:
-        """Record the job page (or a local job's log directory) for the task's extra links."""
+        """Record the job's page (and its scheduler's console, if any) for the task's extra links."""
         status = runner.status(handle)
-        for link, url in job_links(status.ui_url if status else None):
+        for link, url in job_links(handle, status.ui_url if status else None, self.torchx_conn_id):
             link.persist(context, url)
             if url:
                 self.log.info("%s: %s", link.name, url)
