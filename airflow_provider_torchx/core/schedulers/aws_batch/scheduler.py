@@ -42,6 +42,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     shared_log_limiter,
     shared_poller,
 )
+from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
 
 log = logging.getLogger(__name__)
@@ -375,7 +376,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             return DescribeAppResponse(app_id=app_id, state=AppState.PENDING, msg=str(job["statusReason"]))
         if not render.is_multinode(job) and status.app_state(job) == AppState.FAILED and status.exit_code(job) is None:
             job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
-        return status.describe_response(app_id, job, nodes, self._region())
+        resp = status.describe_response(app_id, job, nodes, self._region())
+        if resp.state.is_terminal():
+            resp.usage = batch_usage(job, nodes, resp.roles)
+        return resp
 
     def _summary_container(self, app_id: str, job: Mapping[str, Any]) -> dict[str, Any]:
         """The ``container`` (exit code, reason) of a failed single-node job's ListJobs summary,
