@@ -55,7 +55,7 @@ def sh_app(script: str, name: str = "watch") -> AppDef:
 
 
 def context() -> dict[str, Any]:
-    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1, try_number=1)
+    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1, try_number=1, xcom_push=lambda **_: None)
     return {"ti": ti}
 
 
