@@ -38,6 +38,7 @@ from airflow_provider_torchx.hooks.torchx import (
     progress_line,
 )
 from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
+from airflow_provider_torchx.masking import redact, register_app_secrets
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
 
 if TYPE_CHECKING:
@@ -238,10 +239,12 @@ class TorchXRunOperator(BaseOperator):
         adopted = None
         if self.reattach_on_retry and not self.dryrun:
             adopted = self._find_job_to_adopt(runner, scheduler, cfg, labels, context)
+        app = self.build_app()
+        register_app_secrets(app)  # before anything is logged
         if adopted is None:
-            info = runner.dryrun(self.build_app(), scheduler, cfg, labels=labels)
+            info = runner.dryrun(app, scheduler, cfg, labels=labels)
             if self.dryrun:
-                rendered = str(info)
+                rendered = redact(str(info))
                 self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, rendered)
                 return rendered
             handle = runner.schedule(info)
