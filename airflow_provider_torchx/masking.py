@@ -6,7 +6,9 @@ An env var of a role whose name Airflow's secrets masker deems sensitive (its
 later log line, exception and ``redact`` hides it. Values that came from connections and
 variables (``{{ conn.x.password }}``, ``{{ var.value.x_token }}``) are registered by Airflow when
 they are read. What the provider itself hands to Airflow (the dry run's return value, a trigger
-event) goes through ``redact`` first.
+event, a failure message, the job's log lines through ``MaskedLog``) goes through ``redact``
+first, so it is masked whatever the logging configuration (``dag.test()`` logs without
+Airflow's masking processor).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from airflow_provider_torchx._compat import mask_secret, redact, should_hide_value_for_key
 from airflow_provider_torchx.core.specs import AppDef
 
-__all__ = ["redact", "register_app_secrets", "register_job_secrets"]
+__all__ = ["MaskedLog", "redact", "register_app_secrets", "register_job_secrets"]
 
 log = logging.getLogger(__name__)
 
@@ -45,3 +47,23 @@ def register_job_secrets(describe: Any, app_handle: str) -> None:
         return
     if app is not None:
         register_app_secrets(app)
+
+
+class MaskedLog:
+    """A logger whose logging methods pass their arguments through ``redact`` first; every
+    other attribute is the wrapped logger's."""
+
+    _METHODS = frozenset({"debug", "info", "warning", "error", "exception", "critical", "log"})
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._log, name)
+        if name not in self._METHODS:
+            return attr
+
+        def masked(*args: Any, **kwargs: Any) -> Any:
+            return attr(*redact(list(args)), **kwargs)
+
+        return masked

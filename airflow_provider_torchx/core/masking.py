@@ -76,17 +76,21 @@ def mask_tree(value: Any) -> Any:
     where every ``env`` mapping and every ``{"name": ..., "value": ...}`` pair (a container's
     environment) is masked by key. Other objects are shared, not copied."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: mask_tree(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
-        return dataclasses.replace(value, **changes)
+        fields = [f.name for f in dataclasses.fields(value) if f.init]
+        return dataclasses.replace(value, **{name: _mask_field(name, getattr(value, name)) for name in fields})
     if isinstance(value, dict):
         if isinstance(value.get("name"), str) and "value" in value and is_sensitive_key(value["name"]):
             return {**value, "value": MASK}
-        return {k: mask_env(v) if k == "env" and isinstance(v, dict) else mask_tree(v) for k, v in value.items()}
+        return {k: _mask_field(k, v) for k, v in value.items()}
     if isinstance(value, list):
         return [mask_tree(v) for v in value]
     if isinstance(value, tuple):
         return tuple(mask_tree(v) for v in value)
     return value
+
+
+def _mask_field(name: object, value: Any) -> Any:
+    return mask_env(value) if name == "env" and isinstance(value, dict) else mask_tree(value)
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

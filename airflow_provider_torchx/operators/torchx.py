@@ -38,7 +38,7 @@ from airflow_provider_torchx.hooks.torchx import (
     progress_line,
 )
 from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
-from airflow_provider_torchx.masking import redact, register_app_secrets
+from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
 
 if TYPE_CHECKING:
@@ -283,7 +283,12 @@ class TorchXRunOperator(BaseOperator):
                 method_name="execute_complete",
             )
         watcher = JobWatcher(
-            runner, handle, self.log, stream_logs=self.stream_logs, position=position, cursor_file=cursor_file
+            runner,
+            handle,
+            MaskedLog(self.log),
+            stream_logs=self.stream_logs,
+            position=position,
+            cursor_file=cursor_file,
         )
         event = self._wait_in_worker(watcher, started_at, deadline)
         return self._finish(event, context, cursor_file, watcher.position)
@@ -366,7 +371,7 @@ class TorchXRunOperator(BaseOperator):
                 f"TorchX job {handle} did not end within {self._wait_seconds():.0f}s "
                 f"(still {event.get('state')}); cancelled it"
             )
-        raise AirflowException(failure_message(event))
+        raise AirflowException(redact(failure_message(event)))
 
     def _report_success(self, context: Context, cursor_file: CursorFile, position: LogPosition, handle: str) -> str:
         """Mark the job as reported by a try (so a later clear submits a new one) and return it."""

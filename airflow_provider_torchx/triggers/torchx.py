@@ -28,7 +28,7 @@ from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.hooks.torchx import JobWatcher, TorchXHook, cursor_file_for, progress_line
-from airflow_provider_torchx.masking import redact, register_job_secrets
+from airflow_provider_torchx.masking import MaskedLog, redact, register_job_secrets
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
 #: have no such hook and only cancel the trigger's task, as they do on a triggerer restart.
@@ -161,7 +161,12 @@ class TorchXJobTrigger(BaseTrigger):
                 cursor_file,
             )
         return JobWatcher(
-            runner, self.app_handle, self.log, stream_logs=self.stream_logs, position=position, cursor_file=cursor_file
+            runner,
+            self.app_handle,
+            MaskedLog(self.log),
+            stream_logs=self.stream_logs,
+            position=position,
+            cursor_file=cursor_file,
         )
 
     def _wrong_host(self) -> str | None:
