@@ -244,7 +244,7 @@ class TorchXRunOperator(BaseOperator):
         if adopted is None:
             info = runner.dryrun(app, scheduler, cfg, labels=labels)
             if self.dryrun:
-                rendered = redact(str(info))
+                rendered = str(redact(str(info)))
                 self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, rendered)
                 return rendered
             handle = runner.schedule(info)
