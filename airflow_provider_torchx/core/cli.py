@@ -33,6 +33,7 @@ from airflow_provider_torchx.core.logstream import LogFollower, LogLine, last_li
 from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import Stream
+from airflow_provider_torchx.core.schedulers.local.store import CorruptEntryError
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 log = logging.getLogger(__name__)
@@ -396,7 +397,14 @@ def _builtins(args: argparse.Namespace) -> int:
 
 def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
     handle: str = args.app_handle
-    status = _status_or_fail(runner, handle)
+    try:
+        status = _status_or_fail(runner, handle)
+    except CorruptEntryError:
+        if args.command != "delete":
+            raise
+        runner.delete(handle)  # a corrupt job can only be deleted
+        _out(f"{handle}: deleted")
+        return EXIT_OK
     if args.command == "status":
         _out(status.format())
     elif args.command == "describe":

@@ -27,7 +27,7 @@ import pytest
 from airflow_provider_torchx.core import cli
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler, procfs, store
 from airflow_provider_torchx.core.specs import AppState
-from tests.core.local.helpers import sh_app, wait_done, wait_running
+from tests.core.local.helpers import sh_app, wait_done, wait_for_line, wait_running
 
 
 def _mount(*args: str) -> None:
@@ -119,7 +119,7 @@ def test_reads_work_on_a_full_store_and_report_a_dead_supervisor(
     monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(tiny))
     sched = create_cwd_scheduler("test")
     app_id = sched.submit(sh_app("echo hello; sleep 30"))
-    wait_running(sched, app_id)
+    wait_for_line(sched, app_id, "r0", "hello")
     filler = fill(tiny)
     kill_supervisor(sched, app_id)
 
@@ -244,6 +244,9 @@ def test_a_corrupt_entry_is_skipped_by_list_and_named_by_describe(
     assert [str(named) in r.getMessage() for r in caplog.records] == [True]
     code, out, err = run_cli(capsys, "status", f"local_cwd://test/{bad}")
     assert code == cli.EXIT_USAGE and str(named) in err and "Traceback" not in err
+    code, out, err = run_cli(capsys, "delete", f"local_cwd://test/{bad}")
+    assert code == 0 and not bad_path.exists(), err
+    assert [a.app_id for a in fresh.list()] == [good]
 
 
 def test_the_cli_warns_on_stderr_naming_the_corrupt_file(sched: LocalScheduler, state_dir: Path) -> None:

@@ -594,6 +594,24 @@ class LocalScheduler(Scheduler[PopenRequest]):
         if sup is not None and sup.get("boot") == procfs.boot_id():
             procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
 
+    def delete(self, app_id: str) -> None:
+        """Cancel the job if it runs, then remove it from the store. A corrupt entry (one that
+        ``list`` skips) is removed as it is, after killing its supervisor (when its record
+        can be read) and every process that carries the job's marker."""
+        try:
+            super().delete(app_id)
+        except store.CorruptEntryError:
+            self._cache.pop(app_id, None)
+            job_dir = self.store.job_dir(app_id)
+            try:
+                sup = _read_entry(app_id, os.path.join(job_dir, store.SUPERVISOR), _check_supervisor)
+            except store.CorruptEntryError:
+                sup = None
+            if sup is not None and sup.get("boot") == procfs.boot_id():
+                procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGKILL)
+            procfs.kill_job(None, [], env_marker=store.job_marker(job_dir))
+            self.store.remove(app_id)
+
     def _delete_existing(self, app_id: str) -> None:
         """Wait (up to the grace period and a little) for the cancelled job's supervisor to
         exit, then remove the job from the store (logs under a ``log_dir`` option stay)."""

@@ -171,12 +171,16 @@ class JobStore:
         yield from (n for n in names if is_valid_app_id(n))
 
     def remove(self, app_id: str) -> None:
-        """Delete the job's directory and everything in it (gone already: fine); ``StoreError``
-        if the store cannot be written."""
+        """Delete the job's directory and everything in it, or the foreign entry of that name
+        (gone already: fine); ``StoreError`` if the store cannot be written."""
         import shutil
 
+        path = self.job_dir(app_id)
         try:
-            shutil.rmtree(self.job_dir(app_id))
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:  # a foreign entry
+                os.unlink(path)
         except FileNotFoundError:
             pass
         except OSError as e:
