@@ -59,3 +59,18 @@ def test_registered_env_secrets_are_redacted() -> None:
 
     MaskedLog(Sink()).info("%s and %s", secret, 3)
     assert seen == [("%s and %s", "***", 3)]
+
+
+def test_a_value_from_a_sensitive_variable_is_masked(run_dag: Any) -> None:
+    from airflow.models import Variable
+
+    value = "from-a-variable-0123456789"
+    Variable.set("torchx_test_token", value)
+    try:
+        dag_run, out = run_dag("torchx_test_secret_variable")
+    finally:
+        Variable.delete("torchx_test_token")
+    assert dag_run.state == "success", out[-4000:]
+    rendered = dag_run.get_task_instance("dryrun").xcom_pull(task_ids="dryrun")
+    for text in (out, rendered if isinstance(rendered, str) else json.dumps(rendered)):
+        assert value not in text and '"RUN_SETTING": "***"' in text

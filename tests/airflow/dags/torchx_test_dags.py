@@ -69,3 +69,13 @@ with DAG(dag_id="torchx_test_secret_fail", schedule=None, start_date=START, catc
         scheduler="local_cwd",
         poll_interval=0.3,
     )
+
+with DAG(dag_id="torchx_test_secret_variable", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="dryrun",
+        component="utils.sh",
+        component_args=["echo hi"],
+        env={"RUN_SETTING": "{{ var.value.torchx_test_token }}"},  # a plain name, a sensitive variable
+        scheduler="local_cwd",
+        dryrun=True,
+    )
