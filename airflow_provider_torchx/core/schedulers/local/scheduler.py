@@ -373,7 +373,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         st = dict(st or _PENDING_STATE)
         replicas = st.get("replicas") or {}
         reps_ids = {(r["pid"], r["start"]) for rs in replicas.values() for r in rs if r.get("pid") and r.get("start")}
-        tracked = {(int(p), int(t)) for p, t in st.get("tracked") or []}
+        tracked = {(p, t) for p, t in st.get("tracked") or []}
         killed = procfs.kill_job(sup["pid"] if sup else None, reps_ids | tracked, env_marker=store.job_marker(job_dir))
         cancelled = (job_dir / store.CANCEL).exists()
         final = "CANCELLED" if cancelled else "FAILED"
@@ -667,6 +667,11 @@ def _check_state(st: Any) -> str | None:
         for reps in replicas.values()
     ):
         return "'replicas' is not an object of lists of replica states"
+    tracked = st.get("tracked", [])
+    if not isinstance(tracked, list) or not all(
+        isinstance(t, list) and len(t) == 2 and all(isinstance(x, int) for x in t) for t in tracked
+    ):
+        return "'tracked' is not a list of [pid, start] pairs"
     return None
 
 
