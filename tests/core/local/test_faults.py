@@ -279,8 +279,17 @@ def _token_processes(token: str) -> list[psutil.Process]:
     return found
 
 
-def test_a_double_forked_daemon_never_outlives_its_job_50_times(sched: LocalScheduler) -> None:
-    token = f"{int(uuid.uuid4().int % 10**6)}.{os.getpid()}"
+@pytest.fixture
+def token() -> Iterator[str]:
+    """A word for the command lines of processes a test starts without the job's env (so the
+    ``mark`` sweep cannot see them); any left at the end is killed."""
+    value = f"{int(uuid.uuid4().int % 10**6)}.{os.getpid()}"
+    yield value
+    for p in _token_processes(value):
+        p.kill()
+
+
+def test_a_double_forked_daemon_never_outlives_its_job_50_times(sched: LocalScheduler, token: str) -> None:
     # The replica exits at once; a middle process forks daemons (one keeps the job's env and
     # leaves the session, one also clears its env) after a varying delay, then exits.
     daemons = f"setsid sleep 1{token} & setsid env -i sleep 2{token} &"
@@ -290,13 +299,10 @@ def test_a_double_forked_daemon_never_outlives_its_job_50_times(sched: LocalSche
         for app_id in ids:
             assert wait_done(sched, app_id).state == AppState.SUCCEEDED
         left = _token_processes(token)
-        for p in left:
-            p.kill()
         assert not left, f"after jobs {batch}..{batch + 9}: {[p.info['cmdline'] for p in left]}"
 
 
-def test_orphans_of_a_killed_supervisor_are_gone_within_one_sweep(sched: LocalScheduler, mark: str) -> None:
-    token = f"{int(uuid.uuid4().int % 10**6)}.{os.getpid()}"
+def test_orphans_of_a_killed_supervisor_are_gone_within_one_sweep(sched: LocalScheduler, mark: str, token: str) -> None:
     app_id = sched.submit(sh_app(f"setsid sleep 3{token} & setsid env -i sleep 4{token} & sleep 30"))
     wait_running(sched, app_id)
     state_file = sched.job_dir(app_id) / store.STATE
