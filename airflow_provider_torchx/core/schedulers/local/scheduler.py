@@ -374,7 +374,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
         replicas = st.get("replicas") or {}
         reps_ids = {(r["pid"], r["start"]) for rs in replicas.values() for r in rs if r.get("pid") and r.get("start")}
         tracked = {(p, t) for p, t in st.get("tracked") or []}
-        killed = procfs.kill_job(sup["pid"] if sup else None, reps_ids | tracked, env_marker=store.job_marker(job_dir))
+        # The dead supervisor's session is the job's unless its pid now names another process
+        # (the kernel does not reuse a pid while a session of that id has members).
+        sid = sup["pid"] if sup and procfs.proc_info(sup["pid"]) is None else None
+        killed = procfs.kill_job(sid, reps_ids | tracked, env_marker=store.job_marker(job_dir))
         cancelled = (job_dir / store.CANCEL).exists()
         final = "CANCELLED" if cancelled else "FAILED"
         for reps in replicas.values():
