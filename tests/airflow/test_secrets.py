@@ -61,6 +61,22 @@ def test_registered_env_secrets_are_redacted() -> None:
     assert seen == [("%s and %s", "***", 3)]
 
 
+def test_the_triggerer_registers_the_secrets_of_the_job_it_watches(caplog: pytest.LogCaptureFixture) -> None:
+    from airflow_provider_torchx.core.specs import AppDef, Role
+    from airflow_provider_torchx.masking import redact, register_job_secrets
+
+    secret = "from-the-job-record-0123"
+    app = AppDef("a", roles=[Role("r", entrypoint="true", env={"HF_TOKEN": secret})])
+    register_job_secrets({"local_cwd://s/a-1": app}.get, "local_cwd://s/a-1")
+    assert redact(f"got {secret}") == "got ***"
+
+    def broken(handle: str) -> AppDef:
+        raise OSError("store unreadable")
+
+    register_job_secrets(broken, "local_cwd://s/a-2")  # watching goes on
+    assert "could not read the env of local_cwd://s/a-2" in caplog.text
+
+
 def test_a_value_from_a_sensitive_variable_is_masked(run_dag: Any) -> None:
     from airflow.models import Variable
 
