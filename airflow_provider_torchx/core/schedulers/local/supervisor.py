@@ -32,7 +32,7 @@ import signal
 import sys
 import time
 
-from airflow_provider_torchx.core.schedulers.local import procfs, store
+from airflow_provider_torchx.core.schedulers.local import gpus, procfs, store
 
 TYPE_CHECKING = False  # not ``typing``/``pathlib``: they would slow the start-up
 if TYPE_CHECKING:
@@ -91,6 +91,7 @@ class _Replica:
         self.pipes: dict[int, str] = {}
         self.partial: dict[str, bytes] = {s: b"" for s in _STREAMS}
         self.files: dict[str, int] = {}
+        self.devices: str | None = None
 
     @property
     def running(self) -> bool:
@@ -128,7 +129,13 @@ class _Replica:
             self.emit(stream, b"\n")
 
     def describe(self) -> dict[str, Any]:
-        out = {"pid": self.pid, "start": self.start, "state": self.state, "exit_code": self.exit_code}
+        out = {
+            "pid": self.pid,
+            "start": self.start,
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "devices": self.devices,
+        }
         if self.msg:
             out["msg"] = self.msg
         return out
@@ -162,6 +169,7 @@ class Supervisor:
         self.started = time.time()
         self.grace = 10.0
         self.self_start = procfs.start_time(self.pid)
+        self.holds_gpus = False
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.umask = os.umask(0o077)  # the replicas get it back
         self.tracked: list[tuple[int, int]] = []
@@ -191,7 +199,7 @@ class Supervisor:
             },
         )
 
-    def reserve(self) -> None:
+    def reserve_room(self) -> None:
         """Keep room for the final ``state.json`` (best effort: none if the disk is full)."""
         path = os.path.join(self.dir, _RESERVE)
         try:
@@ -201,9 +209,9 @@ class Supervisor:
             finally:
                 os.close(fd)
         except OSError:
-            self.release()
+            self.free_room()
 
-    def release(self) -> None:
+    def free_room(self) -> None:
         """Free the reserved room (before the last write)."""
         try:  # noqa: SIM105 - contextlib would cost start-up time
             os.unlink(os.path.join(self.dir, _RESERVE))
@@ -327,6 +335,37 @@ class Supervisor:
         else:
             procfs.signal_all(procfs.job_processes(sid, roots, exclude=self.pid), sig)
 
+    def take_gpus(self, plan: dict[str, Any] | None) -> None:
+        """Wait, PENDING and saying why, until the host's GPU ledger hands the job its devices
+        (``gpus.take``), then give each GPU replica its own in ``CUDA_VISIBLE_DEVICES``. A
+        cancel ends the wait (the job leaves the queue)."""
+        if not plan:
+            return
+        root, app_id = os.path.split(self.dir)
+        counts = [plan["roles"].get(r.role, 0) for r in self.replicas]
+        while not self.cancel_requested:
+            got, why = gpus.take(root, app_id, self.identity(), plan)
+            if got is not None:
+                self.holds_gpus, self.msg = True, ""
+                for r, chunk in zip(self.replicas, gpus.split(counts, got), strict=True):
+                    if chunk:
+                        r.devices = r.param["env"]["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, chunk))
+                return
+            if why != self.msg:
+                self.msg = why
+                self.write_state("PENDING")
+            for fd, _ in self.poller.poll(gpus.POLL_MS):
+                if fd in self.handlers:
+                    self.handlers[fd]()
+            # A canceller that came before this supervisor recorded itself sent no signal.
+            self.cancel_requested = self.cancel_requested or os.path.exists(os.path.join(self.dir, store.CANCEL))
+        gpus.release(root, app_id)
+
+    def release_gpus(self) -> None:
+        if self.holds_gpus:
+            gpus.release(*os.path.split(self.dir))
+            self.holds_gpus = False
+
     # ------------------------------------------------------------------ policy
 
     def on_exit(self, r: _Replica, code: int) -> None:
@@ -406,12 +445,13 @@ class Supervisor:
         for role_name, params in request["role_params"].items():
             for idx, param in enumerate(params):
                 self.replicas.append(_Replica(role_name, idx, param))
-        self.reserve()
+        self.reserve_room()
         for r in self.replicas:
             r.open_logs()
         if os.path.exists(os.path.join(self.dir, store.CANCEL)):
             self.cancel_requested = True
         else:
+            self.take_gpus(request.get("gpus"))
             for r in self.replicas:
                 if not self.cancel_requested:
                     self.launch(r)
@@ -451,6 +491,7 @@ class Supervisor:
             for fd in r.files.values():
                 os.close(fd)
             r.never_ran(self.final or "FAILED")
+        self.release_gpus()
         _reap_adopted()
         if self.strays:
             shown = ", ".join(f"{pid} ({comm})" for (pid, _), comm in list(self.strays.items())[:10])
@@ -458,7 +499,7 @@ class Supervisor:
             left = f"stopped {len(self.strays)} process(es) left behind by the replicas: {shown}{more}"
             self.msg = f"{self.msg}; {left}" if self.msg else left
         self.tracked = []
-        self.release()
+        self.free_room()
         self.write_state(self.final or "FAILED", ended=time.time())
 
     def sweep(self) -> None:
@@ -523,13 +564,17 @@ def _supervise(job_dir: str) -> int:
         return sup.run()
     except Exception as e:
         sup.sweep()
+        try:  # noqa: SIM105 - contextlib would cost start-up time
+            sup.release_gpus()
+        except OSError:
+            pass
         sup.msg = f"the supervisor failed: {type(e).__name__}: {e}; the job was stopped"
         for r in sup.replicas:
             r.never_ran("FAILED")
             if r.state == "RUNNING":
                 r.state = "FAILED"
         sup.tracked = []
-        sup.release()  # a full disk: the reserved room holds the last state
+        sup.free_room()  # a full disk: the reserved room holds the last state
         try:  # noqa: SIM105 - contextlib would cost start-up time
             sup.write_state("FAILED", ended=time.time())
         except OSError:
