@@ -7,6 +7,9 @@ Airflow layer does not repeat version guards.
 - ``mask_secret`` / ``redact`` / ``should_hide_value_for_key``: Airflow's secrets masker, public
   in the Task SDK's ``airflow.sdk.log`` and ``airflow.sdk._shared.secrets_masker`` since 3.2;
   in 3.1 in ``airflow.sdk.execution_time.secrets_masker`` (a deprecated alias later).
+- ``Stats``: Airflow's metrics client as the deployment configured it (StatsD, OpenTelemetry or
+  none): the Task SDK's (``airflow.sdk.observability.stats``, 3.3) where it exists, else core's
+  ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim).
 - ``connection_form_widgets`` / ``ui_field_behaviour``: the ``torchx`` connection form for
   Airflow 3.1, which reads it only from the hook's (later deprecated) methods. They are derived
   from ``conn-fields`` and ``ui-field-behaviour`` in the provider info, which Airflow >= 3.2
@@ -27,6 +30,10 @@ try:
     from airflow.sdk.exceptions import AirflowSensorTimeout
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import AirflowSensorTimeout  # type: ignore[no-redef]
+try:
+    from airflow.sdk.observability.stats import Stats
+except ImportError:  # Airflow 3.1
+    from airflow.stats import Stats
 
 try:
     from airflow.sdk._shared.secrets_masker import redact, should_hide_value_for_key
@@ -40,6 +47,7 @@ except ImportError:  # Airflow 3.1
 
 __all__ = [
     "AirflowSensorTimeout",
+    "Stats",
     "conf",
     "connection_form_widgets",
     "mask_secret",

@@ -412,6 +412,8 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         if app is None:
             raise _NoSuchJobError(handle)
         _out(_format_app(app, args.show_secrets))
+        if status.usage is not None:
+            _out(status.usage.format())
     elif args.command == "cancel":
         if status.is_terminal():
             _out(f"{handle}: already {status.state.name}; nothing to cancel")

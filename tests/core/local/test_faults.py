@@ -198,9 +198,12 @@ def _truncated(text: bytes) -> bytes:
     return text[: len(text) // 2]
 
 
+BAD_ATTEMPTS = b'{"state": "FAILED", "replicas": {"r0": [{"state": "FAILED", "attempts": [1]}]}}'
 CORRUPT = [
     pytest.param("state.json", lambda _: b"garbage{", id="state-garbage"),
     pytest.param("state.json", lambda _: b'{"state": "BOGUS"}', id="state-bad-state"),
+    pytest.param("state.json", lambda _: BAD_ATTEMPTS, id="state-bad-attempts"),
+    pytest.param("request.json", lambda b: b.replace(b'"roles":[{', b'"roles":[7,{'), id="request-bad-roles"),
     pytest.param("request.json", _truncated, id="request-truncated"),
     pytest.param("request.json", lambda _: b"{}", id="request-empty-object"),
     pytest.param("request.json", lambda _: b"[1,2]", id="request-list"),

@@ -54,6 +54,7 @@ from airflow_provider_torchx.core.schedulers.local.request import (
     role_from_json,
 )
 from airflow_provider_torchx.core.schedulers.local.supervisor import supervisor_command
+from airflow_provider_torchx.core.schedulers.local.usage import local_usage
 from airflow_provider_torchx.core.specs import (
     AppDef,
     AppDryRunInfo,
@@ -440,16 +441,19 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     ],
                 )
             )
+        roles = [role_from_json(r) for r in rec["roles"]]
+        state = AppState[st["state"]]
         return DescribeAppResponse(
             app_id=app_id,
-            state=AppState[st["state"]],
+            state=state,
             num_restarts=int(st.get("num_restarts", 0)),
             msg=st.get("msg", ""),
             ui_url=f"file://{rec['log_dir']}",
             roles_statuses=statuses,
-            roles=[role_from_json(r) for r in rec["roles"]],
+            roles=roles,
             labels=dict(rec["labels"]),
             cancel_requested=os.path.exists(os.path.join(self.store.job_dir(app_id), store.CANCEL)),
+            usage=local_usage(rec, st, roles) if state.is_terminal() else None,
         )
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[PopenRequest] | None:
@@ -655,6 +659,8 @@ def _check_record(rec: Any) -> str | None:
     for key, kind in _RECORD_KEYS.items():
         if not isinstance(rec.get(key), kind):
             return f"{key!r} is missing or not a {getattr(kind, '__name__', 'number')}"
+    if not all(isinstance(r, dict) and isinstance(r.get("name"), str) for r in rec["roles"]):
+        return "'roles' is not a list of roles"
     for role, params in rec["role_params"].items():
         if not isinstance(params, list) or not all(isinstance(p, dict) and "args" in p for p in params):
             return f"'role_params' of role {role!r} is not a list of replica parameters"
@@ -669,8 +675,7 @@ def _check_state(st: Any) -> str | None:
         return f"'state' is {st.get('state')!r}, not an app state"
     replicas = st.get("replicas", {})
     if not isinstance(replicas, dict) or not all(
-        isinstance(reps, list) and all(isinstance(r, dict) and r.get("state") in AppState.__members__ for r in reps)
-        for reps in replicas.values()
+        isinstance(reps, list) and all(_is_replica_state(r) for r in reps) for reps in replicas.values()
     ):
         return "'replicas' is not an object of lists of replica states"
     tracked = st.get("tracked", [])
@@ -679,6 +684,17 @@ def _check_state(st: Any) -> str | None:
     ):
         return "'tracked' is not a list of [pid, start] pairs"
     return None
+
+
+def _is_replica_state(r: Any) -> bool:
+    """Whether ``r`` is a replica's entry in ``state.json`` (a state, runs as objects)."""
+    runs = r.get("attempts", []) if isinstance(r, dict) else None
+    return (
+        isinstance(r, dict)
+        and r.get("state") in AppState.__members__
+        and isinstance(runs, list)
+        and all(isinstance(x, dict) for x in runs)
+    )
 
 
 def _check_supervisor(sup: Any) -> str | None:
