@@ -4,6 +4,9 @@ Airflow layer does not repeat version guards.
 - ``AirflowSensorTimeout``: the Task SDK's (``airflow.sdk.exceptions``) where it exists, else
   core's (3.1). Sensors must raise the class their Airflow's task runner checks for.
 - ``conf``: the Task SDK's configuration parser where it exists, else core's (3.1).
+- ``mask_secret`` / ``redact`` / ``should_hide_value_for_key``: Airflow's secrets masker, public
+  in the Task SDK's ``airflow.sdk.log`` and ``airflow.sdk._shared.secrets_masker`` since 3.2;
+  in 3.1 in ``airflow.sdk.execution_time.secrets_masker`` (a deprecated alias later).
 - ``Stats``: Airflow's metrics client as the deployment configured it (StatsD, OpenTelemetry or
   none): the Task SDK's (``airflow.sdk.observability.stats``, 3.3) where it exists, else core's
   ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim).
@@ -32,7 +35,26 @@ try:
 except ImportError:  # Airflow 3.1
     from airflow.stats import Stats
 
-__all__ = ["AirflowSensorTimeout", "Stats", "conf", "connection_form_widgets", "ui_field_behaviour"]
+try:
+    from airflow.sdk._shared.secrets_masker import redact, should_hide_value_for_key
+    from airflow.sdk.log import mask_secret
+except ImportError:  # Airflow 3.1
+    from airflow.sdk.execution_time.secrets_masker import (  # type: ignore[no-redef]
+        mask_secret,
+        redact,
+        should_hide_value_for_key,
+    )
+
+__all__ = [
+    "AirflowSensorTimeout",
+    "Stats",
+    "conf",
+    "connection_form_widgets",
+    "mask_secret",
+    "redact",
+    "should_hide_value_for_key",
+    "ui_field_behaviour",
+]
 
 
 def _connection_type(conn_type: str) -> dict[str, Any]:
