@@ -21,6 +21,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_torchx._compat import conf, connection_form_widgets, ui_field_behaviour
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
+from airflow_provider_torchx.core.errorfile import find_root_cause
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.logstream import LogFollower, LogLine, last_lines
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME, Runner, get_runner
@@ -370,7 +371,15 @@ class JobWatcher:
                 for line in last_lines(self.runner, self.app_handle, rep.role, rep.id, FAILURE_TAIL_LINES)
             ]
         message = f"TorchX job {self.app_handle} ended {status.state.name}: {status.msg or 'no reason given'}{where}"
-        return self.event("failed", state=status.state.name, message=message, tail=tail, ui_url=status.ui_url)
+        root = find_root_cause(self.runner, self.app_handle, status) if rep is not None else None
+        return self.event(
+            "failed",
+            state=status.state.name,
+            message=message,
+            tail=tail,
+            ui_url=status.ui_url,
+            root_cause=root.format() if root else None,
+        )
 
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
         """An event payload of ``kind`` carrying the handle and the log position."""
@@ -390,8 +399,11 @@ def event_position(event: Mapping[str, Any]) -> LogPosition:
 
 
 def failure_message(event: Mapping[str, Any]) -> str:
-    """The task's error text for a non-success event: the reason plus the log tail."""
+    """The task's error text for a non-success event: the root cause (when torchrun reported
+    one, ``core/errorfile.py``), the reason, then the log tail."""
     message = str(event.get("message") or f"TorchX job {event.get('app_handle')} did not succeed: {event}")
+    if event.get("root_cause"):
+        message = f"{event['root_cause']}\n{message}"
     tail = event.get("tail") or []
     if tail:
         message += f"\nLast {len(tail)} log lines:\n" + "\n".join(tail)
