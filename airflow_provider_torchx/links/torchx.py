@@ -23,6 +23,8 @@ class _XComLink(BaseOperatorLink):
         context["ti"].xcom_push(key=self.xcom_key, value=url or "")
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        if getattr(operator, "app_handle", "") is None:
+            return ""  # the task submitted no job (a dry run, an error before submit): no XCom to read
         from airflow.sdk.execution_time.xcom import XCom
 
         return str(XCom.get_value(ti_key=ti_key, key=self.xcom_key) or "")
