@@ -1,9 +1,10 @@
 """The ``airflow-torchx`` command: run components and watch, tail, cancel and list jobs
 without Airflow (the same core the operator uses).
 
-Exit codes: 0 success; 1 the job FAILED or was CANCELLED, or no such job; 2 a usage or
-validation error (the message goes to stderr, without a traceback); 128 + the signal number
-when SIGINT or SIGTERM interrupted an attached ``run --wait`` (the job is cancelled first).
+Exit codes: 0 success (also when the reader of the output went away, as ``| head`` does); 1
+the job FAILED or was CANCELLED, or no such job; 2 a usage or validation error (the message
+goes to stderr, without a traceback); 128 + the signal number when SIGINT or SIGTERM
+interrupted an attached ``run --wait`` (the job is cancelled first).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import pprint
 import re
 import signal
@@ -423,6 +425,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 128 + int(signal.SIGINT)
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
+        _silence_stdout()
+        return EXIT_OK
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush finds no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -268,3 +268,17 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_closed_pipe_ends_the_command_quietly_with_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """As ``airflow-torchx ... | head -1``: the reader is gone before the command writes (its
+    end of the pipe is closed at once), as a real subprocess."""
+    code, out, _ = run_cli(capsys, "run", "--wait", "-s", "local_cwd", "utils.sh", "echo one; echo two")
+    assert code == 0
+    handle = only_handle(out)
+    for argv in (["runopts"], ["builtins"], ["status", handle], ["describe", handle], ["log", handle]):
+        proc = subprocess.Popen([CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=60)
+        assert (proc.returncode, err.decode()) == (0, ""), argv
