@@ -4,6 +4,7 @@ scheduler (in-process for most, as a real subprocess for signals)."""
 from __future__ import annotations
 
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -282,3 +283,21 @@ def test_a_closed_pipe_ends_the_command_quietly_with_0(capsys: pytest.CaptureFix
         proc.stdout.close()
         _, err = proc.communicate(timeout=60)
         assert (proc.returncode, err.decode()) == (0, ""), argv
+
+
+def test_list_shows_submit_time_and_airflow_task_and_status_the_timing(capsys: pytest.CaptureFixture[str]) -> None:
+    labels = ["--label", "airflow.dag_id=sweep", "--label", "airflow.task_id=train", "--label", "airflow.map_index=2"]
+    before = time.time()
+    code, out, err = run_cli(capsys, "run", "--wait", "-s", "local_cwd", *labels, "utils.sh", "sleep 1.2")
+    assert code == 0, err
+    handle = only_handle(out)
+    code, out, _ = run_cli(capsys, "list", "-s", "local_cwd")
+    header, row = out.splitlines()
+    assert header.split() == ["APP", "HANDLE", "STATE", "SUBMITTED", "AIRFLOW", "TASK", "NAME"]
+    submitted = time.mktime(time.strptime(" ".join(row.split()[2:4]), "%Y-%m-%d %H:%M:%S"))
+    assert row.split()[:2] == [handle, "SUCCEEDED"] and row.split()[4:] == ["sweep.train[2]", "sh"]
+    assert before - 1 <= submitted <= time.time()
+    code, out, _ = run_cli(capsys, "status", handle)
+    started = re.search(r"\n  Started: (\S+ \S+); duration: (\d+)s\n", out)
+    assert code == 0 and started, out
+    assert 1 <= int(started.group(2)) <= 30

@@ -52,6 +52,9 @@ class DescribeAppResponse:
     labels: dict[str, str] = field(default_factory=dict)
     #: A cancel was requested through this scheduler (such a job is never adopted again).
     cancel_requested: bool = False
+    #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
+    started: float | None = None
+    ended: float | None = None
 
 
 @dataclass
@@ -63,6 +66,8 @@ class ListAppResponse:
     app_handle: str = "<NOT_SET>"
     name: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    #: When the app was submitted (epoch seconds; None: unknown).
+    created: float | None = None
 
 
 @dataclass

@@ -311,3 +311,12 @@ def test_log_errors() -> None:
         sched.read_log("q1:app-1", "ps", 0, streams=Stream.STDERR)
     with pytest.raises(ValueError, match="cursor"):
         sched.read_log("q1:app-1", "ps", 0, cursor="garbage")
+
+
+def test_start_and_end_times_in_epoch_seconds() -> None:
+    got = describe_response(
+        "q1:a", mnp_job(status="SUCCEEDED", startedAt=1700000001500, stoppedAt=1700000061500), {}, "r"
+    )
+    assert (got.started, got.ended) == (1700000001.5, 1700000061.5)
+    running = describe_response("q1:a", mnp_job(status="RUNNING", startedAt=1700000001000), {}, "r")
+    assert (running.started, running.ended) == (1700000001.0, None)

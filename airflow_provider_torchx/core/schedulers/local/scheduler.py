@@ -378,6 +378,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             roles=[role_from_json(r) for r in rec["roles"]],
             labels=dict(rec["labels"]),
             cancel_requested=os.path.exists(os.path.join(self.store.job_dir(app_id), store.CANCEL)),
+            started=st.get("started"),
+            ended=st.get("ended"),
         )
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[PopenRequest] | None:
@@ -404,7 +406,11 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 (
                     rec["created"],
                     ListAppResponse(
-                        app_id=app_id, state=AppState[st["state"]], name=rec["app_name"], labels=dict(rec["labels"])
+                        app_id=app_id,
+                        state=AppState[st["state"]],
+                        name=rec["app_name"],
+                        labels=dict(rec["labels"]),
+                        created=rec["created"],
                     ),
                 )
             )
