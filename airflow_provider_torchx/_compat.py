@@ -1,8 +1,9 @@
 """What differs between the supported Airflow versions (3.1 to 3.3), kept in one place so the
 Airflow layer does not repeat version guards.
 
-- ``AirflowSensorTimeout``: the Task SDK's (``airflow.sdk.exceptions``) where it exists, else
-  core's (3.1). Sensors must raise the class their Airflow's task runner checks for.
+- ``AirflowSensorTimeout``, ``AirflowFailException``: the Task SDK's (``airflow.sdk.exceptions``)
+  where they exist, else core's (3.1). Tasks must raise the classes their Airflow's task runner
+  checks for (core's names are deprecated aliases on later versions).
 - ``conf``: the Task SDK's configuration parser where it exists, else core's (3.1).
 - ``connection_form_widgets`` / ``ui_field_behaviour``: the ``torchx`` connection form for
   Airflow 3.1, which reads it only from the hook's (later deprecated) methods. They are derived
@@ -24,8 +25,12 @@ try:
     from airflow.sdk.exceptions import AirflowSensorTimeout
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import AirflowSensorTimeout  # type: ignore[no-redef]
+try:
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
 
-__all__ = ["AirflowSensorTimeout", "conf", "connection_form_widgets", "ui_field_behaviour"]
+__all__ = ["AirflowFailException", "AirflowSensorTimeout", "conf", "connection_form_widgets", "ui_field_behaviour"]
 
 
 def _connection_type(conn_type: str) -> dict[str, Any]:

@@ -16,14 +16,17 @@ exception. Transient errors (throttling, a lost connection) pass through and are
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib import metadata
 from typing import Any
 
-from airflow.exceptions import AirflowFailException, AirflowNotFoundException
+from airflow.exceptions import AirflowNotFoundException
 
+from airflow_provider_torchx._compat import AirflowFailException
+from airflow_provider_torchx.core import components
 from airflow_provider_torchx.core.errors import (
     ComponentError,
     InvalidRunConfigError,
@@ -53,10 +56,38 @@ def is_literal(value: Any) -> bool:
     return isinstance(value, str) and "{{" not in value and "{%" not in value
 
 
+@functools.cache
+def _entry_points() -> tuple[metadata.EntryPoint, ...]:
+    """Every entry point, read once per process: reading them scans every installed
+    distribution (tens of milliseconds, too much for each task of a DAG)."""
+    return tuple(ep for dist in metadata.distributions() for ep in dist.entry_points)
+
+
+@functools.cache
+def _entry_point_names(group: str) -> frozenset[str]:
+    """The names registered in entry-point ``group`` (nothing is loaded)."""
+    return frozenset(ep.name for ep in _entry_points() if ep.group == group)
+
+
+@functools.cache
+def _builtin_component_names() -> frozenset[str]:
+    return frozenset(components.builtin_components())
+
+
+def check_component(name: str) -> None:
+    """An unknown component name raises the resolver's ``ComponentError`` (with the closest
+    names). A builtin or a name under an entry point passes without loading anything; only an
+    unknown name is looked up in full (loading the entry points), to say so and why."""
+    registered = _entry_point_names(components.COMPONENT_ENTRY_POINT_GROUP)
+    if name in _builtin_component_names() or any(name == ep or name.startswith(ep + ".") for ep in registered):
+        return
+    components.get_component(name)
+
+
 def check_scheduler(name: str) -> None:
     """An unknown scheduler name raises ``UnknownSchedulerError`` with the closest names (the
     registered names are read without loading any scheduler)."""
-    known = sorted(ep.name for ep in metadata.entry_points(group=SCHEDULER_ENTRY_POINT_GROUP))
+    known = sorted(_entry_point_names(SCHEDULER_ENTRY_POINT_GROUP))
     if name not in known:
         raise UnknownSchedulerError(
             f"scheduler: unknown scheduler {name!r}; known: {', '.join(known)}.{did_you_mean(name, known)}"
@@ -86,9 +117,7 @@ def check_literal_arguments(
     if app is not None:
         validate_app(app)
     if component is not None and is_literal(component) and ":" not in component:
-        from airflow_provider_torchx.core.components import get_component
-
-        get_component(component)
+        check_component(component)
     if scheduler is not None and is_literal(scheduler):
         check_scheduler(scheduler)
         if cfg is not None:
