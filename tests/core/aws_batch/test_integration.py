@@ -149,11 +149,13 @@ def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_qu
     # another scheduler instance (another task, same process) finds it by its labels
     found = create_scheduler("elsewhere").list({"queue": batch_queue}, labels)
     assert [(a.app_id, a.labels) for a in found] == [(app_id, labels)]
+    assert found[0].created is not None and abs(found[0].created - time.time()) < 300  # the submit time
     assert {app_id, other} <= {a.app_id for a in sched.list()}
     assert create_scheduler("x").list({"queue": batch_queue}, {**labels, "airflow.map_index": "0"}) == []
     desc, _ = wait_terminal(sched, app_id)
     assert desc.state == AppState.SUCCEEDED
     assert desc.labels == labels
+    assert desc.started is not None and desc.ended is not None and desc.started <= desc.ended
     (main,) = desc.roles
     assert (main.name, main.image, main.entrypoint, main.args) == ("main", IMAGE, "sh", ["-c", "echo listed"])
     assert main.resource.memMB == 64
