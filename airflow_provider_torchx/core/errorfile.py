@@ -87,17 +87,17 @@ class RootCause:
 
 def last_frames(traceback: str, n: int = FRAMES) -> tuple[str, ...]:
     """The last ``n`` frames (``File ...`` line and its source lines) of the innermost
-    traceback in ``traceback``; caret lines (``^^^``) are dropped."""
+    traceback in ``traceback``; caret lines (``^^^``) are dropped. Indentation is not relied
+    on (some log pipelines strip it): the last line is the exception, the lines between two
+    ``File`` lines are the first one's source."""
     body = traceback.rsplit("Traceback (most recent call last):", 1)[-1]
+    lines = [line.strip() for line in body.splitlines() if line.strip() and set(line.strip()) - set("^~ ")]
     frames: list[list[str]] = []
-    for line in body.splitlines():
-        stripped = line.strip()
-        if stripped.startswith('File "'):
-            frames.append([stripped])
-        elif frames and line.startswith(" ") and stripped and set(stripped) - set("^~ "):
-            frames[-1].append("  " + stripped)
-        elif stripped and not line.startswith(" "):
-            break  # the exception line ends the frames
+    for line in lines[:-1]:
+        if line.startswith('File "'):
+            frames.append([line])
+        elif frames:
+            frames[-1].append("  " + line)
     return tuple(line for frame in frames[-n:] for line in frame)
 
 

@@ -153,3 +153,10 @@ def test_root_cause_of_a_real_local_job_whose_rank_1_raises(runner: Runner) -> N
     )
     assert cause.frames[-1] == '  raise RuntimeError(f"boom on rank {rank}")'
     assert cause.timestamp is not None  # from the error file, not only the summary
+
+
+def test_summary_whose_indentation_was_stripped_by_the_log_pipeline() -> None:
+    lines = [piece.strip() for line in _summary(CALLSTACK.rstrip("\n")) for piece in line.split("\n")]
+    cause = parse_torchrun_summary(lines, "trainer/0")
+    assert cause is not None and (cause.error, cause.rank) == ("RuntimeError: boom on rank 3", 3)
+    assert cause.frames[-2:] == ('File "/app/train.py", line 12, in step', '  raise RuntimeError("boom on rank 3")')

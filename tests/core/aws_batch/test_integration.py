@@ -20,6 +20,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from airflow_provider_torchx.core.errorfile import find_root_cause
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler, BatchJob, create_scheduler
@@ -248,3 +249,36 @@ def test_throttling_and_5xx_are_retried_and_jobs_are_watched_to_the_end(
         assert list(s.log_iter(app_id, "main", 1)) == ["survived\n", "survived\n"]
     assert flaky_aws_endpoint.counts["throttled"] >= 3
     assert flaky_aws_endpoint.counts["unavailable"] >= 3
+
+
+def test_root_cause_from_torchruns_summary_in_the_log(batch_queue: str) -> None:
+    """On Batch the error file stays in the container: the root cause comes from the summary
+    torchrun prints in the node's log (here printed by the command, in torchrun's format)."""
+    summary = [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "=" * 40,
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : 1 (pid: 42)",
+        "  traceback : Traceback (most recent call last):",
+        '    File "/app/train.py", line 9, in main',
+        "      step()",
+        "  RuntimeError: boom on rank 1",
+        "=" * 40,
+    ]
+    script = "printf '%s\\n' " + " ".join(f"'{line}'" for line in summary) + " >&2; exit 1"
+    with get_runner() as runner:
+        handle = runner.run(AppDef("ddp", roles=[role("trainer", script)]), "aws_batch", {"queue": batch_queue})
+        status = runner.wait(handle, wait_interval=0.5, timeout=60, cancel_on_signal=False)
+        assert status is not None and status.state == AppState.FAILED
+        cause = find_root_cause(runner, handle, status)
+        logged = list(runner.log_lines(handle, "trainer", 0))
+    assert cause is not None, logged
+    assert (cause.error, cause.rank, cause.replica, cause.exit_code) == (
+        "RuntimeError: boom on rank 1",
+        1,
+        "trainer/0",
+        1,
+    )
+    assert cause.frames == ('File "/app/train.py", line 9, in main', "  step()"), logged
