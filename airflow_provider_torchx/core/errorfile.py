@@ -21,14 +21,15 @@ Guarantees of ``find_root_cause``:
    caller falls back to the log tail).
 2. Of several failed replicas, the one whose error is oldest wins (ties: the status' order),
    as torchrun picks its root cause among its workers.
-3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each.
+3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
+   replica whose lines the caller passes).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -194,9 +195,12 @@ def _local_error_file(runner: Runner, app_handle: str, rep: ReplicaStatus) -> st
         return None
 
 
-def _replica_root_cause(runner: Runner, app_handle: str, rep: ReplicaStatus, local: bool) -> RootCause | None:
+def _replica_root_cause(
+    runner: Runner, app_handle: str, rep: ReplicaStatus, local: bool, tail: Sequence[str] | None
+) -> RootCause | None:
     replica = f"{rep.role}/{rep.id}"
-    tail = last_lines(runner, app_handle, rep.role, rep.id, SUMMARY_LINES)
+    if tail is None:
+        tail = last_lines(runner, app_handle, rep.role, rep.id, SUMMARY_LINES)
     summary = parse_torchrun_summary(tail, replica)
     text = _local_error_file(runner, app_handle, rep) if local else None
     found = parse_error_file(text, replica) if text else None
@@ -218,15 +222,19 @@ def _failed_replicas(status: AppStatus) -> Iterable[ReplicaStatus]:
     return (rep for role in status.roles for rep in role.replicas if rep.state == AppState.FAILED)
 
 
-def find_root_cause(runner: Runner, app_handle: str, status: AppStatus) -> RootCause | None:
-    """The root cause of the failed job ``app_handle`` (see the module's guarantees)."""
+def find_root_cause(
+    runner: Runner, app_handle: str, status: AppStatus, tails: Mapping[tuple[str, int], Sequence[str]] | None = None
+) -> RootCause | None:
+    """The root cause of the failed job ``app_handle`` (see the module's guarantees).
+    ``tails``: the last ``SUMMARY_LINES`` log lines of replicas the caller read already, by
+    ``(role, k)`` (not read again)."""
     local = parse_app_handle(app_handle).scheduler_backend.startswith("local")
     causes: list[RootCause] = []
     for i, rep in enumerate(_failed_replicas(status)):
         if i >= MAX_REPLICAS:
             break
         try:
-            cause = _replica_root_cause(runner, app_handle, rep, local)
+            cause = _replica_root_cause(runner, app_handle, rep, local, (tails or {}).get((rep.role, rep.id)))
         except Exception:  # a root cause is a bonus: never fail the failure report for it
             cause = None
         if cause is not None:

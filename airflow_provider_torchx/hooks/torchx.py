@@ -21,7 +21,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_torchx._compat import conf, connection_form_widgets, ui_field_behaviour
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
-from airflow_provider_torchx.core.errorfile import find_root_cause
+from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, find_root_cause
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.logstream import LogFollower, LogLine, last_lines
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME, Runner, get_runner
@@ -366,12 +366,13 @@ class JobWatcher:
         if rep is not None:
             code = f", exit code {rep.exit_code}" if rep.exit_code is not None else ""
             where = f"; failed replica {rep.role}/{rep.id}{code}"
-            tail = [
-                line.rstrip("\n")
-                for line in last_lines(self.runner, self.app_handle, rep.role, rep.id, FAILURE_TAIL_LINES)
+            # read once: the message's tail, and where torchrun's summary is looked for
+            lines = [
+                line.rstrip("\n") for line in last_lines(self.runner, self.app_handle, rep.role, rep.id, SUMMARY_LINES)
             ]
+            tail = lines[-FAILURE_TAIL_LINES:]
         message = f"TorchX job {self.app_handle} ended {status.state.name}: {status.msg or 'no reason given'}{where}"
-        root = find_root_cause(self.runner, self.app_handle, status) if rep is not None else None
+        root = find_root_cause(self.runner, self.app_handle, status, {(rep.role, rep.id): lines}) if rep else None
         return self.event(
             "failed",
             state=status.state.name,
