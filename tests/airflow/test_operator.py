@@ -170,6 +170,12 @@ def test_bad_input_at_run_time_fails_without_retry_and_submits_nothing() -> None
     assert get_runner().list("local_cwd", labels=identity_labels({"ti": ti})) == []  # type: ignore[typeddict-item]
 
 
+def test_unknown_connection_fails_without_retry() -> None:
+    op = TorchXRunOperator(task_id="task", component="utils.echo", torchx_conn_id="no_such_conn")
+    with pytest.raises(AirflowFailException, match="connection 'no_such_conn' is not defined"):
+        op.execute({"ti": FakeTI()})  # type: ignore[arg-type]
+
+
 def test_only_errors_a_retry_cannot_fix_skip_the_retries() -> None:
     with pytest.raises(AirflowFailException, match="UnknownSchedulerError: scheduler: unknown"), fail_without_retry():
         raise UnknownSchedulerError("scheduler: unknown scheduler 'x'")
@@ -177,6 +183,14 @@ def test_only_errors_a_retry_cannot_fix_skip_the_retries() -> None:
     for transient in (ConnectionError("connection lost"), throttled):
         with pytest.raises(type(transient)), fail_without_retry():
             raise transient
+
+
+def test_sensor_resume_logs_the_final_state_like_the_operator(capfd: pytest.CaptureFixture[str]) -> None:
+    handle = "local_cwd://torchx/done-1"
+    sensor = TorchXJobSensor(task_id="s", app_handle=handle, stream_logs=False)
+    sensor.execute_complete({}, {"status": "success", "app_handle": handle})  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert f"TorchX job {handle} SUCCEEDED" in out + err
 
 
 def test_sensor_resume_raises_by_event_kind() -> None:
