@@ -241,7 +241,8 @@ def hook_for_handle(torchx_conn_id: str | None, app_handle: str) -> TorchXHook:
 
 
 def progress_line(app_handle: str, status: AppStatus, elapsed: float) -> str:
-    """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``."""
+    """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
+    scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``)."""
     counts = {"running": 0, "done": 0, "pending": 0}
     for role in status.roles:
         for rep in role.replicas:
@@ -252,7 +253,8 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float) -> str:
             else:
                 counts["pending"] += 1
     parts = ", ".join(f"{n} {what}" for what, n in counts.items())
-    return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s"
+    why = f"; {status.msg}" if status.msg and not status.is_terminal() else ""
+    return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}"
 
 
 def identity_labels(context: Context) -> dict[str, str]:

@@ -13,7 +13,8 @@ import pytest
 from airflow.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
-from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
+from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, RoleStatus
+from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings, progress_line
 from airflow_provider_torchx.provider_info import get_provider_info
 
 
@@ -174,3 +175,14 @@ def test_batch_test_connection_checks_the_queue(
     set_conn(monkeypatch, "tx_batch_disabled", {"scheduler": "aws_batch", "cfg": "queue=torchx-disabled"})
     ok, message = TorchXHook("tx_batch_disabled").test_connection()
     assert not ok and "is DISABLED; it must be ENABLED" in message
+
+
+def test_progress_line_says_why_a_job_waits() -> None:
+    reps = [ReplicaStatus(id=k, state=AppState.PENDING, role="w") for k in (0, 1)]
+    waiting = AppStatus(
+        AppState.PENDING, msg="waiting for 4 GPUs, 2 free, held by a (0,1)", roles=[RoleStatus("w", reps)]
+    )
+    assert progress_line("h", waiting, 3) == (
+        "h PENDING: replicas 0 running, 0 done, 2 pending; elapsed 3s; waiting for 4 GPUs, 2 free, held by a (0,1)"
+    )
+    assert progress_line("h", AppStatus(AppState.FAILED, msg="boom"), 3).endswith("elapsed 3s")

@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 
-from airflow_provider_torchx.core.schedulers.local import procfs, store
+from airflow_provider_torchx.core.schedulers.local import gpus, procfs, store
 
 TYPE_CHECKING = False  # not ``typing``/``pathlib``: they would slow the start-up
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ class _Replica:
         self.pipes: dict[int, str] = {}
         self.partial: dict[str, bytes] = {s: b"" for s in _STREAMS}
         self.files: dict[str, int] = {}
+        self.devices: str | None = None
 
     @property
     def running(self) -> bool:
@@ -115,6 +116,7 @@ class _Replica:
             "start": self.start,
             "state": self.state,
             "exit_code": self.exit_code,
+            "devices": self.devices,
         }
 
 
@@ -141,6 +143,7 @@ class Supervisor:
         self.started = time.time()
         self.grace = 10.0
         self.self_start = procfs.start_time(self.pid)
+        self.holds_gpus = False
         self.libc = ctypes.CDLL(None, use_errno=True)
 
     # ------------------------------------------------------------------ records
@@ -271,6 +274,37 @@ class Supervisor:
         else:
             procfs.signal_all(procfs.job_processes(sid, roots, exclude=self.pid), sig)
 
+    def take_gpus(self, plan: dict[str, Any] | None) -> None:
+        """Wait, PENDING and saying why, until the host's GPU ledger hands the job its devices
+        (``gpus.take``), then give each GPU replica its own in ``CUDA_VISIBLE_DEVICES``. A
+        cancel ends the wait (the job leaves the queue)."""
+        if not plan:
+            return
+        root, app_id = os.path.split(self.dir)
+        counts = [plan["roles"].get(r.role, 0) for r in self.replicas]
+        while not self.cancel_requested:
+            got, why = gpus.take(root, app_id, self.identity(), plan)
+            if got is not None:
+                self.holds_gpus, self.msg = True, ""
+                for r, chunk in zip(self.replicas, gpus.split(counts, got), strict=True):
+                    if chunk:
+                        r.devices = r.param["env"]["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, chunk))
+                return
+            if why != self.msg:
+                self.msg = why
+                self.write_state("PENDING")
+            for fd, _ in self.poller.poll(gpus.POLL_MS):
+                if fd in self.handlers:
+                    self.handlers[fd]()
+            # A canceller that came before this supervisor recorded itself sent no signal.
+            self.cancel_requested = self.cancel_requested or os.path.exists(os.path.join(self.dir, store.CANCEL))
+        gpus.release(root, app_id)
+
+    def release_gpus(self) -> None:
+        if self.holds_gpus:
+            gpus.release(*os.path.split(self.dir))
+            self.holds_gpus = False
+
     # ------------------------------------------------------------------ policy
 
     def on_exit(self, r: _Replica, code: int) -> None:
@@ -355,6 +389,7 @@ class Supervisor:
         if os.path.exists(os.path.join(self.dir, store.CANCEL)):
             self.cancel_requested = True
         else:
+            self.take_gpus(request.get("gpus"))
             for r in self.replicas:
                 if not self.cancel_requested:
                     self.launch(r)
@@ -393,6 +428,7 @@ class Supervisor:
                 os.close(fd)
             if r.state == "PENDING" and self.final == "CANCELLED":
                 r.state = "CANCELLED"
+        self.release_gpus()
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:  # adopted orphans, now killed
                 pass
@@ -433,6 +469,10 @@ def _supervise(job_dir: str) -> int:
 
         traceback.print_exc()
         sup.signal_job([], signal.SIGKILL, session=True)
+        try:  # noqa: SIM105 - contextlib would cost start-up time
+            sup.release_gpus()
+        except OSError:
+            pass
         sup.msg = f"the supervisor failed: {type(e).__name__}: {e}"
         try:  # noqa: SIM105 - contextlib would cost start-up time
             sup.write_state("FAILED", ended=time.time())
