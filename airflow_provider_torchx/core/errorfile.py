@@ -27,7 +27,9 @@ Guarantees of ``find_root_cause``:
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,14 +62,14 @@ _BORDER = re.compile(r"^\s*=+\s*$")
 class RootCause:
     """Why a replica failed: ``error`` (``Type: message``), the replica (``role/k``), the
     global ``rank`` and ``exit_code`` when torchrun said, the last ``frames`` of the traceback
-    (source lines included) and the epoch ``timestamp`` of the error."""
+    (source lines included) and when the error was recorded (epoch seconds)."""
 
     error: str
     replica: str
     rank: int | None = None
     exit_code: int | None = None
     frames: tuple[str, ...] = ()
-    timestamp: int | None = None
+    timestamp: float | None = None
 
     def format(self) -> str:
         """``Root cause (rank 1, replica trainer/0): RuntimeError: boom`` and the last frames."""
@@ -183,14 +185,16 @@ def parse_torchrun_summary(lines: Sequence[str], replica: str) -> RootCause | No
     )
 
 
-def _local_error_file(runner: Runner, app_handle: str, rep: ReplicaStatus) -> str | None:
-    """The text of a local replica's error file, if it wrote one."""
+def _local_error_file(runner: Runner, app_handle: str, rep: ReplicaStatus) -> tuple[str, float] | None:
+    """The text of a local replica's error file, if it wrote one, and when it was written (the
+    file's time: finer than the whole seconds inside, so that of two replicas failing in the
+    same second the first one is told apart)."""
     info = runner.describe_native(app_handle)
     params = getattr(info.request, "role_params", {}) if info is not None else {}
     try:
         path = params[rep.role][rep.id].env.get(ERROR_FILE_ENV)
         with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
+            return f.read(), os.fstat(f.fileno()).st_mtime
     except (KeyError, IndexError, TypeError, OSError):
         return None
 
@@ -202,10 +206,12 @@ def _replica_root_cause(
     if tail is None:
         tail = last_lines(runner, app_handle, rep.role, rep.id, SUMMARY_LINES)
     summary = parse_torchrun_summary(tail, replica)
-    text = _local_error_file(runner, app_handle, rep) if local else None
-    found = parse_error_file(text, replica) if text else None
+    written = _local_error_file(runner, app_handle, rep) if local else None
+    found = parse_error_file(written[0], replica) if written else None
     if found is None:
         return summary
+    if written:
+        found = dataclasses.replace(found, timestamp=written[1])
     if summary is None:
         return found
     return RootCause(
