@@ -5,6 +5,9 @@ Airflow layer does not repeat version guards.
   where they exist, else core's (3.1). Tasks must raise the classes their Airflow's task runner
   checks for (core's names are deprecated aliases on later versions).
 - ``conf``: the Task SDK's configuration parser where it exists, else core's (3.1).
+- ``Stats``: Airflow's metrics client as the deployment configured it (StatsD, OpenTelemetry or
+  none): the Task SDK's (``airflow.sdk.observability.stats``, 3.3) where it exists, else core's
+  ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim).
 - ``connection_form_widgets`` / ``ui_field_behaviour``: the ``torchx`` connection form for
   Airflow 3.1, which reads it only from the hook's (later deprecated) methods. They are derived
   from ``conn-fields`` and ``ui-field-behaviour`` in the provider info, which Airflow >= 3.2
@@ -29,8 +32,19 @@ try:
     from airflow.sdk.exceptions import AirflowFailException
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
+try:
+    from airflow.sdk.observability.stats import Stats
+except ImportError:  # Airflow 3.1
+    from airflow.stats import Stats
 
-__all__ = ["AirflowFailException", "AirflowSensorTimeout", "conf", "connection_form_widgets", "ui_field_behaviour"]
+__all__ = [
+    "AirflowFailException",
+    "AirflowSensorTimeout",
+    "Stats",
+    "conf",
+    "connection_form_widgets",
+    "ui_field_behaviour",
+]
 
 
 def _connection_type(conn_type: str) -> dict[str, Any]:

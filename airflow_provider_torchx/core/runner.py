@@ -262,6 +262,7 @@ class Runner:
             structured_error_msg=desc.structured_error_msg,
             ui_url=desc.ui_url,
             roles=desc.roles_statuses,
+            usage=desc.usage,
         )
 
     def describe(self, app_handle: str) -> AppDef | None:

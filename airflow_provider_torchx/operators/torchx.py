@@ -24,7 +24,8 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.schedulers.api import labels_match
-from airflow_provider_torchx.core.specs import AppDef, AppState
+from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
+from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import (
     JobWatcher,
     TorchXHook,
@@ -40,8 +41,10 @@ from airflow_provider_torchx.hooks.torchx import (
 from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
+from airflow_provider_torchx.usage_report import report_usage
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
     from airflow_provider_torchx.core.runner import Runner
@@ -201,6 +204,9 @@ class TorchXRunOperator(BaseOperator):
         self.timeout = timeout
         self.app_handle: str | None = None
         self._runner: Runner | None = None
+        #: The ended job's usage summary (``core/usage.py``) and final state, once the task reported it.
+        self.usage: Usage | None = None
+        self.job_state: str | None = None
 
     # ------------------------------------------------------------------ building the job
 
@@ -358,6 +364,12 @@ class TorchXRunOperator(BaseOperator):
         """Return the handle of a succeeded job (recording that this try reported it);
         otherwise cancel on timeout and raise."""
         handle = str(event["app_handle"])
+        if event["status"] in ("success", "failed"):
+            assert self._runner is not None
+            self.usage = report_usage(
+                self._runner, handle, context, self.log, self.app_name or getattr(self.app, "name", None)
+            )
+            self.job_state = event.get("state")
         if event["status"] == "success":
             self.log.info("TorchX job %s SUCCEEDED", handle)
             return self._report_success(context, cursor_file, position, handle)
@@ -393,3 +405,28 @@ class TorchXRunOperator(BaseOperator):
         if self.cancel_on_kill and self.app_handle and self._runner is not None:
             self.log.info("Task killed: cancelling %s", self.app_handle)
             self._runner.cancel(self.app_handle)
+
+    # ------------------------------------------------------------------ OpenLineage (lineage.py)
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The app, its scheduler and the task's inlets/outlets, before anything is submitted."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """As on start, plus the app handle, the job's final state and its usage summary."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        """As on complete (the usage of a failed job is reported too)."""
+        return self._lineage()
+
+    def _lineage(self) -> OperatorLineage:
+        from airflow_provider_torchx.lineage import operator_lineage
+
+        if self.app_handle:
+            scheduler = parse_app_handle(self.app_handle).scheduler_backend
+        else:
+            scheduler = self.scheduler or self.hook().settings.scheduler
+        return operator_lineage(
+            self.build_app(), scheduler, self.inlets, self.outlets, self.app_handle, self.job_state, self.usage
+        )

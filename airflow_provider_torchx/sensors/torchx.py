@@ -28,6 +28,7 @@ from airflow_provider_torchx.hooks.torchx import (
     identity_labels,
 )
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
+from airflow_provider_torchx.usage_report import report_usage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -102,6 +103,7 @@ class TorchXJobSensor(BaseSensorOperator):
             self.log.info("%s is %s", self.app_handle, status.state.name)
             return False
         event = self._watcher.outcome(status)
+        report_usage(self._watcher.runner, self.app_handle, context, self.log)
         if event["status"] != "success":
             raise AirflowException(failure_message(event))
         self.log.info("TorchX job %s SUCCEEDED", self.app_handle)
@@ -109,9 +111,11 @@ class TorchXJobSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
         """Resume after the trigger's event: flush the remaining log lines, then succeed or raise."""
+        runner = self.hook().get_runner()
         if self.stream_logs:
-            runner = self.hook().get_runner()
             flush_logs(runner, event, self.log, cursor_file_for(runner, self.app_handle, identity_labels(context)))
+        if event["status"] in ("success", "failed"):
+            report_usage(runner, self.app_handle, context, self.log)
         if event["status"] == "timeout":
             raise AirflowSensorTimeout(f"{self.app_handle} did not end within {self.timeout}s: {event.get('message')}")
         if event["status"] != "success":

@@ -44,6 +44,10 @@ def test_batch_dag_reads_its_queue_from_the_connection(run_dag: Any, batch_conn:
     assert "[sh/0] hello from AWS Batch node" in out  # moto: every node writes to one log stream
     job_link = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch", key="_link_TorchXJobLink")
     assert job_link.startswith("https://us-east-1.console.aws.amazon.com/batch/"), job_link
+    # the usage summary, from moto's timestamps and attempts, logged and pushed in both modes
+    usage = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch", key="usage")
+    assert usage["attempts_count"] >= 1 and usage["run_time_s"] >= 0 and usage["node_seconds"] > 0
+    assert "Usage:" in out and "Queue wait:" in out
     assert "#jobs/mnp-job/" in job_link
 
 
@@ -58,6 +62,8 @@ def test_single_node_batch_dag(run_dag: Any, batch_conn: str, deferrable: bool) 
     native = get_runner().describe_native(handle)
     assert native is not None and native.request.job_def["type"] == "container"
     assert "#jobs/detail/" in ti.xcom_pull(task_ids="single", key="_link_TorchXJobLink")
+    usage = ti.xcom_pull(task_ids="single", key="usage")
+    assert [(a["role"], a["replica"]) for a in usage["attempts"]] == [("sh", 0)]  # moto: no exit code here
 
 
 def test_retry_reattaches_to_its_single_node_job_by_identity(batch_conn: str) -> None:

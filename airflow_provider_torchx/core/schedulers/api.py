@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 from airflow_provider_torchx.core.errors import UnknownAppError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role, RoleStatus, validate_app
+from airflow_provider_torchx.core.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class DescribeAppResponse:
     labels: dict[str, str] = field(default_factory=dict)
     #: A cancel was requested through this scheduler (such a job is never adopted again).
     cancel_requested: bool = False
+    #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
+    usage: Usage | None = None
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
     started: float | None = None
     ended: float | None = None

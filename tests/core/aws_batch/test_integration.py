@@ -90,6 +90,20 @@ def test_two_roles_run_to_success_with_every_nodes_output(batch_queue: str) -> N
         assert AppState.RUNNING in seen
         assert status.state == AppState.SUCCEEDED, status
         assert [len(r.replicas) for r in status.roles] == [2, 1]
+        # usage from moto's createdAt/startedAt/stoppedAt and attempts: each node ran while
+        # the job ran (moto has no child jobs), at least the 1 s every node sleeps
+        usage = status.usage
+        assert usage is not None and usage.queue_wait_s is not None and usage.run_time_s is not None
+        assert usage.queue_wait_s >= 0 and usage.run_time_s >= 1.0
+        assert [(a.role, a.replica, a.number) for a in usage.attempts] == [
+            ("trainer", 0, 1),
+            ("trainer", 1, 1),
+            ("ps", 0, 1),
+        ]
+        trainer, ps = usage.roles
+        assert trainer.node_seconds == pytest.approx(2 * ps.node_seconds) and ps.node_seconds >= 1.0
+        assert trainer.vcpu_hours == pytest.approx(trainer.node_seconds / 3600)
+        assert ps.memory_gb_hours == pytest.approx(64 / 1024 * ps.node_seconds / 3600)
         # moto: every node writes into one stream, so each role's log holds all nodes' output
         lines = list(runner.log_lines(handle, "trainer", 1))
         assert lines.count(f"trainer says {handle}\n") == 2
@@ -164,6 +178,11 @@ def test_single_node_job_runs_to_success_with_its_output(batch_queue: str) -> No
         assert AppState.RUNNING in seen or AppState.PENDING in seen
         assert [[(r.id, r.state) for r in rs.replicas] for rs in status.roles] == [[(0, AppState.SUCCEEDED)]]
         assert "#jobs/detail/" in status.ui_url
+        usage = status.usage  # a container job: its one replica is the job (1 vCPU, 64 MiB)
+        # (moto leaves a succeeded container job's exit code out)
+        assert usage is not None and [(a.role, a.replica) for a in usage.attempts] == [("main", 0)]
+        (main,) = usage.roles
+        assert main.node_seconds == usage.attempts[0].seconds and main.vcpu_hours == main.node_seconds / 3600
         expected = ["replica 0 of role 0\n", f"job {handle}\n"]
         assert list(runner.log_lines(handle, "main", 0)) == expected
         first = runner.read_log(handle, "main", 0, max_lines=1)
@@ -182,6 +201,7 @@ def test_single_node_failing_job_ends_failed_with_its_exit_code(sched: AWSBatchS
     (replica,) = desc.roles_statuses[0].replicas
     assert (replica.state, replica.exit_code) == (AppState.FAILED, 3)
     assert "role 'main' replica 0 exited with code 3" in desc.msg
+    assert desc.usage is not None and [a.exit_code for a in desc.usage.attempts] == [3]
     batch = boto3.client("batch")
     arn = batch.describe_jobs(jobs=[sched.poller.job_id(app_id)])["jobs"][0]["jobDefinition"]
     sched.delete(app_id)

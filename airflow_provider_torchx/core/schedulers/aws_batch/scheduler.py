@@ -38,6 +38,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     shared_log_limiter,
     shared_poller,
 )
+from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
 
 log = logging.getLogger(__name__)
@@ -335,7 +336,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             nodes = self._nodes(job, range(num_nodes))
         elif status.app_state(job) == AppState.FAILED and status.exit_code(job) is None:
             job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
-        return status.describe_response(app_id, job, nodes, self._region())
+        resp = status.describe_response(app_id, job, nodes, self._region())
+        if resp.state.is_terminal():
+            resp.usage = batch_usage(job, nodes, resp.roles)
+        return resp
 
     def _summary_container(self, app_id: str, job: Mapping[str, Any]) -> dict[str, Any]:
         """The ``container`` (exit code, reason) of a failed single-node job's ListJobs summary,

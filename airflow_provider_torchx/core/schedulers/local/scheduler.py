@@ -54,6 +54,7 @@ from airflow_provider_torchx.core.schedulers.local.request import (
     role_from_json,
 )
 from airflow_provider_torchx.core.schedulers.local.supervisor import supervisor_command
+from airflow_provider_torchx.core.schedulers.local.usage import local_usage
 from airflow_provider_torchx.core.specs import (
     AppDef,
     AppDryRunInfo,
@@ -372,16 +373,19 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     ],
                 )
             )
+        roles = [role_from_json(r) for r in rec["roles"]]
+        state = AppState[st["state"]]
         return DescribeAppResponse(
             app_id=app_id,
-            state=AppState[st["state"]],
+            state=state,
             num_restarts=int(st.get("num_restarts", 0)),
             msg=st.get("msg", ""),
             ui_url=f"file://{rec['log_dir']}",
             roles_statuses=statuses,
-            roles=[role_from_json(r) for r in rec["roles"]],
+            roles=roles,
             labels=dict(rec["labels"]),
             cancel_requested=os.path.exists(os.path.join(self.store.job_dir(app_id), store.CANCEL)),
+            usage=local_usage(rec, st, roles) if state.is_terminal() else None,
             started=st.get("started"),
             ended=st.get("ended"),
         )

@@ -73,6 +73,8 @@ class _Replica:
         self.pipes: dict[int, str] = {}
         self.partial: dict[str, bytes] = {s: b"" for s in _STREAMS}
         self.files: dict[str, int] = {}
+        #: Each run of this replica: wall-clock start, end and exit code (usage summaries).
+        self.attempts: list[dict[str, Any]] = []
         self.devices: str | None = None
 
     @property
@@ -116,6 +118,7 @@ class _Replica:
             "start": self.start,
             "state": self.state,
             "exit_code": self.exit_code,
+            "attempts": self.attempts,
             "devices": self.devices,
         }
 
@@ -178,6 +181,7 @@ class Supervisor:
         env[store.JOB_ENV] = self.dir
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        started = time.time()  # before the fork: the child may run before the parent resumes
         pid = os.fork()
         if pid == 0:
             self.exec_child(r.param, env, out_w, err_w)
@@ -185,6 +189,7 @@ class Supervisor:
         os.close(err_w)
         r.pid, r.exit_code, r.stopping, r.state = pid, None, False, "RUNNING"
         r.start = procfs.start_time(pid)
+        r.attempts.append({"started": started, "ended": None, "exit_code": None})
         r.pidfd = os.pidfd_open(pid)
         self.watch(r.pidfd, lambda: self.reap(r))
         for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
@@ -309,6 +314,7 @@ class Supervisor:
 
     def on_exit(self, r: _Replica, code: int) -> None:
         r.exit_code = code
+        r.attempts[-1].update(ended=time.time(), exit_code=code)
         if r.stopping:
             r.state, r.stopping = "CANCELLED", False
         elif code == 0:
