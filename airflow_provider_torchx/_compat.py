@@ -5,6 +5,9 @@ Airflow layer does not repeat version guards.
   where they exist, else core's (3.1). Tasks must raise the classes their Airflow's task runner
   checks for (core's names are deprecated aliases on later versions).
 - ``conf``: the Task SDK's configuration parser where it exists, else core's (3.1).
+- ``mask_secret`` / ``redact`` / ``should_hide_value_for_key``: Airflow's secrets masker, public
+  in the Task SDK's ``airflow.sdk.log`` and ``airflow.sdk._shared.secrets_masker`` since 3.2;
+  in 3.1 in ``airflow.sdk.execution_time.secrets_masker`` (a deprecated alias later).
 - ``Stats``: Airflow's metrics client as the deployment configured it (StatsD, OpenTelemetry or
   none): the Task SDK's (``airflow.sdk.observability.stats``, 3.3) where it exists, else core's
   ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim).
@@ -37,12 +40,25 @@ try:
 except ImportError:  # Airflow 3.1
     from airflow.stats import Stats
 
+try:
+    from airflow.sdk._shared.secrets_masker import redact, should_hide_value_for_key
+    from airflow.sdk.log import mask_secret
+except ImportError:  # Airflow 3.1
+    from airflow.sdk.execution_time.secrets_masker import (  # type: ignore[no-redef]
+        mask_secret,
+        redact,
+        should_hide_value_for_key,
+    )
+
 __all__ = [
     "AirflowFailException",
     "AirflowSensorTimeout",
     "Stats",
     "conf",
     "connection_form_widgets",
+    "mask_secret",
+    "redact",
+    "should_hide_value_for_key",
     "ui_field_behaviour",
 ]
 
@@ -55,19 +71,21 @@ def _connection_type(conn_type: str) -> dict[str, Any]:
 
 def connection_form_widgets(conn_type: str) -> dict[str, Any]:
     """``conn-fields`` of ``conn_type`` as the WTForms fields Airflow 3.1 expects (all optional
-    text). WTForms, Flask-AppBuilder and Flask-Babel are imported here, when Airflow asks: its
-    connection-form service provides stand-ins for them when they are not installed."""
+    text; a field with choices gets an ``any_of`` validator, the name Airflow 3.1's form service
+    stands in for and turns into a choice). WTForms, Flask-AppBuilder and Flask-Babel are
+    imported here, when Airflow asks: its connection-form service provides stand-ins for them
+    when they are not installed."""
     from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
     from flask_babel import lazy_gettext
     from wtforms import StringField
-    from wtforms.validators import Optional
+    from wtforms.validators import Optional, any_of
 
     return {
         name: StringField(
             lazy_gettext(field["label"]),
             widget=BS3TextFieldWidget(),
             description=field.get("description", ""),
-            validators=[Optional()],
+            validators=[Optional(), *([any_of(field["schema"]["enum"])] if "enum" in field["schema"] else [])],
         )
         for name, field in _connection_type(conn_type)["conn-fields"].items()
     }

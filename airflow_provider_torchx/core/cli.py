@@ -3,13 +3,18 @@ without Airflow (the same core the operator uses).
 
 Exit codes: 0 success (also when the reader of the output went away, as ``| head`` does); 1
 the job FAILED or was CANCELLED, or no such job; 2 a usage or validation error (the message
-goes to stderr, without a traceback); 128 + the signal number when SIGINT or SIGTERM
+goes to stderr, without a traceback); 3 the system refused (a full or read-only job store: the
+message names the path and the cause); 128 + the signal number when SIGINT or SIGTERM
 interrupted an attached ``run --wait`` (the job is cancelled first).
+
+``dryrun`` and ``describe`` print the values of secret env vars (``core/masking.py``) as
+``***`` unless given ``--show-secrets``.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import logging
 import os
@@ -26,8 +31,10 @@ from typing import Any, TextIO
 from airflow_provider_torchx.core.components import get_app, get_component, list_components
 from airflow_provider_torchx.core.errors import ComponentError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.logstream import LogFollower, LogLine, last_lines
+from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import Stream
+from airflow_provider_torchx.core.schedulers.local.store import CorruptEntryError
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 log = logging.getLogger(__name__)
@@ -39,6 +46,7 @@ CANCEL_WAIT_SECONDS = 30.0
 #: How long ``run --wait --log`` keeps reading logs after the job ended.
 LOG_DRAIN_SECONDS = 10.0
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_SYSTEM = 3
 _LOG_TARGET = re.compile(r"^(?P<handle>[^/:]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<k>\d+))?)?$")
 
 
@@ -75,11 +83,20 @@ def _add_submit_args(sub: argparse.ArgumentParser) -> None:
         "--label", action="append", type=_label, default=[], metavar="K=V", help="a job label (repeatable)"
     )
     sub.add_argument("--parent_run_id", default=None, help="set as TORCHX_PARENT_RUN_ID in every replica")
+    _add_show_secrets(sub)
     sub.add_argument("component", help="a component name (see `builtins`) or path/to/file.py:function")
     sub.add_argument(
         "component_args",
         nargs=argparse.REMAINDER,
         help="the component's arguments (`COMPONENT --help` shows them)",
+    )
+
+
+def _add_show_secrets(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--show-secrets",
+        action="store_true",
+        help="print the values of secret env vars (passwords, tokens, keys...) instead of ***",
     )
 
 
@@ -110,7 +127,10 @@ def _parser() -> argparse.ArgumentParser:
         ("cancel", "cancel a job (it ends CANCELLED)"),
         ("delete", "cancel a job if it runs and remove it from the scheduler"),
     ):
-        sub(name, help_text).add_argument("app_handle", help="scheduler://session/app_id")
+        handle_cmd = sub(name, help_text)
+        handle_cmd.add_argument("app_handle", help="scheduler://session/app_id")
+        if name == "describe":
+            _add_show_secrets(handle_cmd)
 
     log_cmd = sub("log", "print (or follow) the logs of a job's replicas")
     log_cmd.add_argument(
@@ -147,8 +167,9 @@ def _err(text: str) -> None:
     _out(text, sys.stderr)
 
 
-def _format_app(app: AppDef) -> str:
-    return pprint.pformat(dataclasses.asdict(app), sort_dicts=False, width=110)
+def _format_app(app: AppDef, show_secrets: bool = False) -> str:
+    text = pprint.pformat(dataclasses.asdict(app if show_secrets else mask_tree(app)), sort_dicts=False, width=110)
+    return text if show_secrets else redact(text, secret_values(app))
 
 
 def _status_or_fail(runner: Runner, handle: str) -> AppStatus:
@@ -177,9 +198,14 @@ def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
             labels=labels,
         )
         _out("=== APPLICATION ===")
-        _out(_format_app(info.app))
+        _out(_format_app(info.app, args.show_secrets))
         _out("=== SCHEDULER REQUEST ===")
-        _out(str(info))
+        if args.show_secrets:
+            _out(str(info))
+        else:
+            masked = copy.copy(info)
+            masked.request = mask_tree(info.request)
+            _out(redact(str(masked), secret_values(info.app)))
         return EXIT_OK
     handle = runner.run_component(
         args.component, args.component_args, args.scheduler, cfg, parent_run_id=args.parent_run_id, labels=labels
@@ -399,7 +425,14 @@ def _builtins(args: argparse.Namespace) -> int:
 
 def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
     handle: str = args.app_handle
-    status = _status_or_fail(runner, handle)
+    try:
+        status = _status_or_fail(runner, handle)
+    except CorruptEntryError:
+        if args.command != "delete":
+            raise
+        runner.delete(handle)  # a corrupt job can only be deleted
+        _out(f"{handle}: deleted")
+        return EXIT_OK
     if args.command == "status":
         _out(status.format())
         timing = _timing(runner, handle)
@@ -409,7 +442,7 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         app = runner.describe(handle)
         if app is None:
             raise _NoSuchJobError(handle)
-        _out(_format_app(app))
+        _out(_format_app(app, args.show_secrets))
         if status.usage is not None:
             _out(status.usage.format())
     elif args.command == "cancel":
@@ -455,11 +488,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         _err(f"{PROG}: error: {err}")
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 128 + int(signal.SIGINT)
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
         _silence_stdout()
         return EXIT_OK
+    except OSError as err:  # a full or read-only job store (its message names the path), ...
+        _err(f"{PROG}: error: {err}")
+        return EXIT_SYSTEM
+    except KeyboardInterrupt:
+        return 128 + int(signal.SIGINT)
 
 
 def _silence_stdout() -> None:

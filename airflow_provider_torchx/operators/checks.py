@@ -36,7 +36,7 @@ from airflow_provider_torchx.core.errors import (
 )
 from airflow_provider_torchx.core.runner import SCHEDULER_ENTRY_POINT_GROUP
 from airflow_provider_torchx.core.runopts import did_you_mean
-from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, validate_app
+from airflow_provider_torchx.core.specs import AppDef, validate_app
 
 #: Errors a retry cannot fix: the task fails without retries.
 CONFIG_ERRORS: tuple[type[Exception], ...] = (
@@ -144,10 +144,9 @@ def fail_without_retry(component: str | None = None) -> Iterator[None]:
         raise AirflowFailException(f"{type(e).__name__}: {short_message(e, component)}") from None
 
 
-def request_dict(info: AppDryRunInfo[Any]) -> dict[str, Any]:
-    """A dry run's rendered request as a dict (what the task returns to XCom): the
-    scheduler's JSON rendering parsed, else ``{"request": text}``."""
-    text = str(info)
+def request_dict(text: str) -> dict[str, Any]:
+    """A dry run's rendered request (``str(AppDryRunInfo)``, secrets redacted) as a dict, what
+    the task returns to XCom: the scheduler's JSON rendering parsed, else ``{"request": text}``."""
     try:
         parsed = json.loads(text)
     except ValueError:

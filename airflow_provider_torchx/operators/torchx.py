@@ -38,7 +38,8 @@ from airflow_provider_torchx.hooks.torchx import (
     identity_labels,
     progress_line,
 )
-from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
+from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
+from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
 from airflow_provider_torchx.usage_report import report_usage
@@ -151,7 +152,7 @@ class TorchXRunOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("component_args", "app_name", "env", "cfg")
     template_fields_renderers = {"component_args": "json", "env": "json", "cfg": "json"}
-    operator_extra_links = (TorchXJobLink(), TorchXLogDirLink())
+    operator_extra_links = (TorchXJobLink(), TorchXConsoleLink())
     ui_color = "#ee4c2c"
 
     def __init__(
@@ -250,11 +251,14 @@ class TorchXRunOperator(BaseOperator):
         adopted = None
         if self.reattach_on_retry and not self.dryrun:
             adopted = self._find_job_to_adopt(runner, scheduler, cfg, labels, context)
+        app = self.build_app()
+        register_app_secrets(app)  # before anything is logged
         if adopted is None:
-            info = runner.dryrun(self.build_app(), scheduler, cfg, labels=labels)
+            info = runner.dryrun(app, scheduler, cfg, labels=labels)
             if self.dryrun:
-                self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, info)
-                return request_dict(info)
+                rendered = str(redact(str(info)))
+                self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, rendered)
+                return request_dict(rendered)
             handle = runner.schedule(info)
             self.log.info("Submitted %s", handle)
             cursor_file = cursor_file_for(runner, handle, labels)
@@ -291,7 +295,12 @@ class TorchXRunOperator(BaseOperator):
                 method_name="execute_complete",
             )
         watcher = JobWatcher(
-            runner, handle, self.log, stream_logs=self.stream_logs, position=position, cursor_file=cursor_file
+            runner,
+            handle,
+            MaskedLog(self.log),
+            stream_logs=self.stream_logs,
+            position=position,
+            cursor_file=cursor_file,
         )
         event = self._wait_in_worker(watcher, started_at, deadline)
         return self._finish(event, context, cursor_file, watcher.position)
@@ -334,9 +343,9 @@ class TorchXRunOperator(BaseOperator):
         return chosen
 
     def _persist_links(self, context: Context, runner: Runner, handle: str) -> None:
-        """Record the job page (or a local job's log directory) for the task's extra links."""
+        """Record the job's page (and its scheduler's console, if any) for the task's extra links."""
         status = runner.status(handle)
-        for link, url in job_links(status.ui_url if status else None):
+        for link, url in job_links(handle, status.ui_url if status else None, self.torchx_conn_id):
             link.persist(context, url)
             if url:
                 self.log.info("%s: %s", link.name, url)
@@ -380,7 +389,7 @@ class TorchXRunOperator(BaseOperator):
                 f"TorchX job {handle} did not end within {self._wait_seconds():.0f}s "
                 f"(still {event.get('state')}); cancelled it"
             )
-        raise AirflowException(failure_message(event))
+        raise AirflowException(redact(failure_message(event)))
 
     def _report_success(self, context: Context, cursor_file: CursorFile, position: LogPosition, handle: str) -> str:
         """Mark the job as reported by a try (so a later clear submits a new one) and return it."""

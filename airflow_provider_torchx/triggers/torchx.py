@@ -28,6 +28,7 @@ from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.hooks.torchx import JobWatcher, TorchXHook, cursor_file_for, progress_line
+from airflow_provider_torchx.masking import MaskedLog, redact, register_job_secrets
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
 #: have no such hook and only cancel the trigger's task, as they do on a triggerer restart.
@@ -147,6 +148,7 @@ class TorchXJobTrigger(BaseTrigger):
     def _watcher(self) -> JobWatcher:
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
         runner = self._runner()
+        register_job_secrets(runner.describe, self.app_handle)  # this process did not build the app
         given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
         cursor_file = cursor_file_for(runner, self.app_handle, self.identity) if self.identity else None
         saved = cursor_file.load() if cursor_file is not None and self.stream_logs else None
@@ -159,7 +161,12 @@ class TorchXJobTrigger(BaseTrigger):
                 cursor_file,
             )
         return JobWatcher(
-            runner, self.app_handle, self.log, stream_logs=self.stream_logs, position=position, cursor_file=cursor_file
+            runner,
+            self.app_handle,
+            MaskedLog(self.log),
+            stream_logs=self.stream_logs,
+            position=position,
+            cursor_file=cursor_file,
         )
 
     def _wrong_host(self) -> str | None:
@@ -189,13 +196,13 @@ class TorchXJobTrigger(BaseTrigger):
                 if status is None or status.is_terminal():
                     event = await asyncio.to_thread(watcher.outcome, status)
                     self._final_event_fired = True
-                    yield TriggerEvent(event)
+                    yield TriggerEvent(redact(event))
                     return
                 now = time.time()
                 if self.deadline is not None and now >= self.deadline:
                     message = f"TorchX job {self.app_handle} still {status.state.name} at its deadline"
                     self._final_event_fired = True
-                    yield TriggerEvent(watcher.event("timeout", state=status.state.name, message=message))
+                    yield TriggerEvent(redact(watcher.event("timeout", state=status.state.name, message=message)))
                     return
                 if time.monotonic() >= next_progress:
                     self.log.info(progress_line(self.app_handle, status, now - (self.started_at or now)))
@@ -209,13 +216,15 @@ class TorchXJobTrigger(BaseTrigger):
         except Exception as e:
             self.log.exception("watching %s failed", self.app_handle)
             yield TriggerEvent(
-                {
-                    "status": "error",
-                    "app_handle": self.app_handle,
-                    "message": f"watching {self.app_handle} failed: {type(e).__name__}: {e}",
-                    "log_cursors": watcher.cursors if watcher else self.log_cursors,
-                    "cursor_seq": watcher.position.seq if watcher else self.cursor_seq,
-                }
+                redact(
+                    {
+                        "status": "error",
+                        "app_handle": self.app_handle,
+                        "message": f"watching {self.app_handle} failed: {type(e).__name__}: {e}",
+                        "log_cursors": watcher.cursors if watcher else self.log_cursors,
+                        "cursor_seq": watcher.position.seq if watcher else self.cursor_seq,
+                    }
+                )
             )
 
     async def _cancel_unless_still_deferred(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -42,13 +43,16 @@ def test_batch_dag_reads_its_queue_from_the_connection(run_dag: Any, batch_conn:
     handle = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch")
     assert handle.startswith(f"aws_batch://torchx/{batch_conn}:"), handle
     assert "[sh/0] hello from AWS Batch node" in out  # moto: every node writes to one log stream
-    job_link = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch", key="_link_TorchXJobLink")
-    assert job_link.startswith("https://us-east-1.console.aws.amazon.com/batch/"), job_link
+    ti = dag_run.get_task_instance("hello_batch")
+    job_link = ti.xcom_pull(task_ids="hello_batch", key="_link_TorchXJobLink")
+    assert job_link == f"/torchx/job?handle={quote(handle, safe='')}&conn_id=torchx_batch", job_link
+    console = ti.xcom_pull(task_ids="hello_batch", key="_link_TorchXConsoleLink")
+    assert console.startswith("https://us-east-1.console.aws.amazon.com/batch/"), console
+    assert "#jobs/mnp-job/" in console
     # the usage summary, from moto's timestamps and attempts, logged and pushed in both modes
-    usage = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch", key="usage")
+    usage = ti.xcom_pull(task_ids="hello_batch", key="usage")
     assert usage["attempts_count"] >= 1 and usage["run_time_s"] >= 0 and usage["node_seconds"] > 0
     assert "Usage:" in out and "Queue wait:" in out
-    assert "#jobs/mnp-job/" in job_link
 
 
 @pytest.mark.parametrize("deferrable", MODES)
@@ -61,7 +65,7 @@ def test_single_node_batch_dag(run_dag: Any, batch_conn: str, deferrable: bool) 
     assert "[sh/0] single-node replica 0 of role 0" in out
     native = get_runner().describe_native(handle)
     assert native is not None and native.request.job_def["type"] == "container"
-    assert "#jobs/detail/" in ti.xcom_pull(task_ids="single", key="_link_TorchXJobLink")
+    assert "#jobs/detail/" in ti.xcom_pull(task_ids="single", key="_link_TorchXConsoleLink")
     usage = ti.xcom_pull(task_ids="single", key="usage")
     assert [(a["role"], a["replica"]) for a in usage["attempts"]] == [("sh", 0)]  # moto: no exit code here
 

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow import __version__ as airflow_version
 from airflow.exceptions import AirflowException, AirflowNotFoundException
+from packaging.version import Version
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, RoleStatus
 from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings, progress_line
-from airflow_provider_torchx.provider_info import get_provider_info
+from airflow_provider_torchx.provider_info import get_provider_info, installed_schedulers
 
 
 def set_conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, Any]) -> None:
@@ -74,6 +76,14 @@ def test_connection_form_shows_the_declared_fields() -> None:
     }
     hidden = {name for name, f in meta["standard_fields"].items() if f and f["hidden"]}
     assert hidden == {"url_schema" if n == "schema" else n for n in declared["ui-field-behaviour"]["hidden-fields"]}
+    # the scheduler is a choice of the installed ones; every other field suggests a value
+    assert meta["extra_fields"]["scheduler"]["schema"]["enum"] == installed_schedulers()
+    assert {"local_cwd", "local_dir", "aws_batch"} <= set(installed_schedulers())
+    placeholders = declared["ui-field-behaviour"]["placeholders"]
+    assert set(placeholders) == set(declared["conn-fields"])
+    if Version(airflow_version) >= Version("3.2"):  # 3.1 shows the hook's placeholders instead
+        examples = {n: f["schema"]["examples"] for n, f in meta["extra_fields"].items() if n != "scheduler"}
+        assert examples == {n: [v] for n, v in placeholders.items() if n != "scheduler"}
 
 
 def test_settings_from_connection_with_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

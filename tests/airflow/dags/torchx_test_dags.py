@@ -67,3 +67,36 @@ with DAG(dag_id="torchx_test_config_error", schedule=None, start_date=START, cat
         retries=2,
         retry_delay=timedelta(0),
     )
+
+#: A secret in a sensitive env var (Airflow's rule: the name holds ``api_key``).
+SECRET = "wandb-0123456789-secret"
+
+with DAG(dag_id="torchx_test_secret_dryrun", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="dryrun",
+        component="utils.sh",
+        component_args=["echo key $WANDB_API_KEY"],
+        env={"WANDB_API_KEY": SECRET, "PLAIN_SETTING": "visible-value"},
+        scheduler="local_cwd",
+        dryrun=True,
+    )
+
+with DAG(dag_id="torchx_test_secret_fail", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="leak",
+        component="utils.sh",
+        component_args=["echo the key is $WANDB_API_KEY; exit 3"],
+        env={"WANDB_API_KEY": SECRET},
+        scheduler="local_cwd",
+        poll_interval=0.3,
+    )
+
+with DAG(dag_id="torchx_test_secret_variable", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="dryrun",
+        component="utils.sh",
+        component_args=["echo hi"],
+        env={"RUN_SETTING": "{{ var.value.torchx_test_token }}"},  # a plain name, a sensitive variable
+        scheduler="local_cwd",
+        dryrun=True,
+    )
