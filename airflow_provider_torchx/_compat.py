@@ -1,8 +1,9 @@
 """What differs between the supported Airflow versions (3.1 to 3.3), kept in one place so the
 Airflow layer does not repeat version guards.
 
-- ``AirflowSensorTimeout``: the Task SDK's (``airflow.sdk.exceptions``) where it exists, else
-  core's (3.1). Sensors must raise the class their Airflow's task runner checks for.
+- ``AirflowSensorTimeout``, ``AirflowFailException``: the Task SDK's (``airflow.sdk.exceptions``)
+  where they exist, else core's (3.1). Tasks must raise the classes their Airflow's task runner
+  checks for (core's names are deprecated aliases on later versions).
 - ``conf``: the Task SDK's configuration parser where it exists, else core's (3.1).
 - ``mask_secret`` / ``redact`` / ``should_hide_value_for_key``: Airflow's secrets masker, public
   in the Task SDK's ``airflow.sdk.log`` and ``airflow.sdk._shared.secrets_masker`` since 3.2;
@@ -31,6 +32,10 @@ try:
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import AirflowSensorTimeout  # type: ignore[no-redef]
 try:
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
+try:
     from airflow.sdk.observability.stats import Stats
 except ImportError:  # Airflow 3.1
     from airflow.stats import Stats
@@ -46,6 +51,7 @@ except ImportError:  # Airflow 3.1
     )
 
 __all__ = [
+    "AirflowFailException",
     "AirflowSensorTimeout",
     "Stats",
     "conf",

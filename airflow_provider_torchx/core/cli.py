@@ -1,11 +1,11 @@
 """The ``airflow-torchx`` command: run components and watch, tail, cancel and list jobs
 without Airflow (the same core the operator uses).
 
-Exit codes: 0 success; 1 the job FAILED or was CANCELLED, or no such job; 2 a usage or
-validation error (the message goes to stderr, without a traceback); 3 the system refused (a
-full or read-only job store: the message names the path and the cause); 128 + the signal
-number when SIGINT or SIGTERM interrupted an attached ``run --wait`` (the job is cancelled
-first).
+Exit codes: 0 success (also when the reader of the output went away, as ``| head`` does); 1
+the job FAILED or was CANCELLED, or no such job; 2 a usage or validation error (the message
+goes to stderr, without a traceback); 3 the system refused (a full or read-only job store: the
+message names the path and the cause); 128 + the signal number when SIGINT or SIGTERM
+interrupted an attached ``run --wait`` (the job is cancelled first).
 
 ``dryrun`` and ``describe`` print the values of secret env vars (``core/masking.py``) as
 ``***`` unless given ``--show-secrets``.
@@ -17,11 +17,13 @@ import argparse
 import copy
 import dataclasses
 import logging
+import os
 import pprint
 import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
@@ -347,11 +349,38 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
     if not apps:
         _err(f"no jobs on {args.scheduler}")
         return EXIT_OK
-    width = max(len(a.app_handle) for a in apps)
-    _out(f"{'APP HANDLE':<{width}}  {'STATE':<10}  NAME")
-    for app in apps:
-        _out(f"{app.app_handle:<{width}}  {app.state.name:<10}  {app.name}")
+    rows = [(a.app_handle, a.state.name, _when(a.created), _airflow_task(a.labels), a.name) for a in apps]
+    widths = [max(len(row[i]) for row in [_LIST_HEADER, *rows]) for i in range(4)]
+    for row in [_LIST_HEADER, *rows]:
+        _out("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)) + f"  {row[4]}")
     return EXIT_OK
+
+
+_LIST_HEADER = ("APP HANDLE", "STATE", "SUBMITTED", "AIRFLOW TASK", "NAME")
+
+
+def _when(epoch: float | None) -> str:
+    """A local time ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if epoch else "-"
+
+
+def _airflow_task(labels: dict[str, str]) -> str:
+    """``dag_id.task_id[map_index]`` of a job an Airflow task launched (from its labels); ``-``."""
+    dag_id, task_id = labels.get("airflow.dag_id"), labels.get("airflow.task_id")
+    if not (dag_id and task_id):
+        return "-"
+    map_index = labels.get("airflow.map_index", "-1")
+    return f"{dag_id}.{task_id}" + (f"[{map_index}]" if map_index not in ("", "-1") else "")
+
+
+def _timing(runner: Runner, handle: str) -> str | None:
+    """``Started: ...; duration: 12s`` (so far, while it runs) of a job that started."""
+    desc = runner.describe_app(handle)
+    if desc is None or desc.started is None:
+        return None
+    end = desc.ended if desc.ended is not None else time.time()
+    running = "" if desc.ended is not None else " so far"
+    return f"  Started: {_when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
 
 
 def _runopts(runner: Runner, args: argparse.Namespace) -> int:
@@ -394,6 +423,9 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "status":
         _out(status.format())
+        timing = _timing(runner, handle)
+        if timing:
+            _out(timing)
     elif args.command == "describe":
         app = runner.describe(handle)
         if app is None:
@@ -444,11 +476,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         _err(f"{PROG}: error: {err}")
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
+        _silence_stdout()
+        return EXIT_OK
     except OSError as err:  # a full or read-only job store (its message names the path), ...
         _err(f"{PROG}: error: {err}")
         return EXIT_SYSTEM
     except KeyboardInterrupt:
         return 128 + int(signal.SIGINT)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush finds no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

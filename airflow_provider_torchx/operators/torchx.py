@@ -28,6 +28,7 @@ from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
+from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
 from airflow_provider_torchx.watch import (
@@ -181,6 +182,7 @@ class TorchXRunOperator(BaseOperator):
             raise TypeError(f"app: expected an AppDef, got {type(app).__name__}")
         if poll_interval <= 0:
             raise ValueError(f"poll_interval: {poll_interval!r} must be > 0 seconds")
+        check_literal_arguments(app=app, component=component, scheduler=scheduler, cfg=cfg)
         self.app = app
         self.component = component
         self.component_args = component_args if component_args is not None else []
@@ -231,7 +233,11 @@ class TorchXRunOperator(BaseOperator):
 
     # ------------------------------------------------------------------ execute
 
-    def execute(self, context: Context) -> str:
+    def execute(self, context: Context) -> str | dict[str, Any]:
+        with fail_without_retry(self.component):
+            return self._execute(context)
+
+    def _execute(self, context: Context) -> str | dict[str, Any]:
         started_at = time.time()
         hook = self.hook()
         scheduler = hook.settings.scheduler
@@ -248,7 +254,7 @@ class TorchXRunOperator(BaseOperator):
             if self.dryrun:
                 rendered = str(redact(str(info)))
                 self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, rendered)
-                return rendered
+                return request_dict(rendered)
             handle = runner.schedule(info)
             self.log.info("Submitted %s", handle)
             cursor_file = cursor_file_for(runner, handle, labels)

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
@@ -40,7 +41,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     filter_regex,
     labels_match,
 )
-from airflow_provider_torchx.core.schedulers.local import gpus, ledger, ports, procfs, store
+from airflow_provider_torchx.core.schedulers.local import gpus, ledger, options, ports, procfs, store
 from airflow_provider_torchx.core.schedulers.local.images import (
     CWDImageProvider,
     ImageProvider,
@@ -140,26 +141,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
     # ------------------------------------------------------------------ submit
 
     def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add(
-            "log_dir",
-            str,
-            "Directory to write stdout/stderr log files of replicas (under <log_dir>/<app_id>/); "
-            "default: the job's directory in the job store",
-        )
-        opts.add(
-            "prepend_cwd",
-            bool,
-            "If set, prepends CWD to replica's PATH env var making binaries in CWD take precedence.",
-            default=False,
-        )
-        opts.add(
-            "auto_set_cuda_visible_devices",
-            bool,
-            "Sets CUDA_VISIBLE_DEVICES for roles that request GPU resources.",
-            default=False,
-        )
-        return opts
+        return options.run_opts()
 
     def _submit_dryrun(
         self, app: AppDef, cfg: dict[str, CfgVal], labels: dict[str, str]
@@ -189,6 +171,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     combined=os.path.join(replica_dir, "combined.log"),
                 )
                 self._set_path(param, bool(cfg.get("prepend_cwd")))
+                param.env.setdefault(ERROR_FILE_ENV, os.path.join(replica_dir, ERROR_FILE_NAME))
                 params.append(param)
                 dirs.append(replica_dir)
             _check_entrypoint(i, role, params[0])
@@ -464,6 +447,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             labels=dict(rec["labels"]),
             cancel_requested=os.path.exists(os.path.join(self.store.job_dir(app_id), store.CANCEL)),
             usage=local_usage(rec, st, roles) if state.is_terminal() else None,
+            started=st.get("started"),
+            ended=st.get("ended"),
         )
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[PopenRequest] | None:
@@ -494,7 +479,11 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 (
                     rec["created"],
                     ListAppResponse(
-                        app_id=app_id, state=AppState[st["state"]], name=rec["app_name"], labels=dict(rec["labels"])
+                        app_id=app_id,
+                        state=AppState[st["state"]],
+                        name=rec["app_name"],
+                        labels=dict(rec["labels"]),
+                        created=rec["created"],
                     ),
                 )
             )
