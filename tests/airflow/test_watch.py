@@ -237,6 +237,7 @@ def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setenv("ACME_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_ACME", '{"conn_type": "torchx", "extra": {"scheduler": "acme"}}')
     yield tmp_path / "jobs"
     invalidate_runner(("acme", "torchx", None, None))
 
