@@ -417,6 +417,10 @@ class Supervisor:
             self.stop([x for x in self.replicas if x.running], session=True)
         if self.restart_group and not any(x.running for x in self.restart_group):
             group, self.restart_group = self.restart_group, []
+            if not any(x.running for x in self.replicas):
+                # A whole-job restart starts clean: what the last attempt left behind (a
+                # torchrun agent's store, a daemon) would hold its ports and answer the new one.
+                self.sweep()
             for x in group:
                 self.launch(x)
         if self.final is None and all(x.state == "SUCCEEDED" for x in self.replicas):
