@@ -41,7 +41,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     for step in range(args.steps):
         if rank == args.crash_rank and step == args.crash_step and _crash_now(args.crash_once):
-            print(f"rank {rank} crashing at step {step}", flush=True)
+            say(f"rank {rank} crashing at step {step}")
             if args.crash_raises:
                 raise RuntimeError(f"boom on rank {rank}")
             sys.exit(1)
@@ -50,13 +50,21 @@ def main() -> None:
         optimizer.zero_grad()
         loss.backward()  # DDP all-reduces the gradients here
         optimizer.step()
-        print(f"rank {rank} step {step} loss {loss.item():.4f}", flush=True)
+        say(f"rank {rank} step {step} loss {loss.item():.4f}")
     total = torch.tensor([float(rank)])
     dist.all_reduce(total)
-    print(f"rank {rank} of {world}: all_reduce sum {int(total.item())}", flush=True)
+    say(f"rank {rank} of {world}: all_reduce sum {int(total.item())}")
     while args.hold:
         time.sleep(1)
     dist.destroy_process_group()
+
+
+def say(line: str) -> None:
+    """Print ``line`` in one write: the ranks of a node share its stdout, and ``print`` makes
+    separate writes for the text and the newline when Python runs unbuffered
+    (``PYTHONUNBUFFERED``, ``-u``), so two ranks' lines could interleave."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _crash_now(marker: str | None) -> bool:
