@@ -1,10 +1,10 @@
 """What the TorchX UI shows, independent of the web framework: the jobs the api-server's host can
 see, one job in detail, a replica's log page and cancelling.
 
-Jobs come from two places: the local job store (``local_cwd``/``local_dir``, on this host) and
-every ``torchx`` connection whose scheduler is another backend (AWS Batch: that connection's
-queue and AWS settings). Runners come from ``TorchXHook.get_runner()``, so the api-server shares
-scheduler clients and the Batch status poller with everything else in its process.
+Jobs come from two places: the schedulers whose jobs live on this host (``host_bound`` in their
+capabilities: ``local_cwd``/``local_dir``'s job store) and every ``torchx`` connection whose
+scheduler is another backend (AWS Batch: that connection's queue and AWS settings). Runners come
+from ``TorchXHook.get_runner()``, so the api-server shares scheduler clients and the Batch status poller with everything else in its process.
 
 Guarantees:
 1. ``list_jobs`` never raises for one unreachable source: its error is returned beside the jobs
@@ -18,20 +18,19 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errors import UnknownAppError
-from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import Role, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.links.torchx import job_page_url
 
-#: Schedulers whose jobs live in this host's job store: listed without a connection.
-LOCAL_SCHEDULERS = ("local_cwd", "local_dir")
 #: Identity labels the operator puts on each job, and the filter names the UI uses for them.
 IDENTITY_LABELS = {"dag_id": "airflow.dag_id", "task_id": "airflow.task_id", "run_id": "airflow.run_id"}
 #: At most this many lines per log request (the page asks again with the cursor).
@@ -91,10 +90,24 @@ def torchx_connection_ids() -> list[str]:
     return sorted(ids)
 
 
+@functools.cache
+def host_bound_schedulers() -> tuple[str, ...]:
+    """The registered schedulers whose jobs live on this host (their capabilities say
+    ``host_bound``): listed without a connection. A scheduler that fails to load is left out
+    (its connections report it)."""
+    with get_runner() as runner:
+        names = []
+        for name in runner.scheduler_backends():
+            with contextlib.suppress(Exception):
+                if runner.capabilities(name).host_bound:
+                    names.append(name)
+    return tuple(names)
+
+
 def _sources() -> Iterable[tuple[str | None, TorchXHook]]:
-    """``(conn_id, hook)`` for each place to list jobs: the local schedulers (no connection),
-    then every ``torchx`` connection."""
-    for scheduler in LOCAL_SCHEDULERS:
+    """``(conn_id, hook)`` for each place to list jobs: the host-bound schedulers (no
+    connection), then every ``torchx`` connection."""
+    for scheduler in host_bound_schedulers():
         yield None, TorchXHook(None, scheduler=scheduler)
     for conn_id in torchx_connection_ids():
         yield conn_id, TorchXHook(conn_id)
@@ -103,8 +116,8 @@ def _sources() -> Iterable[tuple[str | None, TorchXHook]]:
 def list_jobs(filters: Mapping[str, str | None]) -> JobList:
     """Every job the host can see whose identity labels match ``filters`` (``dag_id``,
     ``task_id``, ``run_id``; empty values ignored) and whose state is ``filters["state"]`` if
-    given; newest first per source. A connection of a local scheduler adds nothing (the local
-    store is listed once)."""
+    given; newest first per source. A connection of a host-bound scheduler adds nothing (its
+    jobs are listed once, without it)."""
     want = {label: filters[key] for key, label in IDENTITY_LABELS.items() if filters.get(key)}
     state = (filters.get("state") or "").upper()
     rows: dict[str, JobRow] = {}
@@ -112,7 +125,7 @@ def list_jobs(filters: Mapping[str, str | None]) -> JobList:
     for conn_id, hook in _sources():
         try:
             scheduler = hook.settings.scheduler
-            if conn_id and scheduler in LOCAL_SCHEDULERS:
+            if conn_id and scheduler in host_bound_schedulers():
                 continue
             apps = hook.get_runner().list(scheduler, hook.resolve_cfg() if conn_id else None)
         except Exception as err:
