@@ -26,6 +26,12 @@ from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from tests.core.aws_batch.fakes import FakeBatch, FakeLogs, child_job, client_error, mnp_job
 
 
+@pytest.fixture(autouse=True)
+def generous_log_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fake's CloudWatch budget (``test_log_budget.py`` tests it) never refuses a read here."""
+    monkeypatch.setenv("AIRFLOW_TORCHX_CLOUDWATCH_RPS", "1000")
+
+
 def make(batch: FakeBatch, logs: FakeLogs | None = None) -> AWSBatchScheduler:
     sched = create_scheduler("s", client=batch, log_client=logs or FakeLogs())
     sched.poller.min_interval = 0.01  # rounds as fast as the test goes (default: 1 s apart)

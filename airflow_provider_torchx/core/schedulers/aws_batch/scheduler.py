@@ -30,12 +30,11 @@ from airflow_provider_torchx.core.schedulers.api import (
     labels_match,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch import render, status
-from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events
+from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events, shared_log_budget
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     NOT_VISIBLE,
     StatusPoller,
     call_with_retry,
-    shared_log_limiter,
     shared_poller,
 )
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
@@ -406,17 +405,22 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         streams: Stream | None = None,
         max_lines: int | None = None,
     ) -> LogChunk:
-        """Lines of replica ``k`` of ``role_name`` after ``cursor`` (see ``LogCursor``)."""
+        """Lines of replica ``k`` of ``role_name`` after ``cursor`` (see ``LogCursor``).
+
+        CloudWatch calls come from the process's fair ``LogBudget``: a running job's read
+        returns what its turn allows (``behind_s`` says how far it lags); a terminal job's
+        read waits for its turns, so that draining it reaches the end."""
         _check_stream(streams)
         start = LogCursor.load(cursor)
         target = self._log_streams(app_id, role_name, k)
         if target is None:
             return LogChunk(lines=[], cursor=start.dump(), eof=False)
         names, terminal = target
-        events, nxt, eof = read_events(
-            self.log_client, shared_log_limiter(self.log_client), names, start, max_lines, terminal
+        budget = shared_log_budget(self.log_client)
+        events, nxt, eof, behind = read_events(
+            self.log_client, budget, (app_id, role_name, k), names, start, max_lines, terminal, wait=terminal
         )
-        return LogChunk(lines=[as_line(e) for e in events], cursor=nxt.dump(), eof=eof)
+        return LogChunk(lines=[as_line(e) for e in events], cursor=nxt.dump(), eof=eof, behind_s=behind)
 
     def log_iter(
         self,
@@ -454,8 +458,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             eof = False
             events: builtins.list[dict[str, Any]] = []
             if target is not None:
-                events, cursor, eof = read_events(
-                    self.log_client, shared_log_limiter(self.log_client), target[0], cursor, None, target[1]
+                budget = shared_log_budget(self.log_client)
+                key = (app_id, role_name, k)
+                events, cursor, eof, _ = read_events(
+                    self.log_client, budget, key, target[0], cursor, None, target[1], wait=True
                 )
             for event in events:
                 stamp = float(event.get("timestamp", 0))
