@@ -16,14 +16,13 @@ import re
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
 
 from airflow_provider_torchx.core.components import get_app, get_component, list_components
 from airflow_provider_torchx.core.errors import ComponentError, SignalException, UnknownAppError
-from airflow_provider_torchx.core.logstream import LogFollower, LogLine, last_lines
+from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import Stream
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
@@ -34,8 +33,6 @@ PROG = "airflow-torchx"
 DEFAULT_SCHEDULER = "local_cwd"
 #: How long an interrupted ``run --wait`` waits for the cancelled job to end.
 CANCEL_WAIT_SECONDS = 30.0
-#: How long ``run --wait --log`` keeps reading logs after the job ended.
-LOG_DRAIN_SECONDS = 10.0
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 _LOG_TARGET = re.compile(r"^(?P<handle>[^/:]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<k>\d+))?)?$")
 
@@ -208,25 +205,25 @@ def _raise_signal(signum: int, frame: FrameType | None) -> None:
 def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float) -> int:
     """Wait for the job, printing its state changes (stderr) and, with ``stream_logs``, every
     replica's new lines (stdout, ``[role/k] line``). SIGINT/SIGTERM cancel the job."""
-    follower = LogFollower(runner, handle) if stream_logs else None
+    # The one watching path (core/logstream.py): lines at the speed of stdout, and every line
+    # of the ended job (no time limit on the final drain).
+    watch = JobWatch(runner, handle, _print_lines, stream_logs=stream_logs)
+    last_state: list[AppState] = []
+
+    def on_poll(status: AppStatus) -> None:
+        if status.state not in last_state[-1:]:
+            _err(f"{handle}: {status.state.name}")
+            last_state.append(status.state)
+
     # Runner.wait cancels on a signal that lands inside it; these handlers cover the moments
     # between waits (printing logs), so a signal always cancels.
     previous = {sig: signal.signal(sig, _raise_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        last_state: AppState | None = None
-        while True:
-            status = runner.wait(handle, wait_interval=poll_interval, timeout=poll_interval, cancel_on_signal=True)
-            if status is None:
-                raise _NoSuchJobError(handle)
-            if status.state != last_state:
-                _err(f"{handle}: {status.state.name}")
-                last_state = status.state
-            if follower:
-                _print_lines(follower.poll(status))
-            if status.is_terminal():
-                break
-        if follower:
-            _drain(follower)
+        found = watch.wait(poll_interval, on_poll=on_poll, cancel_on_signal=True)
+        if found is None:
+            raise _NoSuchJobError(handle)
+        status = found
+        on_poll(status)
     except SignalException as sig:
         return _cancelled(runner, handle, sig, previous)
     finally:
@@ -253,16 +250,6 @@ def _cancelled(runner: Runner, handle: str, sig: SignalException, previous: dict
     except KeyboardInterrupt:
         pass
     return 128 + int(sig.sigval)
-
-
-def _drain(follower: LogFollower) -> None:
-    """Read what the replicas wrote until every log says it is complete (bounded in time)."""
-    deadline = time.monotonic() + LOG_DRAIN_SECONDS
-    while not follower.drained and time.monotonic() < deadline:
-        lines = follower.poll()
-        _print_lines(lines)
-        if not lines:
-            time.sleep(0.1)
 
 
 def _print_lines(lines: list[LogLine]) -> None:

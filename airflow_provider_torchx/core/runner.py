@@ -9,6 +9,7 @@ lazily, so importing the runner never imports a backend's client library.
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import logging
 import signal
@@ -29,7 +30,9 @@ from airflow_provider_torchx.core.schedulers.api import (
     ListAppResponse,
     LogChunk,
     Scheduler,
+    SchedulerCapabilities,
     Stream,
+    settle,
 )
 from airflow_provider_torchx.core.specs import (
     AppDef,
@@ -119,6 +122,16 @@ class Runner:
     def _scheduler_app_id(self, app_handle: str) -> tuple[Scheduler[Any], str]:
         parsed = parse_app_handle(app_handle)
         return self._scheduler(parsed.scheduler_backend), parsed.app_id
+
+    def capabilities(self, scheduler: str) -> SchedulerCapabilities:
+        """What watchers need to know of ``scheduler`` (``Scheduler.capabilities``)."""
+        return self._scheduler(scheduler).capabilities
+
+    def check_settings(self, scheduler: str, cfg: Cfg | None = None) -> str:
+        """Resolve ``cfg`` for ``scheduler`` and check it there (``Scheduler.check_settings``);
+        return what was checked."""
+        sched = self._scheduler(scheduler)
+        return sched.check_settings(sched.run_opts().resolve(cfg))
 
     def scheduler_run_opts(self, scheduler: str) -> runopts:
         """The run options of ``scheduler``."""
@@ -251,17 +264,27 @@ class Runner:
     def status(self, app_handle: str) -> AppStatus | None:
         """The app's status, or None if the scheduler does not know it."""
         sched, app_id = self._scheduler_app_id(app_handle)
-        desc = sched.describe(app_id)
-        if desc is None:
+        return _app_status(sched.describe(app_id))
+
+    def status_future(self, app_handle: str) -> concurrent.futures.Future[AppStatus | None] | None:
+        """The app's status as a future the scheduler resolves from a thread of its own
+        (``Scheduler.describe_future``); None: call ``status`` instead. Never blocks."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        described = sched.describe_future(app_id)
+        if described is None:
             return None
-        return AppStatus(
-            state=desc.state,
-            num_restarts=desc.num_restarts,
-            msg=desc.msg,
-            structured_error_msg=desc.structured_error_msg,
-            ui_url=desc.ui_url,
-            roles=desc.roles_statuses,
-        )
+        out: concurrent.futures.Future[AppStatus | None] = concurrent.futures.Future()
+
+        def done(f: concurrent.futures.Future[DescribeAppResponse | None]) -> None:
+            settle(out, lambda: _app_status(f.result()))
+
+        def cancelled(f: concurrent.futures.Future[AppStatus | None]) -> None:
+            if f.cancelled():
+                described.cancel()
+
+        out.add_done_callback(cancelled)
+        described.add_done_callback(done)
+        return out
 
     def describe(self, app_handle: str) -> AppDef | None:
         """The app rebuilt from what the scheduler keeps (completeness varies), or None."""
@@ -409,6 +432,20 @@ class Runner:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _app_status(desc: DescribeAppResponse | None) -> AppStatus | None:
+    """A scheduler's answer as the runner's ``AppStatus`` (None: no such app)."""
+    if desc is None:
+        return None
+    return AppStatus(
+        state=desc.state,
+        num_restarts=desc.num_restarts,
+        msg=desc.msg,
+        structured_error_msg=desc.structured_error_msg,
+        ui_url=desc.ui_url,
+        roles=desc.roles_statuses,
+    )
 
 
 def get_runner(

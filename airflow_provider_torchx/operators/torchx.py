@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,20 +24,17 @@ from airflow.sdk import BaseOperator
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.schedulers.api import labels_match
 from airflow_provider_torchx.core.specs import AppDef, AppState
-from airflow_provider_torchx.hooks.torchx import (
+from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
+from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
+from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+from airflow_provider_torchx.watch import (
     JobWatcher,
-    TorchXHook,
     cursor_file_for,
-    default_deferrable,
     event_position,
     failure_message,
     flush_logs,
-    hook_for_handle,
     identity_labels,
-    progress_line,
 )
-from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
-from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -263,17 +259,15 @@ class TorchXRunOperator(BaseOperator):
         deadline = None if wait_seconds is None else started_at + wait_seconds
         if self.deferrable and (adopted is None or not adopted.state.is_terminal()):
             self.defer(
-                trigger=TorchXJobTrigger(
+                trigger=TorchXJobTrigger.for_job(
                     handle,
-                    aws_conn_id=hook.settings.aws_conn_id,
-                    region_name=hook.settings.region_name,
+                    runner,
+                    hook.settings,
                     poll_interval=self.poll_interval,
                     stream_logs=self.stream_logs,
-                    log_cursors=position.cursors if self.stream_logs else None,
-                    cursor_seq=position.seq,
+                    position=position,
                     identity=labels,
                     deadline=deadline,
-                    host=socket.gethostname() if is_local_scheduler(scheduler) else None,
                     started_at=started_at,
                     cancel_on_kill=self.cancel_on_kill,
                 ),
@@ -331,21 +325,9 @@ class TorchXRunOperator(BaseOperator):
                 self.log.info("%s: %s", link.name, url)
 
     def _wait_in_worker(self, watcher: JobWatcher, started_at: float, deadline: float | None) -> dict[str, Any]:
-        """Wait for the job, logging (and saving) its new lines after each poll; return the
+        """Wait for the job in the worker on the one watching path (``watch.py``); return the
         outcome event."""
-        handle = watcher.app_handle
-        while True:
-            pause = (
-                self.poll_interval if deadline is None else max(0.0, min(self.poll_interval, deadline - time.time()))
-            )
-            status = watcher.runner.wait(handle, wait_interval=pause, timeout=pause, cancel_on_signal=False)
-            if status is not None:
-                watcher.stream(status)
-            if status is None or status.is_terminal():
-                return watcher.outcome(status)
-            if deadline is not None and time.time() >= deadline:
-                return watcher.event("timeout", state=status.state.name)
-            self.log.info(progress_line(handle, status, time.time() - started_at))
+        return watcher.wait_outcome(self.poll_interval, deadline, started_at)
 
     def _finish(
         self, event: Mapping[str, Any], context: Context, cursor_file: CursorFile, position: LogPosition

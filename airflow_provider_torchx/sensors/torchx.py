@@ -7,7 +7,6 @@ reason, last log lines) otherwise. It never cancels the job: it does not own it.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,18 +15,10 @@ from airflow.exceptions import AirflowException
 from airflow.sdk import BaseSensorOperator
 
 from airflow_provider_torchx._compat import AirflowSensorTimeout
-from airflow_provider_torchx.core.specs import parse_app_handle
-from airflow_provider_torchx.hooks.torchx import (
-    JobWatcher,
-    TorchXHook,
-    cursor_file_for,
-    default_deferrable,
-    failure_message,
-    flush_logs,
-    hook_for_handle,
-    identity_labels,
-)
-from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, is_local_scheduler
+from airflow_provider_torchx.core.cursors import LogPosition
+from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
+from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, failure_message, flush_logs, identity_labels
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -67,19 +58,18 @@ class TorchXJobSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        scheduler = parse_app_handle(self.app_handle).scheduler_backend
-        settings = self.hook().settings
+        hook = self.hook()
         now = time.time()
         self.defer(
-            trigger=TorchXJobTrigger(
+            trigger=TorchXJobTrigger.for_job(
                 self.app_handle,
-                aws_conn_id=settings.aws_conn_id,
-                region_name=settings.region_name,
+                hook.get_runner(),
+                hook.settings,
                 poll_interval=float(self.poke_interval),
                 stream_logs=self.stream_logs,
+                position=LogPosition(),
                 identity=identity_labels(context),
                 deadline=now + float(self.timeout) if self.timeout is not None else None,
-                host=socket.gethostname() if is_local_scheduler(scheduler) else None,
                 started_at=now,
             ),
             method_name="execute_complete",
@@ -97,7 +87,8 @@ class TorchXJobSensor(BaseSensorOperator):
                 position=cursor_file.load() if self.stream_logs else None,
                 cursor_file=cursor_file,
             )
-        status = self._watcher.poll()
+        status = self._watcher.runner.status(self.app_handle)
+        self._watcher.stream(status, budget=float(self.poke_interval))
         if status is not None and not status.is_terminal():
             self.log.info("%s is %s", self.app_handle, status.state.name)
             return False

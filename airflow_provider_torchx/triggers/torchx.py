@@ -3,8 +3,9 @@
 It streams every replica's new log lines into the task log, prints a progress line every
 ``poll_interval`` and yields exactly one event: ``success``, ``failed`` (with the reason and the
 failed replica's last lines), ``timeout`` (the absolute ``deadline`` passed) or ``error``. It
-never raises for a job's failure: the task's ``execute_complete`` raises. Blocking client calls
-run in a thread, off the triggerer's event loop.
+never raises for a job's failure: the task's ``execute_complete`` raises. It follows the one
+watching path (``watch.py``): waiting for a status holds no thread, and the blocking calls left
+run on the provider's own thread pool, never on the loop's default executor.
 
 Exactly-once logs across triggerer restarts: kwargs are fixed at ``defer()``, so after logging
 each batch the trigger saves its position in the cursor file of its task instance and job
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -27,16 +27,12 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
-from airflow_provider_torchx.hooks.torchx import JobWatcher, TorchXHook, cursor_file_for, progress_line
+from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
+from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, host_of, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
 #: have no such hook and only cancel the trigger's task, as they do on a triggerer restart.
 TRIGGER_HAS_ON_KILL = hasattr(BaseTrigger, "on_kill")
-
-
-def is_local_scheduler(scheduler: str) -> bool:
-    """Whether jobs of ``scheduler`` run on the submitting host (and can be watched only there)."""
-    return scheduler.startswith("local")
 
 
 async def get_task_states(dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, Any]:
@@ -113,6 +109,39 @@ class TorchXJobTrigger(BaseTrigger):
         self.cancel_on_kill = cancel_on_kill
         self._final_event_fired = False
 
+    @classmethod
+    def for_job(
+        cls,
+        app_handle: str,
+        runner: Runner,
+        settings: TorchXSettings,
+        *,
+        poll_interval: float,
+        stream_logs: bool,
+        position: LogPosition,
+        identity: dict[str, str],
+        deadline: float | None,
+        started_at: float,
+        cancel_on_kill: bool = False,
+    ) -> TorchXJobTrigger:
+        """The trigger a task defers to (the operator and the sensor both build it here):
+        ``position`` says where the task log stands; a job of a host-bound scheduler records
+        this host, so that a triggerer elsewhere says so instead of watching nothing."""
+        return cls(
+            app_handle,
+            aws_conn_id=settings.aws_conn_id,
+            region_name=settings.region_name,
+            poll_interval=poll_interval,
+            stream_logs=stream_logs,
+            log_cursors=position.cursors if stream_logs else None,
+            cursor_seq=position.seq,
+            identity=identity,
+            deadline=deadline,
+            host=host_of(runner, parse_app_handle(app_handle).scheduler_backend),
+            started_at=started_at,
+            cancel_on_kill=cancel_on_kill,
+        )
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The class path and the kwargs that rebuild this trigger."""
         return (
@@ -163,11 +192,14 @@ class TorchXJobTrigger(BaseTrigger):
         )
 
     def _wrong_host(self) -> str | None:
+        """Why this triggerer cannot watch the job: it runs on another host than the job of a
+        host-bound scheduler (``host`` is only set for those)."""
         here = socket.gethostname()
-        if self.host and self.host != here and is_local_scheduler(parse_app_handle(self.app_handle).scheduler_backend):
+        if self.host and self.host != here:
             return (
-                f"local job {self.app_handle} runs on host {self.host!r} but this triggerer runs on {here!r}: "
-                "a local job can only be watched from its own host; run a triggerer there or use deferrable=False"
+                f"job {self.app_handle} runs on host {self.host!r} but this triggerer runs on {here!r}: "
+                "its scheduler's jobs can only be watched from their own host; run a triggerer there "
+                "or use deferrable=False"
             )
         return None
 
@@ -179,29 +211,10 @@ class TorchXJobTrigger(BaseTrigger):
             if wrong_host:
                 yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": wrong_host})
                 return
-            watcher = await asyncio.to_thread(self._watcher)
-            next_progress = time.monotonic() + self.poll_interval
-            while True:
-                status, lines = await asyncio.to_thread(watcher.fetch)
-                # Logged here, on the loop: a read cut short by a cancellation is never logged.
-                if watcher.emit(lines):
-                    await asyncio.to_thread(watcher.save)
-                if status is None or status.is_terminal():
-                    event = await asyncio.to_thread(watcher.outcome, status)
-                    self._final_event_fired = True
-                    yield TriggerEvent(event)
-                    return
-                now = time.time()
-                if self.deadline is not None and now >= self.deadline:
-                    message = f"TorchX job {self.app_handle} still {status.state.name} at its deadline"
-                    self._final_event_fired = True
-                    yield TriggerEvent(watcher.event("timeout", state=status.state.name, message=message))
-                    return
-                if time.monotonic() >= next_progress:
-                    self.log.info(progress_line(self.app_handle, status, now - (self.started_at or now)))
-                    next_progress = time.monotonic() + self.poll_interval
-                pause = self.poll_interval if self.deadline is None else min(self.poll_interval, self.deadline - now)
-                await asyncio.sleep(max(pause, 0.0))
+            watcher = await run_blocking(self._watcher)
+            event = await watcher.watch(self.poll_interval, self.deadline, self.started_at)
+            self._final_event_fired = True
+            yield TriggerEvent(event)
         except asyncio.CancelledError:
             if not TRIGGER_HAS_ON_KILL and self.cancel_on_kill and not self._final_event_fired:
                 await self._cancel_unless_still_deferred()
@@ -245,8 +258,8 @@ class TorchXJobTrigger(BaseTrigger):
         await self._cancel()
 
     async def _cancel(self) -> None:
-        runner = await asyncio.to_thread(self._runner)
-        await asyncio.to_thread(runner.cancel, self.app_handle)
+        runner = await run_blocking(self._runner)
+        await run_blocking(runner.cancel, self.app_handle)
 
     async def on_kill(self) -> None:
         """Cancel the job when the deferred task is killed (Airflow >= 3.3 calls this), unless

@@ -15,9 +15,9 @@ import pytest
 
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
-from airflow_provider_torchx.hooks.torchx import cursor_file_for
 from airflow_provider_torchx.triggers import torchx as triggers
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, task_instance_state
+from airflow_provider_torchx.watch import cursor_file_for
 from tests.airflow.helpers import gated_app, gated_lines, wait_until
 from tests.fixtures.airflow import assert_lines_once
 

@@ -24,13 +24,13 @@ except ImportError:  # Airflow 3.1
 
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
-from airflow_provider_torchx.hooks.torchx import cursor_file_for, identity_labels
 from airflow_provider_torchx.operators.torchx import (
     STATE_STORE_KEY,
     JobCandidate,
     TorchXRunOperator,
     choose_job_to_adopt,
 )
+from airflow_provider_torchx.watch import cursor_file_for, identity_labels
 from tests.airflow.helpers import FakeTaskStateStore, FakeTI, gated_app, gated_lines, wait_until
 from tests.fixtures.airflow import REPO, assert_lines_once
 

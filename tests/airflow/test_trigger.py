@@ -168,13 +168,13 @@ def test_blocking_calls_run_off_the_event_loop(
     local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handle = submit(local_jobs, "sleep 0.5")
-    real_status = Runner.status
+    real_read_log = Runner.read_log
 
-    def slow_status(self: Runner, app_handle: str) -> Any:
-        time.sleep(1.0)  # a slow remote call: must not stall the event loop
-        return real_status(self, app_handle)
+    def slow_read_log(self: Runner, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.0)  # a slow remote call (CloudWatch, say): must not stall the event loop
+        return real_read_log(self, *args, **kwargs)
 
-    monkeypatch.setattr(Runner, "status", slow_status)
+    monkeypatch.setattr(Runner, "read_log", slow_read_log)
     gaps: list[float] = []
 
     async def main() -> dict[str, Any]:
@@ -208,7 +208,7 @@ class ListLog:
 
 def test_resumed_task_flushes_only_what_the_event_did_not_cover(local_jobs: tuple[Runner, list[str]]) -> None:
     from airflow_provider_torchx.core.logstream import LogFollower
-    from airflow_provider_torchx.hooks.torchx import flush_logs
+    from airflow_provider_torchx.watch import flush_logs
 
     runner, _ = local_jobs
     handle = submit(local_jobs, "for i in 1 2 3 4; do echo f$i; done")

@@ -8,16 +8,17 @@ whether it blocks. The ``Runner`` only talks to backends through this contract.
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import enum
 import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from airflow_provider_torchx.core.errors import UnknownAppError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
@@ -81,6 +82,36 @@ class LogChunk:
     behind_s: float | None = None
 
 
+@dataclass(frozen=True)
+class SchedulerCapabilities:
+    """What a watcher of this scheduler's jobs must know of it (the Airflow layer and the CLI
+    act on these, never on a scheduler's name; docs/architecture.md, "Capabilities").
+
+    - ``host_bound``: jobs run on the submitting host and can only be watched from there (a
+      deferred task must be watched by a triggerer on the same host).
+    - ``cheap_status``: ``describe`` is a quick local read that never waits on a remote
+      service, so an event loop may call it directly.
+    - ``aws_session``: the factory takes ``session_factory=``, a zero-argument callable
+      returning a boto3 session built from the connection's AWS settings (``aws_conn_id``,
+      ``region_name``); it is called only when AWS is used.
+    """
+
+    host_bound: bool = False
+    cheap_status: bool = False
+    aws_session: bool = False
+
+
+def settle(future: concurrent.futures.Future[T], compute: Callable[[], T]) -> None:
+    """Resolve ``future`` with what ``compute()`` returns or raises, unless its waiter
+    cancelled it (then ``compute`` is not called)."""
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(compute())
+    except BaseException as err:
+        future.set_exception(err)
+
+
 def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterable[str]:
     """The lines matching ``regex`` (all when it is None)."""
     if not regex:
@@ -99,6 +130,8 @@ class Scheduler(abc.ABC, Generic[T]):
 
     #: Whether ``build_workspace_image`` builds roles' workspaces into images.
     supports_workspace: bool = False
+    #: What watchers need to know of this scheduler (the default: none of the special cases).
+    capabilities: ClassVar[SchedulerCapabilities] = SchedulerCapabilities()
 
     def __init__(self, backend: str, session_name: str) -> None:
         self.backend = backend
@@ -174,6 +207,24 @@ class Scheduler(abc.ABC, Generic[T]):
         2. ``msg`` names the failed role/replica and its exit code or the scheduler's reason.
         3. May block for one round trip to the scheduler.
         """
+
+    def describe_future(self, app_id: str) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
+        """What ``describe`` would return, as a future resolved by a thread of the scheduler's
+        own, so that many waiters (an event loop's tasks) hold no thread while they wait.
+
+        1. Never blocks; returns None when the scheduler cannot answer this way (the default,
+           or an app it cannot resolve without a blocking call): then call ``describe``.
+        2. The future fails with the exception ``describe`` would raise.
+        3. A future the caller cancelled is left alone.
+        """
+        return None
+
+    def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
+        """Check that jobs can be submitted with the resolved ``cfg`` (e.g. that a queue
+        exists and is enabled); return what was checked. Raises a ``ValueError`` subclass
+        naming the field for a bad setting. Used by a connection's test; may block for a
+        round trip to the scheduler. The default checks nothing beyond ``cfg`` itself."""
+        return f"scheduler {self.backend} is available; cfg {dict(cfg)} is valid"
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[T] | None:
         """The native request read back for a submitted app, or None (unknown app, or the

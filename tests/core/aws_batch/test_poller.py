@@ -130,3 +130,31 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
         assert all(0 <= d <= min(10.0, 0.2 * 2**n) for n, d in enumerate(run))
     # jitter: the same retry's delay differs between watchers
     assert len({run[5] for run in runs}) > 20
+
+
+def test_requests_are_futures_its_thread_resolves_without_waiters_threads() -> None:
+    """1,000 waiters hold no thread: their futures are resolved by the poller's thread, in
+    shared rounds; an error reaches every waiter of its round; a cancelled one is skipped."""
+    batch = FakeBatch()
+    for i in range(1000):
+        batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}")
+    poller = StatusPoller(batch, min_interval=0.05)
+    threads_before = threading.active_count()
+    futures = [poller.request([f"j{i}"]) for i in range(1000)]
+    assert threading.active_count() <= threads_before + 1  # the poller's own thread, at most
+    resolvers: set[str] = set()
+    for f in futures:
+        f.add_done_callback(lambda _: resolvers.add(threading.current_thread().name))
+    answers = [f.result(timeout=10) for f in futures]
+    assert [a[f"j{i}"]["jobId"] for i, a in enumerate(answers)] == [f"j{i}" for i in range(1000)]
+    assert poller.rounds <= 2 and poller.calls <= 20
+    assert resolvers <= {"aws-batch-status-poller", threading.current_thread().name}
+
+    cancelled = poller.request(["j1"], max_age=0)
+    cancelled.cancel()
+    batch.fail_next = [client_error("AccessDeniedException", 403)]
+    failing = poller.request(["j2"], max_age=0)
+    with pytest.raises(Exception, match="AccessDenied"):
+        failing.result(timeout=10)
+    assert cancelled.cancelled()
+    assert poller.request(["j3"], max_age=0).result(timeout=10)["j3"]["jobId"] == "j3"

@@ -1,5 +1,5 @@
-"""Reading a node's CloudWatch Logs streams through a resumable cursor, under one fair
-``GetLogEvents`` budget per process (docs/architecture.md).
+"""Reading a node's CloudWatch Logs streams through a resumable cursor (docs/architecture.md,
+"Cursors"), under one fair ``GetLogEvents`` budget per process.
 
 A node has one stream per attempt, read in attempt order. The cursor records the stream
 being read, the CloudWatch forward token of the page being read and how many events of that

@@ -10,12 +10,17 @@ in calls of 100 ids and answers each watcher from the newest batch.
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from airflow_provider_torchx.core.schedulers.api import settle
 
 log = logging.getLogger(__name__)
 
@@ -91,13 +96,28 @@ def call_with_retry(
     raise AssertionError("unreachable")
 
 
+Jobs = dict[str, dict[str, Any] | None]
+
+
+@dataclass
+class _Waiter:
+    """A request waiting for a round: its ids, when it was asked, the future to resolve."""
+
+    ids: list[str]
+    need: set[str]
+    asked: float
+    future: concurrent.futures.Future[Jobs]
+
+
 #: The marker result of a job submitted by this process that DescribeJobs does not show yet.
 NOT_VISIBLE: dict[str, Any] = {"status": "SUBMITTED", "statusReason": "submitted; not yet visible in DescribeJobs"}
 
 
 class StatusPoller:
     """Describes every watched job in batches of 100 from one thread; ``get`` answers from the
-    newest batch, waiting for a new round only when the cached answer is too old.
+    newest batch, waiting for a new round only when the cached answer is too old; ``request``
+    does the same without blocking: it returns a future the poller's thread resolves, so any
+    number of waiters (triggers on an event loop) hold no thread.
 
     - A job is watched while someone asked for it within ``watch_ttl`` seconds and it is not
       terminal; each round refreshes all of them, so watchers out of phase share rounds.
@@ -131,6 +151,7 @@ class StatusPoller:
         self._wanted: set[str] = set()
         self._expected: dict[str, float] = {}
         self._job_ids: dict[str, str] = {}
+        self._waiters: list[_Waiter] = []
         self._thread: threading.Thread | None = None
         self._last_round = 0.0
         #: DescribeJobs calls and rounds made (benchmarks and tests read them).
@@ -160,10 +181,17 @@ class StatusPoller:
         with self._cond:
             self._results.pop(job_id, None)
 
-    def get(self, job_ids: list[str], max_age: float | None = None) -> dict[str, dict[str, Any] | None]:
+    def get(self, job_ids: list[str], max_age: float | None = None) -> Jobs:
         """The newest DescribeJobs entry of each id (None: no such job), at most ``max_age``
-        seconds old (default ``min_interval``); terminal jobs are answered from cache."""
+        seconds old (default ``min_interval``); terminal jobs are answered from cache. Blocks
+        until a round answers; raises what that round's DescribeJobs raised."""
+        return self.request(job_ids, max_age).result()
+
+    def request(self, job_ids: list[str], max_age: float | None = None) -> concurrent.futures.Future[Jobs]:
+        """``get`` as a future, resolved (from the poller's thread) by the first round that
+        answers every id; already resolved when the cache answers. Never blocks."""
         max_age = self.min_interval if max_age is None else max_age
+        future: concurrent.futures.Future[Jobs] = concurrent.futures.Future()
         with self._cond:
             asked = time.monotonic()
             for job_id in job_ids:
@@ -171,18 +199,28 @@ class StatusPoller:
             need = {i for i in job_ids if not self._fresh(i, asked, max_age)}
             if need:
                 self._wanted |= need
+                self._waiters.append(_Waiter(list(job_ids), need, asked, future))
                 self._ensure_thread()
                 self._cond.notify_all()
-                while True:
-                    for job_id in need:
-                        err = self._errors.get(job_id)
-                        if err and err[0] >= asked:
-                            raise err[1]
-                    if all(self._results.get(i, (-1.0, None))[0] >= asked for i in need):
-                        break
-                    self._ensure_thread()
-                    self._cond.wait(1.0)
-            return {i: self._results[i][1] for i in job_ids}
+                return future
+            answer = {i: self._results[i][1] for i in job_ids}
+        future.set_result(answer)
+        return future
+
+    def _answers(self) -> list[tuple[concurrent.futures.Future[Jobs], Jobs | BaseException]]:
+        """Take the waiters the latest round answered (under the lock), with their answers."""
+        ready: list[tuple[concurrent.futures.Future[Jobs], Jobs | BaseException]] = []
+        pending = []
+        for w in self._waiters:
+            errors = [e for i in w.need if (e := self._errors.get(i)) and e[0] >= w.asked]
+            if errors:
+                ready.append((w.future, errors[0][1]))
+            elif all(self._results.get(i, (-1.0, None))[0] >= w.asked for i in w.need):
+                ready.append((w.future, {i: self._results[i][1] for i in w.ids}))
+            elif not w.future.cancelled():
+                pending.append(w)
+        self._waiters = pending
+        return ready
 
     def _fresh(self, job_id: str, now: float, max_age: float) -> bool:
         got = self._results.get(job_id)
@@ -209,7 +247,15 @@ class StatusPoller:
                     self._cond.wait(1.0)
                 pause = self._last_round + self.min_interval - time.monotonic()
             time.sleep(max(self.coalesce, pause))
-            self._round()
+            try:
+                self._round()
+            except BaseException as err:  # a bug here must not leave waiters waiting forever
+                log.exception("status poller round failed")
+                with self._cond:
+                    waiters, self._waiters, self._thread = self._waiters, [], None
+                for w in waiters:
+                    settle(w.future, functools.partial(_raise, err))
+                raise
 
     def _round(self) -> None:
         with self._cond:
@@ -252,7 +298,10 @@ class StatusPoller:
                     elif job is not None:
                         self._expected.pop(job_id, None)
                     self._results[job_id] = (start, job)
+            ready = self._answers()
             self._cond.notify_all()
+        for future, answer in ready:  # outside the lock: callbacks may ask again
+            settle(future, functools.partial(_answer, answer))
 
     def _prune(self, now: float) -> None:
         """Forget jobs nobody asked about for a long time (bounded memory in long runs)."""
@@ -260,6 +309,16 @@ class StatusPoller:
         for job_id in stale:
             for table in (self._accessed, self._results, self._errors, self._expected):
                 table.pop(job_id, None)
+
+
+def _raise(err: BaseException) -> Jobs:
+    raise err
+
+
+def _answer(answer: Jobs | BaseException) -> Jobs:
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
 
 
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED"})

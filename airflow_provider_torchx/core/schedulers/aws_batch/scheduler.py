@@ -9,11 +9,13 @@ jittered back-off. boto3 and docker are imported only when a client is first nee
 from __future__ import annotations
 
 import builtins
+import concurrent.futures
+import functools
 import getpass
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -25,9 +27,11 @@ from airflow_provider_torchx.core.schedulers.api import (
     ListAppResponse,
     LogChunk,
     Scheduler,
+    SchedulerCapabilities,
     Stream,
     filter_regex,
     labels_match,
+    settle,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch import render, status
 from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events, shared_log_budget
@@ -73,6 +77,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     """
 
     supports_workspace = True
+    capabilities = SchedulerCapabilities(aws_session=True)
 
     def __init__(
         self,
@@ -81,18 +86,22 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         log_client: Any | None = None,
         docker_client: Any | None = None,
         session: Any | None = None,
+        session_factory: Callable[[], Any] | None = None,
     ) -> None:
         super().__init__(BACKEND, session_name)
         self._client = client
         self._log_client = log_client
         self._docker_client = docker_client
         self._session = session
+        self._session_factory = session_factory
         self._lock = threading.Lock()
         self._known_queues: set[str] = set()
 
     # ------------------------------------------------------------------ clients
 
     def _boto_session(self) -> Any:
+        if self._session is None and self._session_factory is not None:
+            self._session = self._session_factory()
         if self._session is None:
             import boto3
 
@@ -262,23 +271,63 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def _nodes(self, job: Mapping[str, Any], nodes: Iterable[int]) -> dict[int, dict[str, Any]]:
         """Child jobs ``jobId#N`` by node index (real AWS; moto has none)."""
-        ids = {f"{job['jobId']}#{n}": n for n in nodes}
+        ids = _node_ids(job, nodes)
         terminal = job.get("status") in ("SUCCEEDED", "FAILED")
-        found = self.poller.get(list(ids), max_age=3600.0 if terminal else None)
-        return {ids[i]: c for i, c in found.items() if c is not None and c is not NOT_VISIBLE}
+        return _by_node(ids, self.poller.get(list(ids), max_age=3600.0 if terminal else None))
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """Status, roles, labels of the job; node details (exit codes) once it ended."""
         job = self._job(app_id)
+        ended = _ended_nodes(job)
+        return self._response(app_id, job, self._nodes(job, ended) if job and ended else {})
+
+    def describe_future(self, app_id: str) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
+        """``describe`` answered by the shared poller's thread (its next round, or its cache);
+        None before this instance made its client or for an app whose job id this process has
+        not learnt yet (``describe`` does both, blocking)."""
+        if self._client is None:
+            return None
+        job_id = self.poller.job_id(app_id)
+        if job_id is None:
+            return None
+        out: concurrent.futures.Future[DescribeAppResponse | None] = concurrent.futures.Future()
+
+        def on_job(answer: concurrent.futures.Future[dict[str, dict[str, Any] | None]]) -> None:
+            try:
+                job = answer.result()[job_id]
+                ended = _ended_nodes(job)
+                if not job or not ended:
+                    settle(out, lambda: self._response(app_id, job, {}))
+                    return
+                ids = _node_ids(job, ended)
+                self.poller.request(list(ids), max_age=3600.0).add_done_callback(
+                    lambda found: settle(out, lambda: self._response(app_id, job, _by_node(ids, found.result())))
+                )
+            except BaseException as err:
+                settle(out, functools.partial(_reraise, err))
+
+        self.poller.request([job_id]).add_done_callback(on_job)
+        return out
+
+    def _response(
+        self, app_id: str, job: dict[str, Any] | None, nodes: dict[int, dict[str, Any]]
+    ) -> DescribeAppResponse | None:
         if job is None:
             return None
         if job is NOT_VISIBLE:
             return DescribeAppResponse(app_id=app_id, state=AppState.PENDING, msg=str(job["statusReason"]))
-        nodes: dict[int, dict[str, Any]] = {}
-        num_nodes = int((job.get("nodeProperties") or {}).get("numNodes", 0))
-        if job.get("status") in ("SUCCEEDED", "FAILED") and num_nodes:
-            nodes = self._nodes(job, range(num_nodes))
         return status.describe_response(app_id, job, nodes, self._region())
+
+    def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
+        """That the job queue ``cfg["queue"]`` exists and is ENABLED."""
+        queue = str(cfg.get("queue"))
+        found = call_with_retry(self.client.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
+        if not found:
+            self._check_queue(queue)  # raises, naming the queues there are
+        state, state_status = found[0].get("state"), found[0].get("status")
+        if state != "ENABLED":
+            raise InvalidRunConfigError(f"queue: AWS Batch job queue {queue!r} is {state}; it must be ENABLED")
+        return f"AWS Batch job queue {queue!r} is ENABLED ({state_status})"
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[render.BatchJob] | None:
         """The job as Batch holds it, as a ``BatchJob``."""
@@ -527,15 +576,41 @@ def _check_stream(streams: Stream | None) -> None:
         )
 
 
+def _ended_nodes(job: Mapping[str, Any] | None) -> range:
+    """The nodes whose child jobs describe ``job``'s end: all of an ended job's, else none."""
+    if not job or job is NOT_VISIBLE or job.get("status") not in ("SUCCEEDED", "FAILED"):
+        return range(0)
+    return range(int((job.get("nodeProperties") or {}).get("numNodes", 0)))
+
+
+def _node_ids(job: Mapping[str, Any], nodes: Iterable[int]) -> dict[str, int]:
+    return {f"{job['jobId']}#{n}": n for n in nodes}
+
+
+def _by_node(ids: Mapping[str, int], found: Mapping[str, dict[str, Any] | None]) -> dict[int, dict[str, Any]]:
+    return {ids[i]: c for i, c in found.items() if c is not None and c is not NOT_VISIBLE}
+
+
+def _reraise(err: BaseException) -> DescribeAppResponse | None:
+    raise err
+
+
 def create_scheduler(
     session_name: str,
     client: Any | None = None,
     log_client: Any | None = None,
     docker_client: Any | None = None,
     session: Any | None = None,
+    session_factory: Callable[[], Any] | None = None,
     **kwargs: object,
 ) -> AWSBatchScheduler:
-    """The entry-point factory (unknown kwargs are ignored, as every factory does)."""
+    """The entry-point factory (unknown kwargs are ignored, as every factory does);
+    ``session_factory`` builds the boto3 session on first use when ``session`` is not given."""
     return AWSBatchScheduler(
-        session_name, client=client, log_client=log_client, docker_client=docker_client, session=session
+        session_name,
+        client=client,
+        log_client=log_client,
+        docker_client=docker_client,
+        session=session,
+        session_factory=session_factory,
     )

@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -33,6 +34,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     ListAppResponse,
     LogChunk,
     Scheduler,
+    SchedulerCapabilities,
     Stream,
     filter_regex,
     labels_match,
@@ -97,6 +99,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
     what is held in memory, never what is on disk.
     """
 
+    #: Jobs run on this host and are watched from it; a status is a few small file reads.
+    capabilities = SchedulerCapabilities(host_bound=True, cheap_status=True)
+
     def __init__(
         self,
         session_name: str,
@@ -120,6 +125,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self.store = store.JobStore(state_dir)
         # app id -> (request record, final state or None); both never change once written.
         self._cache: OrderedDict[str, tuple[dict[str, Any], dict[str, Any] | None]] = OrderedDict()
+        # Watchers of many threads (a triggerer's pool, sensors) share one instance.
+        self._cache_lock = threading.Lock()
 
     # ------------------------------------------------------------------ submit
 
@@ -293,29 +300,32 @@ class LocalScheduler(Scheduler[PopenRequest]):
         if not store.is_valid_app_id(app_id):
             return None
         path = os.path.join(self.store.job_dir(app_id), store.REQUEST)
-        cached = self._cache.get(app_id)
-        if cached is not None:
-            if os.path.exists(path):  # another process may have deleted it
-                self._cache.move_to_end(app_id)
-                return cached[0]
-            del self._cache[app_id]
-            return None
+        with self._cache_lock:
+            cached = self._cache.get(app_id)
+            if cached is not None:
+                if os.path.exists(path):  # another process may have deleted it
+                    self._cache.move_to_end(app_id)
+                    return cached[0]
+                del self._cache[app_id]
+                return None
         rec = store.read_json(path)
         if rec is not None:
             self._remember(app_id, rec, None)
         return rec
 
     def _remember(self, app_id: str, rec: dict[str, Any], final: dict[str, Any] | None) -> None:
-        self._cache[app_id] = (rec, final)
-        self._cache.move_to_end(app_id)
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            self._cache[app_id] = (rec, final)
+            self._cache.move_to_end(app_id)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
 
     def _state(self, app_id: str, rec: dict[str, Any]) -> dict[str, Any]:
         """The job's ``state.json``. A job whose supervisor died (or never started) is
         finalised here: what is left of it is killed and it is recorded FAILED (CANCELLED if a
         cancel was requested)."""
-        cached = self._cache.get(app_id)
+        with self._cache_lock:
+            cached = self._cache.get(app_id)
         if cached is not None and cached[1] is not None:
             return cached[1]
         job_dir = Path(self.store.job_dir(app_id))
@@ -547,7 +557,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             if rec is None or self._state(app_id, rec)["state"] in _TERMINAL_NAMES:
                 break
             self.wait_for_change(app_id, deadline - time.monotonic())
-        self._cache.pop(app_id, None)
+        with self._cache_lock:
+            self._cache.pop(app_id, None)
         self.store.remove(app_id)
 
 

@@ -1,0 +1,317 @@
+"""The one watching path (``watch.py``, ``core/logstream.py``): the same exactly-once and drain
+rules for the worker wait, the trigger, the sensor and the CLI; triggers that hold no thread of
+the loop's default executor; a third-party scheduler that gets deferral, log streaming and
+cancel through its declared capabilities alone."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_provider_torchx.core import cli, logstream
+from airflow_provider_torchx.core.cursors import LogPosition
+from airflow_provider_torchx.core.logstream import BATCH_LINES
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from airflow_provider_torchx.hooks.torchx import invalidate_runner
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
+from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, flush_logs
+
+#: More lines than one poll reads (``BATCH_LINES`` per replica), half of them written while
+#: the job runs and half just before it ends (the drain rule).
+CHATTY = 200_000
+CHATTY_SCRIPT = f"seq 1 {CHATTY // 2}; sleep 1.5; seq {CHATTY // 2 + 1} {CHATTY}"
+IDENTITY = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+
+
+class ListLog:
+    """A logger stand-in keeping every formatted message."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    warning = error = debug = exception = info
+
+
+def sh_app(script: str, name: str = "watch") -> AppDef:
+    return AppDef(name=name, roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", script])])
+
+
+def context() -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1, try_number=1)
+    return {"ti": ti}
+
+
+def replica_lines(lines: list[str], replica: str = "w/0") -> list[str]:
+    prefix = f"[{replica}] "
+    return [line[len(prefix) :] for line in lines if line.startswith(prefix)]
+
+
+# ---------------------------------------------------------------------- the four watchers
+
+
+def watch_in_worker(runner: Runner, handle: str) -> list[str]:
+    log = ListLog()
+    operator = TorchXRunOperator(task_id="t", app=sh_app("true"), scheduler="local_cwd", poll_interval=0.3)
+    watcher = JobWatcher(runner, handle, log, stream_logs=True, cursor_file=cursor_file_for(runner, handle, IDENTITY))
+    event = operator._wait_in_worker(watcher, time.time(), None)
+    assert event["status"] == "success", event
+    return log.lines
+
+
+def watch_deferred(runner: Runner, handle: str) -> list[str]:
+    """The trigger, then ``execute_complete``'s flush (what a deferred task logs in all)."""
+    log = ListLog()
+    trigger = TorchXJobTrigger(handle, poll_interval=0.3, identity=IDENTITY, log_cursors={})
+    trigger._log = log
+
+    async def collect() -> list[dict[str, Any]]:
+        return [e.payload async for e in trigger.run()]
+
+    (event,) = asyncio.run(collect())
+    assert event["status"] == "success", event
+    flush_logs(runner, event, log, cursor_file_for(runner, handle, IDENTITY))
+    return log.lines
+
+
+def watch_with_sensor(runner: Runner, handle: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    log = ListLog()
+    monkeypatch.setattr(TorchXJobSensor, "log", log)
+    sensor = TorchXJobSensor(
+        task_id="t", app_handle=handle, stream_logs=True, poke_interval=0.3, deferrable=False, torchx_conn_id=None
+    )
+    deadline = time.monotonic() + 120
+    while not sensor.poke(context()):
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    return log.lines
+
+
+def watch_with_cli(runner: Runner, handle: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    capsys.readouterr()
+    assert cli._attach(runner, handle, stream_logs=True, poll_interval=0.3) == cli.EXIT_OK
+    return capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("watcher", ["worker", "trigger", "sensor", "cli"])
+def test_chatty_job_every_line_once_in_order(
+    watcher: str,
+    local_jobs: tuple[Runner, list[str]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """200,000 lines (200 polls' worth), half while the job runs, half at its end: each of
+    the four watchers logs every line exactly once, in order. The drain has no time limit:
+    it holds with the watch path's clock running 10 s ahead at each look."""
+    assert CHATTY > 100 * BATCH_LINES
+    looks = itertools.count(1)
+    fast = SimpleNamespace(monotonic=lambda: time.monotonic() + 10 * next(looks), time=time.time)
+    monkeypatch.setattr(logstream, "time", fast)
+    runner, handles = local_jobs
+    handle = runner.run(sh_app(CHATTY_SCRIPT), "local_cwd")
+    handles.append(handle)
+    watch: dict[str, Callable[[], list[str]]] = {
+        "worker": lambda: watch_in_worker(runner, handle),
+        "trigger": lambda: watch_deferred(runner, handle),
+        "sensor": lambda: watch_with_sensor(runner, handle, monkeypatch),
+        "cli": lambda: watch_with_cli(runner, handle, capsys),
+    }
+    logged = replica_lines(watch[watcher]())
+    assert len(logged) == CHATTY, f"{len(logged)} lines logged, expected {CHATTY}"
+    assert logged == [str(i) for i in range(1, CHATTY + 1)]
+
+
+# ---------------------------------------------------------------------- no default executor
+
+
+@contextlib.contextmanager
+def blocked_default_executor(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """The loop's default executor cut to one thread, held by a call that waits until the end:
+    whatever needs it waits forever."""
+    release = threading.Event()
+    executor = ThreadPoolExecutor(max_workers=1)
+    loop.set_default_executor(executor)
+    blocker = loop.run_in_executor(None, release.wait)
+    try:
+        yield
+    finally:
+        release.set()
+        executor.shutdown(wait=True)
+        blocker.cancel()
+
+
+def run_triggers(
+    triggers: list[TorchXJobTrigger], timeout: float, during: Callable[[], None] | None = None
+) -> list[Any]:
+    """Run the triggers on one loop whose default executor is blocked; return each one's events."""
+
+    async def main() -> list[Any]:
+        with blocked_default_executor(asyncio.get_running_loop()):
+
+            async def collect(trigger: TorchXJobTrigger) -> list[dict[str, Any]]:
+                trigger._log = ListLog()
+                return [e.payload async for e in trigger.run()]
+
+            tasks = [asyncio.create_task(collect(t)) for t in triggers]
+            if during is not None:
+                await asyncio.sleep(2.0)
+                await asyncio.get_running_loop().run_in_executor(ThreadPoolExecutor(1), during)
+            return list(await asyncio.wait_for(asyncio.gather(*tasks), timeout))
+
+    return asyncio.run(main())
+
+
+def test_100_local_triggers_need_no_default_executor(local_jobs: tuple[Runner, list[str]]) -> None:
+    runner, handles = local_jobs
+    for n in range(100):
+        handles.append(runner.run(sh_app(f"echo job {n}", name=f"many{n}"), "local_cwd"))
+    triggers = [TorchXJobTrigger(h, poll_interval=1.0, host=socket.gethostname()) for h in handles]
+    results = run_triggers(triggers, timeout=180)
+    for n, (trigger, events) in enumerate(zip(triggers, results, strict=True)):
+        assert [e["status"] for e in events] == ["success"], events
+        assert replica_lines(trigger._log.lines) == [f"job {n}"]
+
+
+@pytest.mark.docker
+def test_100_batch_triggers_need_no_default_executor(aws_env: str, batch_queue: str) -> None:
+    """100 Batch jobs kept PENDING (each depends on a job that never ends), watched by 100
+    triggers on one loop, then cancelled: every trigger reports the end; the poller batched."""
+    import boto3
+
+    from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler
+    from airflow_provider_torchx.core.schedulers.aws_batch.render import queue_name
+
+    batch = boto3.client("batch")
+    sched = create_scheduler("torchx", client=batch)
+    app = AppDef("pend", roles=[Role("main", image="busybox:local", entrypoint="true", resource=Resource(1, 0, 64))])
+    handles = []
+    for _ in range(100):
+        job = sched.submit_dryrun(app, {"queue": batch_queue}).request
+        arn = batch.register_job_definition(**job.job_def)["jobDefinitionArn"]
+        batch.submit_job(jobDefinition=arn, dependsOn=[{"jobId": "never-finishes"}], **job.submit_request())
+        handles.append(f"aws_batch://torchx/{queue_name(batch_queue)}:{job.name}")
+    triggers = [TorchXJobTrigger(h, poll_interval=1.0, stream_logs=False) for h in handles]
+    runner = triggers[0]._runner()
+
+    def cancel_all() -> None:  # in parallel: each cancel waits for a poller round
+        with ThreadPoolExecutor(max_workers=len(handles)) as pool:
+            list(pool.map(runner.cancel, handles))
+
+    try:
+        results = run_triggers(triggers, timeout=120, during=cancel_all)
+    finally:
+        cancel_all()
+    for events in results:
+        assert len(events) == 1 and events[0]["state"] in ("CANCELLED", "FAILED"), events
+
+
+# ---------------------------------------------------------------------- a third-party scheduler
+
+
+@pytest.fixture
+def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The ``acme`` scheduler of ``tests/plugin`` registered through the entry point group (a
+    ``*.dist-info`` on ``sys.path``, as an installed plugin package has); its jobs' dir."""
+    dist = tmp_path / "site" / "acme_scheduler-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-scheduler\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[airflow_provider_torchx.schedulers]\nacme = tests.plugin.acme_scheduler:create_scheduler\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("ACME_JOBS_DIR", str(tmp_path / "jobs"))
+    yield tmp_path / "jobs"
+    invalidate_runner(("acme", "torchx", None, None))
+
+
+def test_third_party_scheduler_defers_streams_and_senses(acme: Path, run_dag: Any) -> None:
+    dag_run, out = run_dag("torchx_test_thirdparty", deferrable=True)
+    assert dag_run.state == "success", out[-3000:]
+    # One job per operator; the sensor streams the submitted one, the deferred task its own.
+    assert len(list(acme.iterdir())) == 2
+    # Both tasks deferred: the trigger logged their lines, each line once per task.
+    for n in (1, 2, 3):
+        found = re.findall(rf"\[main/0\] acme {n}\s+\[{re.escape(TorchXJobTrigger.__module__)}", out)
+        assert len(found) == 2, out[-3000:]
+
+
+def test_third_party_scheduler_cancel_on_kill(acme: Path) -> None:
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+    runner = TorchXHook(None, scheduler="acme").get_runner()
+    handle = runner.run(sh_app("echo started; sleep 60"), "acme")
+    hook = TorchXHook(None, scheduler="acme")
+    trigger = TorchXJobTrigger.for_job(
+        handle,
+        runner,
+        hook.settings,
+        poll_interval=0.2,
+        stream_logs=True,
+        position=LogPosition(),
+        identity=IDENTITY,
+        deadline=None,
+        started_at=time.time(),
+        cancel_on_kill=True,
+    )
+    assert trigger.host == socket.gethostname()  # declared host-bound: no name check
+    trigger._log = ListLog()
+
+    async def main() -> None:
+        task = asyncio.create_task(anext(trigger.run()))
+        while not replica_lines(trigger._log.lines, "main/0"):
+            await asyncio.sleep(0.05)
+        await trigger.on_kill()  # the deferred task was killed
+        event = await asyncio.wait_for(task, 30)
+        assert event.payload["state"] == "CANCELLED"
+
+    asyncio.run(main())
+    status = runner.status(handle)
+    assert status is not None and status.state == AppState.CANCELLED
+    assert replica_lines(trigger._log.lines, "main/0") == ["started"]
+
+
+# ---------------------------------------------------------------------- shared state
+
+
+def test_watch_pool_size_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_torchx import watch
+
+    monkeypatch.setenv("AIRFLOW__TORCHX__WATCH_THREADS", "3")
+    assert watch.watch_threads() == 3
+    monkeypatch.setenv("AIRFLOW__TORCHX__WATCH_THREADS", "0")
+    with pytest.raises(ValueError, match=r"\[torchx\] watch_threads: 0 must be >= 1"):
+        watch.watch_threads()
+    monkeypatch.delenv("AIRFLOW__TORCHX__WATCH_THREADS")
+    assert watch.watch_threads() == watch.DEFAULT_WATCH_THREADS
+
+
+def test_runner_cache_can_be_invalidated_and_closed() -> None:
+    from airflow_provider_torchx.hooks.torchx import TorchXHook, close_runners
+
+    hook = TorchXHook(None, scheduler="local_cwd", session_name="cache-test")
+    first = hook.get_runner()
+    assert TorchXHook(None, scheduler="local_cwd", session_name="cache-test").get_runner() is first
+    first.scheduler_run_opts("local_cwd")  # makes its scheduler
+    invalidate_runner(hook.settings.runner_key)
+    assert first._schedulers == {}  # closed
+    second = hook.get_runner()
+    assert second is not first
+    close_runners()
+    assert second._schedulers == {} and hook.get_runner() is not second

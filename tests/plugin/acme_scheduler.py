@@ -1,0 +1,114 @@
+"""``acme``: a minimal scheduler written only against the public scheduler contract.
+
+Each app is one replica of one role, run as ``sh -c`` in a new session with its output in a
+file; the job directory (under ``$ACME_JOBS_DIR``) holds the pid, the exit code and a cancel
+mark. It declares its capabilities (host-bound: its jobs are processes of this host) and
+leaves everything else to the contract's defaults (``read_log`` from ``log_iter``, status read
+on the watchers' thread pool).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
+from airflow_provider_torchx.core.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    SchedulerCapabilities,
+    Stream,
+)
+from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus
+
+_WRAPPER = 'sh -c "$1" > "$2/out.log" 2>&1; echo $? > "$2/exit.tmp"; mv "$2/exit.tmp" "$2/exit"'
+
+
+class AcmeScheduler(Scheduler[dict[str, Any]]):
+    """Jobs are ``sh -c`` processes of this host (see the module docstring)."""
+
+    capabilities = SchedulerCapabilities(host_bound=True)
+
+    def __init__(self, session_name: str) -> None:
+        super().__init__("acme", session_name)
+        self.root = Path(os.environ["ACME_JOBS_DIR"])
+
+    def _run_opts(self) -> runopts:
+        return runopts()
+
+    def _submit_dryrun(self, app: AppDef, cfg: dict[str, CfgVal], labels: dict[str, str]) -> AppDryRunInfo[Any]:
+        role = app.roles[0]
+        return AppDryRunInfo({"name": app.name, "cmd": [role.entrypoint, *role.args], "labels": labels}, json.dumps)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[dict[str, Any]]) -> str:
+        app_id = f"{dryrun_info.request['name']}-{uuid.uuid4().hex[:8]}"
+        job = self.root / app_id
+        job.mkdir(parents=True)
+        (job / "request.json").write_text(json.dumps(dryrun_info.request))
+        command = " ".join(_quote(a) for a in dryrun_info.request["cmd"])
+        proc = subprocess.Popen(["sh", "-c", _WRAPPER, "acme", command, str(job)], start_new_session=True)
+        (job / "pid").write_text(str(proc.pid))
+        return app_id
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        job = self.root / app_id
+        if not (job / "request.json").exists():
+            return None
+        request = json.loads((job / "request.json").read_text())
+        code = int((job / "exit").read_text()) if (job / "exit").exists() else None
+        if (job / "cancelled").exists():
+            state = AppState.CANCELLED
+        elif code is None:
+            state = AppState.RUNNING
+        else:
+            state = AppState.SUCCEEDED if code == 0 else AppState.FAILED
+        replica = ReplicaStatus(id=0, state=state, role="main", exit_code=code)
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            msg="" if code in (0, None) else f"main/0 exited with {code}",
+            roles_statuses=[RoleStatus("main", [replica])],
+            labels=dict(request["labels"]),
+            cancel_requested=(job / "cancelled").exists(),
+        )
+
+    def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
+        return []
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        path = self.root / app_id / "out.log"
+        return path.read_text().splitlines(keepends=True) if path.exists() else []
+
+    def _cancel_existing(self, app_id: str) -> None:
+        job = self.root / app_id
+        (job / "cancelled").touch()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int((job / "pid").read_text()), signal.SIGKILL)
+
+
+def _quote(word: str) -> str:
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+def create_scheduler(session_name: str, **kwargs: object) -> AcmeScheduler:
+    """The plugin's entry point (unknown kwargs are ignored, as every factory does)."""
+    return AcmeScheduler(session_name)
