@@ -10,8 +10,10 @@ and ``apache-airflow-providers-amazon[aiobotocore]``, about 2.5 min; never the p
    by our scheduler and kept PENDING by a dependency that never finishes.
 2. Each contender runs N triggers (``poll_interval``/``waiter_delay`` = ``--poll``), a 50 ms
    sleeper measuring the loop's lag and a neighbour trigger timing ``asyncio.to_thread(noop)``
-   every 0.5 s. After a warm-up it measures a steady phase: CPU % of one core (process time
-   / wall time), RSS, AWS calls/s (counted from the moto server's request log).
+   every 0.5 s. After a warm-up (and, for ours, once every trigger looked its app id up:
+   ``ListJobs`` by name, once per job in a fresh process; the time is printed as start-up) it
+   measures a steady phase: CPU % of one core (process time / wall time), RSS, AWS calls/s
+   (counted from the moto server's request log, by path).
 3. Then every job is terminated (``TerminateJob``, one after the other); the time from each
    job's end (the call returned) to its trigger's event is measured; each trigger must fire
    exactly one event.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -36,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -84,7 +88,9 @@ def make_triggers(kind: str, targets: list[str], poll: float) -> list[Any]:
     ]
 
 
-async def contend(kind: str, targets: list[str], poll: float, warmup: float, steady: float, wait_end: float) -> None:
+async def contend(
+    kind: str, targets: list[str], poll: float, warmup: float, steady: float, wait_end: float, go_file: str
+) -> None:
     """Run the triggers as a triggerer does and report the figures (see the module docstring)."""
     loop = asyncio.get_running_loop()
     triggers = make_triggers(kind, targets, poll)
@@ -123,6 +129,8 @@ async def contend(kind: str, targets: list[str], poll: float, warmup: float, ste
     helpers = [asyncio.create_task(sleeper()), asyncio.create_task(neighbour_trigger())]
     tasks = [asyncio.create_task(drive(i, t)) for i, t in enumerate(triggers)]
     await asyncio.sleep(warmup)
+    while not os.path.exists(go_file):  # the orchestrator says when every trigger is started
+        await asyncio.sleep(0.5)
     phase["measure"] = True
     say(mark="steady-start", t=time.time())
     cpu0, wall0 = time.process_time(), time.monotonic()
@@ -163,7 +171,7 @@ def contender_main(args: argparse.Namespace) -> None:
     os.dup2(log_fd, 1)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout)
     targets = json.loads(Path(args.targets).read_text())
-    asyncio.run(contend(args.contender, targets, args.poll, args.warmup, args.steady, args.wait_end))
+    asyncio.run(contend(args.contender, targets, args.poll, args.warmup, args.steady, args.wait_end, args.go_file))
 
 
 # ---------------------------------------------------------------------- orchestrator
@@ -188,9 +196,10 @@ class MotoLog:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def calls(self) -> int:
-        with self.path.open("rb") as f:
-            return sum(1 for line in f if b'" 200' in line or b'" 400' in line or b'" 404' in line)
+    def calls(self) -> collections.Counter[str]:
+        """Requests so far by path (Batch's REST paths; CloudWatch's JSON calls are all ``/``)."""
+        with self.path.open(errors="replace") as f:
+            return collections.Counter(m.group(1) for m in map(self.LINE.search, f) if m)
 
 
 def start_moto(work: Path) -> tuple[subprocess.Popen[bytes], str, MotoLog]:
@@ -247,10 +256,13 @@ def run_contender(
     env: dict[str, str],
     end_jobs: Any,
     moto: MotoLog | None,
+    lookups: int = 0,
 ) -> dict[str, Any]:
-    """Run one contender; ``end_jobs()`` (called after its steady phase) ends every job and
-    returns ``{target: end time}``. Returns the figures."""
+    """Run one contender; its steady phase starts after the warm-up once the moto server saw
+    ``lookups`` ListJobs calls; ``end_jobs()`` (called after the steady phase) ends every job
+    and returns ``{target: end time}``. Returns the figures."""
     targets_file = work / f"{kind}-{len(targets)}-targets.json"
+    go_file = work / f"{kind}-{len(targets)}-go"
     targets_file.write_text(json.dumps(targets))
     cmd = [
         python,
@@ -269,10 +281,29 @@ def run_contender(
         str(args.wait_end),
         "--log-file",
         str(work / f"{kind}-{len(targets)}.log"),
+        "--go-file",
+        str(go_file),
     ]
+    started = time.monotonic()
+    before = moto.calls() if moto else collections.Counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
+    startup: list[float] = []
+
+    def start_steady_phase() -> None:
+        """The steady phase starts once every trigger had its first status: ours first looks
+        each app id up (``ListJobs`` by name, once per job in a fresh process)."""
+        while proc.poll() is None:
+            looked_up = (moto.calls() - before)["/v1/listjobs"] if moto else 0
+            if looked_up >= lookups:
+                startup.append(time.monotonic() - started)
+                go_file.touch()
+                return
+            time.sleep(1.0)
+
+    watcher = threading.Thread(target=start_steady_phase, daemon=True)
+    watcher.start()
     assert proc.stdout is not None
-    marks: dict[str, tuple[float, int]] = {}
+    marks: dict[str, tuple[float, collections.Counter[str]]] = {}
     ends: dict[str, float] = {}
     result: dict[str, Any] = {}
     for line in proc.stdout:
@@ -281,15 +312,24 @@ def run_contender(
             continue
         msg = json.loads(line[3:])
         if "mark" in msg:
-            marks[msg["mark"]] = (time.monotonic(), moto.calls() if moto else 0)
+            marks[msg["mark"]] = (time.monotonic(), moto.calls() if moto else collections.Counter())
             if msg["mark"] == "steady-end":
                 ends = end_jobs()
         elif "result" in msg:
             result = msg["result"]
+            if moto:
+                ended = moto.calls() - marks["steady-end"][1]
+                ended.subtract({"/v1/terminatejob": len(ends)})  # the orchestrator's own calls
+                calls = ", ".join(f"{path} {n}" for path, n in ended.most_common() if n)
+                print(f"  {kind}: AWS calls from the end of the jobs to the last event: {calls or 'none'}", flush=True)
     proc.wait()
     if not result:
         raise RuntimeError(f"{kind} contender failed (exit {proc.returncode}); see {work}")
     (t0, c0), (t1, c1) = marks["steady-start"], marks["steady-end"]
+    steady_calls = c1 - c0
+    if moto:
+        rates = ", ".join(f"{path} {n / (t1 - t0):.1f}/s" for path, n in steady_calls.most_common())
+        print(f"  {kind}: AWS calls in the steady phase: {rates or 'none'}", flush=True)
     delays, counts = [], []
     for target, evs in result["events"].items():
         counts.append(len(evs))
@@ -305,13 +345,15 @@ def run_contender(
         "nb_p99": pct(result["neighbour"], 99) * 1000,
         "nb_p99_all": pct(result["neighbour_all"], 99) * 1000,
         "nb_calls": len(result["neighbour_all"]),
-        "calls_s": (c1 - c0) / (t1 - t0) if moto else float("nan"),
+        "calls_s": sum(steady_calls.values()) / (t1 - t0) if moto else float("nan"),
+        "ev_p50": pct(delays, 50),
         "ev_p95": pct(delays, 95),
         "ev_max": max(delays, default=float("nan")),
         "events": f"{sum(1 for c in counts if c == 1)}/{len(counts)} one event"
         + (f", {sum(1 for c in counts if c == 0)} none" if any(c == 0 for c in counts) else "")
         + (f", {sum(1 for c in counts if c > 1)} more" if any(c > 1 for c in counts) else ""),
         "statuses": ",".join(statuses),
+        "startup": startup[0] if startup else float("nan"),
     }
 
 
@@ -350,7 +392,8 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
 
             python = sys.executable if kind == "ours" else amazon_python()
             print(f"running {kind} over {args.n} Batch jobs ...", flush=True)
-            out[kind] = run_contender(python, kind, targets, args, work, env, end_jobs, moto)
+            lookups = args.n if kind == "ours" else 0
+            out[kind] = run_contender(python, kind, targets, args, work, env, end_jobs, moto, lookups)
     finally:
         moto_proc.terminate()
         moto_proc.wait(timeout=30)
@@ -388,15 +431,16 @@ def local_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def table(rows: list[tuple[str, dict[str, Any]]], poll: float) -> None:
     head = (
         "| contender | CPU % of a core | RSS MB | loop lag p99 (max) ms | neighbour to_thread p99 ms "
-        "| AWS calls/s | event after end p95 / max s | events |"
+        "| AWS calls/s | event after end p50 / p95 / max s | events | start-up s |"
     )
     print(head)
-    print("|" + " --- |" * 8)
+    print("|" + " --- |" * 9)
     for name, r in rows:
         print(
             f"| {name} | {r['cpu']:.1f} | {r['rss']:.0f} | {r['lag_p99']:.1f} ({r['lag_max']:.0f}) | "
             f"{r['nb_p99']:.1f} (ending: {r['nb_p99_all']:.0f}; {r['nb_calls']} calls) | {r['calls_s']:.1f} | "
-            f"{r['ev_p95']:.1f} / {r['ev_max']:.1f} | {r['events']} ({r['statuses']}) |"
+            f"{r['ev_p50']:.1f} / {r['ev_p95']:.1f} / {r['ev_max']:.1f} | {r['events']} ({r['statuses']}) | "
+            f"{r['startup']:.0f} |"
         )
     print(f"goals (poll {poll:g} s): event p95 <= {poll + 5:g} s, loop lag p99 < 50 ms, neighbour p99 < 50 ms")
 
@@ -417,11 +461,12 @@ def main() -> None:
     parser.add_argument("--steady", type=float)
     parser.add_argument("--wait-end", type=float)
     parser.add_argument("--log-file")
+    parser.add_argument("--go-file")
     args = parser.parse_args()
     if args.contender:
         contender_main(args)
         return
-    args.warmup = args.warmup or (max(20.0, 2 * args.poll) + args.n / 100)
+    args.warmup = args.warmup or max(20.0, 2 * args.poll)
     args.steady = args.steady or (2 * args.poll if args.quick else 3 * args.poll)
     args.wait_end = args.wait_end or (4 * args.poll + 30 if args.quick else 6 * args.poll + 60)
     work = Path(tempfile.mkdtemp(prefix="triggerer-scale-"))
