@@ -4,6 +4,9 @@ Airflow layer does not repeat version guards.
 - ``AirflowSensorTimeout``: the Task SDK's (``airflow.sdk.exceptions``) where it exists, else
   core's (3.1). Sensors must raise the class their Airflow's task runner checks for.
 - ``conf``: the Task SDK's configuration parser where it exists, else core's (3.1).
+- ``Stats``: Airflow's metrics client as the deployment configured it (StatsD, OpenTelemetry or
+  none): the Task SDK's (``airflow.sdk.observability.stats``, 3.3) where it exists, else core's
+  ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim).
 - ``connection_form_widgets`` / ``ui_field_behaviour``: the ``torchx`` connection form for
   Airflow 3.1, which reads it only from the hook's (later deprecated) methods. They are derived
   from ``conn-fields`` and ``ui-field-behaviour`` in the provider info, which Airflow >= 3.2
@@ -24,8 +27,12 @@ try:
     from airflow.sdk.exceptions import AirflowSensorTimeout
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import AirflowSensorTimeout  # type: ignore[no-redef]
+try:
+    from airflow.sdk.observability.stats import Stats
+except ImportError:  # Airflow 3.1
+    from airflow.stats import Stats
 
-__all__ = ["AirflowSensorTimeout", "conf", "connection_form_widgets", "ui_field_behaviour"]
+__all__ = ["AirflowSensorTimeout", "Stats", "conf", "connection_form_widgets", "ui_field_behaviour"]
 
 
 def _connection_type(conn_type: str) -> dict[str, Any]:
@@ -36,19 +43,21 @@ def _connection_type(conn_type: str) -> dict[str, Any]:
 
 def connection_form_widgets(conn_type: str) -> dict[str, Any]:
     """``conn-fields`` of ``conn_type`` as the WTForms fields Airflow 3.1 expects (all optional
-    text). WTForms, Flask-AppBuilder and Flask-Babel are imported here, when Airflow asks: its
-    connection-form service provides stand-ins for them when they are not installed."""
+    text; a field with choices gets an ``any_of`` validator, the name Airflow 3.1's form service
+    stands in for and turns into a choice). WTForms, Flask-AppBuilder and Flask-Babel are
+    imported here, when Airflow asks: its connection-form service provides stand-ins for them
+    when they are not installed."""
     from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
     from flask_babel import lazy_gettext
     from wtforms import StringField
-    from wtforms.validators import Optional
+    from wtforms.validators import Optional, any_of
 
     return {
         name: StringField(
             lazy_gettext(field["label"]),
             widget=BS3TextFieldWidget(),
             description=field.get("description", ""),
-            validators=[Optional()],
+            validators=[Optional(), *([any_of(field["schema"]["enum"])] if "enum" in field["schema"] else [])],
         )
         for name, field in _connection_type(conn_type)["conn-fields"].items()
     }

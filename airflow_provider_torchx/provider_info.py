@@ -1,18 +1,46 @@
 """Provider metadata for Airflow's ``apache_airflow_provider`` entry point.
 
-Declares the ``torchx`` connection type with its form fields, so the connection shows in the UI
-and ``airflow providers list``; imports nothing heavy (Airflow loads it in every process).
+Declares the ``torchx`` connection type with its form fields (the scheduler as a choice of the
+installed ones, a placeholder in every field), so the connection shows in the UI and ``airflow
+providers list``; imports nothing heavy (Airflow loads it in every process). The provider's UI
+plugin is registered through the ``airflow.plugins`` entry point instead (``plugins/torchx.py``):
+Airflow loads providers' ``plugins`` only with ``[core] lazy_discover_providers`` off.
 """
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any
 
 _INTEGRATION = "TorchX"
+#: The entry-point group schedulers register in (``core.runner``'s, not imported: it is heavier).
+_SCHEDULERS_GROUP = "airflow_provider_torchx.schedulers"
 
 
-def _text_field(label: str, description: str) -> dict[str, Any]:
-    return {"label": label, "description": description, "schema": {"type": ["string", "null"]}}
+#: Each field's placeholder: Airflow 3.1 shows ``ui-field-behaviour``'s placeholders; later
+#: versions show a text field's schema ``examples`` (as suggestions) instead.
+_PLACEHOLDERS = {
+    "scheduler": "local_cwd",
+    "cfg": "queue=torchx-queue,priority=0",
+    "session_name": "torchx",
+    "aws_conn_id": "aws_default",
+    "region_name": "us-east-1",
+}
+
+
+def _field(name: str, label: str, description: str, choices: list[str] | None = None) -> dict[str, Any]:
+    """A connection form field: free text with its placeholder as the example, or a choice."""
+    schema: dict[str, Any] = {"type": ["string", "null"]}
+    if choices:
+        schema["enum"] = choices
+    else:
+        schema["examples"] = [_PLACEHOLDERS[name]]
+    return {"label": label, "description": description, "schema": schema}
+
+
+def installed_schedulers() -> list[str]:
+    """Names of the schedulers registered through the entry points (builtin and third-party)."""
+    return sorted({ep.name for ep in metadata.entry_points(group=_SCHEDULERS_GROUP)})
 
 
 def _modules(kind: str) -> list[dict[str, Any]]:
@@ -34,7 +62,7 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [{"integration-name": _INTEGRATION, "python-modules": ["airflow_provider_torchx.triggers.torchx"]}],
         "extra-links": [
             "airflow_provider_torchx.links.torchx.TorchXJobLink",
-            "airflow_provider_torchx.links.torchx.TorchXLogDirLink",
+            "airflow_provider_torchx.links.torchx.TorchXConsoleLink",
         ],
         "connection-types": [
             {
@@ -42,28 +70,32 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-name": "TorchX",
                 "connection-type": "torchx",
                 "conn-fields": {
-                    "scheduler": _text_field("Scheduler", "Scheduler backend: local_cwd, local_dir or aws_batch."),
-                    "cfg": _text_field(
+                    "scheduler": _field(
+                        "scheduler",
+                        "Scheduler",
+                        "Where jobs run: one of the installed schedulers.",
+                        installed_schedulers(),
+                    ),
+                    "cfg": _field(
+                        "cfg",
                         "Scheduler config",
                         "Run options as k=v pairs, e.g. queue=my-queue,image_repo=123.dkr.ecr.eu-west-1"
                         ".amazonaws.com/torchx (a JSON object in the extra also works).",
                     ),
-                    "session_name": _text_field("Session name", "Session part of app handles (default: torchx)."),
-                    "aws_conn_id": _text_field(
+                    "session_name": _field(
+                        "session_name", "Session name", "Session part of app handles (default: torchx)."
+                    ),
+                    "aws_conn_id": _field(
+                        "aws_conn_id",
                         "AWS connection id",
                         "Amazon provider connection for AWS Batch credentials; empty: boto3's default chain.",
                     ),
-                    "region_name": _text_field("AWS region", "Region for AWS Batch and CloudWatch Logs."),
+                    "region_name": _field("region_name", "AWS region", "Region for AWS Batch and CloudWatch Logs."),
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],
                     "relabeling": {},
-                    "placeholders": {
-                        "scheduler": "local_cwd",
-                        "cfg": "queue=torchx-queue,priority=0",
-                        "session_name": "torchx",
-                        "region_name": "us-east-1",
-                    },
+                    "placeholders": dict(_PLACEHOLDERS),
                 },
             }
         ],

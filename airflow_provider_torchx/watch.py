@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -95,9 +94,10 @@ async def run_blocking(fn: Callable[..., R], *args: Any) -> R:
 
 
 def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: float | None = None) -> str:
-    """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, and
-    ``; log 40s behind`` when the log read lags by a second or more (a shared CloudWatch
-    budget with many jobs watched)."""
+    """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
+    scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``) and ``; log 40s
+    behind`` when the log read lags by a second or more (a shared CloudWatch budget with many
+    jobs watched)."""
     counts = {"running": 0, "done": 0, "pending": 0}
     for role in status.roles:
         for rep in role.replicas:
@@ -108,8 +108,9 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: 
             else:
                 counts["pending"] += 1
     parts = ", ".join(f"{n} {what}" for what, n in counts.items())
+    why = f"; {status.msg}" if status.msg and not status.is_terminal() else ""
     lag = f"; log {behind_s:.0f}s behind" if behind_s is not None and behind_s >= 1.0 else ""
-    return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{lag}"
+    return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}{lag}"
 
 
 def identity_labels(context: Context) -> dict[str, str]:
@@ -357,8 +358,3 @@ def flush_logs(
     )
     watcher.stream(runner.status(watcher.app_handle))
     return watcher.position
-
-
-def host_of(runner: Runner, scheduler: str) -> str | None:
-    """This host's name when jobs of ``scheduler`` can only be watched from here, else None."""
-    return socket.gethostname() if runner.capabilities(scheduler).host_bound else None

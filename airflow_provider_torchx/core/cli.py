@@ -365,6 +365,8 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         if app is None:
             raise _NoSuchJobError(handle)
         _out(_format_app(app))
+        if status.usage is not None:
+            _out(status.usage.format())
     elif args.command == "cancel":
         if status.is_terminal():
             _out(f"{handle}: already {status.state.name}; nothing to cancel")

@@ -445,6 +445,7 @@ def _app_status(desc: DescribeAppResponse | None) -> AppStatus | None:
         structured_error_msg=desc.structured_error_msg,
         ui_url=desc.ui_url,
         roles=desc.roles_statuses,
+        usage=desc.usage,
     )
 
 

@@ -14,13 +14,16 @@ import string
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from airflow_provider_torchx.core.errors import (
     AppStatusError,
     InvalidSpecError,
     MalformedAppHandleError,
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.usage import Usage
 
 __all__ = [
     "NULL_RESOURCE",
@@ -500,6 +503,8 @@ class AppStatus:
     structured_error_msg: str = ""
     ui_url: str | None = None
     roles: list[RoleStatus] = field(default_factory=list)
+    #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
+    usage: Usage | None = None
 
     def is_terminal(self) -> bool:
         """Whether the app's state is terminal."""

@@ -23,10 +23,12 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.schedulers.api import labels_match
-from airflow_provider_torchx.core.specs import AppDef, AppState
+from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
+from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
-from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
+from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+from airflow_provider_torchx.usage_report import report_usage
 from airflow_provider_torchx.watch import (
     JobWatcher,
     cursor_file_for,
@@ -37,6 +39,7 @@ from airflow_provider_torchx.watch import (
 )
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
     from airflow_provider_torchx.core.runner import Runner
@@ -143,7 +146,7 @@ class TorchXRunOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("component_args", "app_name", "env", "cfg")
     template_fields_renderers = {"component_args": "json", "env": "json", "cfg": "json"}
-    operator_extra_links = (TorchXJobLink(), TorchXLogDirLink())
+    operator_extra_links = (TorchXJobLink(), TorchXConsoleLink())
     ui_color = "#ee4c2c"
 
     def __init__(
@@ -195,6 +198,9 @@ class TorchXRunOperator(BaseOperator):
         self.timeout = timeout
         self.app_handle: str | None = None
         self._runner: Runner | None = None
+        #: The ended job's usage summary (``core/usage.py``) and final state, once the task reported it.
+        self.usage: Usage | None = None
+        self.job_state: str | None = None
 
     # ------------------------------------------------------------------ building the job
 
@@ -317,9 +323,9 @@ class TorchXRunOperator(BaseOperator):
         return chosen
 
     def _persist_links(self, context: Context, runner: Runner, handle: str) -> None:
-        """Record the job page (or a local job's log directory) for the task's extra links."""
+        """Record the job's page (and its scheduler's console, if any) for the task's extra links."""
         status = runner.status(handle)
-        for link, url in job_links(status.ui_url if status else None):
+        for link, url in job_links(handle, status.ui_url if status else None, self.torchx_conn_id):
             link.persist(context, url)
             if url:
                 self.log.info("%s: %s", link.name, url)
@@ -335,6 +341,12 @@ class TorchXRunOperator(BaseOperator):
         """Return the handle of a succeeded job (recording that this try reported it);
         otherwise cancel on timeout and raise."""
         handle = str(event["app_handle"])
+        if event["status"] in ("success", "failed"):
+            assert self._runner is not None
+            self.usage = report_usage(
+                self._runner, handle, context, self.log, self.app_name or getattr(self.app, "name", None)
+            )
+            self.job_state = event.get("state")
         if event["status"] == "success":
             self.log.info("TorchX job %s SUCCEEDED", handle)
             return self._report_success(context, cursor_file, position, handle)
@@ -370,3 +382,28 @@ class TorchXRunOperator(BaseOperator):
         if self.cancel_on_kill and self.app_handle and self._runner is not None:
             self.log.info("Task killed: cancelling %s", self.app_handle)
             self._runner.cancel(self.app_handle)
+
+    # ------------------------------------------------------------------ OpenLineage (lineage.py)
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The app, its scheduler and the task's inlets/outlets, before anything is submitted."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """As on start, plus the app handle, the job's final state and its usage summary."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        """As on complete (the usage of a failed job is reported too)."""
+        return self._lineage()
+
+    def _lineage(self) -> OperatorLineage:
+        from airflow_provider_torchx.lineage import operator_lineage
+
+        if self.app_handle:
+            scheduler = parse_app_handle(self.app_handle).scheduler_backend
+        else:
+            scheduler = self.scheduler or self.hook().settings.scheduler
+        return operator_lineage(
+            self.build_app(), scheduler, self.inlets, self.outlets, self.app_handle, self.job_state, self.usage
+        )

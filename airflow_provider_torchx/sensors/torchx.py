@@ -18,6 +18,7 @@ from airflow_provider_torchx._compat import AirflowSensorTimeout
 from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+from airflow_provider_torchx.usage_report import report_usage
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, failure_message, flush_logs, identity_labels
 
 if TYPE_CHECKING:
@@ -93,15 +94,18 @@ class TorchXJobSensor(BaseSensorOperator):
             self.log.info("%s is %s", self.app_handle, status.state.name)
             return False
         event = self._watcher.outcome(status)
+        report_usage(self._watcher.runner, self.app_handle, context, self.log)
         if event["status"] != "success":
             raise AirflowException(failure_message(event))
         return True
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
         """Resume after the trigger's event: flush the remaining log lines, then succeed or raise."""
+        runner = self.hook().get_runner()
         if self.stream_logs:
-            runner = self.hook().get_runner()
             flush_logs(runner, event, self.log, cursor_file_for(runner, self.app_handle, identity_labels(context)))
+        if event["status"] in ("success", "failed"):
+            report_usage(runner, self.app_handle, context, self.log)
         if event["status"] == "timeout":
             raise AirflowSensorTimeout(f"{self.app_handle} did not end within {self.timeout}s: {event.get('message')}")
         if event["status"] != "success":

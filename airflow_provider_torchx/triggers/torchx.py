@@ -28,7 +28,7 @@ from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
-from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, host_of, run_blocking
+from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
 #: have no such hook and only cancel the trigger's task, as they do on a triggerer restart.
@@ -124,20 +124,22 @@ class TorchXJobTrigger(BaseTrigger):
         started_at: float,
         cancel_on_kill: bool = False,
     ) -> TorchXJobTrigger:
-        """The trigger a task defers to (the operator and the sensor both build it here):
-        ``position`` says where the task log stands; a job of a host-bound scheduler records
-        this host, so that a triggerer elsewhere says so instead of watching nothing."""
+        """The trigger a task defers to (the operator and the sensor both build it here), from
+        what the job's scheduler declares (``Scheduler.capabilities``): the AWS settings for
+        one that uses an AWS session; this host for a host-bound one, so that a triggerer
+        elsewhere says so instead of watching nothing. ``position``: where the task log stands."""
+        capabilities = runner.capabilities(parse_app_handle(app_handle).scheduler_backend)
         return cls(
             app_handle,
-            aws_conn_id=settings.aws_conn_id,
-            region_name=settings.region_name,
+            aws_conn_id=settings.aws_conn_id if capabilities.aws_session else None,
+            region_name=settings.region_name if capabilities.aws_session else None,
             poll_interval=poll_interval,
             stream_logs=stream_logs,
             log_cursors=position.cursors if stream_logs else None,
             cursor_seq=position.seq,
             identity=identity,
             deadline=deadline,
-            host=host_of(runner, parse_app_handle(app_handle).scheduler_backend),
+            host=socket.gethostname() if capabilities.host_bound else None,
             started_at=started_at,
             cancel_on_kill=cancel_on_kill,
         )

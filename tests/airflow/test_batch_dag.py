@@ -1,26 +1,113 @@
-"""The AWS Batch example DAG against the moto server, with jobs run as real Docker containers."""
+"""AWS Batch DAGs against the moto server, with jobs run as real Docker containers: the example
+(a multi-node job) and a single-node job, in the worker and deferred, and a retried task that
+reattaches to its single-node job by its identity."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
+try:
+    from airflow.sdk.exceptions import TaskDeferred
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import TaskDeferred  # type: ignore[attr-defined,no-redef]
+
+from airflow_provider_torchx.core.runner import get_runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from airflow_provider_torchx.watch import identity_labels
+from tests.airflow.helpers import FakeTI
+
 pytestmark = [pytest.mark.airflow, pytest.mark.docker]
 
+MODES = [pytest.param(False, id="worker"), pytest.param(True, id="deferred")]
 
-@pytest.mark.parametrize("deferrable", [pytest.param(False, id="worker"), pytest.param(True, id="deferred")])
-def test_batch_dag_reads_its_queue_from_the_connection(
-    run_dag: Any, aws_env: str, batch_queue: str, monkeypatch: pytest.MonkeyPatch, deferrable: bool
-) -> None:
+
+@pytest.fixture
+def batch_conn(aws_env: str, batch_queue: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The ``torchx_batch`` connection (queue, region) and the image variable the DAGs read."""
     extra = {"scheduler": "aws_batch", "cfg": f"queue={batch_queue}", "region_name": "us-east-1"}
     monkeypatch.setenv("AIRFLOW_CONN_TORCHX_BATCH", json.dumps({"conn_type": "torchx", "extra": extra}))
     monkeypatch.setenv("AIRFLOW_VAR_TORCHX_BATCH_IMAGE", "busybox:local")
+    return batch_queue
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_batch_dag_reads_its_queue_from_the_connection(run_dag: Any, batch_conn: str, deferrable: bool) -> None:
     dag_run, out = run_dag("torchx_aws_batch", deferrable=deferrable)
     assert dag_run.state == "success", out[-5000:]
     handle = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch")
-    assert handle.startswith(f"aws_batch://torchx/{batch_queue}:"), handle
+    assert handle.startswith(f"aws_batch://torchx/{batch_conn}:"), handle
     assert "[sh/0] hello from AWS Batch node" in out  # moto: every node writes to one log stream
-    job_link = dag_run.get_task_instance("hello_batch").xcom_pull(task_ids="hello_batch", key="_link_TorchXJobLink")
-    assert job_link.startswith("https://us-east-1.console.aws.amazon.com/batch/"), job_link
+    ti = dag_run.get_task_instance("hello_batch")
+    job_link = ti.xcom_pull(task_ids="hello_batch", key="_link_TorchXJobLink")
+    assert job_link == f"/torchx/job?handle={quote(handle, safe='')}&conn_id=torchx_batch", job_link
+    console = ti.xcom_pull(task_ids="hello_batch", key="_link_TorchXConsoleLink")
+    assert console.startswith("https://us-east-1.console.aws.amazon.com/batch/"), console
+    assert "#jobs/mnp-job/" in console
+    # the usage summary, from moto's timestamps and attempts, logged and pushed in both modes
+    usage = ti.xcom_pull(task_ids="hello_batch", key="usage")
+    assert usage["attempts_count"] >= 1 and usage["run_time_s"] >= 0 and usage["node_seconds"] > 0
+    assert "Usage:" in out and "Queue wait:" in out
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_single_node_batch_dag(run_dag: Any, batch_conn: str, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_test_batch_single", deferrable=deferrable)
+    assert dag_run.state == "success", out[-5000:]
+    ti = dag_run.get_task_instance("single")
+    handle = ti.xcom_pull(task_ids="single")
+    assert handle.startswith(f"aws_batch://torchx/{batch_conn}:"), handle
+    assert "[sh/0] single-node replica 0 of role 0" in out
+    native = get_runner().describe_native(handle)
+    assert native is not None and native.request.job_def["type"] == "container"
+    assert "#jobs/detail/" in ti.xcom_pull(task_ids="single", key="_link_TorchXConsoleLink")
+    usage = ti.xcom_pull(task_ids="single", key="usage")
+    assert [(a["role"], a["replica"]) for a in usage["attempts"]] == [("sh", 0)]  # moto: no exit code here
+
+
+def test_retry_reattaches_to_its_single_node_job_by_identity(batch_conn: str) -> None:
+    app = AppDef(
+        "reattach1",
+        roles=[
+            Role(
+                "main",
+                image="busybox:local",
+                entrypoint="sh",
+                args=["-c", "sleep 2; echo done"],
+                resource=Resource(1, 0, 64),
+            )
+        ],
+    )
+    run_id = f"reattach__{uuid.uuid4().hex[:12]}"
+
+    def operator(deferrable: bool) -> TorchXRunOperator:
+        return TorchXRunOperator(
+            task_id="task",
+            app=app,
+            scheduler="aws_batch",
+            cfg={"queue": batch_conn},
+            poll_interval=0.5,
+            deferrable=deferrable,
+        )
+
+    # Try 1 submits and defers (then its triggerer dies, say).
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(True).execute({"ti": FakeTI(try_number=1, run_id=run_id)})  # type: ignore[arg-type]
+    first = deferred.value.trigger.serialize()[1]["app_handle"]
+    labels = identity_labels({"ti": FakeTI(run_id=run_id)})  # type: ignore[typeddict-item]
+    runner = get_runner()
+    (found,) = runner.list("aws_batch", {"queue": batch_conn}, labels)
+    assert found.app_handle == first
+    # Try 2 (in the worker) finds it by its identity and adopts it instead of submitting again.
+    handle = operator(False).execute({"ti": FakeTI(try_number=2, run_id=run_id)})  # type: ignore[arg-type]
+    assert handle == first
+    assert [a.app_handle for a in runner.list("aws_batch", {"queue": batch_conn}, labels)] == [first]
+    status = runner.status(first)
+    assert status is not None and status.state == AppState.SUCCEEDED
+    native = runner.describe_native(first)
+    assert native is not None and native.request.job_def["type"] == "container"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -33,8 +34,9 @@ def test_local_echo(run_dag: Any, deferrable: bool) -> None:
     ti = dag_run.get_task_instance("echo")
     handle = ti.xcom_pull(task_ids="echo")
     assert ti.xcom_pull(task_ids="echo", key="app_handle") == handle
-    log_dir = ti.xcom_pull(task_ids="echo", key="_link_TorchXLogDirLink")
-    assert log_dir.startswith("file://") and log_dir.endswith(handle.rsplit("/", 1)[1]), log_dir
+    job_page = f"/torchx/job?handle={quote(handle, safe='')}&conn_id=torchx_default"  # the operator's connection
+    assert ti.xcom_pull(task_ids="echo", key="_link_TorchXJobLink") == job_page
+    assert ti.xcom_pull(task_ids="echo", key="_link_TorchXConsoleLink") == ""  # a local job has no console
 
 
 @pytest.mark.parametrize("deferrable", MODES)
@@ -72,6 +74,9 @@ def test_dryrun_submits_nothing(run_dag: Any) -> None:
     rendered = dag_run.get_task_instance("spmd_dryrun").xcom_pull(task_ids="spmd_dryrun")
     assert "torchrun" in str(rendered) and "torchrun" in out
     assert "Submitted" not in out
+    ti = dag_run.get_task_instance("spmd_dryrun")
+    assert not ti.xcom_pull(task_ids="spmd_dryrun", key="_link_TorchXJobLink"), "a dry run has no job page"
+    assert "XCom not found" not in out, "a link read a missing XCom"
 
 
 @pytest.mark.parametrize("deferrable", MODES)

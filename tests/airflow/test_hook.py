@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow import __version__ as airflow_version
 from airflow.exceptions import AirflowException, AirflowNotFoundException
+from packaging.version import Version
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
+from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, RoleStatus
 from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
-from airflow_provider_torchx.provider_info import get_provider_info
+from airflow_provider_torchx.provider_info import get_provider_info, installed_schedulers
+from airflow_provider_torchx.watch import progress_line
 
 
 def set_conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, Any]) -> None:
@@ -73,6 +77,14 @@ def test_connection_form_shows_the_declared_fields() -> None:
     }
     hidden = {name for name, f in meta["standard_fields"].items() if f and f["hidden"]}
     assert hidden == {"url_schema" if n == "schema" else n for n in declared["ui-field-behaviour"]["hidden-fields"]}
+    # the scheduler is a choice of the installed ones; every other field suggests a value
+    assert meta["extra_fields"]["scheduler"]["schema"]["enum"] == installed_schedulers()
+    assert {"local_cwd", "local_dir", "aws_batch"} <= set(installed_schedulers())
+    placeholders = declared["ui-field-behaviour"]["placeholders"]
+    assert set(placeholders) == set(declared["conn-fields"])
+    if Version(airflow_version) >= Version("3.2"):  # 3.1 shows the hook's placeholders instead
+        examples = {n: f["schema"]["examples"] for n, f in meta["extra_fields"].items() if n != "scheduler"}
+        assert examples == {n: [v] for n, v in placeholders.items() if n != "scheduler"}
 
 
 def test_settings_from_connection_with_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,3 +186,14 @@ def test_batch_test_connection_checks_the_queue(
     set_conn(monkeypatch, "tx_batch_disabled", {"scheduler": "aws_batch", "cfg": "queue=torchx-disabled"})
     ok, message = TorchXHook("tx_batch_disabled").test_connection()
     assert not ok and "is DISABLED; it must be ENABLED" in message
+
+
+def test_progress_line_says_why_a_job_waits() -> None:
+    reps = [ReplicaStatus(id=k, state=AppState.PENDING, role="w") for k in (0, 1)]
+    waiting = AppStatus(
+        AppState.PENDING, msg="waiting for 4 GPUs, 2 free, held by a (0,1)", roles=[RoleStatus("w", reps)]
+    )
+    assert progress_line("h", waiting, 3) == (
+        "h PENDING: replicas 0 running, 0 done, 2 pending; elapsed 3s; waiting for 4 GPUs, 2 free, held by a (0,1)"
+    )
+    assert progress_line("h", AppStatus(AppState.FAILED, msg="boom"), 3).endswith("elapsed 3s")

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
-from airflow_provider_torchx.links.torchx import TorchXJobLink, TorchXLogDirLink, job_links
+from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator, identity_labels
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from tests.airflow.helpers import FakeTI
@@ -81,19 +81,28 @@ def test_on_kill_cancels_only_when_asked(local_jobs: tuple[Runner, list[str]], c
     assert (status.state == AppState.CANCELLED) is cancel_on_kill
 
 
-def test_links_get_the_right_url() -> None:
-    assert job_links("https://console.aws.amazon.com/batch/home#jobs/detail/abc") == [
-        (TorchXJobLink(), "https://console.aws.amazon.com/batch/home#jobs/detail/abc"),
-        (TorchXLogDirLink(), None),
-    ]
-    assert job_links("file:///var/torchx/job-1") == [
-        (TorchXJobLink(), None),
-        (TorchXLogDirLink(), "file:///var/torchx/job-1"),
+def test_links_point_at_the_job_page_and_a_web_console_only() -> None:
+    batch, console = "aws_batch://torchx/q:train-1", "https://console.aws.amazon.com/batch/home#jobs/detail/abc"
+    assert job_links(batch, console, "torchx_batch") == [
+        (TorchXJobLink(), "/torchx/job?handle=aws_batch%3A%2F%2Ftorchx%2Fq%3Atrain-1&conn_id=torchx_batch"),
+        (TorchXConsoleLink(), console),
     ]
     ti = FakeTI()
-    for link, url in job_links("file:///d"):
+    for link, url in job_links("local_cwd://torchx/job-1", "file:///var/torchx/job-1", None):
         link.persist({"ti": ti}, url)
-    assert ti.xcoms == {"_link_TorchXJobLink": "", "_link_TorchXLogDirLink": "file:///d"}
+    assert ti.xcoms == {
+        "_link_TorchXJobLink": "/torchx/job?handle=local_cwd%3A%2F%2Ftorchx%2Fjob-1",
+        "_link_TorchXConsoleLink": "",
+    }
+
+
+def test_no_job_no_links_and_no_xcom_read() -> None:
+    """A dry run or a task that failed before submitting: Airflow's task runner asks each link
+    at the end; both are empty without reading XCom (a missing XCom logs an error)."""
+    op = TorchXRunOperator(task_id="t", app=SLEEP_APP, scheduler="local_cwd")
+    assert op.app_handle is None
+    for link in op.operator_extra_links:
+        assert link.get_link(op, ti_key=None) == ""  # type: ignore[arg-type]  # a key would be read, None fails
 
 
 def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
@@ -102,7 +111,7 @@ def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
         "import sys, json\n"
         "import airflow_provider_torchx.operators.torchx as op, airflow_provider_torchx.sensors.torchx as se\n"
         "import airflow_provider_torchx.triggers.torchx, airflow_provider_torchx.hooks.torchx\n"
-        "import airflow_provider_torchx.links.torchx\n"
+        "import airflow_provider_torchx.links.torchx, airflow_provider_torchx.plugins.torchx\n"
         "modules = sorted(sys.modules)\n"
         "run = op.TorchXRunOperator(task_id='a', component='utils.echo')\n"
         "sense = se.TorchXJobSensor(task_id='b', app_handle='local_cwd://s/x')\n"
@@ -115,6 +124,7 @@ def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
     assert heavy == []
     assert not [m for m in modules if m.startswith("airflow_provider_torchx.core.schedulers.aws_batch")]
     assert "airflow_provider_torchx.operators.torchx" in modules
+    assert "airflow_provider_torchx.plugins.app" not in modules, "every process loads the plugin: its web app waits"
     assert run_deferrable is True and sensor_deferrable is True
 
 

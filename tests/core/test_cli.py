@@ -160,6 +160,7 @@ def test_run_wait_success_and_inspect(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 0 and "State: SUCCEEDED" in out and "sh[1]@localhost:SUCCEEDED (exit 0)" in out
     code, out, _ = run_cli(capsys, "describe", handle)
     assert code == 0 and "'num_replicas': 2" in out
+    assert "Usage:" in out and "Attempts: 2" in out and "sh[1] #1:" in out and "exit 0" in out
 
     code, out, _ = run_cli(capsys, "log", handle)
     assert code == 0

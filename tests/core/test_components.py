@@ -130,6 +130,13 @@ def test_spmd_single_node_uses_localhost() -> None:
     assert role.env == {}
 
 
+def test_spmd_multi_node_takes_the_schedulers_port_unless_given_one() -> None:
+    (role,) = get_app("dist.spmd", ["-j", "2x1", "--script", "t.py"]).roles
+    rendered = macros.Values(img_root="", app_id="job-1", replica_id="0", rank0_env="MASTER_ADDR").apply(role)
+    assert " --rdzv_endpoint $MASTER_ADDR:${TORCHX_PORT_C10D:-29500} " in rendered.args[1]
+    assert role.port_map == {"c10d": 29500}
+
+
 def test_spmd_multi_node_reads_rank0_env_through_the_shell() -> None:
     app = get_app(
         "dist.spmd",

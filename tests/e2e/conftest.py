@@ -3,6 +3,7 @@ whose DAGs folder holds ``tests/e2e/dags/`` (helpers in ``live.py``). Each is sh
 tests of one module and stopped after them, so two deployments never load the machine at once.
 
 - ``live_airflow``: a deployment for the local scheduler.
+- ``live_airflow_users``: the same with real logins (an admin and a viewer), for the UI tests.
 - ``live_airflow_batch``: one whose workers and triggerer reach the moto server (and, through
   it, the Docker engine), with the ``torchx_batch`` connection given as
   ``AIRFLOW_CONN_TORCHX_BATCH``.
@@ -26,10 +27,12 @@ from tests.fixtures.aws import FAKE_CREDS, REGION, MotoServer
 
 
 @contextlib.contextmanager
-def _deployment(root: Path, env: dict[str, str]) -> Iterator[LiveAirflow]:
+def _deployment(
+    root: Path, env: dict[str, str], users: dict[str, tuple[str, str]] | None = None
+) -> Iterator[LiveAirflow]:
     state_dir = root / "torchx-state"
     state_dir.mkdir(parents=True)
-    deployment = AirflowDeployment(root, E2E_DAGS, env={"AIRFLOW_TORCHX_STATE_DIR": str(state_dir), **env})
+    deployment = AirflowDeployment(root, E2E_DAGS, env={"AIRFLOW_TORCHX_STATE_DIR": str(state_dir), **env}, users=users)
     live = LiveAirflow(deployment, state_dir)
     try:
         deployment.start()
@@ -45,6 +48,15 @@ def _deployment(root: Path, env: dict[str, str]) -> Iterator[LiveAirflow]:
 def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
     """A live Airflow deployment for local-scheduler jobs."""
     with _deployment(tmp_path_factory.mktemp("live-airflow"), {}) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def live_airflow_users(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
+    """A live deployment for local jobs whose SimpleAuthManager has an ``admin`` and a
+    ``viewer`` (passwords: the names), for the UI tests."""
+    users = {"admin": ("admin", "admin"), "viewer": ("viewer", "viewer")}
+    with _deployment(tmp_path_factory.mktemp("live-airflow-users"), {}, users) as live:
         yield live
 
 

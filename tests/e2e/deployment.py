@@ -10,6 +10,7 @@ test restarts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -52,7 +53,13 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
 class AirflowDeployment:
     """Airflow's components as real processes under ``root``, with DAG files from ``dags``."""
 
-    def __init__(self, root: Path, dags: Iterable[Path], env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        dags: Iterable[Path],
+        env: Mapping[str, str] | None = None,
+        users: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
         self.root = root
         self.home = root / "airflow"
         self.dags_folder = root / "dags"
@@ -88,6 +95,17 @@ class AirflowDeployment:
             "AIRFLOW__SCHEDULER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
             **(env or {}),
         }
+        if users:
+            # SimpleAuthManager with these users (name -> (role, password)); the API is called as
+            # the first one. Without users, every request is an admin's.
+            passwords = root / "passwords.json"
+            passwords.write_text(json.dumps({name: pw for name, (_, pw) in users.items()}))
+            self.env |= {
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{n}:{r}" for n, (r, _) in users.items()),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            }
+        self.users = dict(users or {})
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._client = httpx.Client(base_url=self.base_url, timeout=30)
         self._token: str | None = None
@@ -168,7 +186,7 @@ class AirflowDeployment:
     def api(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         """Call the REST API (``/api/v2`` + ``path``) as an admin; return the JSON answer."""
         if self._token is None:
-            self._token = self._client.get("/auth/token").json()["access_token"]
+            self._token = self.token(next(iter(self.users), None))
         resp = self._client.request(
             method,
             "/api/v2" + path,
@@ -178,6 +196,17 @@ class AirflowDeployment:
         if resp.status_code >= 400:
             raise RuntimeError(f"{method} {path} -> {resp.status_code}: {resp.text}")
         return resp.json() if resp.content else None
+
+    def token(self, user: str | None = None) -> str:
+        """A JWT for ``user`` (one of ``users``), or an admin's when every user is one."""
+        if user is None:
+            resp = self._client.get("/auth/token")
+        else:
+            resp = self._client.post("/auth/token", json={"username": user, "password": self.users[user][1]})
+        if resp.status_code >= 400:
+            raise RuntimeError(f"/auth/token for {user!r} -> {resp.status_code}: {resp.text}")
+        token: str = resp.json()["access_token"]
+        return token
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
         """Wait until the dag-processor has parsed ``dag_id``, then unpause it."""

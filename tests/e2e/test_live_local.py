@@ -2,12 +2,14 @@
 
 Deferred tasks stream replica lines into the task log while deferred, each line once; marking a
 deferred task failed cancels its job; a triggerer restart neither cancels the job nor repeats a
-line; a task process killed with SIGKILL is retried and the retry adopts the running job.
+line; a task process killed with SIGKILL is retried and the retry adopts the running job; a
+2 x 2 DDP job (real PyTorch, ``scripts/torch-venv.sh``) succeeds with every rank's lines once.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.airflow
 
 DEFERRED = "torchx_e2e_deferred"
 WORKER = "torchx_e2e_worker"
+DDP = "torchx_e2e_ddp"
 #: How long the job's processes may outlive marking the task failed (Airflow's on_kill timeout
 #: is 30 s; the cancel grace period 10 s).
 CANCEL_WITHIN = 35
@@ -118,3 +121,17 @@ def test_retry_after_sigkill_adopts_the_running_job(live_airflow: LiveAirflow) -
     assert len(second) == len(set(second)), f"the retry logged a line twice: {second}"
     missing = set(expected_lines(25, 2)) - set(first) - set(second)
     assert not missing, f"lines in neither try's log: {sorted(missing)}"
+
+
+@pytest.mark.torch
+@pytest.mark.usefixtures("torch_venv")
+def test_ddp_on_two_nodes_succeeds_with_every_ranks_lines_once(live_airflow: LiveAirflow) -> None:
+    live, api = live_airflow, live_airflow.deployment
+    run_id = live.trigger(DDP, {})
+    api.wait_for_state(DDP, run_id, "job", {"success"}, timeout=300)
+    events = live.log(DDP, run_id)
+    ranks = [e for e in events if re.match(r"^\[ddp_train/[01]\] rank \d of 4: all_reduce sum 6$", e)]
+    assert sorted(e.split("] ")[1] for e in ranks) == [f"rank {r} of 4: all_reduce sum 6" for r in range(4)], ranks
+    for r in range(4):
+        steps = [e for e in events if re.match(rf"^\[ddp_train/[01]\] rank {r} step \d loss ", e)]
+        assert len(steps) == 3, steps  # the script's 3 steps, each line once

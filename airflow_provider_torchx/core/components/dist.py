@@ -11,6 +11,7 @@ import shlex
 
 from airflow_provider_torchx.core.components._common import PYTHON_IMAGE, replica_resource, role_mounts
 from airflow_provider_torchx.core.errors import ComponentError
+from airflow_provider_torchx.core.schedulers.local.ports import port_env
 from airflow_provider_torchx.core.specs import AppDef, Role, macros
 
 #: Env vars ``debug=True`` sets (the user's ``env`` wins).
@@ -20,6 +21,8 @@ DEBUG_ENV = {
     "TORCH_SHOW_CPP_STACKTRACES": "1",
     "NCCL_DEBUG": "INFO",
 }
+#: The rendezvous's ``port_map`` entry, and its port where the scheduler picks none.
+_RDZV, _DEFAULT_PORT = "c10d", 29500
 _J_FORM = re.compile(r"^(?:(\d+)x)?(\d+)$")
 
 
@@ -45,7 +48,7 @@ def spmd(
     j: str = "1x2",
     env: dict[str, str] | None = None,
     max_retries: int = 0,
-    rdzv_port: int = 29500,
+    rdzv_port: int | None = None,
     mounts: list[str] | None = None,
     debug: bool = False,
 ) -> AppDef:
@@ -54,7 +57,9 @@ def spmd(
 
     Every node runs ``torchrun`` under ``sh -c``; the nodes meet at node 0 (c10d rendezvous on
     ``rdzv_port``), whose address the shell reads from the scheduler's ``rank0_env`` variable.
-    A single node rendezvouses on localhost with a free port.
+    Without ``rdzv_port`` the port is ``$TORCHX_PORT_C10D`` where the scheduler sets it (the
+    local scheduler gives each job a free one, so multi-node jobs run side by side), else
+    29500. A single node rendezvouses on localhost with a free port.
 
     Args:
         script_args: arguments passed on to the script or module
@@ -69,7 +74,8 @@ def spmd(
         j: NODESxPROCS (e.g. 2x4) or PROCS (one node)
         env: environment variables, k1=v1,k2=v2
         max_retries: how many times the job is retried when a node fails
-        rdzv_port: the port of the rendezvous on node 0 (more than one node)
+        rdzv_port: the port of the rendezvous on node 0 (more than one node; default: one the
+            scheduler picks per job, else 29500)
         mounts: mounts, type=bind,src=/host,dst=/container[,readonly] (also volume, device)
         debug: set verbose distributed-debugging env vars (LOGLEVEL, TORCH_DISTRIBUTED_DEBUG ...)
     """
@@ -84,7 +90,8 @@ def spmd(
         target = ["-m", str(m)]
     # ``$$`` survives macro substitution as one ``$``: the shell then expands the variable
     # whose name the scheduler substitutes for ``rank0_env``.
-    endpoint = "localhost:0" if nodes == 1 else f"$${macros.rank0_env}:{rdzv_port}"
+    port = f"$${{{port_env(_RDZV)}:-{_DEFAULT_PORT}}}" if rdzv_port is None else str(rdzv_port)
+    endpoint = "localhost:0" if nodes == 1 else f"$${macros.rank0_env}:{port}"
     cmd = [
         "torchrun",
         f"--nnodes {nodes}",
@@ -106,7 +113,7 @@ def spmd(
                 num_replicas=nodes,
                 max_retries=max_retries,
                 resource=replica_resource(cpu, gpu, memMB, h),
-                port_map={"c10d": rdzv_port},
+                port_map={_RDZV: _DEFAULT_PORT if rdzv_port is None else rdzv_port},
                 mounts=role_mounts(mounts),
             )
         ],

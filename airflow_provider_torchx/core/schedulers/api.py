@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from airflow_provider_torchx.core.errors import UnknownAppError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role, RoleStatus, validate_app
+from airflow_provider_torchx.core.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class DescribeAppResponse:
     labels: dict[str, str] = field(default_factory=dict)
     #: A cancel was requested through this scheduler (such a job is never adopted again).
     cancel_requested: bool = False
+    #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
+    usage: Usage | None = None
 
 
 @dataclass

@@ -34,6 +34,12 @@ class FakeBatch:
         self.meta = _meta("batch")
         self.jobs: dict[str, dict[str, Any]] = {}
         self.queues = ["q1"]
+        #: ``computeResources.type`` (or ``UNMANAGED``) of each queue's compute environments.
+        self.queue_kinds: dict[str, list[str]] = {"q1": ["EC2"]}
+        #: ``container`` (ContainerSummary) of ListJobs summaries, by job id.
+        self.summary_containers: dict[str, dict[str, Any]] = {}
+        #: Queues with a fair-share scheduling policy.
+        self.fair_share: set[str] = set()
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.page_size = page_size
         self.fail_next: list[Exception] = []
@@ -60,7 +66,38 @@ class FakeBatch:
     def describe_job_queues(self, **kwargs: Any) -> dict[str, Any]:
         self._record("describe_job_queues", kwargs)
         names = kwargs.get("jobQueues") or self.queues
-        return {"jobQueues": [{"jobQueueName": q} for q in names if q in self.queues]}
+        return {
+            "jobQueues": [
+                {
+                    "jobQueueName": q,
+                    "computeEnvironmentOrder": [
+                        {"order": i, "computeEnvironment": f"arn:aws:batch:us-west-2:1:compute-environment/{q}-{kind}"}
+                        for i, kind in enumerate(self.queue_kinds.get(q, []))
+                    ],
+                    **(
+                        {"schedulingPolicyArn": f"arn:aws:batch:us-west-2:1:scheduling-policy/{q}"}
+                        if q in self.fair_share
+                        else {}
+                    ),
+                }
+                for q in names
+                if q in self.queues
+            ]
+        }
+
+    def describe_compute_environments(self, computeEnvironments: list[str]) -> dict[str, Any]:
+        self._record("describe_compute_environments", {"computeEnvironments": computeEnvironments})
+        envs = []
+        for arn in computeEnvironments:
+            kind = arn.rsplit("-", 1)[-1] if "FARGATE_SPOT" not in arn else "FARGATE_SPOT"
+            env: dict[str, Any] = {
+                "computeEnvironmentArn": arn,
+                "type": "UNMANAGED" if kind == "UNMANAGED" else "MANAGED",
+            }
+            if kind != "UNMANAGED":
+                env["computeResources"] = {"type": kind}
+            envs.append(env)
+        return {"computeEnvironments": envs}
 
     def list_jobs(self, **kwargs: Any) -> dict[str, Any]:
         self._record("list_jobs", kwargs)
@@ -79,7 +116,17 @@ class FakeBatch:
         start = int(kwargs.get("nextToken") or 0)
         page = match[start : start + self.page_size]
         out: dict[str, Any] = {
-            "jobSummaryList": [{k: j[k] for k in ("jobId", "jobName", "createdAt", "status")} for j in page]
+            "jobSummaryList": [
+                {
+                    **{k: j[k] for k in ("jobId", "jobName", "createdAt", "status")},
+                    **(
+                        {"container": self.summary_containers[j["jobId"]]}
+                        if j["jobId"] in self.summary_containers
+                        else {}
+                    ),
+                }
+                for j in page
+            ]
         }
         if start + self.page_size < len(match):
             out["nextToken"] = str(start + self.page_size)
@@ -156,6 +203,63 @@ def mnp_job(
     }
     job.update(extra)
     return job
+
+
+def container_job(
+    job_id: str = "c1",
+    name: str = "app-1",
+    status: str = "RUNNING",
+    role: str = "main",
+    tags: dict[str, str] | None = None,
+    attempts_allowed: int = 1,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A single-node job (``type: container``) as DescribeJobs returns it: a ``container``
+    (ContainerDetail) with the definition's fields and the running attempt's, no nodes."""
+    job = {
+        "jobArn": f"arn:aws:batch:us-west-2:1:job/{job_id}",
+        "jobName": name,
+        "jobId": job_id,
+        "jobQueue": "arn:aws:batch:us-west-2:1:job-queue/q1",
+        "status": status,
+        "createdAt": 1700000000000,
+        "jobDefinition": f"arn:aws:batch:us-west-2:1:job-definition/{name}:1",
+        "retryStrategy": {"attempts": attempts_allowed},
+        "platformCapabilities": ["EC2"],
+        "container": {
+            "image": "img",
+            "command": ["python", "-m", "eval"],
+            "environment": [
+                {"name": "TORCHX_ROLE_NAME", "value": role},
+                {"name": "TORCHX_ROLE_IDX", "value": "0"},
+                {"name": "TORCHX_ROLE_FIRST_NODE", "value": "0"},
+                {"name": "TORCHX_RANK0_HOST", "value": "localhost"},
+                {"name": "FOO", "value": "bar"},
+            ],
+            "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}],
+            "linuxParameters": {"sharedMemorySize": 2048},
+            "logStreamName": f"{name}/default/{job_id}-att1",
+            "networkInterfaces": [{"privateIpv4Address": "10.0.1.7"}],
+            "taskArn": "arn:aws:ecs:us-west-2:1:task/t1",
+            "containerInstanceArn": "arn:aws:ecs:us-west-2:1:container-instance/ci1",
+        },
+        "tags": {"airflow-torchx/version": "0.1.0", **(tags or {})},
+        "attempts": [],
+    }
+    job.update(extra)
+    return job
+
+
+def attempt(reason: str, exit_code: int | None = None, stream: str = "", n: int = 1) -> dict[str, Any]:
+    """An ended attempt (AttemptDetail): its container's exit code and log stream, its reason."""
+    container: dict[str, Any] = {"logStreamName": stream, "taskArn": f"arn:aws:ecs:us-west-2:1:task/t{n}"}
+    if exit_code is not None:
+        container["exitCode"] = exit_code
+    return {"container": container, "startedAt": n * 1000, "stoppedAt": n * 1000 + 500, "statusReason": reason}
+
+
+#: The status reason AWS Batch gives an attempt whose Spot instance was reclaimed.
+SPOT_RECLAIMED = "Host EC2 (instance i-0abc1234def567890) terminated."
 
 
 def child_job(parent: str, node: int, status: str, exit_code: int | None = None, **extra: Any) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """The AWS Batch scheduler end to end: a real moto server over HTTP on loopback, running every
 node as a real container on a real Docker engine, output read back from CloudWatch Logs.
 
-Asserts only what moto models (API.md): submit, state progression, terminate with a reason,
+Asserts only what moto models: submit, state progression, terminate with a reason,
 tags, ``nodeProperties``, output in CloudWatch after the container exits, one log stream for
-all nodes. Exit codes of multi-node jobs, child jobs, ListJobs pages and CancelJob before
-start are covered on AWS-shaped responses in ``test_status.py``.
+all nodes; single-node (``container``) jobs, whose exit code moto gives in ListJobs only, also
+on Fargate and Spot queues (moto runs them as plain containers: no placement, sizes or
+reclaims). Exit codes of multi-node jobs, child jobs, ListJobs pages, CancelJob before start,
+attempts and Spot reclaims are covered on AWS-shaped responses in ``test_status.py``.
 """
 
 from __future__ import annotations
@@ -87,6 +89,20 @@ def test_two_roles_run_to_success_with_every_nodes_output(batch_queue: str) -> N
         assert AppState.RUNNING in seen
         assert status.state == AppState.SUCCEEDED, status
         assert [len(r.replicas) for r in status.roles] == [2, 1]
+        # usage from moto's createdAt/startedAt/stoppedAt and attempts: each node ran while
+        # the job ran (moto has no child jobs), at least the 1 s every node sleeps
+        usage = status.usage
+        assert usage is not None and usage.queue_wait_s is not None and usage.run_time_s is not None
+        assert usage.queue_wait_s >= 0 and usage.run_time_s >= 1.0
+        assert [(a.role, a.replica, a.number) for a in usage.attempts] == [
+            ("trainer", 0, 1),
+            ("trainer", 1, 1),
+            ("ps", 0, 1),
+        ]
+        trainer, ps = usage.roles
+        assert trainer.node_seconds == pytest.approx(2 * ps.node_seconds) and ps.node_seconds >= 1.0
+        assert trainer.vcpu_hours == pytest.approx(trainer.node_seconds / 3600)
+        assert ps.memory_gb_hours == pytest.approx(64 / 1024 * ps.node_seconds / 3600)
         # moto: every node writes into one stream, so each role's log holds all nodes' output
         lines = list(runner.log_lines(handle, "trainer", 1))
         assert lines.count(f"trainer says {handle}\n") == 2
@@ -98,7 +114,7 @@ def test_two_roles_run_to_success_with_every_nodes_output(batch_queue: str) -> N
 
 def test_failing_command_ends_failed(sched: AWSBatchScheduler, batch_queue: str) -> None:
     app = AppDef("fails", roles=[role("main", "echo about to fail; exit 3")])
-    app_id = sched.submit(app, {"queue": batch_queue})
+    app_id = sched.submit(app, {"queue": batch_queue, "job_type": "multinode"})
     # tailing from the submit on blocks until the job ended and its log is drained
     assert list(sched.log_iter(app_id, "main", 0, should_tail=True)) == ["about to fail\n"]
     desc = sched.describe(app_id)
@@ -124,16 +140,151 @@ def test_cancel_ends_cancelled_and_stops_the_containers(
     assert desc.cancel_requested
     assert "cancel requested" in desc.msg
     sched.cancel(app_id)  # idempotent on a terminal job
+    job_id = sched.poller.job_id(app_id)
+    assert job_id and _containers_left(docker_engine, job_id) == []
+
+
+def _containers_left(docker_engine: str, job_id: str, timeout: float = 15.0) -> list[str]:
+    """The job's containers still there after up to ``timeout`` s (moto reports the job FAILED
+    a moment before it removes the killed containers)."""
     import docker
 
-    job_id = sched.poller.job_id(app_id)
-    assert job_id
     client = docker.DockerClient(base_url=docker_engine)
+    deadline = time.monotonic() + timeout
     try:
-        left = [c.name for c in client.containers.list(all=True) if job_id in c.name]
+        while (left := [c.name for c in client.containers.list(all=True) if job_id in c.name]) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
+        return left
     finally:
         client.close()
-    assert left == []
+
+
+def test_single_node_job_runs_to_success_with_its_output(batch_queue: str) -> None:
+    script = 'echo "replica ${replica_id} of role $TORCHX_ROLE_IDX"; echo "job $TORCHX_JOB_ID"'
+    app = AppDef("single", roles=[role("main", script)])
+    with get_runner("itest") as runner:
+        handle = runner.run(app, "aws_batch", cfg={"queue": batch_queue})
+        native = runner.describe_native(handle)
+        assert native is not None and native.request.job_def["type"] == "container"
+        assert "nodeProperties" not in native.request.job_def
+        seen = set()
+        while not (status := runner.status(handle)).is_terminal():  # type: ignore[union-attr]
+            seen.add(status.state)  # type: ignore[union-attr]
+            time.sleep(0.2)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        assert AppState.RUNNING in seen or AppState.PENDING in seen
+        assert [[(r.id, r.state) for r in rs.replicas] for rs in status.roles] == [[(0, AppState.SUCCEEDED)]]
+        assert "#jobs/detail/" in status.ui_url
+        usage = status.usage  # a container job: its one replica is the job (1 vCPU, 64 MiB)
+        # (moto leaves a succeeded container job's exit code out)
+        assert usage is not None and [(a.role, a.replica) for a in usage.attempts] == [("main", 0)]
+        (main,) = usage.roles
+        assert main.node_seconds == usage.attempts[0].seconds and main.vcpu_hours == main.node_seconds / 3600
+        expected = ["replica 0 of role 0\n", f"job {handle}\n"]
+        assert list(runner.log_lines(handle, "main", 0)) == expected
+        first = runner.read_log(handle, "main", 0, max_lines=1)
+        rest = runner.read_log(handle, "main", 0, cursor=first.cursor)
+        assert (first.lines, rest.lines, rest.eof) == (expected[:1], expected[1:], True)
+        desc = runner.describe(handle)
+        assert desc is not None
+        assert [(r.name, r.num_replicas, r.entrypoint) for r in desc.roles] == [("main", 1, "sh")]
+
+
+def test_single_node_failing_job_ends_failed_with_its_exit_code(sched: AWSBatchScheduler, batch_queue: str) -> None:
+    app_id = sched.submit(AppDef("fails1", roles=[role("main", "echo about to fail; exit 3")]), {"queue": batch_queue})
+    assert list(sched.log_iter(app_id, "main", 0, should_tail=True)) == ["about to fail\n"]
+    desc, _ = wait_terminal(sched, app_id)
+    assert desc.state == AppState.FAILED
+    (replica,) = desc.roles_statuses[0].replicas
+    assert (replica.state, replica.exit_code) == (AppState.FAILED, 3)
+    assert "role 'main' replica 0 exited with code 3" in desc.msg
+    assert desc.usage is not None and [a.exit_code for a in desc.usage.attempts] == [3]
+    batch = boto3.client("batch")
+    arn = batch.describe_jobs(jobs=[sched.poller.job_id(app_id)])["jobs"][0]["jobDefinition"]
+    sched.delete(app_id)
+    assert batch.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"][0]["status"] == "INACTIVE"
+
+
+def test_single_node_cancel_ends_cancelled_and_leaves_no_container(
+    sched: AWSBatchScheduler, batch_queue: str, docker_engine: str
+) -> None:
+    app_id = sched.submit(AppDef("sleeper1", roles=[role("main", "echo started; sleep 60")]), {"queue": batch_queue})
+    deadline = time.monotonic() + 30
+    while (desc := sched.describe(app_id)) is not None and desc.state != AppState.RUNNING:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    sched.cancel(app_id)
+    desc, _ = wait_terminal(sched, app_id, timeout=30)
+    assert desc.state == AppState.CANCELLED and desc.cancel_requested
+    job_id = sched.poller.job_id(app_id)
+    assert job_id and _containers_left(docker_engine, job_id) == []
+
+
+@pytest.fixture(scope="module")
+def managed_queues(aws_env: str) -> dict[str, str]:
+    """Queues on moto's MANAGED compute environments, by kind (``FARGATE``, ``SPOT``), and the
+    execution role: moto runs their jobs as containers too (it models no placement)."""
+    ec2, iam, batch = (boto3.client(name) for name in ("ec2", "iam", "batch"))
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="torchx-test", Description="tests", VpcId=vpc)["GroupId"]
+    role = iam.create_role(RoleName="torchx-test-managed", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    profile = iam.create_instance_profile(InstanceProfileName="torchx-test")["InstanceProfile"]["Arn"]
+    queues = {"execution_role": role}
+    for kind in ("FARGATE", "SPOT"):
+        resources: dict[str, Any] = {"type": kind, "maxvCpus": 16, "subnets": [subnet], "securityGroupIds": [group]}
+        if kind == "SPOT":
+            resources.update(minvCpus=0, desiredvCpus=0, instanceTypes=["optimal"], instanceRole=profile)
+        env = batch.create_compute_environment(
+            computeEnvironmentName=f"torchx-test-{kind.lower()}",
+            type="MANAGED",
+            state="ENABLED",
+            serviceRole=role,
+            computeResources=resources,
+        )["computeEnvironmentArn"]
+        name = f"torchx-test-{kind.lower()}"
+        batch.create_job_queue(
+            jobQueueName=name,
+            state="ENABLED",
+            priority=1,
+            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env}],
+        )
+        queues[kind] = name
+    return queues
+
+
+def test_single_node_jobs_run_on_fargate_and_spot_queues_and_multinode_is_refused_there(
+    sched: AWSBatchScheduler, managed_queues: dict[str, str]
+) -> None:
+    app = AppDef("managed", roles=[role("main", "echo on $TORCHX_ROLE_NAME")])
+    app.roles[0].resource = Resource(cpu=1, gpu=0, memMB=2048)  # a Fargate size
+    fargate = {"platform": "FARGATE", "execution_role_arn": managed_queues["execution_role"]}
+    runs = [
+        sched.submit(app, {"queue": managed_queues["FARGATE"], **fargate}),
+        sched.submit(app, {"queue": managed_queues["SPOT"], "retry_on": "infra"}),
+    ]
+    for app_id in runs:
+        desc, _ = wait_terminal(sched, app_id)
+        assert desc.state == AppState.SUCCEEDED, desc
+        assert list(sched.log_iter(app_id, "main", 0)) == ["on main\n"]
+    batch = boto3.client("batch")
+    arn = batch.describe_jobs(jobs=[sched.poller.job_id(runs[0])])["jobs"][0]["jobDefinition"]
+    (registered,) = batch.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"]
+    assert (registered["type"], registered["platformCapabilities"]) == ("container", ["FARGATE"])
+    assert registered["containerProperties"]["networkConfiguration"] == {"assignPublicIp": "DISABLED"}
+    defs_before = len(batch.describe_job_definitions()["jobDefinitions"])
+    two = AppDef("managed2", roles=[role("main", "true", replicas=2)])
+    with pytest.raises(InvalidRunConfigError, match="runs on SPOT compute environments only"):
+        sched.submit(two, {"queue": managed_queues["SPOT"]})
+    with pytest.raises(
+        InvalidRunConfigError, match=r"queue='torchx-test-fargate' runs on FARGATE.*set platform=FARGATE"
+    ):
+        sched.submit(app, {"queue": managed_queues["FARGATE"]})
+    with pytest.raises(InvalidRunConfigError, match="platform=FARGATE, but queue='torchx-test-spot' runs on SPOT"):
+        sched.submit(app, {"queue": managed_queues["SPOT"], **fargate})
+    assert len(batch.describe_job_definitions()["jobDefinitions"]) == defs_before
 
 
 def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_queue: str) -> None:
@@ -144,8 +295,9 @@ def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_qu
         "airflow.map_index": "-1",
     }
     app = AppDef("listed", roles=[role("main", "echo listed")], metadata={"team": "ml"})
-    app_id = sched.submit(app, {"queue": batch_queue, "user": "alice"}, labels=labels)
-    other = sched.submit(app, {"queue": batch_queue})
+    cfg = {"queue": batch_queue, "job_type": "multinode"}
+    app_id = sched.submit(app, {**cfg, "user": "alice"}, labels=labels)
+    other = sched.submit(app, cfg)
     # another scheduler instance (another task, same process) finds it by its labels
     found = create_scheduler("elsewhere").list({"queue": batch_queue}, labels)
     assert [(a.app_id, a.labels) for a in found] == [(app_id, labels)]

@@ -54,6 +54,14 @@ def trainer(**kw: Any) -> Role:
     return Role(**base)
 
 
+def one(**kw: Any) -> Role:
+    """A role of one replica: rendered as a single-node (``container``) job."""
+    return trainer(num_replicas=1, **kw)
+
+
+FARGATE = {"platform": "FARGATE", "execution_role_arn": "arn:aws:iam::1:role/exec"}
+
+
 def dryrun(app: AppDef, cfg: dict[str, Any] | None = None, labels: dict[str, str] | None = None) -> BatchJob:
     return sched().submit_dryrun(app, {"queue": "q1", **(cfg or {})}, labels).request
 
@@ -72,9 +80,10 @@ def test_multiple_roles_become_node_ranges_main_node_0() -> None:
     props = job.job_def["nodeProperties"]
     assert props["numNodes"] == 3
     assert props["mainNode"] == 0
-    assert [r["targetNodes"] for r in props["nodeRangeProperties"]] == ["0:1", "2"]
+    assert [r["targetNodes"] for r in props["nodeRangeProperties"]] == ["0:1", "2:2"]
     assert job.job_def["type"] == "multinode"
     assert job.job_def["platformCapabilities"] == ["EC2"]
+    assert "containerProperties" not in job.job_def
     assert job.job_def["jobDefinitionName"] == job.name
     assert job.name.startswith("my-app-")
     c0, c1 = container(job, 0), container(job, 1)
@@ -87,7 +96,12 @@ def test_multiple_roles_become_node_ranges_main_node_0() -> None:
     assert env(job, 0)["FOO"] == "bar"
     assert env(job, 0)["TORCHX_ROLE_NAME"] == "trainer" and env(job, 0)["TORCHX_ROLE_FIRST_NODE"] == "0"
     assert env(job, 1)["TORCHX_ROLE_NAME"] == "ps" and env(job, 1)["TORCHX_ROLE_FIRST_NODE"] == "2"
-    assert "instanceType" not in c0 and "linuxParameters" not in c0
+    assert (env(job, 0)["TORCHX_ROLE_IDX"], env(job, 1)["TORCHX_ROLE_IDX"]) == ("0", "1")
+    assert "TORCHX_RANK0_HOST" not in env(job, 0)
+    # /dev/shm as large as the role's memory (TorchX's sharedMemorySize)
+    assert c0["linuxParameters"] == {"sharedMemorySize": 2048}
+    assert c1["linuxParameters"] == {"sharedMemorySize": 512}
+    assert "instanceType" not in c0
 
 
 def test_app_id_and_job_id_env_is_a_parseable_handle() -> None:
@@ -167,6 +181,7 @@ def test_every_mount_type() -> None:
         {"containerPath": "/mnt/data", "readOnly": True, "sourceVolume": "mount_0"},
         {"containerPath": "/efs", "readOnly": False, "sourceVolume": "mount_1"},
     ]
+    assert c["linuxParameters"]["sharedMemorySize"] == 2048
     assert c["linuxParameters"]["devices"] == [
         {"hostPath": "/dev/fuse", "containerPath": "/dev/fuse", "permissions": ["READ", "WRITE"]}
     ]
@@ -271,6 +286,66 @@ def test_job_names_are_valid_and_unique() -> None:
         ({}, AppDef("a", roles=[trainer(image="sha256:" + "0" * 64)]), "image_repo is not set"),
         ({}, AppDef("a", roles=[trainer(env={"MY-RANK": "${replica_id}"})]), "env: 'MY-RANK' uses"),
         ({}, AppDef("a", roles=[trainer()], metadata={f"k{i}": "v" for i in range(48)}), "at most 50"),
+        # options, and options that only apply together with another
+        ({"job_type": "array"}, AppDef("a", roles=[trainer()]), r"job_type='array' is not one of: auto, container"),
+        ({"platform": "EKS"}, AppDef("a", roles=[trainer()]), r"platform='EKS' is not one of: EC2, FARGATE"),
+        ({"retry_on": "spot"}, AppDef("a", roles=[trainer()]), r"retry_on='spot' is not one of: any, infra"),
+        ({"shm_size": -1}, AppDef("a", roles=[trainer()]), r"shm_size=-1 must be an int >= 0"),
+        (
+            {"job_type": "container"},
+            AppDef("a", roles=[trainer()]),
+            "job_type=container runs one container.*2 replicas",
+        ),
+        ({"job_type": "container"}, AppDef("a", roles=[one(), one(name="b")]), "2 replicas in 2 roles"),
+        ({"priority": 20}, AppDef("a", roles=[trainer()]), "priority=20 needs share_id.*fair-share"),
+        (
+            {"assign_public_ip": True},
+            AppDef("a", roles=[one()]),
+            "assign_public_ip=True applies only with platform=FARGATE",
+        ),
+        (FARGATE, AppDef("a", roles=[trainer()]), "platform=FARGATE runs single-node jobs only.*2 replicas in 1 roles"),
+        ({**FARGATE, "job_type": "multinode"}, AppDef("a", roles=[one()]), "job_type=multinode"),
+        ({**FARGATE, "execution_role_arn": None}, AppDef("a", roles=[one()]), "execution_role_arn is not set"),
+        (
+            {**FARGATE, "privileged": True},
+            AppDef("a", roles=[one()]),
+            "privileged=True does not apply with platform=FARGATE",
+        ),
+        (
+            {**FARGATE, "ulimits": ["nofile:1:2"]},
+            AppDef("a", roles=[one()]),
+            "ulimits=.*does not apply with platform=FARGATE",
+        ),
+        (
+            {**FARGATE, "shm_size": 1024},
+            AppDef("a", roles=[one()]),
+            "shm_size=1024 does not apply with platform=FARGATE",
+        ),
+        (FARGATE, AppDef("a", roles=[one(resource=Resource(4, 1, 8192))]), r"resource.gpu: .*Fargate has no GPUs"),
+        (FARGATE, AppDef("a", roles=[one(resource=named_resources["aws_m5.xlarge"])]), "picks no instance types"),
+        (FARGATE, AppDef("a", roles=[one(mounts=[BindMount("/data", "/mnt")])]), r"mounts\[0\]: a bind mount"),
+        (
+            FARGATE,
+            AppDef("a", roles=[one(mounts=[DeviceMount("/dev/fuse", "/dev/fuse")])]),
+            r"mounts\[0\]: a device mount",
+        ),
+        (
+            FARGATE,
+            AppDef("a", roles=[one(resource=Resource(2, 0, 3000))]),
+            r"cpu=2 memMB=3000, a size Fargate does not offer \(cpu=2: memMB in 4096..16384 step 1024.*"
+            r"nearest valid sizes: cpu=2 memMB=4096, cpu=1 memMB=3072, cpu=4 memMB=8192",
+        ),
+        (
+            FARGATE,
+            AppDef("a", roles=[one(resource=Resource(3, 0, 4096))]),
+            r"cpu=3: no such vCPU count; vCPUs: 1, 2, 4, 8, 16\); nearest valid sizes: cpu=2 memMB=4096, "
+            r"cpu=4 memMB=8192",
+        ),
+        (
+            FARGATE,
+            AppDef("a", roles=[one(resource=Resource(16, 0, 200_000))]),
+            "nearest valid sizes: cpu=16 memMB=122880, cpu=8 memMB=61440, cpu=4 memMB=30720",
+        ),
     ],
 )
 def test_bad_input_is_rejected_before_any_call(cfg: dict[str, Any], app: AppDef, match: str | None) -> None:
@@ -279,6 +354,9 @@ def test_bad_input_is_rejected_before_any_call(cfg: dict[str, Any], app: AppDef,
         return
     with pytest.raises((InvalidRunConfigError, InvalidSpecError), match=match):
         sched().submit_dryrun(app, {"queue": "q1", **cfg})
+    # ``submit`` too fails before its first AWS call (the client fails the test on any call)
+    with pytest.raises((InvalidRunConfigError, InvalidSpecError), match=match):
+        sched().submit(app, {"queue": "q1", **cfg})
 
 
 def test_workspace_without_image_repo_fails_before_building() -> None:
@@ -303,9 +381,236 @@ def test_helpers() -> None:
         "execution_role_arn",
         "ulimits",
         "quiet",
+        "job_type",
+        "platform",
+        "assign_public_ip",
+        "retry_on",
+        "shm_size",
     ]
     assert opts.cfg_from_str("queue=q,ulimits=nofile:1:2,core:0:0,priority=3") == {
         "queue": "q",
         "ulimits": ["nofile:1:2", "core:0:0"],
         "priority": 3,
     }
+
+
+# --------------------------------------------------------------------------- single-node jobs
+
+
+def test_one_role_one_replica_is_a_container_job_field_by_field() -> None:
+    role = one(args=["-m", "eval", "--shard", "${replica_id}", "--master", "$$${rank0_env}"], max_retries=2)
+    job = dryrun(AppDef("ev", roles=[role]), {"job_role_arn": "arn:aws:iam::1:role/job"})
+    handle = f"aws_batch://sess/{job.app_id}"
+    assert job.job_def == {
+        "jobDefinitionName": job.name,
+        "type": "container",
+        "containerProperties": {
+            "image": "busybox:local",
+            # no shell needed: replica 0 is the only replica, ${rank0_env} names localhost's variable
+            "command": ["python", "-m", "eval", "--shard", "0", "--master", "$TORCHX_RANK0_HOST"],
+            "environment": [
+                {"name": "FOO", "value": "bar"},
+                {"name": "TORCHX_JOB_ID", "value": handle},
+                {"name": "TORCHX_ROLE_NAME", "value": "trainer"},
+                {"name": "TORCHX_ROLE_IDX", "value": "0"},
+                {"name": "TORCHX_ROLE_FIRST_NODE", "value": "0"},
+                {"name": "TORCHX_RANK0_HOST", "value": "localhost"},
+            ],
+            "resourceRequirements": [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "2048"}],
+            "logConfiguration": {"logDriver": "awslogs"},
+            "volumes": [],
+            "mountPoints": [],
+            "privileged": False,
+            "ulimits": [],
+            "linuxParameters": {"sharedMemorySize": 2048},
+            "jobRoleArn": "arn:aws:iam::1:role/job",
+        },
+        "retryStrategy": {"attempts": 3},
+        "platformCapabilities": ["EC2"],
+        "propagateTags": True,
+        "tags": job.job_def["tags"],
+    }
+    assert job.submit_request() == {
+        "jobName": job.name,
+        "jobQueue": "q1",
+        "tags": job.job_def["tags"],
+        "propagateTags": True,
+    }
+
+
+def test_job_type_decides_the_shape() -> None:
+    assert dryrun(AppDef("a", roles=[one()]), {"job_type": "Container"}).job_def["type"] == "container"
+    forced = dryrun(AppDef("a", roles=[one(args=["${replica_id}"])]), {"job_type": "multinode"}).job_def
+    assert forced["type"] == "multinode" and "containerProperties" not in forced
+    (rng,) = forced["nodeProperties"]["nodeRangeProperties"]
+    assert rng["targetNodes"] == "0:0"
+    assert rng["container"]["command"][:2] == ["sh", "-c"]  # replica id from the node index
+    assert dryrun(AppDef("a", roles=[one(), one(name="b")])).job_def["type"] == "multinode"
+
+
+def test_named_resource_of_a_single_node_job_requests_its_sizes_not_its_instance_type() -> None:
+    res = named_resources["aws_p3.2xlarge"]
+    c = dryrun(AppDef("a", roles=[one(resource=res)])).job_def["containerProperties"]
+    reqs = {r["type"]: r["value"] for r in c["resourceRequirements"]}
+    assert reqs == {"VCPU": "8", "MEMORY": str(res.memMB), "GPU": "1"}
+    assert "instanceType" not in c  # AWS takes instanceType for multi-node jobs only
+    multi = dryrun(AppDef("a", roles=[one(resource=res)]), {"job_type": "multinode"})
+    assert container(multi, 0)["instanceType"] == "p3.2xlarge"
+
+
+@pytest.mark.parametrize(
+    ("component", "args"),
+    [
+        ("utils.echo", ["--msg", "hi ${replica_id}"]),
+        ("utils.sh", ["echo", "$$TORCHX_ROLE_IDX"]),
+        ("utils.python", ["-c", "print(1)"]),
+        ("dist.spmd", ["-j", "1x2", "--script", "train.py"]),
+    ],
+)
+def test_builtin_components_render_as_single_node_jobs(component: str, args: list[str]) -> None:
+    from airflow_provider_torchx.core.runner import Runner
+
+    runner = Runner("sess", {"aws_batch": lambda name, **kw: sched()})
+    job = runner.dryrun_component(component, args, "aws_batch", {"queue": "q1"}).request
+    assert job.job_def["type"] == "container"
+    command = " ".join(job.job_def["containerProperties"]["command"])
+    assert "${" not in command and "\x00" not in command
+    if component == "dist.spmd":
+        assert "--nnodes 1" in command and "--rdzv_endpoint localhost:0" in command
+
+
+# --------------------------------------------------------------------------- Fargate
+
+
+def test_fargate_job_field_by_field() -> None:
+    cfg = {**FARGATE, "assign_public_ip": True, "shm_size": 0, "retry_on": "infra"}
+    mounts = [VolumeMount(src="fs-0123456789abcdef0", dst_path="/efs")]
+    job = dryrun(AppDef("fg", roles=[one(resource=Resource(2, 0, 4096), mounts=mounts)]), cfg)
+    c = job.job_def["containerProperties"]
+    assert job.job_def["type"] == "container"
+    assert job.job_def["platformCapabilities"] == ["FARGATE"]
+    assert c["networkConfiguration"] == {"assignPublicIp": "ENABLED"}
+    assert c["fargatePlatformConfiguration"] == {"platformVersion": "LATEST"}
+    assert c["executionRoleArn"] == "arn:aws:iam::1:role/exec"
+    assert c["resourceRequirements"] == [{"type": "VCPU", "value": "2"}, {"type": "MEMORY", "value": "4096"}]
+    assert c["volumes"] == [{"name": "mount_0", "efsVolumeConfiguration": {"fileSystemId": "fs-0123456789abcdef0"}}]
+    # fields AWS documents as "not applicable to jobs running on Fargate resources" are absent
+    assert not {"privileged", "ulimits", "linuxParameters", "instanceType"} & set(c)
+    assert dryrun(AppDef("fg", roles=[one(resource=Resource(1, 0, 2048))]), FARGATE).job_def["containerProperties"][
+        "networkConfiguration"
+    ] == {"assignPublicIp": "DISABLED"}
+
+
+def test_every_fargate_size_with_a_whole_vcpu_count_is_accepted() -> None:
+    from airflow_provider_torchx.core.schedulers.aws_batch.options import FARGATE_MEMORY
+
+    assert sum(len(v) for v in FARGATE_MEMORY.values()) == 7 + 13 + 23 + 12 + 12
+    for cpu, sizes in FARGATE_MEMORY.items():
+        for mem in (sizes[0], sizes[-1]):
+            job = dryrun(AppDef("fg", roles=[one(resource=Resource(cpu, 0, mem))]), FARGATE)
+            assert job.job_def["platformCapabilities"] == ["FARGATE"]
+
+
+# --------------------------------------------------------------------------- options
+
+
+def test_retry_on_infra_retries_host_terminations_only() -> None:
+    app = AppDef("a", roles=[one(max_retries=3)])
+    assert dryrun(app).job_def["retryStrategy"] == {"attempts": 4}
+    assert dryrun(app, {"retry_on": "any"}).job_def["retryStrategy"] == {"attempts": 4}
+    assert dryrun(app, {"retry_on": "INFRA"}).job_def["retryStrategy"] == {
+        "attempts": 4,
+        "evaluateOnExit": [
+            {"onStatusReason": "Host EC2*", "action": "RETRY"},
+            {"onReason": "*", "action": "EXIT"},
+        ],
+    }
+    multi = dryrun(AppDef("a", roles=[trainer(max_retries=1)]), {"retry_on": "infra"}).job_def
+    assert multi["retryStrategy"]["attempts"] == 2 and len(multi["retryStrategy"]["evaluateOnExit"]) == 2
+
+
+@pytest.mark.parametrize(("shm_size", "expected"), [(None, 2048), (8192, 8192), (0, None)])
+def test_shm_size(shm_size: int | None, expected: int | None) -> None:
+    cfg = {} if shm_size is None else {"shm_size": shm_size}
+    for job in (dryrun(AppDef("a", roles=[one()]), cfg), dryrun(AppDef("a", roles=[trainer()]), cfg)):
+        c = job.job_def.get("containerProperties") or container(job, 0)
+        assert (c.get("linuxParameters") or {}).get("sharedMemorySize") == expected
+
+
+def test_priority_with_share_id_and_share_id_alone() -> None:
+    job = dryrun(AppDef("a", roles=[one()]), {"share_id": "teamA", "priority": 20})
+    assert job.submit_request()["shareIdentifier"] == "teamA"
+    assert job.submit_request()["schedulingPriorityOverride"] == 20
+    job = dryrun(AppDef("a", roles=[one()]), {"share_id": "teamA"})
+    assert job.submit_request()["schedulingPriorityOverride"] == 0
+    assert "shareIdentifier" not in dryrun(AppDef("a", roles=[one()]), {"priority": 0}).submit_request()
+
+
+# What TorchX 0.7.0's aws_batch scheduler renders for a trainer role of 2 replicas and a ps role
+# of 1 (its dry run, recorded): the fields a job written for TorchX depends on.
+TORCHX_070_RANGES: list[dict[str, Any]] = [
+    {
+        "targetNodes": "0:1",
+        "env": {"TORCHX_ROLE_IDX": "0", "TORCHX_ROLE_NAME": "trainer"},
+        "linuxParameters": {"sharedMemorySize": 2048, "devices": []},
+        "resourceRequirements": [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "2048"}],
+    },
+    {
+        "targetNodes": "2:2",
+        "env": {"TORCHX_ROLE_IDX": "1", "TORCHX_ROLE_NAME": "ps"},
+        "linuxParameters": {"sharedMemorySize": 512, "devices": []},
+        "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}],
+    },
+]
+
+
+def test_multinode_rendering_keeps_what_torchx_070_renders() -> None:
+    ps = Role("ps", image="img", entrypoint="echo", args=["ps"], resource=Resource(1, 0, 512))
+    job = dryrun(AppDef("a", roles=[trainer(), ps]))
+    assert job.job_def["type"] == "multinode"
+    assert job.job_def["nodeProperties"]["mainNode"] == 0
+    for i, theirs in enumerate(TORCHX_070_RANGES):
+        rng = job.job_def["nodeProperties"]["nodeRangeProperties"][i]
+        assert rng["targetNodes"] == theirs["targetNodes"]
+        assert theirs["env"].items() <= env(job, i).items()
+        # an empty device list is left out; the shared memory size is the same
+        assert rng["container"]["linuxParameters"]["sharedMemorySize"] == theirs["linuxParameters"]["sharedMemorySize"]
+        assert rng["container"]["resourceRequirements"] == theirs["resourceRequirements"]
+        assert rng["container"]["logConfiguration"] == {"logDriver": "awslogs"}
+
+
+# --------------------------------------------------------------------------- queue kinds
+
+
+@pytest.mark.parametrize(
+    ("kinds", "cfg", "app", "match"),
+    [
+        ({"SPOT"}, {}, AppDef("a", roles=[trainer()]), "runs on SPOT compute environments only.*no multi-node"),
+        ({"FARGATE_SPOT"}, FARGATE, AppDef("a", roles=[one(resource=Resource(1, 0, 2048))]), None),
+        ({"FARGATE"}, {}, AppDef("a", roles=[one()]), "set platform=FARGATE"),
+        ({"EC2", "SPOT"}, FARGATE, AppDef("a", roles=[one(resource=Resource(1, 0, 2048))]), "EC2, SPOT compute"),
+        ({"EC2", "SPOT"}, {}, AppDef("a", roles=[trainer()]), None),
+        ({"SPOT"}, {}, AppDef("a", roles=[one()]), None),
+        ({"UNMANAGED"}, {}, AppDef("a", roles=[trainer()]), None),
+        ({"EC2"}, {"share_id": "teamA"}, AppDef("a", roles=[one()]), "share_id='teamA' applies only to a queue with"),
+        ({"EC2", "fair-share"}, {}, AppDef("a", roles=[one()]), "share_id is not set, but queue='q1' has a fair-share"),
+        ({"EC2", "fair-share"}, {"share_id": "teamA", "priority": 9}, AppDef("a", roles=[one()]), None),
+    ],
+)
+def test_queue_that_cannot_run_the_job_is_refused_before_registering(
+    kinds: set[str], cfg: dict[str, Any], app: AppDef, match: str | None
+) -> None:
+    from tests.core.aws_batch.fakes import FakeBatch
+
+    batch = FakeBatch()
+    if "fair-share" in kinds:
+        batch.fair_share.add("q1")
+    batch.queue_kinds["q1"] = sorted(kinds - {"fair-share"})
+    s = create_scheduler("sess", client=batch, log_client=NoCalls(), docker_client=NoCalls())
+    if match is None:
+        s.submit(app, {"queue": "q1", **cfg})
+        assert batch.names()[-2:] == ["register_job_definition", "submit_job"]
+        return
+    with pytest.raises(InvalidRunConfigError, match=match):
+        s.submit(app, {"queue": "q1", **cfg})
+    assert set(batch.names()) == {"describe_job_queues", "describe_compute_environments"}

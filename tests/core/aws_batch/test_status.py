@@ -1,8 +1,9 @@
 """Status, describe, list, cancel and logs on responses shaped like real AWS (``fakes``).
 
-These are the paths moto does not model (API.md): exit codes of multi-node jobs, child jobs
+These are the paths moto does not model: exit codes of multi-node jobs, child jobs
 ``jobId#N`` and their per-node log streams, several attempts, ListJobs pagination and
-CancelJob of a job that has not started. The same code runs against moto in
+CancelJob of a job that has not started; single-node jobs through Spot reclaims and attempts,
+and as AWS describes Fargate jobs. The same code runs against moto in
 ``test_integration.py`` for what moto does model.
 """
 
@@ -23,7 +24,16 @@ from airflow_provider_torchx.core.schedulers.aws_batch.status import (
     num_restarts,
 )
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
-from tests.core.aws_batch.fakes import FakeBatch, FakeLogs, child_job, client_error, mnp_job
+from tests.core.aws_batch.fakes import (
+    SPOT_RECLAIMED,
+    FakeBatch,
+    FakeLogs,
+    attempt,
+    child_job,
+    client_error,
+    container_job,
+    mnp_job,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -317,3 +327,174 @@ def test_log_errors() -> None:
         sched.read_log("q1:app-1", "ps", 0, streams=Stream.STDERR)
     with pytest.raises(ValueError, match="cursor"):
         sched.read_log("q1:app-1", "ps", 0, cursor="garbage")
+
+
+# ---------------------------------------------------------------------- single-node jobs
+
+
+def test_container_job_is_its_own_replica() -> None:
+    job = container_job(status="SUCCEEDED")
+    job["container"]["exitCode"] = 0
+    got = describe_response("q1:app-1", job, {}, "us-west-2")
+    assert got.state == AppState.SUCCEEDED and got.num_restarts == 0
+    (main,) = got.roles_statuses
+    assert [(r.id, r.role, r.state, r.exit_code, r.hostname) for r in main.replicas] == [
+        (0, "main", AppState.SUCCEEDED, 0, "10.0.1.7")
+    ]
+    (role,) = got.roles
+    assert (role.name, role.num_replicas, role.entrypoint, role.args) == ("main", 1, "python", ["-m", "eval"])
+    assert (role.resource.cpu, role.resource.memMB) == (1, 2048)
+    assert role.env == {"FOO": "bar"}  # our own variables are left out
+    assert got.ui_url == "https://us-west-2.console.aws.amazon.com/batch/home?region=us-west-2#jobs/detail/c1"
+
+
+def test_container_job_failure_names_the_exit_code_and_reason() -> None:
+    job = container_job(status="FAILED", statusReason="Essential container in task exited")
+    job["container"].update(exitCode=3, reason="Essential container in task exited")
+    got = describe_response("q1:app-1", job, {}, "r")
+    assert got.state == AppState.FAILED
+    assert got.msg == "Essential container in task exited; role 'main' replica 0 exited with code 3"
+    assert got.roles_statuses[0].replicas[0].exit_code == 3
+
+
+def test_spot_reclaim_then_retried_attempt_running() -> None:
+    # AWS lists attempts as they end: the reclaimed one; the second runs.
+    job = container_job(status="RUNNING", attempts_allowed=3, attempts=[attempt(SPOT_RECLAIMED)])
+    got = describe_response("q1:app-1", job, {}, "r")
+    assert got.state == AppState.RUNNING and got.num_restarts == 1
+    assert got.msg == f"attempt 2 of 3 running; attempt 1 of 3 ended: {SPOT_RECLAIMED}"
+    job["status"] = "RUNNABLE"  # waiting for a new Spot instance
+    assert describe_response("q1:app-1", job, {}, "r").msg.startswith("attempt 2 of 3 waiting; attempt 1 of 3")
+
+
+def test_spot_reclaim_then_application_failure_under_retry_on_infra() -> None:
+    job = container_job(
+        status="FAILED",
+        statusReason="Essential container in task exited",
+        attempts_allowed=3,
+        attempts=[
+            attempt(SPOT_RECLAIMED, n=1),
+            attempt("Essential container in task exited", exit_code=3, n=2),
+        ],
+        retryStrategy={
+            "attempts": 3,
+            "evaluateOnExit": [
+                {"onStatusReason": "Host EC2*", "action": "RETRY"},
+                {"onReason": "*", "action": "EXIT"},
+            ],
+        },
+    )
+    got = describe_response("q1:app-1", job, {}, "r")
+    assert got.state == AppState.FAILED and got.num_restarts == 1
+    assert got.msg == (
+        "Essential container in task exited; role 'main' replica 0 exited with code 3; "
+        "attempt 2 of 3 failed: Essential container in task exited (exit code 3); "
+        "not retried (the job's retry strategy exits on this reason); "
+        f"attempt 1 of 3 ended: {SPOT_RECLAIMED}"
+    )
+
+
+def test_every_attempt_reclaimed_and_success_after_a_reclaim() -> None:
+    reclaimed = [attempt(SPOT_RECLAIMED, n=n) for n in (1, 2)]
+    job = container_job(status="FAILED", statusReason=SPOT_RECLAIMED, attempts_allowed=2, attempts=reclaimed)
+    got = describe_response("q1:app-1", job, {}, "r")
+    assert (
+        got.msg == f"{SPOT_RECLAIMED}; attempt 2 of 2 failed: {SPOT_RECLAIMED}; attempt 1 of 2 ended: {SPOT_RECLAIMED}"
+    )
+    ok = container_job(status="SUCCEEDED", attempts_allowed=2, attempts=[reclaimed[0], attempt("", 0, n=2)])
+    got = describe_response("q1:app-1", ok, {}, "r")
+    assert got.state == AppState.SUCCEEDED and got.num_restarts == 1
+    assert got.msg.startswith("attempt 2 of 2 succeeded: no reason given (exit code 0); attempt 1 of 2 ended: Host")
+    cancel = f"{CANCEL_REASON} through aws_batch"
+    stopped = container_job(status="FAILED", statusReason=cancel, attempts_allowed=2, attempts=[attempt(cancel)])
+    got = describe_response("q1:app-1", stopped, {}, "r")
+    assert got.state == AppState.CANCELLED
+    assert got.msg == f"{cancel}; attempt 1 of 2 was cancelled: {cancel}"
+
+
+def test_fargate_job_as_aws_describes_it() -> None:
+    job = container_job(status="RUNNING", platformCapabilities=["FARGATE"])
+    job["container"].update(
+        networkConfiguration={"assignPublicIp": "DISABLED"},
+        fargatePlatformConfiguration={"platformVersion": "1.4.0"},
+        executionRoleArn="arn:aws:iam::1:role/exec",
+        networkInterfaces=[{"attachmentId": "a1", "privateIpv4Address": "172.31.5.9"}],
+    )
+    del job["container"]["containerInstanceArn"]  # Fargate tasks run on no container instance
+    batch = FakeBatch()
+    batch.jobs["c1"] = job
+    sched = make(batch)
+    got = sched.describe("q1:app-1")
+    assert got is not None and got.state == AppState.RUNNING
+    assert got.roles_statuses[0].replicas[0].hostname == "172.31.5.9"
+    native = sched.describe_native("q1:app-1")
+    assert native is not None
+    props = native.request.job_def["containerProperties"]
+    assert native.request.job_def["type"] == "container" and "nodeProperties" not in native.request.job_def
+    assert native.request.job_def["platformCapabilities"] == ["FARGATE"]
+    assert props["networkConfiguration"] == {"assignPublicIp": "DISABLED"}
+    assert not {"logStreamName", "networkInterfaces", "taskArn", "exitCode"} & set(props)
+
+
+def test_container_job_logs_read_every_attempts_stream_without_child_jobs() -> None:
+    batch, logs = FakeBatch(), FakeLogs(page=2)
+    job = container_job(status="RUNNING", attempts_allowed=2, attempts=[attempt(SPOT_RECLAIMED, stream="s/att1")])
+    job["container"]["logStreamName"] = "s/att2"
+    batch.jobs["c1"] = job
+    logs.add("s/att1", "loading", "epoch 1")
+    logs.add("s/att2", "loading", "epoch 1", "epoch 2", start=10_000)
+    sched = make(batch, logs)
+    chunk = sched.read_log("q1:app-1", "main", 0, max_lines=3)
+    assert chunk.lines == ["loading\n", "epoch 1\n", "loading\n"] and not chunk.eof
+    rest = sched.read_log("q1:app-1", "main", 0, cursor=chunk.cursor)
+    assert rest.lines == ["epoch 1\n", "epoch 2\n"] and not rest.eof
+    job["status"] = "SUCCEEDED"
+    sched.poller.invalidate("c1")
+    assert sched.read_log("q1:app-1", "main", 0, cursor=rest.cursor).eof
+    assert list(sched.log_iter("q1:app-1", "main", 0, regex="epoch")) == ["epoch 1\n", "epoch 1\n", "epoch 2\n"]
+    assert not any("#" in j for n, kw in batch.calls if n == "describe_jobs" for j in kw["jobs"])
+    with pytest.raises(ValueError, match=r"k: role 'main' of q1:app-1 has replicas 0..0, not 1"):
+        sched.read_log("q1:app-1", "main", 1)
+
+
+def test_failed_container_job_without_an_exit_code_reads_it_from_the_summary_once() -> None:
+    batch = FakeBatch()
+    job = container_job(status="FAILED", statusReason="Essential container in task exited")
+    batch.jobs["c1"] = job
+    batch.summary_containers["c1"] = {"exitCode": 7, "reason": "Essential container in task exited"}
+    sched = make(batch)
+    sched.poller.remember("q1:app-1", "c1")
+    for _ in range(2):
+        got = sched.describe("q1:app-1")
+        assert got is not None and got.roles_statuses[0].replicas[0].exit_code == 7
+        assert "role 'main' replica 0 exited with code 7" in got.msg
+    assert batch.names().count("list_jobs") == 1
+
+
+@pytest.mark.parametrize(("status", "expected"), [("RUNNABLE", "cancel_job"), ("RUNNING", "terminate_job")])
+def test_cancel_and_delete_a_container_job(status: str, expected: str) -> None:
+    batch = FakeBatch()
+    batch.jobs["c1"] = container_job(status=status)
+    sched = make(batch)
+    sched.cancel("q1:app-1")
+    assert [n for n in batch.names() if n in ("cancel_job", "terminate_job")] == [expected]
+    batch.jobs["c1"].update(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch")
+    sched.poller.invalidate("c1")
+    got = sched.describe("q1:app-1")
+    assert got is not None and got.state == AppState.CANCELLED and got.cancel_requested
+    sched.delete("q1:app-1")
+    assert [kw for n, kw in batch.calls if n == "deregister_job_definition"] == [
+        {"jobDefinition": batch.jobs["c1"]["jobDefinition"]}
+    ]
+
+
+def test_list_finds_a_container_job_by_its_identity_labels() -> None:
+    from airflow_provider_torchx.core.schedulers.aws_batch.render import labels_hash
+
+    labels = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+    tagged = {f"airflow-torchx/label/{k}": v for k, v in labels.items()}
+    batch = FakeBatch()
+    batch.jobs["c1"] = container_job(name=f"{labels_hash(labels)}-ev-1", tags=tagged)
+    batch.jobs["m1"] = mnp_job(job_id="m1", name="other")
+    (found,) = make(batch).list({"queue": "q1"}, labels)
+    assert (found.app_id, found.state, found.labels) == (f"q1:{labels_hash(labels)}-ev-1", AppState.RUNNING, labels)

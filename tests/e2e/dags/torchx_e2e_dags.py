@@ -7,6 +7,7 @@ for ``i`` in ``1..lines``, ``pause`` seconds apart, then exits 0. The tests pick
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
@@ -54,6 +55,18 @@ with DAG(dag_id="torchx_e2e_batch", schedule=None, start_date=START, catchup=Fal
         torchx_conn_id="torchx_batch",
         component="utils.sh",
         component_args=lines_args(image="busybox:local"),
+        deferrable=True,
+        poll_interval=1,
+    )
+
+with DAG(dag_id="torchx_e2e_ddp", schedule=None, start_date=START, catchup=False):
+    # The example's DDP script on 2 x 2 ranks with the test venv's torchrun (tests/fixtures/torch.py).
+    TorchXRunOperator(
+        task_id="job",
+        component="dist.spmd",
+        component_args={"script": os.environ.get("TORCHX_TEST_DDP_SCRIPT", "ddp_train.py"), "j": "2x2"},
+        env={"PATH": os.path.join(os.environ.get("TORCHX_TEST_TORCH_VENV", ""), "bin") + ":" + os.environ["PATH"]},
+        scheduler="local_cwd",
         deferrable=True,
         poll_interval=1,
     )

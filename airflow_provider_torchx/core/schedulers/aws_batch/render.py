@@ -1,8 +1,10 @@
-"""Rendering an ``AppDef`` into one AWS Batch multi-node parallel job, and reading one back.
+"""Rendering an ``AppDef`` into one AWS Batch job, and reading one back.
 
 Pure functions (no AWS calls), so every field of the request can be unit-tested; moto drops
 several of them (``describe_job_definitions`` omits ``nodeProperties``, submit ignores shares).
-Each role becomes one node range; node 0 (the first replica of the first role) is the main node.
+A single-node job (``type: container``) runs the one replica of the one role; a multi-node
+parallel job makes each role one node range, node 0 (the first replica of the first role) the
+main node. ``options`` decides which, and checks the options that only apply to one of them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
+from airflow_provider_torchx.core.schedulers.aws_batch import options
+from airflow_provider_torchx.core.schedulers.aws_batch.options import BatchOptions
 from airflow_provider_torchx.core.specs import (
     INSTANCE_TYPE,
     AppDef,
@@ -51,6 +55,8 @@ TAG_CANCEL = TAG_PREFIX + "cancel-requested"
 
 #: Env vars set on every node range.
 ENV_ROLE_NAME = "TORCHX_ROLE_NAME"
+#: The role's index in ``app.roles`` (TorchX's name; scripts written for TorchX read it).
+ENV_ROLE_IDX = "TORCHX_ROLE_IDX"
 ENV_FIRST_NODE = "TORCHX_ROLE_FIRST_NODE"
 ENV_JOB_ID = "TORCHX_JOB_ID"
 #: What ``${replica_id}`` becomes inside the ``sh -c`` wrapper (Batch does not expand
@@ -58,6 +64,10 @@ ENV_JOB_ID = "TORCHX_JOB_ID"
 REPLICA_ID_EXPR = "$((AWS_BATCH_JOB_NODE_INDEX - TORCHX_ROLE_FIRST_NODE))"
 #: Env var holding the main node's address on the other nodes (``${rank0_env}``).
 RANK0_ENV = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
+#: ``${rank0_env}`` of a single-node job, where Batch sets no main-node address: ``localhost``.
+RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
+#: Env vars this scheduler adds, left out when a role is read back.
+OUR_ENV = (ENV_ROLE_NAME, ENV_ROLE_IDX, ENV_FIRST_NODE, RANK0_HOST_ENV)
 
 ULIMIT_NAMES = (
     "core",
@@ -213,7 +223,7 @@ def validate(app: AppDef) -> None:
         if not isinstance(res.cpu, int) or res.cpu < 1:
             raise InvalidSpecError(
                 f"{where}.resource.cpu: role {role.name!r} asks for {res.cpu!r} vCPUs; "
-                f"AWS Batch multi-node jobs need an int >= 1{_RESOURCE_HINT}"
+                f"AWS Batch jobs need an int >= 1{_RESOURCE_HINT}"
             )
         if not isinstance(res.memMB, int) or res.memMB < MIN_MEMORY_MB:
             raise InvalidSpecError(
@@ -326,36 +336,62 @@ def _mounts(role: Role) -> tuple[list[dict[str, Any]], list[dict[str, Any]], lis
     return volumes, points, devices
 
 
-def node_range(
+def container_properties(
     role: Role,
+    role_idx: int,
     first_node: int,
     cfg: Mapping[str, Any],
     ulimits: list[dict[str, Any]],
+    opts: BatchOptions,
 ) -> dict[str, Any]:
-    """One role (macros already applied) as a node range starting at node ``first_node``."""
-    env = {**role.env, ENV_ROLE_NAME: role.name, ENV_FIRST_NODE: str(first_node)}
+    """The container of role ``role_idx`` (macros already applied) whose first replica is node
+    ``first_node``: a node range's ``container`` or a single-node job's ``containerProperties``.
+
+    ``/dev/shm`` is sized like TorchX does (the role's memory; PyTorch's ``DataLoader`` workers
+    share tensors through it and die of Docker's 64 MiB) unless ``shm_size`` says otherwise.
+    Fields Fargate does not take are left out; ``options.resolve`` rejected asking for them.
+    """
+    env = {**role.env, ENV_ROLE_NAME: role.name, ENV_ROLE_IDX: str(role_idx), ENV_FIRST_NODE: str(first_node)}
+    if opts.job_type == "container":
+        env.setdefault(RANK0_HOST_ENV, "localhost")
     volumes, points, devices = _mounts(role)
     container: dict[str, Any] = {
         "image": role.image,
         "command": _command(role),
         "environment": [{"name": k, "value": v.replace(_REPLICA_MARK, "0")} for k, v in env.items()],
         "resourceRequirements": _resource_requirements(role.resource),
-        "privileged": bool(cfg.get("privileged")),
         "logConfiguration": {"logDriver": "awslogs"},
         "volumes": volumes,
         "mountPoints": points,
-        "ulimits": ulimits,
     }
+    linux: dict[str, Any] = {}
+    if not opts.fargate:
+        container["privileged"] = bool(cfg.get("privileged"))
+        container["ulimits"] = ulimits
+        shm = role.resource.memMB if opts.shm_size is None else opts.shm_size
+        if shm:
+            linux["sharedMemorySize"] = shm
     if devices:
-        container["linuxParameters"] = {"devices": devices}
-    if role.resource.capabilities.get(INSTANCE_TYPE):
+        linux["devices"] = devices
+    if linux:
+        container["linuxParameters"] = linux
+    # AWS takes instanceType for multi-node jobs only; a single-node job gets the named
+    # resource's vCPUs, memory and GPUs (TorchX also renders it for one replica only).
+    if role.resource.capabilities.get(INSTANCE_TYPE) and opts.job_type == "multinode":
         container["instanceType"] = role.resource.capabilities[INSTANCE_TYPE]
     for opt, key in (("job_role_arn", "jobRoleArn"), ("execution_role_arn", "executionRoleArn")):
         if cfg.get(opt):
             container[key] = cfg[opt]
-    last = first_node + role.num_replicas - 1
-    target = str(first_node) if last == first_node else f"{first_node}:{last}"
-    return {"targetNodes": target, "container": container}
+    if opts.fargate:
+        container["networkConfiguration"] = {"assignPublicIp": "ENABLED" if opts.assign_public_ip else "DISABLED"}
+        container["fargatePlatformConfiguration"] = {"platformVersion": "LATEST"}
+    return container
+
+
+def node_range(container: dict[str, Any], first_node: int, num_replicas: int) -> dict[str, Any]:
+    """A node range of ``num_replicas`` nodes from ``first_node``; ``targetNodes`` always in
+    AWS's ``first:last`` form (``"2:2"`` for one node)."""
+    return {"targetNodes": f"{first_node}:{first_node + num_replicas - 1}", "container": container}
 
 
 def render(
@@ -370,10 +406,13 @@ def render(
 ) -> BatchJob:
     """The ``BatchJob`` for ``app`` (validated) with resolved ``cfg`` and job ``labels``.
 
-    Substitutes the macros (``${app_id}`` is the full ``queue:job_name``), points roles whose
-    image is pushed at its repository tag, and sets ``TORCHX_JOB_ID`` to the app handle when the
-    runner did not.
+    Substitutes the macros (``${app_id}`` is the full ``queue:job_name``; in a single-node job
+    ``${replica_id}`` is ``0`` and ``${rank0_env}`` names a variable holding ``localhost``),
+    points roles whose image is pushed at its repository tag, and sets ``TORCHX_JOB_ID`` to the
+    app handle when the runner did not.
     """
+    opts = options.resolve(app, cfg)
+    single = opts.job_type == "container"
     queue = queue_name(str(cfg["queue"]))
     ulimits = parse_ulimits(cfg.get("ulimits"))
     priority = int(cfg.get("priority") or 0)
@@ -390,26 +429,34 @@ def render(
         **{TAG_LABEL + k: v for k, v in labels.items()},
     }
     check_tags(tags)
-    ranges = []
+    containers = []
     first = 0
-    for role in app.roles:
-        values = macros.Values(img_root="", app_id=app_id, replica_id=_REPLICA_MARK, rank0_env=RANK0_ENV)
+    for idx, role in enumerate(app.roles):
+        values = macros.Values(
+            img_root="",
+            app_id=app_id,
+            replica_id="0" if single else _REPLICA_MARK,
+            rank0_env=RANK0_HOST_ENV if single else RANK0_ENV,
+        )
         role = values.apply(role)
         role.env.setdefault(ENV_JOB_ID, make_app_handle(backend, session_name, app_id))
         if role.image in images_to_push:
             repo, tag = images_to_push[role.image]
             role.image = f"{repo}:{tag}"
-        ranges.append(node_range(role, first, cfg, ulimits))
+        containers.append((first, role.num_replicas, container_properties(role, idx, first, cfg, ulimits, opts)))
         first += role.num_replicas
-    job_def: dict[str, Any] = {
-        "jobDefinitionName": name,
-        "type": "multinode",
-        "nodeProperties": {"numNodes": first, "mainNode": 0, "nodeRangeProperties": ranges},
-        "retryStrategy": {"attempts": 1 + max(r.max_retries for r in app.roles)},
-        "platformCapabilities": ["EC2"],
-        "propagateTags": True,
-        "tags": tags,
-    }
+    job_def: dict[str, Any] = {"jobDefinitionName": name, "type": opts.job_type}
+    if single:
+        job_def["containerProperties"] = containers[0][2]
+    else:
+        ranges = [node_range(c, start, n) for start, n, c in containers]
+        job_def["nodeProperties"] = {"numNodes": first, "mainNode": 0, "nodeRangeProperties": ranges}
+    job_def.update(
+        retryStrategy=options.retry_strategy(1 + max(r.max_retries for r in app.roles), opts.retry_on),
+        platformCapabilities=[opts.platform],
+        propagateTags=True,
+        tags=tags,
+    )
     return BatchJob(
         name=name,
         queue=queue,
@@ -431,8 +478,18 @@ def _target_range(target: str, num_nodes: int) -> tuple[int, int]:
     return first, int(end) if end else num_nodes - 1
 
 
+def is_multinode(job: Mapping[str, Any]) -> bool:
+    """Whether a DescribeJobs entry is a multi-node parallel job (JobDetail has no ``type``)."""
+    return bool(job.get("nodeProperties"))
+
+
 def node_ranges(job: Mapping[str, Any]) -> list[tuple[str, int, int, dict[str, Any]]]:
-    """``(role name, first node, last node, container)`` of each node range of a job."""
+    """``(role name, first node, last node, container)`` of each node range of a job; a
+    single-node job is one range of node 0 (its ``container``)."""
+    if not is_multinode(job):
+        container = job.get("container") or {}
+        env = {e["name"]: e["value"] for e in container.get("environment", [])}
+        return [(env.get(ENV_ROLE_NAME, "node_range_0"), 0, 0, dict(container))]
     props = job.get("nodeProperties") or {}
     num = int(props.get("numNodes", 0))
     out = []
@@ -449,7 +506,7 @@ def role_from_container(name: str, num_replicas: int, container: Mapping[str, An
     reqs = {r["type"]: r["value"] for r in container.get("resourceRequirements", [])}
     command = list(container.get("command", []))
     env = {e["name"]: e["value"] for e in container.get("environment", [])}
-    for key in (ENV_ROLE_NAME, ENV_FIRST_NODE):
+    for key in OUR_ENV:
         env.pop(key, None)
     caps = {INSTANCE_TYPE: container["instanceType"]} if container.get("instanceType") else {}
     return Role(

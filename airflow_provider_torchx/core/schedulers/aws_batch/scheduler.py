@@ -1,4 +1,4 @@
-"""``AWSBatchScheduler``: an ``AppDef`` as one AWS Batch multi-node parallel job.
+"""``AWSBatchScheduler``: an ``AppDef`` as one AWS Batch job, single-node or multi-node parallel.
 
 Calls go through boto3 clients (injected, from an injected boto3 session, or from boto3's
 default chain; ``AWS_ENDPOINT_URL`` and the region come from the environment). Status reads go
@@ -33,7 +33,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     labels_match,
     settle,
 )
-from airflow_provider_torchx.core.schedulers.aws_batch import render, status
+from airflow_provider_torchx.core.schedulers.aws_batch import options, render, status
 from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events, shared_log_budget
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     NOT_VISIBLE,
@@ -41,11 +41,14 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     call_with_retry,
     shared_poller,
 )
+from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
 
 log = logging.getLogger(__name__)
 
 BACKEND = "aws_batch"
+#: Failed jobs' ListJobs summaries kept per scheduler (see ``_summary_container``).
+_MAX_SUMMARIES = 1000
 
 
 def _version() -> str:
@@ -95,7 +98,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         self._session = session
         self._session_factory = session_factory
         self._lock = threading.Lock()
-        self._known_queues: set[str] = set()
+        self._queues: dict[str, options.QueueInfo] = {}
+        self._summaries: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ clients
 
@@ -157,17 +161,49 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         opts.add(
             "priority",
             int,
-            "Scheduling priority within share_id (0-9999, higher runs first); needs a scheduling policy.",
+            "Scheduling priority within share_id (0-9999, higher runs first); needs share_id (a fair-share queue).",
             default=0,
         )
         opts.add("job_role_arn", str, "IAM role ARN the containers can assume for AWS permissions.")
-        opts.add("execution_role_arn", str, "IAM role ARN the ECS agent can assume for AWS permissions.")
-        opts.add("ulimits", list, "Ulimits as name:softLimit:hardLimit, comma separated.")
+        opts.add(
+            "execution_role_arn",
+            str,
+            "IAM role ARN the ECS agent can assume for AWS permissions (pulls images, writes logs); "
+            "required with platform=FARGATE.",
+        )
+        opts.add("ulimits", list, "Ulimits as name:softLimit:hardLimit, comma separated (EC2 only).")
         opts.add("quiet", bool, "Suppress verbose output of image builds.", default=False)
+        opts.add(
+            "job_type",
+            str,
+            "auto: one role with one replica runs as a single-node job (type container; the only kind "
+            "Spot and Fargate queues run), anything else as a multi-node parallel job; container; multinode.",
+            default="auto",
+        )
+        opts.add("platform", str, "EC2 or FARGATE (single-node jobs only; needs execution_role_arn).", default="EC2")
+        opts.add(
+            "assign_public_ip",
+            bool,
+            "FARGATE only: give the task a public IP (to pull public images).",
+            default=False,
+        )
+        opts.add(
+            "retry_on",
+            str,
+            "any: retry any failure while attempts (1 + max_retries) remain; infra: retry only host "
+            "terminations (Spot reclaims, status reason 'Host EC2*'), an application failure fails at once.",
+            default="any",
+        )
+        opts.add(
+            "shm_size",
+            int,
+            "Size of /dev/shm in MiB (EC2 only); default: the role's memory, as TorchX; 0: Docker's 64 MiB.",
+        )
         return opts
 
     def _validate(self, app: AppDef, scheduler: str, cfg: dict[str, CfgVal]) -> None:
         render.validate(app)
+        options.resolve(app, cfg)
         render.queue_name(str(cfg["queue"]))
         render.parse_ulimits(cfg.get("ulimits"))  # type: ignore[arg-type]
         for i, role in enumerate(app.roles):
@@ -209,23 +245,44 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         )
         return AppDryRunInfo(job, render.BatchJob.format)
 
-    def _check_queue(self, queue: str) -> None:
-        """A clear error for a queue that does not exist (a read-only call, before any write)."""
-        if queue in self._known_queues:
-            return
-        found = call_with_retry(self.client.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
-        if not found:
-            names = sorted(q["jobQueueName"] for q in self._all_queues())
-            raise InvalidRunConfigError(
-                f"cfg: queue={queue!r} does not exist in {self._region()}; "
-                f"existing queues: {', '.join(names) or '(none)'}"
+    def _no_such_queue(self, queue: str) -> InvalidRunConfigError:
+        names = sorted(q["jobQueueName"] for q in self._all_queues())
+        return InvalidRunConfigError(
+            f"cfg: queue={queue!r} does not exist in {self._region()}; existing queues: {', '.join(names) or '(none)'}"
+        )
+
+    def _check_queue(self, job: render.BatchJob) -> None:
+        """A clear error for a queue that does not exist or cannot run ``job`` (read-only
+        calls, before any write): see ``options.check_queue``."""
+        queue = job.queue
+        if queue not in self._queues:
+            found = call_with_retry(self.client.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
+            if not found:
+                raise self._no_such_queue(queue)
+            arns = [o["computeEnvironment"] for o in found[0].get("computeEnvironmentOrder", [])]
+            envs = (
+                call_with_retry(self.client.describe_compute_environments, computeEnvironments=arns).get(
+                    "computeEnvironments", []
+                )
+                if arns
+                else []
             )
-        self._known_queues.add(queue)
+            self._queues[queue] = options.QueueInfo(
+                kinds=frozenset(options.compute_kind(env) for env in envs),
+                fair_share=bool(found[0].get("schedulingPolicyArn")),
+            )
+        options.check_queue(
+            queue,
+            self._queues[queue],
+            str(job.job_def["type"]),
+            str(job.job_def["platformCapabilities"][0]),
+            job.share_id,
+        )
 
     def schedule(self, dryrun_info: AppDryRunInfo[render.BatchJob]) -> str:
         """Push the images, register the job definition, submit the job; return its app id."""
         job = dryrun_info.request
-        self._check_queue(job.queue)
+        self._check_queue(job)
         quiet = bool(dryrun_info.cfg.get("quiet"))
         for image_id, (repo, tag) in job.images_to_push.items():
             workspace.push_image(self.docker_client, image_id, repo, tag, quiet=quiet)
@@ -316,14 +373,33 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             return None
         if job is NOT_VISIBLE:
             return DescribeAppResponse(app_id=app_id, state=AppState.PENDING, msg=str(job["statusReason"]))
-        return status.describe_response(app_id, job, nodes, self._region())
+        if not render.is_multinode(job) and status.app_state(job) == AppState.FAILED and status.exit_code(job) is None:
+            job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
+        resp = status.describe_response(app_id, job, nodes, self._region())
+        if resp.state.is_terminal():
+            resp.usage = batch_usage(job, nodes, resp.roles)
+        return resp
+
+    def _summary_container(self, app_id: str, job: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``container`` (exit code, reason) of a failed single-node job's ListJobs summary,
+        asked once per job: moto's DescribeJobs leaves a container job's exit code out."""
+        job_id = str(job["jobId"])
+        if job_id not in self._summaries:
+            queue, _, name = app_id.partition(":")
+            found = [
+                s for s in self._list_jobs(queue, [{"name": "JOB_NAME", "values": [name]}]) if s["jobId"] == job_id
+            ]
+            if len(self._summaries) >= _MAX_SUMMARIES:  # a long-lived triggerer keeps memory flat
+                self._summaries.pop(next(iter(self._summaries)))
+            self._summaries[job_id] = dict(found[0].get("container") or {}) if found else {}
+        return self._summaries[job_id]
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
         """That the job queue ``cfg["queue"]`` exists and is ENABLED."""
         queue = str(cfg.get("queue"))
         found = call_with_retry(self.client.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
         if not found:
-            self._check_queue(queue)  # raises, naming the queues there are
+            raise self._no_such_queue(queue)
         state, state_status = found[0].get("state"), found[0].get("status")
         if state != "ENABLED":
             raise InvalidRunConfigError(f"queue: AWS Batch job queue {queue!r} is {state}; it must be ENABLED")
@@ -334,10 +410,12 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         job = self._job(app_id)
         if job is None or job is NOT_VISIBLE:
             return None
+        multinode = render.is_multinode(job)
         job_def = {
             "jobDefinitionName": str(job.get("jobDefinition", "")).rsplit("/", 1)[-1].split(":")[0],
-            "type": "multinode",
+            "type": "multinode" if multinode else "container",
             "nodeProperties": job.get("nodeProperties"),
+            "containerProperties": None if multinode else _definition_fields(job.get("container") or {}),
             "retryStrategy": job.get("retryStrategy"),
             "platformCapabilities": job.get("platformCapabilities"),
             "propagateTags": job.get("propagateTags"),
@@ -441,7 +519,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             raise ValueError(
                 f"role_name: {role_name!r} is not a role of {app_id}; roles: {', '.join(r[0] for r in ranges)}"
             )
-        child = self._nodes(job, [node]).get(node)
+        child = self._nodes(job, [node]).get(node) if render.is_multinode(job) else None
         streams = _attempt_streams(child if child is not None else job)
         return streams, job.get("status") in ("SUCCEEDED", "FAILED")
 
@@ -558,6 +636,18 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             log.info("delete: job definition of %s already gone: %s", app_id, err)
 
 
+#: ``ContainerDetail`` fields of a running or ended container, not of its definition.
+_RUNTIME_FIELDS = frozenset(
+    {"exitCode", "reason", "logStreamName", "networkInterfaces", "taskArn", "containerInstanceArn"}
+)
+
+
+def _definition_fields(container: Mapping[str, Any]) -> dict[str, Any]:
+    """A single-node job's ``containerProperties`` as DescribeJobs returns them (its
+    ``container`` without the fields that describe the run)."""
+    return {k: v for k, v in container.items() if k not in _RUNTIME_FIELDS}
+
+
 def _attempt_streams(job: Mapping[str, Any]) -> list[str]:
     """Log streams of a job's attempts, oldest first, then the running attempt's."""
     names: list[str] = []
@@ -578,7 +668,12 @@ def _check_stream(streams: Stream | None) -> None:
 
 def _ended_nodes(job: Mapping[str, Any] | None) -> range:
     """The nodes whose child jobs describe ``job``'s end: all of an ended job's, else none."""
-    if not job or job is NOT_VISIBLE or job.get("status") not in ("SUCCEEDED", "FAILED"):
+    if (
+        not job
+        or job is NOT_VISIBLE
+        or job.get("status") not in ("SUCCEEDED", "FAILED")
+        or not render.is_multinode(job)
+    ):
         return range(0)
     return range(int((job.get("nodeProperties") or {}).get("numNodes", 0)))
 

@@ -1,8 +1,8 @@
 """From ``DescribeJobs`` entries to ``DescribeAppResponse``: states, failure reasons, replicas.
 
 Pure functions over the shapes of the AWS API reference (``JobDetail``), so the paths moto
-does not model (child jobs ``jobId#N``, per-node exit codes, several attempts) are unit-tested
-on responses shaped like real AWS.
+does not model (child jobs ``jobId#N``, per-node exit codes, several attempts, Spot reclaims)
+are unit-tested on responses shaped like real AWS. A single-node job is its own only replica.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.schedulers.aws_batch.render import (
     TAG_CANCEL,
     TAG_LABEL,
+    is_multinode,
     node_ranges,
     role_from_container,
 )
@@ -59,7 +60,37 @@ def num_restarts(job: Mapping[str, Any]) -> int:
     return max(0, ended - 1 if terminal else ended)
 
 
-def _exit_code(job: Mapping[str, Any]) -> int | None:
+def _attempt_line(n: int, allowed: int, attempt: Mapping[str, Any], verb: str = "ended") -> str:
+    container = attempt.get("container") or {}
+    reason = attempt.get("statusReason") or container.get("reason") or "no reason given"
+    code = container.get("exitCode")
+    return f"attempt {n} of {allowed} {verb}: {reason}" + (f" (exit code {code})" if code is not None else "")
+
+
+def attempts_summary(job: Mapping[str, Any]) -> str:
+    """Which attempt the job is on or ended with and why earlier ones ended ("" for a job
+    allowed one attempt that has at most one): e.g. ``attempt 2 of 3 running; attempt 1 of 3
+    ended: Host EC2 (instance i-0ab) terminated.``."""
+    allowed = int((job.get("retryStrategy") or {}).get("attempts") or 1)
+    ended = [a for a in job.get("attempts") or [] if a.get("stoppedAt")]
+    if allowed <= 1 and len(ended) <= 1:
+        return ""
+    status = str(job.get("status"))
+    if status in ("SUCCEEDED", "FAILED") and ended:
+        last, earlier = ended[-1], ended[:-1]
+        cancelled = cancel_requested(job)
+        verb = "succeeded" if status == "SUCCEEDED" else "was cancelled" if cancelled else "failed"
+        head = _attempt_line(len(ended), allowed, last, verb)
+        if status == "FAILED" and len(ended) < allowed and not cancelled:
+            head += "; not retried (the job's retry strategy exits on this reason)"
+    else:
+        earlier = ended
+        head = f"attempt {len(ended) + 1} of {allowed} {'running' if status == 'RUNNING' else 'waiting'}"
+    return "; ".join([head, *(_attempt_line(n, allowed, a) for n, a in enumerate(earlier, 1))])
+
+
+def exit_code(job: Mapping[str, Any]) -> int | None:
+    """The exit code of the job's (or node's) container, else of its newest attempt that has one."""
     container = job.get("container") or {}
     if container.get("exitCode") is not None:
         return int(container["exitCode"])
@@ -75,9 +106,10 @@ def _reason(job: Mapping[str, Any]) -> str:
     return str(job.get("statusReason") or container.get("reason") or "")
 
 
-def ui_url(region: str, job_id: str) -> str:
-    """The job's page in the AWS console."""
-    return f"https://{region}.console.aws.amazon.com/batch/home?region={region}#jobs/mnp-job/{job_id}"
+def ui_url(region: str, job_id: str, multinode: bool = True) -> str:
+    """The job's page in the AWS console (multi-node jobs have a page of their own)."""
+    page = "mnp-job" if multinode else "detail"
+    return f"https://{region}.console.aws.amazon.com/batch/home?region={region}#jobs/{page}/{job_id}"
 
 
 def describe_response(
@@ -86,9 +118,13 @@ def describe_response(
     nodes: Mapping[int, Mapping[str, Any]],
     region: str,
 ) -> DescribeAppResponse:
-    """``DescribeAppResponse`` of a multi-node ``job`` and its child jobs ``nodes`` (by node
-    index; empty where the API gives none, as moto: replicas then take the job's state)."""
+    """``DescribeAppResponse`` of ``job`` and, for a multi-node job, its child jobs ``nodes``
+    (by node index; empty where the API gives none, as moto: replicas then take the job's
+    state). A single-node job's replica is the job itself."""
     cancelled = cancel_requested(job)
+    multinode = is_multinode(job)
+    if not multinode:
+        nodes = {0: job}
     state = app_state(job, cancelled)
     roles = []
     role_statuses = []
@@ -101,7 +137,7 @@ def describe_response(
             if child is None:
                 replicas.append(ReplicaStatus(id=k, state=state, role=name))
                 continue
-            code = _exit_code(child)
+            code = exit_code(child)
             rep_state = app_state(child, cancelled)
             iface = ((child.get("container") or {}).get("networkInterfaces") or [{}])[0]
             replicas.append(
@@ -115,22 +151,24 @@ def describe_response(
                 )
             )
             if not failed_node and rep_state == AppState.FAILED and code not in (None, 0):
-                failed_node = f"role {name!r} replica {k} (node {node}) exited with code {code}"
-                if _reason(child):
+                at = f" (node {node})" if multinode else ""
+                failed_node = f"role {name!r} replica {k}{at} exited with code {code}"
+                if _reason(child) and multinode:
                     failed_node += f": {_reason(child)}"
         role_statuses.append(RoleStatus(role=name, replicas=replicas))
     msg = _reason(job)
     if state in (AppState.FAILED, AppState.CANCELLED):
-        if not failed_node and _exit_code(job) not in (None, 0):
-            failed_node = f"exit code {_exit_code(job)}"
+        if not failed_node and exit_code(job) not in (None, 0):
+            failed_node = f"exit code {exit_code(job)}"
         msg = "; ".join(part for part in (msg, failed_node) if part)
+    msg = "; ".join(part for part in (msg, attempts_summary(job)) if part)
     tags = job.get("tags") or {}
     return DescribeAppResponse(
         app_id=app_id,
         state=state,
         num_restarts=num_restarts(job),
         msg=msg,
-        ui_url=ui_url(region, str(job.get("jobId", ""))),
+        ui_url=ui_url(region, str(job.get("jobId", "")), multinode),
         roles_statuses=role_statuses,
         roles=roles,
         labels={k[len(TAG_LABEL) :]: v for k, v in tags.items() if k.startswith(TAG_LABEL)},

@@ -37,7 +37,8 @@ class PopenRequest:
     """Everything needed to run every replica of every role of an app.
 
     Besides TorchX's fields: ``app_name``, the ``roles`` as submitted (for ``describe`` and the
-    retry policies) and the grace period between SIGTERM and SIGKILL.
+    retry policies), the grace period between SIGTERM and SIGKILL and, with
+    ``auto_set_cuda_visible_devices``, the job's GPU plan (``gpus.plan``; empty: none).
     """
 
     app_id: str
@@ -47,6 +48,7 @@ class PopenRequest:
     app_name: str = ""
     roles: list[Role] = field(default_factory=list)
     cancel_grace_period: float = 10.0
+    gpus: dict[str, Any] = field(default_factory=dict)
 
 
 _MOUNT_TYPES: dict[str, type] = {"bind": BindMount, "volume": VolumeMount, "device": DeviceMount}
@@ -115,6 +117,7 @@ def request_to_json(req: PopenRequest) -> dict[str, Any]:
         "role_log_dirs": req.role_log_dirs,
         "roles": [role_to_json(r) for r in req.roles],
         "cancel_grace_period": req.cancel_grace_period,
+        "gpus": req.gpus,
     }
 
 
@@ -128,6 +131,7 @@ def request_from_json(data: dict[str, Any]) -> PopenRequest:
         app_name=data.get("app_name", ""),
         roles=[role_from_json(r) for r in data.get("roles", [])],
         cancel_grace_period=float(data.get("cancel_grace_period", 10.0)),
+        gpus=dict(data.get("gpus") or {}),
     )
 
 

@@ -39,7 +39,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     filter_regex,
     labels_match,
 )
-from airflow_provider_torchx.core.schedulers.local import procfs, store
+from airflow_provider_torchx.core.schedulers.local import gpus, ledger, ports, procfs, store
 from airflow_provider_torchx.core.schedulers.local.images import (
     CWDImageProvider,
     ImageProvider,
@@ -55,6 +55,7 @@ from airflow_provider_torchx.core.schedulers.local.request import (
     role_from_json,
 )
 from airflow_provider_torchx.core.schedulers.local.supervisor import supervisor_command
+from airflow_provider_torchx.core.schedulers.local.usage import local_usage
 from airflow_provider_torchx.core.specs import (
     AppDef,
     AppDryRunInfo,
@@ -70,17 +71,9 @@ ImageProviderFactory = Callable[[Cfg], ImageProvider]
 #: The env var that holds rank 0's host (``${rank0_env}`` names it); locally, ``localhost``.
 RANK0_ENV = "TORCHX_RANK0_HOST"
 #: A job whose supervisor has not shown up this long after submission is FAILED.
-SUPERVISOR_START_TIMEOUT = 60.0
+SUPERVISOR_START_TIMEOUT = ledger.START_TIMEOUT
 _TERMINAL_NAMES = {s.name for s in AppState if s.is_terminal()}
 _PENDING_STATE: dict[str, Any] = {"state": "PENDING", "num_restarts": 0, "msg": "", "replicas": {}}
-
-
-def default_device_count() -> int:
-    """How many NVIDIA GPUs this host has (``/dev/nvidiaN`` device files)."""
-    try:
-        return sum(1 for n in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", n))
-    except OSError:
-        return 0
 
 
 def make_app_id(app_name: str) -> str:
@@ -94,7 +87,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     ``backend`` is the scheduler's name (``local_cwd`` or ``local_dir``);
     ``cancel_grace_period`` is the time between SIGTERM and SIGKILL when cancelling;
-    ``device_count`` returns the host's GPU count (tests replace it); ``state_dir`` overrides
+    ``device_count`` returns the host's GPU count (devices ``0..n-1``; default:
+    ``gpus.host_devices()``); ``state_dir`` overrides
     where the job store is (default: ``statedir.default_state_dir()``). ``cache_size`` bounds
     what is held in memory, never what is on disk.
     """
@@ -121,7 +115,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self.cache_size = cache_size
         self.extra_paths = list(extra_paths or [])
         self.cancel_grace_period = float(cancel_grace_period)
-        self.device_count = device_count or default_device_count
+        self.device_count = device_count
         self.store = store.JobStore(state_dir)
         # app id -> (request record, final state or None); both never change once written.
         self._cache: OrderedDict[str, tuple[dict[str, Any], dict[str, Any] | None]] = OrderedDict()
@@ -185,8 +179,11 @@ class LocalScheduler(Scheduler[PopenRequest]):
             _check_entrypoint(i, role, params[0])
             role_params[role.name] = params
             role_log_dirs[role.name] = dirs
-        if cfg.get("auto_set_cuda_visible_devices"):
+        gpu_plan = (
             self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
+            if cfg.get("auto_set_cuda_visible_devices")
+            else None
+        )
         request = PopenRequest(
             app_id=app_id,
             log_dir=app_log_dir,
@@ -195,6 +192,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             app_name=app.name,
             roles=list(app.roles),
             cancel_grace_period=self.cancel_grace_period,
+            gpus=gpu_plan or {},
         )
         return AppDryRunInfo(request, format_request)
 
@@ -208,29 +206,31 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     def auto_set_CUDA_VISIBLE_DEVICES(  # noqa: N802 - TorchX's public name
         self, role_params: dict[str, list[ReplicaParam]], app: AppDef, cfg: Cfg
-    ) -> None:
+    ) -> dict[str, Any] | None:
         """Give each replica of each GPU role its own consecutive devices in
-        ``CUDA_VISIBLE_DEVICES`` (overwriting the role's), in role order; or, when the host has
-        fewer devices than requested in total, set it nowhere and warn with both counts."""
-        requested = sum(max(r.resource.gpu, 0) * r.num_replicas for r in app.roles)
-        if not requested:
-            return
-        available = self.device_count()
-        if requested > available:
+        ``CUDA_VISIBLE_DEVICES`` (overwriting the role's), in role order, as on an idle host;
+        or, when the host has fewer devices than requested in total, set it nowhere and warn
+        with both counts. Returns the job's GPU plan (``gpus.plan``; None: no GPU or too many):
+        at run time the host's GPU ledger decides which devices the replicas get."""
+        devices = list(range(self.device_count())) if self.device_count else gpus.host_devices()
+        plan = gpus.plan(
+            {r.name: max(r.resource.gpu, 0) for r in app.roles}, {r.name: r.num_replicas for r in app.roles}, devices
+        )
+        if plan is None:
+            return None
+        if plan["need"] > len(devices):
             warnings.warn(
-                f"auto_set_cuda_visible_devices: app {app.name!r} requests {requested} GPUs but this host has "
-                f"{available}; CUDA_VISIBLE_DEVICES is not set",
+                f"auto_set_cuda_visible_devices: app {app.name!r} requests {plan['need']} GPUs but this host has "
+                f"{len(devices)}; CUDA_VISIBLE_DEVICES is not set",
                 UserWarning,
                 stacklevel=3,
             )
-            return
-        device = 0
-        for role in app.roles:
-            if role.resource.gpu <= 0:
-                continue
-            for param in role_params[role.name]:
-                param.env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in range(device, device + role.resource.gpu))
-                device += role.resource.gpu
+            return None
+        params = [p for r in app.roles if r.name in plan["roles"] for p in role_params[r.name]]
+        counts = [plan["roles"][r.name] for r in app.roles if r.name in plan["roles"] for _ in role_params[r.name]]
+        for param, chunk in zip(params, gpus.split(counts, devices), strict=True):
+            param.env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, chunk))
+        return plan
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
         """Create the job in the store and start its supervisor; return the app id.
@@ -246,6 +246,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         except FileExistsError:
             raise ValueError(f"app_id: {req.app_id!r} was already scheduled; dry-run the app again") from None
         try:
+            ports.assign(self.store.root, req)
             record = {
                 "backend": self.backend,
                 "session": self.session_name,
@@ -256,6 +257,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 **request_to_json(req),
             }
             store.write_json_atomic(job_dir / store.REQUEST, record)
+            if req.gpus:
+                gpus.enqueue(self.store.root, req.app_id, int(req.gpus["need"]))
             self._start_supervisor(job_dir)
         except BaseException:
             self.store.remove(req.app_id)
@@ -334,7 +337,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             if not _on_this_host(rec):
                 return st or _PENDING_STATE  # its processes cannot be checked from here
             sup = store.read_json(job_dir / store.SUPERVISOR)
-            if sup is not None and _supervisor_alive(sup):
+            if ledger.supervisor_alive(sup):
                 return st or _PENDING_STATE
             if sup is None and time.time() - rec["created"] < SUPERVISOR_START_TIMEOUT:
                 return _PENDING_STATE
@@ -370,8 +373,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
     # ------------------------------------------------------------------ observe
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        """The job's state, replicas (pid-checked, so a dead supervisor is noticed), failure
-        message, restarts, labels, roles and whether a cancel was requested; None if unknown."""
+        """The job's state, replicas (pid-checked, so a dead supervisor is noticed; each
+        replica's ``msg`` names its GPUs from the ledger), failure or waiting message, restarts,
+        labels, roles and whether a cancel was requested; None if unknown."""
         rec = self._record(app_id)
         if rec is None:
             return None
@@ -390,21 +394,25 @@ class LocalScheduler(Scheduler[PopenRequest]):
                             role=role_name,
                             hostname="localhost",
                             exit_code=r.get("exit_code"),
+                            msg=f"GPUs {r['devices']}" if r.get("devices") else "",
                         )
                         for k, r in enumerate(reps)
                     ],
                 )
             )
+        roles = [role_from_json(r) for r in rec["roles"]]
+        state = AppState[st["state"]]
         return DescribeAppResponse(
             app_id=app_id,
-            state=AppState[st["state"]],
+            state=state,
             num_restarts=int(st.get("num_restarts", 0)),
             msg=st.get("msg", ""),
             ui_url=f"file://{rec['log_dir']}",
             roles_statuses=statuses,
-            roles=[role_from_json(r) for r in rec["roles"]],
+            roles=roles,
             labels=dict(rec["labels"]),
             cancel_requested=os.path.exists(os.path.join(self.store.job_dir(app_id), store.CANCEL)),
+            usage=local_usage(rec, st, roles) if state.is_terminal() else None,
         )
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[PopenRequest] | None:
@@ -565,11 +573,6 @@ class LocalScheduler(Scheduler[PopenRequest]):
 def _on_this_host(rec: dict[str, Any]) -> bool:
     """Whether the job was launched on this host (a job store may be shared, e.g. on NFS)."""
     return rec.get("host", socket.gethostname()) == socket.gethostname()
-
-
-def _supervisor_alive(sup: dict[str, Any]) -> bool:
-    """Whether the recorded supervisor still runs (same boot, same pid and start time)."""
-    return sup.get("boot") == procfs.boot_id() and procfs.is_alive(sup["pid"], sup["start"])
 
 
 def _check_entrypoint(index: int, role: Role, param: ReplicaParam) -> None:

@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 
-from airflow_provider_torchx.core.schedulers.local import procfs, store
+from airflow_provider_torchx.core.schedulers.local import gpus, procfs, store
 
 TYPE_CHECKING = False  # not ``typing``/``pathlib``: they would slow the start-up
 if TYPE_CHECKING:
@@ -73,6 +73,9 @@ class _Replica:
         self.pipes: dict[int, str] = {}
         self.partial: dict[str, bytes] = {s: b"" for s in _STREAMS}
         self.files: dict[str, int] = {}
+        #: Each run of this replica: wall-clock start, end and exit code (usage summaries).
+        self.attempts: list[dict[str, Any]] = []
+        self.devices: str | None = None
 
     @property
     def running(self) -> bool:
@@ -115,6 +118,8 @@ class _Replica:
             "start": self.start,
             "state": self.state,
             "exit_code": self.exit_code,
+            "attempts": self.attempts,
+            "devices": self.devices,
         }
 
 
@@ -141,6 +146,7 @@ class Supervisor:
         self.started = time.time()
         self.grace = 10.0
         self.self_start = procfs.start_time(self.pid)
+        self.holds_gpus = False
         self.libc = ctypes.CDLL(None, use_errno=True)
 
     # ------------------------------------------------------------------ records
@@ -175,6 +181,7 @@ class Supervisor:
         env[store.JOB_ENV] = self.dir
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        started = time.time()  # before the fork: the child may run before the parent resumes
         pid = os.fork()
         if pid == 0:
             self.exec_child(r.param, env, out_w, err_w)
@@ -182,6 +189,7 @@ class Supervisor:
         os.close(err_w)
         r.pid, r.exit_code, r.stopping, r.state = pid, None, False, "RUNNING"
         r.start = procfs.start_time(pid)
+        r.attempts.append({"started": started, "ended": None, "exit_code": None})
         r.pidfd = os.pidfd_open(pid)
         self.watch(r.pidfd, lambda: self.reap(r))
         for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
@@ -271,10 +279,42 @@ class Supervisor:
         else:
             procfs.signal_all(procfs.job_processes(sid, roots, exclude=self.pid), sig)
 
+    def take_gpus(self, plan: dict[str, Any] | None) -> None:
+        """Wait, PENDING and saying why, until the host's GPU ledger hands the job its devices
+        (``gpus.take``), then give each GPU replica its own in ``CUDA_VISIBLE_DEVICES``. A
+        cancel ends the wait (the job leaves the queue)."""
+        if not plan:
+            return
+        root, app_id = os.path.split(self.dir)
+        counts = [plan["roles"].get(r.role, 0) for r in self.replicas]
+        while not self.cancel_requested:
+            got, why = gpus.take(root, app_id, self.identity(), plan)
+            if got is not None:
+                self.holds_gpus, self.msg = True, ""
+                for r, chunk in zip(self.replicas, gpus.split(counts, got), strict=True):
+                    if chunk:
+                        r.devices = r.param["env"]["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, chunk))
+                return
+            if why != self.msg:
+                self.msg = why
+                self.write_state("PENDING")
+            for fd, _ in self.poller.poll(gpus.POLL_MS):
+                if fd in self.handlers:
+                    self.handlers[fd]()
+            # A canceller that came before this supervisor recorded itself sent no signal.
+            self.cancel_requested = self.cancel_requested or os.path.exists(os.path.join(self.dir, store.CANCEL))
+        gpus.release(root, app_id)
+
+    def release_gpus(self) -> None:
+        if self.holds_gpus:
+            gpus.release(*os.path.split(self.dir))
+            self.holds_gpus = False
+
     # ------------------------------------------------------------------ policy
 
     def on_exit(self, r: _Replica, code: int) -> None:
         r.exit_code = code
+        r.attempts[-1].update(ended=time.time(), exit_code=code)
         if r.stopping:
             r.state, r.stopping = "CANCELLED", False
         elif code == 0:
@@ -355,6 +395,7 @@ class Supervisor:
         if os.path.exists(os.path.join(self.dir, store.CANCEL)):
             self.cancel_requested = True
         else:
+            self.take_gpus(request.get("gpus"))
             for r in self.replicas:
                 if not self.cancel_requested:
                     self.launch(r)
@@ -393,6 +434,7 @@ class Supervisor:
                 os.close(fd)
             if r.state == "PENDING" and self.final == "CANCELLED":
                 r.state = "CANCELLED"
+        self.release_gpus()
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:  # adopted orphans, now killed
                 pass
@@ -433,6 +475,10 @@ def _supervise(job_dir: str) -> int:
 
         traceback.print_exc()
         sup.signal_job([], signal.SIGKILL, session=True)
+        try:  # noqa: SIM105 - contextlib would cost start-up time
+            sup.release_gpus()
+        except OSError:
+            pass
         sup.msg = f"the supervisor failed: {type(e).__name__}: {e}"
         try:  # noqa: SIM105 - contextlib would cost start-up time
             sup.write_state("FAILED", ended=time.time())

@@ -1,0 +1,65 @@
+"""A Batch job's usage summary from its ``DescribeJobs`` entries (see ``core/usage.py``).
+
+Pure functions over the shapes of the AWS API reference (``JobDetail``): the job's
+``createdAt``/``startedAt``/``stoppedAt`` (epoch milliseconds) and ``attempts[]`` (each with
+``startedAt``, ``stoppedAt``, ``container.exitCode``/``reason`` and ``statusReason``). Both job
+shapes: a multi-node job (``nodeProperties``), whose nodes are its child jobs ``jobId#N``,
+each with its own attempts; and a single-node ``container`` job, whose one replica is the job.
+Where a node's child job is not known (moto models none), the node is taken to have run as
+long as its parent job ran, which is what a multi-node job's nodes do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_torchx.core.schedulers.aws_batch.render import node_ranges
+from airflow_provider_torchx.core.specs import Role
+from airflow_provider_torchx.core.usage import Attempt, Usage, compute_usage
+
+
+def _seconds(ms: Any) -> float | None:
+    return None if ms is None else float(ms) / 1000.0
+
+
+def _reason(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("statusReason") or (entry.get("container") or {}).get("reason") or "")
+
+
+def _exit_code(entry: Mapping[str, Any]) -> int | None:
+    code = (entry.get("container") or {}).get("exitCode")
+    return None if code is None else int(code)
+
+
+def replica_attempts(role: str, replica: int, entry: Mapping[str, Any]) -> list[Attempt]:
+    """The runs of one replica from its job entry: its ``attempts`` that started, else (none
+    listed yet) the entry's own ``startedAt``/``stoppedAt`` as one run. The last run's exit
+    code, where its attempt leaves it out (moto), is the entry's ``container.exitCode``."""
+    runs = [a for a in entry.get("attempts") or [] if a.get("startedAt") is not None] or (
+        [entry] if entry.get("startedAt") is not None else []
+    )
+    return [
+        Attempt(
+            role=role,
+            replica=replica,
+            number=n,
+            started=_seconds(run.get("startedAt")),
+            ended=_seconds(run.get("stoppedAt")),
+            exit_code=_exit_code(run) if _exit_code(run) is not None or n < len(runs) else _exit_code(entry),
+            reason=_reason(run),
+        )
+        for n, run in enumerate(runs, start=1)
+    ]
+
+
+def batch_usage(job: Mapping[str, Any], nodes: Mapping[int, Mapping[str, Any]], roles: Sequence[Role]) -> Usage:
+    """The usage of ``job`` (ended), its child jobs ``nodes`` by node index (may be empty) and
+    its ``roles`` as ``describe`` rebuilt them (resources from the job's containers)."""
+    attempts = [
+        attempt
+        for name, first, last, _ in node_ranges(job)  # a single-node job: node 0, the job itself
+        for k, node in enumerate(range(first, last + 1))
+        for attempt in replica_attempts(name, k, nodes.get(node, job))
+    ]
+    return compute_usage(_seconds(job.get("createdAt")), _seconds(job.get("stoppedAt")), roles, attempts)

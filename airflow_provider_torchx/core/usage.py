@@ -1,0 +1,198 @@
+"""What a job cost: queue wait, run time and per-role resource-hours, from when each replica
+really ran and what its role asked for.
+
+Pure functions over plain records, so every scheduler turns its own records (the local
+supervisor's ``state.json``, Batch's ``DescribeJobs`` entries) into ``Attempt`` values and
+gets the same figures. Hours are *requested* resources times the seconds each replica ran:
+what a scheduler reserves and a cloud bills, not what the process used. Memory is in GiB
+(``memMB / 1024``), as Batch and the named resources count it.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider_torchx.core.specs import Resource, Role
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of one replica: when it started and ended (epoch seconds; None: unknown, e.g.
+    it never started) and how it ended (exit code, the scheduler's reason)."""
+
+    role: str
+    replica: int
+    number: int
+    started: float | None
+    ended: float | None
+    exit_code: int | None = None
+    reason: str = ""
+
+    @property
+    def seconds(self) -> float:
+        """How long it ran (0 when it never started or its end is unknown)."""
+        if self.started is None or self.ended is None:
+            return 0.0
+        return max(0.0, self.ended - self.started)
+
+
+@dataclass(frozen=True)
+class RoleUsage:
+    """One role's cost: replica-seconds (``node_seconds``) and the resource-hours its request
+    makes of them; None where the role asked for no amount (the null resource's ``-1``)."""
+
+    role: str
+    replicas: int
+    node_seconds: float
+    vcpu_hours: float | None
+    gpu_hours: float | None
+    memory_gb_hours: float | None
+
+
+def _hours(amount: float, node_seconds: float) -> float | None:
+    return None if amount < 0 else amount * node_seconds / 3600.0
+
+
+def role_usage(role: str, replicas: int, resource: Resource, attempts: Sequence[Attempt]) -> RoleUsage:
+    """The cost of ``role`` from its ``attempts`` and the ``resource`` each replica asked for."""
+    seconds = sum(a.seconds for a in attempts if a.role == role)
+    mem_gib = resource.memMB / 1024.0 if resource.memMB >= 0 else -1.0
+    return RoleUsage(
+        role=role,
+        replicas=replicas,
+        node_seconds=seconds,
+        vcpu_hours=_hours(resource.cpu, seconds),
+        gpu_hours=_hours(resource.gpu, seconds),
+        memory_gb_hours=_hours(mem_gib, seconds),
+    )
+
+
+def _sum(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "?"
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-4] + "Z"
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A finished job's usage summary (see the module docstring).
+
+    ``submitted``: when the scheduler accepted the job; ``first_running``: when its first
+    replica started; ``ended``: when the job ended (epoch seconds, None where unknown).
+    """
+
+    submitted: float | None
+    first_running: float | None
+    ended: float | None
+    roles: list[RoleUsage] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def queue_wait_s(self) -> float | None:
+        """Submitted to first replica running."""
+        if self.submitted is None or self.first_running is None:
+            return None
+        return max(0.0, self.first_running - self.submitted)
+
+    @property
+    def run_time_s(self) -> float | None:
+        """First replica running to the job's end."""
+        if self.first_running is None or self.ended is None:
+            return None
+        return max(0.0, self.ended - self.first_running)
+
+    @property
+    def node_seconds(self) -> float:
+        return sum(r.node_seconds for r in self.roles)
+
+    @property
+    def vcpu_hours(self) -> float | None:
+        return _sum([r.vcpu_hours for r in self.roles])
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return _sum([r.gpu_hours for r in self.roles])
+
+    @property
+    def memory_gb_hours(self) -> float | None:
+        return _sum([r.memory_gb_hours for r in self.roles])
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict: the records plus the derived figures (what XCom and lineage carry)."""
+        return {
+            "submitted": self.submitted,
+            "first_running": self.first_running,
+            "ended": self.ended,
+            "queue_wait_s": self.queue_wait_s,
+            "run_time_s": self.run_time_s,
+            "node_seconds": self.node_seconds,
+            "vcpu_hours": self.vcpu_hours,
+            "gpu_hours": self.gpu_hours,
+            "memory_gb_hours": self.memory_gb_hours,
+            "attempts_count": len(self.attempts),
+            "roles": [asdict(r) for r in self.roles],
+            "attempts": [asdict(a) for a in self.attempts],
+        }
+
+    def format(self) -> str:
+        """A readable block: times, totals, one line per role and per attempt."""
+        lines = [
+            f"Submitted:   {_when(self.submitted)}",
+            f"Queue wait:  {_fmt(self.queue_wait_s, 2)} s (submitted -> first replica running)",
+            f"Run time:    {_fmt(self.run_time_s, 2)} s (first replica running -> end, {_when(self.ended)})",
+            f"Total:       {self.node_seconds:.2f} node-s, {_fmt(self.vcpu_hours)} vCPU-h, "
+            f"{_fmt(self.gpu_hours)} GPU-h, {_fmt(self.memory_gb_hours)} GB-h memory",
+            "Roles:",
+        ]
+        for r in self.roles:
+            lines.append(
+                f"  {r.role}: {r.replicas} replica(s), {r.node_seconds:.2f} node-s, {_fmt(r.vcpu_hours)} vCPU-h, "
+                f"{_fmt(r.gpu_hours)} GPU-h, {_fmt(r.memory_gb_hours)} GB-h memory"
+            )
+        lines.append(f"Attempts: {len(self.attempts)}")
+        for a in self.attempts:
+            code = "?" if a.exit_code is None else str(a.exit_code)
+            reason = f" ({a.reason})" if a.reason else ""
+            lines.append(f"  {a.role}[{a.replica}] #{a.number}: {a.seconds:.2f} s, exit {code}{reason}")
+        return "Usage:\n" + textwrap.indent("\n".join(lines), "  ")
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+def compute_usage(
+    submitted: float | None,
+    ended: float | None,
+    roles: Sequence[Role],
+    attempts: Sequence[Attempt],
+) -> Usage:
+    """The usage of a job submitted at ``submitted`` and ended at ``ended`` whose replicas ran
+    ``attempts``; ``roles`` give each role's replica count and requested resource.
+
+    An attempt without an end (its record was cut short, e.g. the supervisor died) is taken to
+    have ended with the job.
+    """
+    closed = [
+        a if a.ended is not None or a.started is None else Attempt(**{**asdict(a), "ended": ended}) for a in attempts
+    ]
+    starts = [a.started for a in closed if a.started is not None]
+    return Usage(
+        submitted=submitted,
+        first_running=min(starts) if starts else None,
+        ended=ended,
+        roles=[role_usage(r.name, r.num_replicas, r.resource, closed) for r in roles],
+        attempts=sorted(closed, key=lambda a: (a.started is None, a.started or 0.0)),  # stable: ties keep role order
+    )

@@ -1,0 +1,37 @@
+"""A finished job's usage as Airflow metrics, through Airflow's own stats client (StatsD or
+OpenTelemetry, as the deployment configured ``[metrics]``; nothing at all when metrics are
+off: the client is then a no-op).
+
+Every metric is tagged with the scheduler, the app name, the DAG and the task. Plain StatsD
+carries no tags: they reach the wire with ``statsd_influxdb_enabled``, DogStatsD
+(``statsd_datadog_enabled``) or OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow_provider_torchx._compat import Stats
+from airflow_provider_torchx.core.usage import Usage
+
+#: Metric names (after Airflow's ``statsd_prefix``).
+DURATION = "torchx.job.duration"
+QUEUE_WAIT = "torchx.job.queue_wait"
+GPU_HOURS = "torchx.job.gpu_hours"
+VCPU_HOURS = "torchx.job.vcpu_hours"
+ATTEMPTS = "torchx.job.attempts"
+
+
+def emit_usage_metrics(usage: Usage, *, scheduler: str, app_name: str, dag_id: str, task_id: str) -> None:
+    """Emit the job's run time and queue wait (timers), GPU-hours, vCPU-hours and attempts
+    (gauges); figures the scheduler does not know are left out."""
+    tags = {"scheduler": scheduler, "app_name": app_name, "dag_id": dag_id, "task_id": task_id}
+    if usage.run_time_s is not None:
+        Stats.timing(DURATION, timedelta(seconds=usage.run_time_s), tags=tags)
+    if usage.queue_wait_s is not None:
+        Stats.timing(QUEUE_WAIT, timedelta(seconds=usage.queue_wait_s), tags=tags)
+    if usage.gpu_hours is not None:
+        Stats.gauge(GPU_HOURS, usage.gpu_hours, tags=tags)
+    if usage.vcpu_hours is not None:
+        Stats.gauge(VCPU_HOURS, usage.vcpu_hours, tags=tags)
+    Stats.gauge(ATTEMPTS, len(usage.attempts), tags=tags)

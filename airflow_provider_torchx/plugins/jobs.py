@@ -1,0 +1,200 @@
+"""What the TorchX UI shows, independent of the web framework: the jobs the api-server's host can
+see, one job in detail, a replica's log page and cancelling.
+
+Jobs come from two places: the local job store (``local_cwd``/``local_dir``, on this host) and
+every ``torchx`` connection whose scheduler is another backend (AWS Batch: that connection's
+queue and AWS settings). Runners come from ``TorchXHook.get_runner()``, so the api-server shares
+scheduler clients and the Batch status poller with everything else in its process.
+
+Guarantees:
+1. ``list_jobs`` never raises for one unreachable source: its error is returned beside the jobs
+   of the others.
+2. A bad handle raises ``MalformedAppHandleError``/``UnknownSchedulerError`` (``ValueError``), an
+   unknown job ``UnknownAppError``; the messages name the handle.
+3. No ``file://`` URL leaves this module (a local job's log directory means nothing in a
+   browser on another machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_torchx.core.errors import UnknownAppError
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.specs import Role, parse_app_handle
+from airflow_provider_torchx.hooks.torchx import TorchXHook
+from airflow_provider_torchx.links.torchx import job_page_url
+
+#: Schedulers whose jobs live in this host's job store: listed without a connection.
+LOCAL_SCHEDULERS = ("local_cwd", "local_dir")
+#: Identity labels the operator puts on each job, and the filter names the UI uses for them.
+IDENTITY_LABELS = {"dag_id": "airflow.dag_id", "task_id": "airflow.task_id", "run_id": "airflow.run_id"}
+#: At most this many lines per log request (the page asks again with the cursor).
+LOG_PAGE_LINES = 1000
+_CONN_ENV_PREFIX = "AIRFLOW_CONN_"
+
+
+@dataclass
+class JobRow:
+    """One job in the list."""
+
+    handle: str
+    scheduler: str
+    name: str
+    state: str
+    conn_id: str | None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        identity = {key: self.labels.get(label) for key, label in IDENTITY_LABELS.items()}
+        return {
+            "handle": self.handle,
+            "app_id": parse_app_handle(self.handle).app_id,
+            "scheduler": self.scheduler,
+            "name": self.name,
+            "state": self.state,
+            "conn_id": self.conn_id,
+            **identity,
+            "map_index": self.labels.get("airflow.map_index"),
+            "url": job_page_url(self.handle, self.conn_id),
+        }
+
+
+@dataclass
+class JobList:
+    """The jobs found and, per source that failed, why."""
+
+    jobs: list[JobRow]
+    errors: dict[str, str]
+
+
+def torchx_connection_ids() -> list[str]:
+    """Ids of the ``torchx`` connections in the metadata database and in ``AIRFLOW_CONN_*``
+    environment variables (other secrets backends cannot be enumerated)."""
+    from airflow.models import Connection
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ids = set(session.scalars(select(Connection.conn_id).where(Connection.conn_type == "torchx")))
+    for name in os.environ:
+        if name.startswith(_CONN_ENV_PREFIX):
+            conn_id = name[len(_CONN_ENV_PREFIX) :].lower()
+            with contextlib.suppress(Exception):  # a malformed variable is not ours to report
+                if TorchXHook.get_connection(conn_id).conn_type == "torchx":
+                    ids.add(conn_id)
+    return sorted(ids)
+
+
+def _sources() -> Iterable[tuple[str | None, TorchXHook]]:
+    """``(conn_id, hook)`` for each place to list jobs: the local schedulers (no connection),
+    then every ``torchx`` connection."""
+    for scheduler in LOCAL_SCHEDULERS:
+        yield None, TorchXHook(None, scheduler=scheduler)
+    for conn_id in torchx_connection_ids():
+        yield conn_id, TorchXHook(conn_id)
+
+
+def list_jobs(filters: Mapping[str, str | None]) -> JobList:
+    """Every job the host can see whose identity labels match ``filters`` (``dag_id``,
+    ``task_id``, ``run_id``; empty values ignored) and whose state is ``filters["state"]`` if
+    given; newest first per source. A connection of a local scheduler adds nothing (the local
+    store is listed once)."""
+    want = {label: filters[key] for key, label in IDENTITY_LABELS.items() if filters.get(key)}
+    state = (filters.get("state") or "").upper()
+    rows: dict[str, JobRow] = {}
+    errors: dict[str, str] = {}
+    for conn_id, hook in _sources():
+        try:
+            scheduler = hook.settings.scheduler
+            if conn_id and scheduler in LOCAL_SCHEDULERS:
+                continue
+            apps = hook.get_runner().list(scheduler, hook.resolve_cfg() if conn_id else None)
+        except Exception as err:
+            errors[conn_id or "local job store"] = f"{type(err).__name__}: {err}"
+            continue
+        for app in reversed(apps):
+            if any(app.labels.get(k) != v for k, v in want.items()) or (state and app.state.name != state):
+                continue
+            rows.setdefault(
+                app.app_handle, JobRow(app.app_handle, scheduler, app.name, app.state.name, conn_id, dict(app.labels))
+            )
+    return JobList(list(rows.values()), errors)
+
+
+def runner_for(app_handle: str, conn_id: str | None) -> Runner:
+    """The runner for ``app_handle``: from connection ``conn_id`` (AWS settings) if given and
+    defined, else the scheduler's defaults. Raises ``ValueError`` for a bad handle or an
+    unknown scheduler."""
+    parsed = parse_app_handle(app_handle)
+    runner = TorchXHook(conn_id, scheduler=parsed.scheduler_backend, session_name=parsed.session_name).get_runner()
+    runner.scheduler_run_opts(parsed.scheduler_backend)  # unknown scheduler: UnknownSchedulerError
+    return runner
+
+
+def describe(runner: Runner, app_handle: str) -> DescribeAppResponse:
+    """The scheduler's view of the job; ``UnknownAppError`` when it has none."""
+    desc = runner.describe_app(app_handle)
+    if desc is None:
+        raise UnknownAppError(f"handle: no job {app_handle!r} (the scheduler does not know it, or it was deleted)")
+    return desc
+
+
+def job_details(app_handle: str, conn_id: str | None, desc: DescribeAppResponse) -> dict[str, Any]:
+    """The job page's data: state, failure reason, roles with their resources (devices asked)
+    and replicas (state, exit code, host), labels and the scheduler's console URL (never
+    ``file://``)."""
+    parsed = parse_app_handle(app_handle)
+    replicas = {rs.role: rs.replicas for rs in desc.roles_statuses}
+    roles = []
+    for role in desc.roles or [Role(name=name) for name in replicas]:
+        res = role.resource
+        roles.append(
+            {
+                "name": role.name,
+                "image": role.image,
+                "entrypoint": role.entrypoint,
+                "args": list(role.args),
+                "num_replicas": role.num_replicas,
+                "resource": {"cpu": res.cpu, "gpu": res.gpu, "memMB": res.memMB, "devices": dict(res.devices)},
+                "replicas": [
+                    {
+                        "id": r.id,
+                        "state": r.state.name,
+                        "exit_code": r.exit_code,
+                        "hostname": r.hostname,
+                        "msg": r.msg or r.structured_error_msg,
+                    }
+                    for r in replicas.get(role.name, [])
+                ],
+            }
+        )
+    console = desc.ui_url if desc.ui_url and desc.ui_url.startswith(("http://", "https://")) else None
+    identity = {key: desc.labels.get(label) for key, label in IDENTITY_LABELS.items()}
+    return {
+        "handle": app_handle,
+        "scheduler": parsed.scheduler_backend,
+        "app_id": parsed.app_id,
+        "conn_id": conn_id,
+        "state": desc.state.name,
+        "terminal": desc.state.is_terminal(),
+        "msg": desc.msg or desc.structured_error_msg,
+        "num_restarts": desc.num_restarts,
+        "cancel_requested": desc.cancel_requested,
+        "console_url": console,
+        "labels": dict(desc.labels),
+        **identity,
+        "roles": roles,
+    }
+
+
+def read_log(runner: Runner, app_handle: str, role: str, replica: int, cursor: str | None) -> dict[str, Any]:
+    """One page of a replica's log after ``cursor`` (the scheduler's own resumable cursor):
+    ``{"lines", "cursor", "eof"}``. Bad role/replica/cursor: ``ValueError`` naming it."""
+    chunk = runner.read_log(app_handle, role, replica, cursor or None, max_lines=LOG_PAGE_LINES)
+    return {"lines": [line.rstrip("\n") for line in chunk.lines], "cursor": chunk.cursor, "eof": chunk.eof}

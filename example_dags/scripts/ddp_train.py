@@ -1,0 +1,66 @@
+"""A small data-parallel training run: each rank takes a few SGD steps of a DDP-wrapped linear
+model on its own random batches (gloo, CPU), then the ranks all-reduce their rank numbers and
+each prints the sum. Run it with ``torchrun`` (``dist.spmd --script ddp_train.py -j 2x2``).
+
+``--crash-rank R --crash-step S``: rank R exits 1 before step S (to see a failure handled);
+with ``--crash-once FILE`` only while FILE does not exist (it is created), so a retry passes.
+``--hold``: after the all-reduce, wait until the job is stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--crash-rank", type=int, default=-1)
+    parser.add_argument("--crash-step", type=int, default=1)
+    parser.add_argument("--crash-once", default=None)
+    parser.add_argument("--hold", action="store_true")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(rank)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    for step in range(args.steps):
+        if rank == args.crash_rank and step == args.crash_step and _crash_now(args.crash_once):
+            print(f"rank {rank} crashing at step {step}", flush=True)
+            sys.exit(1)
+        x = torch.randn(16, 8)
+        loss = ((model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()  # DDP all-reduces the gradients here
+        optimizer.step()
+        print(f"rank {rank} step {step} loss {loss.item():.4f}", flush=True)
+    total = torch.tensor([float(rank)])
+    dist.all_reduce(total)
+    print(f"rank {rank} of {world}: all_reduce sum {int(total.item())}", flush=True)
+    while args.hold:
+        time.sleep(1)
+    dist.destroy_process_group()
+
+
+def _crash_now(marker: str | None) -> bool:
+    if marker is None:
+        return True
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""The TorchX UI plugin's API (``plugins/app.py``) in-process with FastAPI's TestClient, on real
+local jobs and Airflow's SimpleAuthManager: who may see and cancel what, errors that explain
+themselves (400 bad handle, 404 unknown job, never a traceback), log pages with cursors, and
+that Airflow loads the plugin from the entry point and mounts it under ``/torchx``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+
+pytestmark = pytest.mark.airflow
+
+LINES = 'for i in 1 2 3; do echo "line $i"; done; sleep {pause}'
+
+
+def _app(pause: int) -> AppDef:
+    return AppDef(
+        "ui", roles=[Role("worker", image="/", entrypoint="sh", args=["-c", LINES.format(pause=pause)], num_replicas=2)]
+    )
+
+
+def _identity(dag_id: str, run_id: str = "r1") -> dict[str, str]:
+    return {"airflow.dag_id": dag_id, "airflow.task_id": "train", "airflow.run_id": run_id, "airflow.map_index": "-1"}
+
+
+@pytest.fixture(scope="module")
+def auth(airflow_env: Any) -> Any:
+    """Airflow's auth manager (SimpleAuthManager), as the api-server initialises it."""
+    from airflow.api_fastapi.app import init_auth_manager
+
+    return init_auth_manager()
+
+
+def _headers(auth: Any, role: str | None) -> dict[str, str]:
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    token = auth.generate_jwt(SimpleAuthManagerUser(username=f"ann-{role}", role=role))
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def client(auth: Any) -> Iterator[Any]:
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_torchx.plugins.app import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def jobs(airflow_env: Any) -> Iterator[dict[str, str]]:
+    """A finished job of DAG ``ui_done`` and a running one of DAG ``ui_live`` (2 replicas each)."""
+    from airflow_provider_torchx.core.runner import get_runner
+
+    runner = get_runner()
+    done = runner.run(_app(0), "local_cwd", labels=_identity("ui_done"))
+    live = runner.run(_app(120), "local_cwd", labels=_identity("ui_live"))
+    runner.wait(done, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    yield {"done": done, "live": live}
+    for handle in (done, live):
+        runner.delete(handle)
+
+
+def test_nothing_without_a_login(client: Any) -> None:
+    resp = client.get("/api/jobs")
+    assert resp.status_code == 401 and "not authenticated" in resp.json()["detail"]
+    resp = client.get("/api/jobs", headers={"Authorization": "Bearer not-a-jwt"})
+    assert resp.status_code == 401 and "invalid or expired" in resp.json()["detail"]
+    page = client.get("/", follow_redirects=False)
+    assert page.status_code in (302, 307) and "login" in page.headers["location"]
+
+
+def test_list_filters_by_dag_and_state(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    viewer = _headers(auth, "viewer")
+    listed = client.get("/api/jobs", headers=viewer).json()
+    handles = {j["handle"] for j in listed["jobs"]}
+    assert {jobs["done"], jobs["live"]} <= handles, listed
+    only = client.get("/api/jobs", params={"dag_id": "ui_live"}, headers=viewer).json()["jobs"]
+    assert [j["handle"] for j in only] == [jobs["live"]]
+    assert only[0] | {"url": None} == only[0] | {
+        "dag_id": "ui_live",
+        "task_id": "train",
+        "run_id": "r1",
+        "scheduler": "local_cwd",
+        "url": None,
+    }
+    assert only[0]["app_id"] == jobs["live"].rsplit("/", 1)[1]
+    assert only[0]["url"].startswith("/torchx/job?handle=local_cwd%3A%2F%2F")
+    done = client.get("/api/jobs", params={"state": "succeeded", "task_id": "train"}, headers=viewer).json()["jobs"]
+    assert jobs["done"] in {j["handle"] for j in done} and jobs["live"] not in {j["handle"] for j in done}
+    assert client.get("/api/jobs", headers=_headers(auth, None)).json()["jobs"] == [], "a user without a role"
+
+
+def test_a_broken_connection_is_reported_beside_the_other_jobs(
+    client: Any, auth: Any, jobs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connections come from the environment and the metadata database; one of a local
+    scheduler adds nothing (the store is listed once), a broken one is named with its error."""
+    from airflow.models import Connection
+    from airflow.utils.session import create_session
+
+    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # as in the api-server: connections from the database
+    broken = json.dumps({"conn_type": "torchx", "extra": {"scheduler": "nope"}})
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_BROKEN", broken)
+    stored = [
+        Connection(conn_id=f"torchx_db_{name}", conn_type="torchx", extra=json.dumps({"scheduler": scheduler}))
+        for name, scheduler in (("local", "local_dir"), ("broken", "nope2"))
+    ]
+    with create_session() as session:
+        session.add_all(stored)
+    try:
+        listed = client.get("/api/jobs", headers=_headers(auth, "viewer")).json()
+    finally:
+        with create_session() as session:
+            session.query(Connection).filter(Connection.conn_id.startswith("torchx_db_")).delete()
+    handles = [j["handle"] for j in listed["jobs"]]
+    assert jobs["live"] in handles and len(handles) == len(set(handles))
+    assert set(listed["errors"]) == {"torchx_broken", "torchx_db_broken"}, listed["errors"]
+    assert "unknown scheduler 'nope'" in listed["errors"]["torchx_broken"]
+    assert "unknown scheduler 'nope2'" in listed["errors"]["torchx_db_broken"]
+
+
+def test_job_shows_roles_and_replicas(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    job = client.get("/api/job", params={"handle": jobs["done"]}, headers=_headers(auth, "viewer")).json()
+    assert job["state"] == "SUCCEEDED" and job["dag_id"] == "ui_done" and job["can_cancel"] is False
+    (role,) = job["roles"]
+    assert role["name"] == "worker" and role["num_replicas"] == 2
+    assert [(r["id"], r["state"], r["exit_code"]) for r in role["replicas"]] == [
+        (0, "SUCCEEDED", 0),
+        (1, "SUCCEEDED", 0),
+    ]
+    assert job["console_url"] is None, "a local job's file:// directory is no link"
+    assert client.get("/api/job", params={"handle": jobs["done"]}, headers=_headers(auth, "user")).json()["can_cancel"]
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "message"),
+    [
+        ({"handle": "not a handle"}, 400, "app_handle: 'not a handle' is not of the form"),
+        ({"handle": "nosuch://torchx/x-1"}, 400, "unknown scheduler 'nosuch'"),
+        ({"handle": "local_cwd://torchx/no-such-job"}, 404, "no job 'local_cwd://torchx/no-such-job'"),
+        ({}, 422, "handle"),
+    ],
+)
+def test_bad_and_unknown_handles_get_a_clear_error(
+    client: Any, auth: Any, params: dict[str, str], status: int, message: str
+) -> None:
+    for method, path in (("GET", "/api/job"), ("GET", "/api/log"), ("POST", "/api/cancel")):
+        query = {**params, "role": "worker"} if path == "/api/log" else params
+        resp = client.request(method, path, params=query, headers=_headers(auth, "admin"))
+        assert resp.status_code == status, (path, resp.text)
+        assert message in json.dumps(resp.json()["detail"]), (path, resp.text)
+        assert "Traceback" not in resp.text
+
+
+def test_log_pages_follow_the_cursor(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    viewer, handle = _headers(auth, "viewer"), jobs["done"]
+    first = client.get("/api/log", params={"handle": handle, "role": "worker", "replica": 1}, headers=viewer).json()
+    assert first["lines"] == ["line 1", "line 2", "line 3"] and first["eof"], first
+    again = client.get(
+        "/api/log", params={"handle": handle, "role": "worker", "replica": 1, "cursor": first["cursor"]}, headers=viewer
+    ).json()
+    assert again["lines"] == [] and again["eof"]
+    for query, message in (
+        ({"role": "nope"}, "has no role 'nope'"),
+        ({"role": "worker", "replica": 7}, "has replicas 0..1; got 7"),
+        ({"role": "worker", "cursor": "garbage{"}, "cursor"),
+    ):
+        resp = client.get("/api/log", params={"handle": handle, **query}, headers=viewer)
+        assert resp.status_code == 400 and message in resp.json()["detail"], resp.text
+
+
+def test_only_users_with_edit_rights_cancel(client: Any, auth: Any, jobs: dict[str, str], local_jobs: Any) -> None:
+    runner: Runner = local_jobs[0]
+    handle = jobs["live"]
+    denied = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "viewer"))
+    assert denied.status_code == 403, denied.text
+    assert denied.json()["detail"] == (
+        "'ann-viewer' may not cancel this job: needs edit rights on the task instances of DAG 'ui_live'"
+    )
+    assert not runner.describe_app(handle).cancel_requested  # type: ignore[union-attr]
+
+    resp = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "user"))
+    assert resp.status_code == 202 and resp.json()["cancel_requested"], resp.text
+    status = runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.CANCELLED
+    again = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "user")).json()
+    assert again == {"handle": handle, "state": "CANCELLED", "cancel_requested": False}
+
+
+def test_airflow_mounts_the_plugin_under_torchx(airflow_env: Any, auth: Any) -> None:
+    """Loaded from the ``airflow.plugins`` entry point by the api-server's own app factory: the
+    plugin is listed with its app and views, the page is served to a logged-in user, the API is
+    behind the auth manager."""
+    from airflow.api_fastapi.app import create_app
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app("core"), raise_server_exceptions=False) as c:
+        plugins = c.get("/api/v2/plugins", headers=_headers(auth, "admin")).json()["plugins"]
+        (ours,) = [p for p in plugins if p["name"] == "torchx"]
+        assert [a["url_prefix"] for a in ours["fastapi_apps"]] == ["/torchx"]
+        assert {v["url_route"] for v in ours["external_views"]} == {"torchx", "torchx_task"}
+        assert c.get("/torchx/api/jobs").status_code == 401
+        page = c.get("/torchx/", headers=_headers(auth, "viewer"))
+        assert page.status_code == 200 and "<title>TorchX jobs</title>" in page.text
+
+
+@pytest.mark.docker
+def test_batch_jobs_through_their_connection(
+    client: Any, auth: Any, aws_env: str, batch_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Batch job (moto server, real containers) is listed through its ``torchx`` connection,
+    shown with its AWS console link, and cancelled through the connection's AWS settings."""
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+    extra = {"scheduler": "aws_batch", "cfg": f"queue={batch_queue}", "region_name": "us-east-1"}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_UI_BATCH", json.dumps({"conn_type": "torchx", "extra": extra}))
+    hook = TorchXHook("torchx_ui_batch")
+    role = Role(
+        "worker", image="busybox:local", entrypoint="sh", args=["-c", "sleep 120"], resource=Resource(1, 0, 256)
+    )
+    app = AppDef("ui", roles=[role])
+    handle = hook.get_runner().run(app, "aws_batch", hook.resolve_cfg(), labels=_identity("ui_batch"))
+    admin = _headers(auth, "admin")
+    try:
+        listed = client.get("/api/jobs", params={"dag_id": "ui_batch"}, headers=admin).json()
+        assert [(j["handle"], j["conn_id"]) for j in listed["jobs"]] == [(handle, "torchx_ui_batch")], listed
+        assert listed["jobs"][0]["url"].endswith("&conn_id=torchx_ui_batch")
+        params = {"handle": handle, "conn_id": "torchx_ui_batch"}
+        job = client.get("/api/job", params=params, headers=admin).json()
+        assert job["console_url"].startswith("https://us-east-1.console.aws.amazon.com/batch/"), job
+        assert [r["name"] for r in job["roles"]] == ["worker"] and job["dag_id"] == "ui_batch"
+        assert client.post("/api/cancel", params=params, headers=admin).status_code == 202
+        status = hook.get_runner().wait(handle, wait_interval=1, timeout=60, cancel_on_signal=False)
+        assert status is not None and status.is_terminal() and status.state != AppState.SUCCEEDED, status
+    finally:
+        hook.get_runner().cancel(handle)

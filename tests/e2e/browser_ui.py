@@ -1,0 +1,138 @@
+"""Drives the TorchX pages of a live Airflow in Debian's Chromium with Playwright, as a user would.
+
+Run by ``tests/e2e/test_ui.py`` with the browser virtualenv's Python (``.venv-browser``, made by
+``scripts/browser-venv.sh``), so the project's virtualenv needs no Playwright; it imports only
+Playwright and the standard library. Reads one JSON object (the scenario's inputs) on stdin,
+prints one JSON object (what it saw) on stdout; a step that fails ends the run with what was
+seen so far and the error.
+
+Scenario, on one running job of a DAG (two replicas printing ``r<k> line <i>`` each second):
+1. the jobs page, filtered by the DAG, lists the job; its page shows both replicas and log
+   lines arriving while the job runs;
+2. the task page's "TorchX Job" link opens that job page, and its "TorchX" tab lists the job;
+3. a viewer sees the Cancel button disabled and the plugin's API answers its cancel with 403;
+4. an admin's Cancel stops the job: the page shows CANCELLED.
+Screenshots of the two pages go to ``screenshots`` when given.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+TIMEOUT_MS = 60_000
+
+
+def context_for(browser: Browser, base_url: str, token: str) -> BrowserContext:
+    """A browser context logged in as the token's user (Airflow's UI login cookie)."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    ctx.add_cookies([{"name": "_token", "value": token, "url": base_url}])
+    ctx.set_default_timeout(TIMEOUT_MS)
+    return ctx
+
+
+def log_lines(page: Page) -> list[str]:
+    return [line for line in page.locator("#log").inner_text().splitlines() if line]
+
+
+def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
+    base, handle, dag_id = spec["base_url"], spec["handle"], spec["dag_id"]
+    shots = Path(spec["screenshots"]) if spec.get("screenshots") else None
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            admin = context_for(browser, base, spec["admin_token"]).new_page()
+            admin.on("dialog", lambda dialog: dialog.accept())
+
+            # 1. the jobs page lists the job; its page shows the replicas and a live log
+            admin.goto(f"{base}/torchx/?dag_id={dag_id}")
+            row = admin.locator(f'#jobs tr[data-handle="{handle}"]')
+            row.wait_for()
+            seen["list_row"] = row.inner_text()
+            if shots:
+                admin.screenshot(path=str(shots / "jobs.png"))
+            row.locator("a").click()
+            admin.wait_for_url(re.compile(r"/torchx/job\?handle="))
+            admin.locator("#replicas tr").nth(1).wait_for()
+            seen["replicas"] = [tr.inner_text().split("\t")[:3] for tr in admin.locator("#replicas tr").all()]
+            admin.wait_for_function("document.querySelector('#log').innerText.includes('line')")
+            first = log_lines(admin)
+            started = time.monotonic()
+            admin.wait_for_function(
+                "n => document.querySelector('#log').innerText.split('\\n').filter(l => l).length > n", arg=len(first)
+            )
+            seen["log_first"], seen["log_later"] = first, log_lines(admin)
+            seen["log_new_line_after_s"] = round(time.monotonic() - started, 1)
+            seen["job_state_shown"] = admin.locator("#job-title .state").inner_text()
+            if shots:
+                admin.screenshot(path=str(shots / "job.png"))
+
+            # 2. the task page's extra link opens the job page
+            task = context_for(browser, base, spec["admin_token"]).new_page()
+            task.goto(f"{base}/dags/{dag_id}/runs/{spec['run_id']}/tasks/{spec['task_id']}/details")
+            link = task.get_by_role("link", name="TorchX Job")
+            link.wait_for()
+            seen["task_link_href"] = link.get_attribute("href")
+            link.click()
+            task.wait_for_url(re.compile(r"/torchx/job\?handle="))
+            task.locator("#job-summary").get_by_text(handle).wait_for()
+            seen["task_link_opened"] = task.url
+
+            # the task instance's TorchX tab lists its job (the plugin's page in Airflow's frame)
+            task.goto(f"{base}/dags/{dag_id}/runs/{spec['run_id']}/tasks/{spec['task_id']}")
+            task.get_by_role("tab", name="TorchX").or_(task.get_by_role("link", name="TorchX", exact=True)).click()
+            task.frame_locator("iframe").locator(f'#jobs tr[data-handle="{handle}"]').wait_for()
+            seen["task_tab_lists_job"] = True
+            if shots:
+                task.screenshot(path=str(shots / "task-tab.png"))
+
+            # 3. a viewer may look but not cancel
+            viewer = context_for(browser, base, spec["viewer_token"]).new_page()
+            viewer.goto(admin.url)
+            viewer.locator("#replicas tr").first.wait_for()
+            seen["viewer_cancel_disabled"] = viewer.locator("#cancel").is_disabled()
+            resp = viewer.request.post(f"{base}/torchx/api/cancel?handle={spec['handle_q']}")
+            seen["viewer_cancel_status"], seen["viewer_cancel_detail"] = resp.status, resp.json().get("detail")
+
+            # 4. the admin cancels from the page
+            admin.locator("#cancel").click()
+            admin.locator("#job-title .state", has_text="CANCELLED").wait_for()
+            seen["cancelled_shown"] = True
+        except Exception:
+            if shots:
+                for n, ctx in enumerate(browser.contexts):
+                    for k, page in enumerate(ctx.pages):
+                        page.screenshot(path=str(shots / f"failed-{n}-{k}.png"))
+            raise
+        finally:
+            browser.close()
+
+
+def main() -> None:
+    spec = json.load(sys.stdin)
+    seen: dict[str, Any] = {}
+    try:
+        run(spec, seen)
+    except Exception as err:
+        seen["error"] = f"{type(err).__name__}: {err}"
+    json.dump(seen, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
