@@ -430,15 +430,16 @@ def local_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def table(rows: list[tuple[str, dict[str, Any]]], poll: float) -> None:
     head = (
-        "| contender | CPU % of a core | RSS MB | loop lag p99 (max) ms | neighbour to_thread p99 ms "
+        "| contender | CPU % of a core | RSS MB | loop lag p99 ms | neighbour to_thread p99 ms "
         "| AWS calls/s | event after end p50 / p95 / max s | events | start-up s |"
     )
     print(head)
     print("|" + " --- |" * 9)
     for name, r in rows:
         print(
-            f"| {name} | {r['cpu']:.1f} | {r['rss']:.0f} | {r['lag_p99']:.1f} ({r['lag_max']:.0f}) | "
-            f"{r['nb_p99']:.1f} (ending: {r['nb_p99_all']:.0f}; {r['nb_calls']} calls) | {r['calls_s']:.1f} | "
+            f"| {name} | {r['cpu']:.1f} | {r['rss']:.0f} | "
+            f"{r['lag_p99']:.1f} (whole run: {r['lag_p99_all']:.0f}, max {r['lag_max']:.0f}) | "
+            f"{r['nb_p99']:.1f} (whole run: {r['nb_p99_all']:.0f}; {r['nb_calls']} calls) | {r['calls_s']:.1f} | "
             f"{r['ev_p50']:.1f} / {r['ev_p95']:.1f} / {r['ev_max']:.1f} | {r['events']} ({r['statuses']}) | "
             f"{r['startup']:.0f} |"
         )

@@ -373,7 +373,12 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             return None
         if job is NOT_VISIBLE:
             return DescribeAppResponse(app_id=app_id, state=AppState.PENDING, msg=str(job["statusReason"]))
-        if not render.is_multinode(job) and status.app_state(job) == AppState.FAILED and status.exit_code(job) is None:
+        if (
+            not render.is_multinode(job)
+            and status.app_state(job) == AppState.FAILED
+            and status.exit_code(job) is None
+            and job.get("startedAt")  # a job ended before it started has no exit code to look up
+        ):
             job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
         resp = status.describe_response(app_id, job, nodes, self._region())
         if resp.state.is_terminal():
