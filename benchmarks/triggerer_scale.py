@@ -455,6 +455,7 @@ def main() -> None:
     parser.add_argument("--no-amazon", action="store_true")
     parser.add_argument("--no-batch", action="store_true")
     parser.add_argument("--no-local", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs of each contender)")
     # contender mode (internal)
     parser.add_argument("--contender", choices=["ours", "amazon"])
     parser.add_argument("--targets")
@@ -485,7 +486,10 @@ def main() -> None:
         print(f"load after: {os.getloadavg()}", flush=True)
         if rows:
             table(rows, args.poll)
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
