@@ -1,9 +1,13 @@
 """What differs between the supported Airflow versions (3.1 to 3.3), kept in one place so the
 Airflow layer does not repeat version guards.
 
-- ``AirflowSensorTimeout``: the Task SDK's (``airflow.sdk.exceptions``) where it exists, else
-  core's (3.1). Sensors must raise the class their Airflow's task runner checks for.
+- ``AirflowSensorTimeout``, ``AirflowFailException``: the Task SDK's (``airflow.sdk.exceptions``)
+  where they exist, else core's (3.1). Tasks must raise the classes their Airflow's task runner
+  checks for (core's names are deprecated aliases on later versions).
 - ``conf``: the Task SDK's configuration parser where it exists, else core's (3.1).
+- ``mask_secret`` / ``redact`` / ``should_hide_value_for_key``: Airflow's secrets masker, public
+  in the Task SDK's ``airflow.sdk.log`` and ``airflow.sdk._shared.secrets_masker`` since 3.2;
+  in 3.1 in ``airflow.sdk.execution_time.secrets_masker`` (a deprecated alias later).
 - ``Stats``: Airflow's metrics client as the deployment configured it (StatsD, OpenTelemetry or
   none): the Task SDK's (``airflow.sdk.observability.stats``, 3.3) where it exists, else core's
   ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim).
@@ -28,11 +32,35 @@ try:
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import AirflowSensorTimeout  # type: ignore[no-redef]
 try:
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
+try:
     from airflow.sdk.observability.stats import Stats
 except ImportError:  # Airflow 3.1
     from airflow.stats import Stats
 
-__all__ = ["AirflowSensorTimeout", "Stats", "conf", "connection_form_widgets", "ui_field_behaviour"]
+try:
+    from airflow.sdk._shared.secrets_masker import redact, should_hide_value_for_key
+    from airflow.sdk.log import mask_secret
+except ImportError:  # Airflow 3.1
+    from airflow.sdk.execution_time.secrets_masker import (  # type: ignore[no-redef]
+        mask_secret,
+        redact,
+        should_hide_value_for_key,
+    )
+
+__all__ = [
+    "AirflowFailException",
+    "AirflowSensorTimeout",
+    "Stats",
+    "conf",
+    "connection_form_widgets",
+    "mask_secret",
+    "redact",
+    "should_hide_value_for_key",
+    "ui_field_behaviour",
+]
 
 
 def _connection_type(conn_type: str) -> dict[str, Any]:

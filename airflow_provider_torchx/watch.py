@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
+from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, find_root_cause
 from airflow_provider_torchx.core.logstream import BATCH_LINES, JobWatch, LogBatch, LogLine, keep_reading, last_lines
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
 
@@ -141,8 +142,11 @@ def event_position(event: Mapping[str, Any]) -> LogPosition:
 
 
 def failure_message(event: Mapping[str, Any]) -> str:
-    """The task's error text for a non-success event: the reason plus the log tail."""
+    """The task's error text for a non-success event: the root cause (when torchrun reported
+    one, ``core/errorfile.py``), the reason, then the log tail."""
     message = str(event.get("message") or f"TorchX job {event.get('app_handle')} did not succeed: {event}")
+    if event.get("root_cause"):
+        message = f"{event['root_cause']}\n{message}"
     tail = event.get("tail") or []
     if tail:
         message += f"\nLast {len(tail)} log lines:\n" + "\n".join(tail)
@@ -320,12 +324,21 @@ class JobWatcher(JobWatch):
         if rep is not None:
             code = f", exit code {rep.exit_code}" if rep.exit_code is not None else ""
             where = f"; failed replica {rep.role}/{rep.id}{code}"
-            tail = [
-                line.rstrip("\n")
-                for line in last_lines(self.runner, self.app_handle, rep.role, rep.id, FAILURE_TAIL_LINES)
+            # read once: the message's tail, and where torchrun's summary is looked for
+            lines = [
+                line.rstrip("\n") for line in last_lines(self.runner, self.app_handle, rep.role, rep.id, SUMMARY_LINES)
             ]
+            tail = lines[-FAILURE_TAIL_LINES:]
         message = f"TorchX job {self.app_handle} ended {status.state.name}: {status.msg or 'no reason given'}{where}"
-        return self.event("failed", state=status.state.name, message=message, tail=tail, ui_url=status.ui_url)
+        root = find_root_cause(self.runner, self.app_handle, status, {(rep.role, rep.id): lines}) if rep else None
+        return self.event(
+            "failed",
+            state=status.state.name,
+            message=message,
+            tail=tail,
+            ui_url=status.ui_url,
+            root_cause=root.format() if root else None,
+        )
 
     def timeout_event(self, status: AppStatus) -> dict[str, Any]:
         """The event of a job still running at its deadline."""

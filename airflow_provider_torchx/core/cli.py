@@ -1,21 +1,29 @@
 """The ``airflow-torchx`` command: run components and watch, tail, cancel and list jobs
 without Airflow (the same core the operator uses).
 
-Exit codes: 0 success; 1 the job FAILED or was CANCELLED, or no such job; 2 a usage or
-validation error (the message goes to stderr, without a traceback); 128 + the signal number
-when SIGINT or SIGTERM interrupted an attached ``run --wait`` (the job is cancelled first).
+Exit codes: 0 success (also when the reader of the output went away, as ``| head`` does); 1
+the job FAILED or was CANCELLED, or no such job; 2 a usage or validation error (the message
+goes to stderr, without a traceback); 3 the system refused (a full or read-only job store: the
+message names the path and the cause); 128 + the signal number when SIGINT or SIGTERM
+interrupted an attached ``run --wait`` (the job is cancelled first).
+
+``dryrun`` and ``describe`` print the values of secret env vars (``core/masking.py``) as
+``***`` unless given ``--show-secrets``.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import logging
+import os
 import pprint
 import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
@@ -23,8 +31,10 @@ from typing import Any, TextIO
 from airflow_provider_torchx.core.components import get_app, get_component, list_components
 from airflow_provider_torchx.core.errors import ComponentError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
+from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import Stream
+from airflow_provider_torchx.core.schedulers.local.store import CorruptEntryError
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 log = logging.getLogger(__name__)
@@ -34,6 +44,7 @@ DEFAULT_SCHEDULER = "local_cwd"
 #: How long an interrupted ``run --wait`` waits for the cancelled job to end.
 CANCEL_WAIT_SECONDS = 30.0
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_SYSTEM = 3
 _LOG_TARGET = re.compile(r"^(?P<handle>[^/:]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<k>\d+))?)?$")
 
 
@@ -70,11 +81,20 @@ def _add_submit_args(sub: argparse.ArgumentParser) -> None:
         "--label", action="append", type=_label, default=[], metavar="K=V", help="a job label (repeatable)"
     )
     sub.add_argument("--parent_run_id", default=None, help="set as TORCHX_PARENT_RUN_ID in every replica")
+    _add_show_secrets(sub)
     sub.add_argument("component", help="a component name (see `builtins`) or path/to/file.py:function")
     sub.add_argument(
         "component_args",
         nargs=argparse.REMAINDER,
         help="the component's arguments (`COMPONENT --help` shows them)",
+    )
+
+
+def _add_show_secrets(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--show-secrets",
+        action="store_true",
+        help="print the values of secret env vars (passwords, tokens, keys...) instead of ***",
     )
 
 
@@ -105,7 +125,10 @@ def _parser() -> argparse.ArgumentParser:
         ("cancel", "cancel a job (it ends CANCELLED)"),
         ("delete", "cancel a job if it runs and remove it from the scheduler"),
     ):
-        sub(name, help_text).add_argument("app_handle", help="scheduler://session/app_id")
+        handle_cmd = sub(name, help_text)
+        handle_cmd.add_argument("app_handle", help="scheduler://session/app_id")
+        if name == "describe":
+            _add_show_secrets(handle_cmd)
 
     log_cmd = sub("log", "print (or follow) the logs of a job's replicas")
     log_cmd.add_argument(
@@ -142,8 +165,9 @@ def _err(text: str) -> None:
     _out(text, sys.stderr)
 
 
-def _format_app(app: AppDef) -> str:
-    return pprint.pformat(dataclasses.asdict(app), sort_dicts=False, width=110)
+def _format_app(app: AppDef, show_secrets: bool = False) -> str:
+    text = pprint.pformat(dataclasses.asdict(app if show_secrets else mask_tree(app)), sort_dicts=False, width=110)
+    return text if show_secrets else redact(text, secret_values(app))
 
 
 def _status_or_fail(runner: Runner, handle: str) -> AppStatus:
@@ -172,9 +196,14 @@ def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
             labels=labels,
         )
         _out("=== APPLICATION ===")
-        _out(_format_app(info.app))
+        _out(_format_app(info.app, args.show_secrets))
         _out("=== SCHEDULER REQUEST ===")
-        _out(str(info))
+        if args.show_secrets:
+            _out(str(info))
+        else:
+            masked = copy.copy(info)
+            masked.request = mask_tree(info.request)
+            _out(redact(str(masked), secret_values(info.app)))
         return EXIT_OK
     handle = runner.run_component(
         args.component, args.component_args, args.scheduler, cfg, parent_run_id=args.parent_run_id, labels=labels
@@ -320,11 +349,38 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
     if not apps:
         _err(f"no jobs on {args.scheduler}")
         return EXIT_OK
-    width = max(len(a.app_handle) for a in apps)
-    _out(f"{'APP HANDLE':<{width}}  {'STATE':<10}  NAME")
-    for app in apps:
-        _out(f"{app.app_handle:<{width}}  {app.state.name:<10}  {app.name}")
+    rows = [(a.app_handle, a.state.name, _when(a.created), _airflow_task(a.labels), a.name) for a in apps]
+    widths = [max(len(row[i]) for row in [_LIST_HEADER, *rows]) for i in range(4)]
+    for row in [_LIST_HEADER, *rows]:
+        _out("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)) + f"  {row[4]}")
     return EXIT_OK
+
+
+_LIST_HEADER = ("APP HANDLE", "STATE", "SUBMITTED", "AIRFLOW TASK", "NAME")
+
+
+def _when(epoch: float | None) -> str:
+    """A local time ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if epoch else "-"
+
+
+def _airflow_task(labels: dict[str, str]) -> str:
+    """``dag_id.task_id[map_index]`` of a job an Airflow task launched (from its labels); ``-``."""
+    dag_id, task_id = labels.get("airflow.dag_id"), labels.get("airflow.task_id")
+    if not (dag_id and task_id):
+        return "-"
+    map_index = labels.get("airflow.map_index", "-1")
+    return f"{dag_id}.{task_id}" + (f"[{map_index}]" if map_index not in ("", "-1") else "")
+
+
+def _timing(runner: Runner, handle: str) -> str | None:
+    """``Started: ...; duration: 12s`` (so far, while it runs) of a job that started."""
+    desc = runner.describe_app(handle)
+    if desc is None or desc.started is None:
+        return None
+    end = desc.ended if desc.ended is not None else time.time()
+    running = "" if desc.ended is not None else " so far"
+    return f"  Started: {_when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
 
 
 def _runopts(runner: Runner, args: argparse.Namespace) -> int:
@@ -357,14 +413,24 @@ def _builtins(args: argparse.Namespace) -> int:
 
 def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
     handle: str = args.app_handle
-    status = _status_or_fail(runner, handle)
+    try:
+        status = _status_or_fail(runner, handle)
+    except CorruptEntryError:
+        if args.command != "delete":
+            raise
+        runner.delete(handle)  # a corrupt job can only be deleted
+        _out(f"{handle}: deleted")
+        return EXIT_OK
     if args.command == "status":
         _out(status.format())
+        timing = _timing(runner, handle)
+        if timing:
+            _out(timing)
     elif args.command == "describe":
         app = runner.describe(handle)
         if app is None:
             raise _NoSuchJobError(handle)
-        _out(_format_app(app))
+        _out(_format_app(app, args.show_secrets))
         if status.usage is not None:
             _out(status.usage.format())
     elif args.command == "cancel":
@@ -410,8 +476,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         _err(f"{PROG}: error: {err}")
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
+        _silence_stdout()
+        return EXIT_OK
+    except OSError as err:  # a full or read-only job store (its message names the path), ...
+        _err(f"{PROG}: error: {err}")
+        return EXIT_SYSTEM
     except KeyboardInterrupt:
         return 128 + int(signal.SIGINT)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush finds no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

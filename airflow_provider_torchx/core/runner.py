@@ -24,7 +24,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from airflow_provider_torchx.core.errors import SignalException, UnknownAppError, UnknownSchedulerError
-from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
+from airflow_provider_torchx.core.runopts import Cfg, CfgVal, did_you_mean, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     DescribeAppResponse,
     ListAppResponse,
@@ -113,7 +113,8 @@ class Runner:
                 factory = self._factories.get(scheduler)
                 if factory is None:
                     raise UnknownSchedulerError(
-                        f"scheduler: unknown scheduler {scheduler!r}; known: {', '.join(self.scheduler_backends())}"
+                        f"scheduler: unknown scheduler {scheduler!r}; known: {', '.join(self.scheduler_backends())}."
+                        f"{did_you_mean(scheduler, self._factories)}"
                     )
                 sched = factory(self._name, **self._scheduler_params)
                 self._schedulers[scheduler] = sched

@@ -9,8 +9,9 @@ lists the valid options.
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,12 @@ class runopt:  # noqa: N801 - TorchX's public name
     opt_type: type
     is_required: bool
     help: str
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` Did you mean X?`` for the names of ``known`` closest to ``name``; empty if none is close."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def _split_items(value: str) -> list[str]:
@@ -158,7 +165,8 @@ class runopts:  # noqa: N801 - TorchX's public name
 
     def _unknown(self, key: str) -> InvalidRunConfigError:
         valid = ", ".join(sorted(self._opts)) or "(none)"
-        return InvalidRunConfigError(f"cfg: unknown option {key!r}; valid options: {valid}")
+        hint = did_you_mean(key, self._opts)
+        return InvalidRunConfigError(f"cfg: unknown option {key!r}; valid options: {valid}.{hint}")
 
     def _typed(self, key: str, value: object) -> CfgVal:
         """``value`` checked against (strings parsed into) the type of option ``key``; an

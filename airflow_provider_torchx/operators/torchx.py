@@ -27,6 +27,8 @@ from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handl
 from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
+from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
+from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
 from airflow_provider_torchx.watch import (
@@ -180,6 +182,7 @@ class TorchXRunOperator(BaseOperator):
             raise TypeError(f"app: expected an AppDef, got {type(app).__name__}")
         if poll_interval <= 0:
             raise ValueError(f"poll_interval: {poll_interval!r} must be > 0 seconds")
+        check_literal_arguments(app=app, component=component, scheduler=scheduler, cfg=cfg)
         self.app = app
         self.component = component
         self.component_args = component_args if component_args is not None else []
@@ -230,7 +233,11 @@ class TorchXRunOperator(BaseOperator):
 
     # ------------------------------------------------------------------ execute
 
-    def execute(self, context: Context) -> str:
+    def execute(self, context: Context) -> str | dict[str, Any]:
+        with fail_without_retry(self.component):
+            return self._execute(context)
+
+    def _execute(self, context: Context) -> str | dict[str, Any]:
         started_at = time.time()
         hook = self.hook()
         scheduler = hook.settings.scheduler
@@ -240,12 +247,14 @@ class TorchXRunOperator(BaseOperator):
         adopted = None
         if self.reattach_on_retry and not self.dryrun:
             adopted = self._find_job_to_adopt(runner, scheduler, cfg, labels, context)
+        app = self.build_app()
+        register_app_secrets(app)  # before anything is logged
         if adopted is None:
-            info = runner.dryrun(self.build_app(), scheduler, cfg, labels=labels)
+            info = runner.dryrun(app, scheduler, cfg, labels=labels)
             if self.dryrun:
-                rendered = str(info)
+                rendered = str(redact(str(info)))
                 self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, rendered)
-                return rendered
+                return request_dict(rendered)
             handle = runner.schedule(info)
             self.log.info("Submitted %s", handle)
             cursor_file = cursor_file_for(runner, handle, labels)
@@ -280,7 +289,12 @@ class TorchXRunOperator(BaseOperator):
                 method_name="execute_complete",
             )
         watcher = JobWatcher(
-            runner, handle, self.log, stream_logs=self.stream_logs, position=position, cursor_file=cursor_file
+            runner,
+            handle,
+            MaskedLog(self.log),
+            stream_logs=self.stream_logs,
+            position=position,
+            cursor_file=cursor_file,
         )
         event = self._wait_in_worker(watcher, started_at, deadline)
         return self._finish(event, context, cursor_file, watcher.position)
@@ -357,7 +371,7 @@ class TorchXRunOperator(BaseOperator):
                 f"TorchX job {handle} did not end within {self._wait_seconds():.0f}s "
                 f"(still {event.get('state')}); cancelled it"
             )
-        raise AirflowException(failure_message(event))
+        raise AirflowException(redact(failure_message(event)))
 
     def _report_success(self, context: Context, cursor_file: CursorFile, position: LogPosition, handle: str) -> str:
         """Mark the job as reported by a try (so a later clear submits a new one) and return it."""

@@ -97,6 +97,7 @@ class TorchXJobSensor(BaseSensorOperator):
         report_usage(self._watcher.runner, self.app_handle, context, self.log)
         if event["status"] != "success":
             raise AirflowException(failure_message(event))
+        self.log.info("TorchX job %s SUCCEEDED", self.app_handle)
         return True
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
@@ -110,4 +111,5 @@ class TorchXJobSensor(BaseSensorOperator):
             raise AirflowSensorTimeout(f"{self.app_handle} did not end within {self.timeout}s: {event.get('message')}")
         if event["status"] != "success":
             raise AirflowException(failure_message(event))
+        self.log.info("TorchX job %s SUCCEEDED", self.app_handle)
         return self.app_handle

@@ -28,6 +28,7 @@ from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
+from airflow_provider_torchx.masking import MaskedLog, redact, register_job_secrets
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
@@ -178,6 +179,7 @@ class TorchXJobTrigger(BaseTrigger):
     def _watcher(self) -> JobWatcher:
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
         runner = self._runner()
+        register_job_secrets(runner.describe, self.app_handle)  # this process did not build the app
         given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
         cursor_file = cursor_file_for(runner, self.app_handle, self.identity) if self.identity else None
         saved = cursor_file.load() if cursor_file is not None and self.stream_logs else None
@@ -190,7 +192,12 @@ class TorchXJobTrigger(BaseTrigger):
                 cursor_file,
             )
         return JobWatcher(
-            runner, self.app_handle, self.log, stream_logs=self.stream_logs, position=position, cursor_file=cursor_file
+            runner,
+            self.app_handle,
+            MaskedLog(self.log),
+            stream_logs=self.stream_logs,
+            position=position,
+            cursor_file=cursor_file,
         )
 
     def _wrong_host(self) -> str | None:
@@ -216,7 +223,7 @@ class TorchXJobTrigger(BaseTrigger):
             watcher = await run_blocking(self._watcher)
             event = await watcher.watch(self.poll_interval, self.deadline, self.started_at)
             self._final_event_fired = True
-            yield TriggerEvent(event)
+            yield TriggerEvent(redact(event))
         except asyncio.CancelledError:
             if not TRIGGER_HAS_ON_KILL and self.cancel_on_kill and not self._final_event_fired:
                 await self._cancel_unless_still_deferred()
@@ -224,13 +231,15 @@ class TorchXJobTrigger(BaseTrigger):
         except Exception as e:
             self.log.exception("watching %s failed", self.app_handle)
             yield TriggerEvent(
-                {
-                    "status": "error",
-                    "app_handle": self.app_handle,
-                    "message": f"watching {self.app_handle} failed: {type(e).__name__}: {e}",
-                    "log_cursors": watcher.cursors if watcher else self.log_cursors,
-                    "cursor_seq": watcher.position.seq if watcher else self.cursor_seq,
-                }
+                redact(
+                    {
+                        "status": "error",
+                        "app_handle": self.app_handle,
+                        "message": f"watching {self.app_handle} failed: {type(e).__name__}: {e}",
+                        "log_cursors": watcher.cursors if watcher else self.log_cursors,
+                        "cursor_seq": watcher.position.seq if watcher else self.cursor_seq,
+                    }
+                )
             )
 
     async def _cancel_unless_still_deferred(self) -> None:

@@ -3,7 +3,9 @@ model on its own random batches (gloo, CPU), then the ranks all-reduce their ran
 each prints the sum. Run it with ``torchrun`` (``dist.spmd --script ddp_train.py -j 2x2``).
 
 ``--crash-rank R --crash-step S``: rank R exits 1 before step S (to see a failure handled);
-with ``--crash-once FILE`` only while FILE does not exist (it is created), so a retry passes.
+with ``--crash-raises`` it raises ``RuntimeError`` instead, which ``record`` (on ``main``) writes
+to torchrun's error file: the task's error then starts with it (the root cause); with
+``--crash-once FILE`` only while FILE does not exist (it is created), so a retry passes.
 ``--hold``: after the all-reduce, wait until the job is stopped.
 """
 
@@ -16,9 +18,11 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 
+@record
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=3)
@@ -26,6 +30,7 @@ def main() -> None:
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-step", type=int, default=1)
     parser.add_argument("--crash-once", default=None)
+    parser.add_argument("--crash-raises", action="store_true")
     parser.add_argument("--hold", action="store_true")
     args = parser.parse_args()
 
@@ -37,6 +42,8 @@ def main() -> None:
     for step in range(args.steps):
         if rank == args.crash_rank and step == args.crash_step and _crash_now(args.crash_once):
             print(f"rank {rank} crashing at step {step}", flush=True)
+            if args.crash_raises:
+                raise RuntimeError(f"boom on rank {rank}")
             sys.exit(1)
         x = torch.randn(16, 8)
         loss = ((model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()

@@ -4,6 +4,7 @@ waiting modes; the task output must hold every replica line exactly once."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -72,11 +73,13 @@ def test_dryrun_submits_nothing(run_dag: Any) -> None:
     dag_run, out = run_dag("torchx_dryrun")
     assert dag_run.state == "success", out[-4000:]
     rendered = dag_run.get_task_instance("spmd_dryrun").xcom_pull(task_ids="spmd_dryrun")
-    assert "torchrun" in str(rendered) and "torchrun" in out
+    assert isinstance(rendered, dict), rendered  # the rendered request, no json.loads needed
+    assert "torchrun" in str(rendered["role_params"]) and "torchrun" in out
     assert "Submitted" not in out
     ti = dag_run.get_task_instance("spmd_dryrun")
     assert not ti.xcom_pull(task_ids="spmd_dryrun", key="_link_TorchXJobLink"), "a dry run has no job page"
     assert "XCom not found" not in out, "a link read a missing XCom"
+    assert not [line for line in out.splitlines() if "[error" in line], out[-3000:]  # no "XCom not found"
 
 
 @pytest.mark.parametrize("deferrable", MODES)
@@ -110,3 +113,57 @@ def test_timeout_cancels_the_job(run_dag: Any, deferrable: bool) -> None:
     runner = get_runner()
     status = runner.wait(handle.group(1), wait_interval=0.2, timeout=30, cancel_on_signal=False)
     assert status is not None and status.state == AppState.CANCELLED
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_root_cause_heads_the_error_of_a_failed_torchrun_job(run_dag: Any, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_test_root_cause", deferrable=deferrable)
+    assert dag_run.state == "failed"
+    root = "Root cause (rank 1, replica trainer/0, exit code 1): RuntimeError: boom on rank 1"
+    error = out[out.index(root) :]  # the task's error starts with the root cause, then the rest
+    assert re.match(re.escape(root) + r"\n  Last frames of its traceback:\n(  .*\n)+TorchX job \S+ ended FAILED", error)
+    assert 'raise RuntimeError(f"boom on rank {rank}")' in error
+
+
+def test_config_error_fails_the_task_without_retries(run_dag: Any) -> None:
+    dag_run, out = run_dag("torchx_test_config_error")
+    ti = dag_run.get_task_instance("misspelled")
+    assert (str(ti.state), ti.try_number) == ("failed", 1), out[-3000:]
+    assert out.count("unknown argument 'mgs'") == 1, out[-3000:]
+    assert "`airflow-torchx builtins utils.echo` prints the component's arguments" in out
+    assert "usage:" not in out and "The above exception was the direct cause" not in out
+    assert "XCom not found" not in out
+
+
+BAD_DAG = """
+from datetime import datetime
+from airflow.sdk import DAG
+from airflow_provider_torchx.core.specs import AppDef, Resource, Role
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+
+with DAG(dag_id="bad", schedule=None, start_date=datetime(2024, 1, 1)):
+    TorchXRunOperator(task_id="t", {arguments})
+"""
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ('component="utils.ehco", scheduler="local_cwd"', "unknown component 'utils.ehco'. Did you mean utils.echo or"),
+        ('component="utils.echo", scheduler="local_cdw"', "unknown scheduler 'local_cdw'; known: "),
+        ('component="utils.echo", scheduler="local_cwd", cfg={"log_dri": "/tmp"}', "Did you mean 'log_dir'?"),
+        (
+            'app=AppDef(name="a", roles=[Role(name="r", image="i", entrypoint="x", '
+            "resource=Resource(cpu=-5, gpu=0, memMB=1024))])",
+            "roles[0].resource.cpu: -5",
+        ),
+    ],
+    ids=["component", "scheduler", "cfg", "app"],
+)
+def test_literal_mistakes_are_import_errors_of_the_dag(
+    airflow_env: AirflowEnv, tmp_path: Path, arguments: str, error: str
+) -> None:
+    (tmp_path / "bad_dag.py").write_text(BAD_DAG.format(arguments=arguments))
+    import_errors = type(airflow_env.dagbag)(str(tmp_path)).import_errors
+    assert len(import_errors) == 1
+    assert error in next(iter(import_errors.values()))

@@ -119,3 +119,17 @@ def test_on_kill_stops_every_rank(local_jobs: tuple[Runner, list[str]]) -> None:
     assert status is not None and status.state == AppState.CANCELLED
     _, alive = psutil.wait_procs(procs, timeout=5)
     assert not alive and not processes_of(job_dir)
+
+
+def test_the_raising_rank_is_the_root_cause_at_the_top_of_the_error(run_dag: Any) -> None:
+    """Rank 1 (on node 1) raises; ``record`` writes it to torchrun's error file: the task's
+    error starts with its exception, rank and last frames (``core/errorfile.py``)."""
+    dag_run, out = run_dag("torchx_test_ddp_raise", deferrable=False)
+    assert dag_run.state == "failed"
+    crashed = re.findall(rf"\[{ROLE}/(\d)\] rank 1 crashing at step 2", out)  # the rendezvous places rank 1
+    assert len(crashed) == 1, out[-4000:]
+    root = f"Root cause (rank 1, replica {ROLE}/{crashed[0]}, exit code 1): RuntimeError: boom on rank 1"
+    assert root in out, out[-4000:]
+    error = out[out.index(root) :]
+    assert re.match(re.escape(root) + r"\n  Last frames of its traceback:\n(  .*\n)+TorchX job \S+ ended FAILED", error)
+    assert 'raise RuntimeError(f"boom on rank {rank}")' in error.split("TorchX job")[0]

@@ -11,10 +11,14 @@ import sys
 from typing import Any
 
 import pytest
+from airflow.exceptions import AirflowFailException
+from botocore.exceptions import ClientError
 
+from airflow_provider_torchx.core.errors import UnknownSchedulerError
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
+from airflow_provider_torchx.operators.checks import fail_without_retry
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator, identity_labels
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from tests.airflow.helpers import FakeTI
@@ -112,9 +116,11 @@ def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
         "import airflow_provider_torchx.operators.torchx as op, airflow_provider_torchx.sensors.torchx as se\n"
         "import airflow_provider_torchx.triggers.torchx, airflow_provider_torchx.hooks.torchx\n"
         "import airflow_provider_torchx.links.torchx, airflow_provider_torchx.plugins.torchx\n"
-        "modules = sorted(sys.modules)\n"
         "run = op.TorchXRunOperator(task_id='a', component='utils.echo')\n"
+        "op.TorchXRunOperator(task_id='c', component='utils.echo', scheduler='local_cwd', cfg={'log_dir': '/l'})\n"
+        "op.TorchXRunOperator(task_id='d', component='utils.echo', scheduler='aws_batch', cfg={'queue': 'q'})\n"
         "sense = se.TorchXJobSensor(task_id='b', app_handle='local_cwd://s/x')\n"
+        "modules = sorted(sys.modules)  # after the parse-time checks of the operators' arguments\n"
         "print(json.dumps([modules, run.deferrable, sense.deferrable]))\n"
     )
     env = {**os.environ, "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True"}
@@ -123,6 +129,7 @@ def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
     heavy = [m for m in modules if m.split(".")[0] in ("boto3", "botocore", "docker", "moto")]
     assert heavy == []
     assert not [m for m in modules if m.startswith("airflow_provider_torchx.core.schedulers.aws_batch")]
+    assert "airflow_provider_torchx.core.schedulers.local.scheduler" not in modules
     assert "airflow_provider_torchx.operators.torchx" in modules
     assert "airflow_provider_torchx.plugins.app" not in modules, "every process loads the plugin: its web app waits"
     assert run_deferrable is True and sensor_deferrable is True
@@ -144,20 +151,56 @@ def test_sensor_poke_fails_with_the_reason(local_jobs: tuple[Runner, list[str]])
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"component": "utils.echo", "cfg": "colour=blue"}, "colour"),
-        ({"component": "utils.echo", "component_args": ["--nope", "1"]}, "nope"),
+        ({"component": "utils.echo", "cfg": "colour=blue"}, "unknown option 'colour'"),
+        ({"component": "utils.echo", "cfg": {"log_dri": "/tmp"}}, "Did you mean 'log_dir'"),
         ({"component": "utils.no_such_thing"}, "utils.no_such_thing"),
+        ({"component": "utils.ehco"}, "Did you mean utils.echo"),
+        ({"component": "utils.echo", "scheduler": "local_cdw"}, "Did you mean 'local_cwd'"),
         ({"app": AppDef(name="bad", roles=[Role(name="r", image="local", entrypoint="")])}, "entrypoint"),
     ],
 )
-def test_bad_input_fails_before_anything_is_submitted(kwargs: dict[str, Any], error: str) -> None:
-    ti = FakeTI()
-    ti.run_id = f"bad-input-{error}"
-    op = TorchXRunOperator(task_id="task", scheduler="local_cwd", **kwargs)
+def test_literal_bad_input_fails_when_the_dag_is_parsed(kwargs: dict[str, Any], error: str) -> None:
     with pytest.raises(ValueError, match=error):
+        TorchXRunOperator(task_id="task", **{"scheduler": "local_cwd", **kwargs})
+
+
+def test_templated_values_are_left_to_the_task() -> None:
+    TorchXRunOperator(task_id="t", component="utils.echo", scheduler="local_cwd", cfg={"log_dir": "{{ ds }}"})
+    TorchXRunOperator(task_id="u", component="{{ params.c }}", scheduler="local_cwd", cfg="{{ params.cfg }}")
+
+
+def test_bad_input_at_run_time_fails_without_retry_and_submits_nothing() -> None:
+    ti = FakeTI()
+    ti.run_id = "bad-input-at-run-time"
+    op = TorchXRunOperator(task_id="task", scheduler="local_cwd", component="utils.echo", component_args=["--nope"])
+    with pytest.raises(AirflowFailException, match="nope") as raised:
         op.execute({"ti": ti})  # type: ignore[arg-type]
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__  # one message, not a chain
     assert ti.xcoms == {}
     assert get_runner().list("local_cwd", labels=identity_labels({"ti": ti})) == []  # type: ignore[typeddict-item]
+
+
+def test_unknown_connection_fails_without_retry() -> None:
+    op = TorchXRunOperator(task_id="task", component="utils.echo", torchx_conn_id="no_such_conn")
+    with pytest.raises(AirflowFailException, match="connection 'no_such_conn' is not defined"):
+        op.execute({"ti": FakeTI()})  # type: ignore[arg-type]
+
+
+def test_only_errors_a_retry_cannot_fix_skip_the_retries() -> None:
+    with pytest.raises(AirflowFailException, match="UnknownSchedulerError: scheduler: unknown"), fail_without_retry():
+        raise UnknownSchedulerError("scheduler: unknown scheduler 'x'")
+    throttled = ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "SubmitJob")
+    for transient in (ConnectionError("connection lost"), throttled):
+        with pytest.raises(type(transient)), fail_without_retry():
+            raise transient
+
+
+def test_sensor_resume_logs_the_final_state_like_the_operator(capfd: pytest.CaptureFixture[str]) -> None:
+    handle = "local_cwd://torchx/done-1"
+    sensor = TorchXJobSensor(task_id="s", app_handle=handle, stream_logs=False)
+    sensor.execute_complete({}, {"status": "success", "app_handle": handle})  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert f"TorchX job {handle} SUCCEEDED" in out + err
 
 
 def test_sensor_resume_raises_by_event_kind() -> None:

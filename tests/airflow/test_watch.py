@@ -55,7 +55,7 @@ def sh_app(script: str, name: str = "watch") -> AppDef:
 
 
 def context() -> dict[str, Any]:
-    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1, try_number=1)
+    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1, try_number=1, xcom_push=lambda **_: None)
     return {"ti": ti}
 
 
@@ -237,6 +237,7 @@ def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setenv("ACME_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_ACME", '{"conn_type": "torchx", "extra": {"scheduler": "acme"}}')
     yield tmp_path / "jobs"
     invalidate_runner(("acme", "torchx", None, None))
 

@@ -4,6 +4,7 @@ scheduler (in-process for most, as a real subprocess for signals)."""
 from __future__ import annotations
 
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -116,6 +117,8 @@ def test_runopts(capsys: pytest.CaptureFixture[str]) -> None:
         (["status"], "the following arguments are required: app_handle"),
         (["run", "--label", "novalue", "utils.echo"], "'novalue' is not key=value"),
         (["run", "-s", "nope", "utils.echo"], "unknown scheduler 'nope'; known: "),
+        (["run", "-s", "local_cdw", "utils.echo"], "local_dir. Did you mean 'local_cwd' or 'local_dir'?"),
+        (["run", "-cfg", "log_dri=/tmp", "utils.echo"], "Did you mean 'log_dir'?"),
         (["run", "-cfg", "log_dir=/tmp/x,nope=1", "utils.echo"], "cfg: unknown option 'nope'"),
         (["run", "-cfg", "prepend_cwd=maybe", "utils.echo"], "cfg: prepend_cwd='maybe' is not a valid bool"),
         (["run", "utils.ehco"], "unknown component 'utils.ehco'. Did you mean utils.echo"),
@@ -269,3 +272,35 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_closed_pipe_ends_the_command_quietly_with_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """As ``airflow-torchx ... | head -1``: the reader is gone before the command writes (its
+    end of the pipe is closed at once), as a real subprocess."""
+    code, out, _ = run_cli(capsys, "run", "--wait", "-s", "local_cwd", "utils.sh", "echo one; echo two")
+    assert code == 0
+    handle = only_handle(out)
+    for argv in (["runopts"], ["builtins"], ["status", handle], ["describe", handle], ["log", handle]):
+        proc = subprocess.Popen([CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=60)
+        assert (proc.returncode, err.decode()) == (0, ""), argv
+
+
+def test_list_shows_submit_time_and_airflow_task_and_status_the_timing(capsys: pytest.CaptureFixture[str]) -> None:
+    labels = ["--label", "airflow.dag_id=sweep", "--label", "airflow.task_id=train", "--label", "airflow.map_index=2"]
+    before = time.time()
+    code, out, err = run_cli(capsys, "run", "--wait", "-s", "local_cwd", *labels, "utils.sh", "sleep 1.2")
+    assert code == 0, err
+    handle = only_handle(out)
+    code, out, _ = run_cli(capsys, "list", "-s", "local_cwd")
+    header, row = out.splitlines()
+    assert header.split() == ["APP", "HANDLE", "STATE", "SUBMITTED", "AIRFLOW", "TASK", "NAME"]
+    submitted = time.mktime(time.strptime(" ".join(row.split()[2:4]), "%Y-%m-%d %H:%M:%S"))
+    assert row.split()[:2] == [handle, "SUCCEEDED"] and row.split()[4:] == ["sweep.train[2]", "sh"]
+    assert before - 1 <= submitted <= time.time()
+    code, out, _ = run_cli(capsys, "status", handle)
+    started = re.search(r"\n  Started: (\S+ \S+); duration: (\d+)s\n", out)
+    assert code == 0 and started, out
+    assert 1 <= int(started.group(2)) <= 30

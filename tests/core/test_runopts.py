@@ -170,7 +170,7 @@ def test_cfg_from_str_unknown_key_lists_valid_options() -> None:
         _local_opts().cfg_from_str("log_dir=/x,logdir=/y")
     msg = str(exc.value)
     assert "'logdir'" in msg
-    assert "valid options: auto_set_cuda_visible_devices, log_dir, prepend_cwd" in msg
+    assert "valid options: auto_set_cuda_visible_devices, log_dir, prepend_cwd. Did you mean 'log_dir'?" in msg
     assert isinstance(exc.value, ValueError)
 
 

@@ -388,7 +388,8 @@ def _entry_point_components(only: str | None = None) -> dict[str, Component]:
     return found
 
 
-def _builtin_components() -> dict[str, Component]:
+def builtin_components() -> dict[str, Component]:
+    """The builtin components (``utils.*``, ``dist.*``) by name."""
     found: dict[str, Component] = {}
     for mod_name in _BUILTIN_MODULES:
         module = importlib.import_module(f"{__name__}.{mod_name}")
@@ -399,7 +400,7 @@ def _builtin_components() -> dict[str, Component]:
 
 def list_components() -> dict[str, Component]:
     """Every named component: entry points' and the builtins (an entry point wins a clash)."""
-    return {**_builtin_components(), **_entry_point_components()}
+    return {**builtin_components(), **_entry_point_components()}
 
 
 def _file_component(name: str) -> Component:
@@ -433,7 +434,7 @@ def get_component(name: str) -> Component:
 
     An unknown name raises ``ComponentError`` with the closest known names.
     """
-    found = _entry_point_components(only=name).get(name) or _builtin_components().get(name)
+    found = _entry_point_components(only=name).get(name) or builtin_components().get(name)
     if found:
         return found
     if ":" in name:

@@ -56,6 +56,9 @@ class DescribeAppResponse:
     cancel_requested: bool = False
     #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
     usage: Usage | None = None
+    #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
+    started: float | None = None
+    ended: float | None = None
 
 
 @dataclass
@@ -67,6 +70,8 @@ class ListAppResponse:
     app_handle: str = "<NOT_SET>"
     name: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    #: When the app was submitted (epoch seconds; None: unknown).
+    created: float | None = None
 
 
 @dataclass

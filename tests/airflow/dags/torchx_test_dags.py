@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import sys
+from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
 from airflow_provider_torchx.core.specs import AppDef, Role, macros
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from tests.fixtures import standin_torchrun
 
 START = datetime(2024, 1, 1)
 
@@ -45,4 +47,56 @@ with DAG(dag_id="torchx_test_timeout", schedule=None, start_date=START, catchup=
         scheduler="local_cwd",
         poll_interval=0.3,
         timeout=2,
+    )
+
+#: A 2-rank job under the torchrun stand-in (``tests/fixtures/standin_torchrun.py``): rank 1 raises.
+ROOT_CAUSE = AppDef(
+    name="ddp",
+    roles=[Role(name="trainer", image="local", entrypoint=sys.executable, args=[standin_torchrun.__file__, "2", "1"])],
+)
+
+with DAG(dag_id="torchx_test_root_cause", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(task_id="train", app=ROOT_CAUSE, scheduler="local_cwd", poll_interval=0.3)
+
+with DAG(dag_id="torchx_test_config_error", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="misspelled",
+        component="utils.echo",
+        component_args={"mgs": "hello"},  # checked when the task runs: a retry cannot fix it
+        scheduler="local_cwd",
+        retries=2,
+        retry_delay=timedelta(0),
+    )
+
+#: A secret in a sensitive env var (Airflow's rule: the name holds ``api_key``).
+SECRET = "wandb-0123456789-secret"
+
+with DAG(dag_id="torchx_test_secret_dryrun", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="dryrun",
+        component="utils.sh",
+        component_args=["echo key $WANDB_API_KEY"],
+        env={"WANDB_API_KEY": SECRET, "PLAIN_SETTING": "visible-value"},
+        scheduler="local_cwd",
+        dryrun=True,
+    )
+
+with DAG(dag_id="torchx_test_secret_fail", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="leak",
+        component="utils.sh",
+        component_args=["echo the key is $WANDB_API_KEY; exit 3"],
+        env={"WANDB_API_KEY": SECRET},
+        scheduler="local_cwd",
+        poll_interval=0.3,
+    )
+
+with DAG(dag_id="torchx_test_secret_variable", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="dryrun",
+        component="utils.sh",
+        component_args=["echo hi"],
+        env={"RUN_SETTING": "{{ var.value.torchx_test_token }}"},  # a plain name, a sensitive variable
+        scheduler="local_cwd",
+        dryrun=True,
     )

@@ -37,6 +37,9 @@ with DAG(dag_id="torchx_test_ddp", schedule=None, start_date=START, catchup=Fals
 with DAG(dag_id="torchx_test_ddp_crash", schedule=None, start_date=START, catchup=False):
     ddp_task("--steps", "50", "--crash-rank", "1", "--crash-step", "2", j="2x1")
 
+with DAG(dag_id="torchx_test_ddp_raise", schedule=None, start_date=START, catchup=False):
+    ddp_task("--steps", "50", "--crash-rank", "1", "--crash-step", "2", "--crash-raises", j="2x1")
+
 with DAG(dag_id="torchx_test_ddp_retry", schedule=None, start_date=START, catchup=False):
     marker = os.path.join(MARKERS, "crashed-{{ run_id | replace(':', '_') | replace('+', '_') }}")
     ddp_task("--steps", "3", "--crash-rank", "1", "--crash-once", marker, j="2x1", max_retries=1)

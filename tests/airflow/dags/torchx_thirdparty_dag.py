@@ -1,5 +1,6 @@
 """A DAG on the third-party ``acme`` scheduler (``tests/plugin``), registered only through the
-entry point by the test that runs it."""
+entry point by the test that runs it, which also defines the ``torchx_acme`` connection naming
+it (a literal ``scheduler=`` is checked when the DAG is parsed, before the plugin exists)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ ACME = AppDef(
 )
 
 with DAG(dag_id="torchx_test_thirdparty", schedule=None, start_date=datetime(2024, 1, 1), catchup=False):
-    submit = TorchXRunOperator(task_id="submit", app=ACME, scheduler="acme", wait_for_completion=False)
-    run = TorchXRunOperator(task_id="run", app=ACME, scheduler="acme", poll_interval=0.3)
+    submit = TorchXRunOperator(task_id="submit", app=ACME, torchx_conn_id="torchx_acme", wait_for_completion=False)
+    run = TorchXRunOperator(task_id="run", app=ACME, torchx_conn_id="torchx_acme", poll_interval=0.3)
     sense = TorchXJobSensor(
         task_id="sense",
         app_handle="{{ ti.xcom_pull(task_ids='submit') }}",
+        torchx_conn_id="torchx_acme",
         stream_logs=True,
         poke_interval=0.3,
         timeout=60,

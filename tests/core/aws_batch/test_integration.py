@@ -22,6 +22,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from airflow_provider_torchx.core.errorfile import find_root_cause
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler, BatchJob, create_scheduler
@@ -301,11 +302,13 @@ def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_qu
     # another scheduler instance (another task, same process) finds it by its labels
     found = create_scheduler("elsewhere").list({"queue": batch_queue}, labels)
     assert [(a.app_id, a.labels) for a in found] == [(app_id, labels)]
+    assert found[0].created is not None and abs(found[0].created - time.time()) < 300  # the submit time
     assert {app_id, other} <= {a.app_id for a in sched.list()}
     assert create_scheduler("x").list({"queue": batch_queue}, {**labels, "airflow.map_index": "0"}) == []
     desc, _ = wait_terminal(sched, app_id)
     assert desc.state == AppState.SUCCEEDED
     assert desc.labels == labels
+    assert desc.started is not None and desc.ended is not None and desc.started <= desc.ended
     (main,) = desc.roles
     assert (main.name, main.image, main.entrypoint, main.args) == ("main", IMAGE, "sh", ["-c", "echo listed"])
     assert main.resource.memMB == 64
@@ -398,3 +401,36 @@ def test_throttling_and_5xx_are_retried_and_jobs_are_watched_to_the_end(
         assert list(s.log_iter(app_id, "main", 1)) == ["survived\n", "survived\n"]
     assert flaky_aws_endpoint.counts["throttled"] >= 3
     assert flaky_aws_endpoint.counts["unavailable"] >= 3
+
+
+def test_root_cause_from_torchruns_summary_in_the_log(batch_queue: str) -> None:
+    """On Batch the error file stays in the container: the root cause comes from the summary
+    torchrun prints in the node's log (here printed by the command, in torchrun's format)."""
+    summary = [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "=" * 40,
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : 1 (pid: 42)",
+        "  traceback : Traceback (most recent call last):",
+        '    File "/app/train.py", line 9, in main',
+        "      step()",
+        "  RuntimeError: boom on rank 1",
+        "=" * 40,
+    ]
+    script = "printf '%s\\n' " + " ".join(f"'{line}'" for line in summary) + " >&2; exit 1"
+    with get_runner() as runner:
+        handle = runner.run(AppDef("ddp", roles=[role("trainer", script)]), "aws_batch", {"queue": batch_queue})
+        status = runner.wait(handle, wait_interval=0.5, timeout=60, cancel_on_signal=False)
+        assert status is not None and status.state == AppState.FAILED
+        cause = find_root_cause(runner, handle, status)
+        logged = list(runner.log_lines(handle, "trainer", 0))
+    assert cause is not None, logged
+    assert (cause.error, cause.rank, cause.replica, cause.exit_code) == (
+        "RuntimeError: boom on rank 1",
+        1,
+        "trainer/0",
+        1,
+    )
+    assert cause.frames == ('File "/app/train.py", line 9, in main', "  step()"), logged

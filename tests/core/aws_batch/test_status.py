@@ -504,3 +504,12 @@ def test_list_finds_a_container_job_by_its_identity_labels() -> None:
     batch.jobs["m1"] = mnp_job(job_id="m1", name="other")
     (found,) = make(batch).list({"queue": "q1"}, labels)
     assert (found.app_id, found.state, found.labels) == (f"q1:{labels_hash(labels)}-ev-1", AppState.RUNNING, labels)
+
+
+def test_start_and_end_times_in_epoch_seconds() -> None:
+    got = describe_response(
+        "q1:a", mnp_job(status="SUCCEEDED", startedAt=1700000001500, stoppedAt=1700000061500), {}, "r"
+    )
+    assert (got.started, got.ended) == (1700000001.5, 1700000061.5)
+    running = describe_response("q1:a", mnp_job(status="RUNNING", startedAt=1700000001000), {}, "r")
+    assert (running.started, running.ended) == (1700000001.0, None)

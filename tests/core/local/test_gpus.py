@@ -152,7 +152,8 @@ def test_a_waiting_job_says_why_and_can_be_cancelled(
     sched.cancel(waiter)
     desc = wait_done(sched, waiter, timeout=10)
     assert desc.state == AppState.CANCELLED
-    assert all(r.state == AppState.CANCELLED and not r.msg for r in desc.roles_statuses[0].replicas), desc
+    never = "never started: the job ended CANCELLED before this replica ran"  # and no GPUs
+    assert all(r.state == AppState.CANCELLED and r.msg == never for r in desc.roles_statuses[0].replicas), desc
     assert ledger_of(sched)["queue"] == []
     open_gate(tmp_path, holder)
     assert wait_done(sched, holder).state == AppState.SUCCEEDED
@@ -204,3 +205,17 @@ def test_bad_host_devices_name_the_variable(monkeypatch: pytest.MonkeyPatch, val
     monkeypatch.setenv(gpus.GPUS_ENV, value)
     with pytest.raises(ValueError, match=f"{gpus.GPUS_ENV}: {value!r} is not a comma-separated list"):
         gpus.host_devices()
+
+
+@pytest.mark.parametrize("content", ["garbage{", "[1, 2]", ""])
+def test_a_corrupt_job_record_does_not_trip_the_ledger(tmp_path: Path, content: str) -> None:
+    """A holder whose ``state.json`` and ``supervisor.json`` are corrupt counts as over (its
+    devices cannot be vouched for), instead of raising inside every later job's allocation."""
+    root = tmp_path / "local"
+    job = root / "corrupt-job"
+    job.mkdir(parents=True)
+    (job / "state.json").write_text(content)
+    (job / "supervisor.json").write_text(content)
+    assert ledger.job_over(str(root), "corrupt-job") is True
+    (job / "supervisor.json").unlink()
+    assert ledger.job_over(str(root), "corrupt-job") is False  # just created: its supervisor may yet start

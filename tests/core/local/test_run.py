@@ -95,6 +95,22 @@ def test_retry_application_policy_restarts_everything(sched: LocalScheduler, tmp
     assert list(sched.log_iter(app_id, "r1")) == ["run\n", "run\n"]
 
 
+def test_an_application_restart_starts_without_the_last_attempts_leftovers(
+    sched: LocalScheduler, tmp_path: Path
+) -> None:
+    """What the failed attempt left running (here a daemon in a session of its own, as a
+    torchrun agent's store can be) is gone before the job starts again: it would hold the
+    attempt's ports and answer the new attempt."""
+    flag, daemon = tmp_path / "failed-once", tmp_path / "daemon.pid"
+    first = f"touch {flag}; setsid sleep 300 & echo $! > {daemon}; exit 1"
+    second = f'if kill -0 "$(cat {daemon})" 2>/dev/null; then echo left; exit 3; fi; echo clean'
+    app = sh_app(f"if [ ! -f {flag} ]; then {first}; fi; {second}", max_retries=1, retry_policy=RetryPolicy.APPLICATION)
+    app_id = sched.submit(app)
+    desc = wait_done(sched, app_id)
+    assert desc.state == AppState.SUCCEEDED and desc.num_restarts == 1, desc
+    assert list(sched.log_iter(app_id, "r0")) == ["clean\n"]
+
+
 def test_retry_role_policy_restarts_the_failed_role(sched: LocalScheduler, tmp_path: Path) -> None:
     # r1[0] fails once; r1[1] ignores SIGTERM, so the restart SIGKILLs it after the grace
     # period (2 s); r0 runs longer than that and must not be touched.

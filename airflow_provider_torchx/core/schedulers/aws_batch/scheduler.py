@@ -499,6 +499,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                         state=status.app_state(job),
                         name=str(job["jobName"]),
                         labels=have,
+                        created=status.epoch_seconds(job.get("createdAt")),
                     )
                 )
         return out

@@ -173,4 +173,11 @@ def describe_response(
         roles=roles,
         labels={k[len(TAG_LABEL) :]: v for k, v in tags.items() if k.startswith(TAG_LABEL)},
         cancel_requested=cancelled,
+        started=epoch_seconds(job.get("startedAt")),
+        ended=epoch_seconds(job.get("stoppedAt")),
     )
+
+
+def epoch_seconds(millis: Any) -> float | None:
+    """A Batch timestamp (epoch milliseconds) in epoch seconds; None when absent."""
+    return millis / 1000.0 if isinstance(millis, int | float) and millis > 0 else None

@@ -15,12 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_torchx.core.schedulers.aws_batch.render import node_ranges
+from airflow_provider_torchx.core.schedulers.aws_batch.status import epoch_seconds
 from airflow_provider_torchx.core.specs import Role
 from airflow_provider_torchx.core.usage import Attempt, Usage, compute_usage
-
-
-def _seconds(ms: Any) -> float | None:
-    return None if ms is None else float(ms) / 1000.0
 
 
 def _reason(entry: Mapping[str, Any]) -> str:
@@ -44,8 +41,8 @@ def replica_attempts(role: str, replica: int, entry: Mapping[str, Any]) -> list[
             role=role,
             replica=replica,
             number=n,
-            started=_seconds(run.get("startedAt")),
-            ended=_seconds(run.get("stoppedAt")),
+            started=epoch_seconds(run.get("startedAt")),
+            ended=epoch_seconds(run.get("stoppedAt")),
             exit_code=_exit_code(run) if _exit_code(run) is not None or n < len(runs) else _exit_code(entry),
             reason=_reason(run),
         )
@@ -62,4 +59,4 @@ def batch_usage(job: Mapping[str, Any], nodes: Mapping[int, Mapping[str, Any]], 
         for k, node in enumerate(range(first, last + 1))
         for attempt in replica_attempts(name, k, nodes.get(node, job))
     ]
-    return compute_usage(_seconds(job.get("createdAt")), _seconds(job.get("stoppedAt")), roles, attempts)
+    return compute_usage(epoch_seconds(job.get("createdAt")), epoch_seconds(job.get("stoppedAt")), roles, attempts)

@@ -43,9 +43,20 @@ def _paths(root: str) -> tuple[str, str]:
     return os.path.join(folder, f"{host}.json"), os.path.join(folder, f"{host}.lock")
 
 
+def _read_record(path: str) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is missing or corrupt (not JSON, not an
+    object): ``list`` and ``describe`` report a corrupt file, the ledger only must not trip on
+    it."""
+    try:
+        data = store.read_json(path)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def read(root: str) -> dict[str, Any]:
     """The ledger as last written (no lock: for observers)."""
-    return store.read_json(_paths(root)[0]) or {}
+    return _read_record(_paths(root)[0]) or {}
 
 
 class Locked:
@@ -63,7 +74,7 @@ class Locked:
         os.makedirs(os.path.dirname(self.lock_path), mode=0o700, exist_ok=True)
         self.fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
-        self.data = store.read_json(self.path) or {}
+        self.data = _read_record(self.path) or {}  # a corrupt ledger (written atomically: by hand) starts anew
         self.before = json.dumps(self.data, sort_keys=True)
         return self.data
 
@@ -83,14 +94,18 @@ def supervisor_alive(sup: dict[str, Any] | None) -> bool:
 
 def job_over(root: str, app_id: str) -> bool:
     """Whether the job ``app_id`` of the store at ``root`` is over: deleted, terminal, its
-    supervisor dead, or no supervisor ``START_TIMEOUT`` after the job was created."""
+    supervisor dead (or its record unreadable), or no supervisor ``START_TIMEOUT`` after the
+    job was created."""
     job_dir = os.path.join(root, app_id)
-    st = store.read_json(os.path.join(job_dir, store.STATE))
+    st = _read_record(os.path.join(job_dir, store.STATE))
     if st is not None and st.get("state") in _TERMINAL:
         return True
-    sup = store.read_json(os.path.join(job_dir, store.SUPERVISOR))
+    sup_path = os.path.join(job_dir, store.SUPERVISOR)
+    sup = _read_record(sup_path)
     if sup is not None:
         return not supervisor_alive(sup)
+    if os.path.exists(sup_path):  # there, but corrupt: its devices cannot be vouched for
+        return True
     try:
         return time.time() - os.stat(job_dir).st_mtime > START_TIMEOUT
     except FileNotFoundError:

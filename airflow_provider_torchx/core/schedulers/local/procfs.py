@@ -19,18 +19,20 @@ from collections.abc import Iterable
 class ProcInfo:
     """One live (non-zombie) process (a plain class: ``typing`` is too slow to import here)."""
 
-    __slots__ = ("pgrp", "pid", "ppid", "sid", "start")
+    __slots__ = ("comm", "pgrp", "pid", "ppid", "sid", "start")
 
-    def __init__(self, pid: int, ppid: int, pgrp: int, sid: int, start: int) -> None:
-        self.pid, self.ppid, self.pgrp, self.sid, self.start = pid, ppid, pgrp, sid, start
+    def __init__(self, pid: int, ppid: int, pgrp: int, sid: int, start: int, comm: str = "") -> None:
+        self.pid, self.ppid, self.pgrp, self.sid, self.start, self.comm = pid, ppid, pgrp, sid, start, comm
 
 
 def _parse_stat(pid: int, text: str) -> ProcInfo | None:
     # "pid (comm) state ppid pgrp session ... starttime(22nd field)"; comm may hold spaces/parens.
-    rest = text[text.rindex(")") + 2 :].split()
+    end = text.rindex(")")
+    rest = text[end + 2 :].split()
     if rest[0] in ("Z", "X"):
         return None
-    return ProcInfo(pid=pid, ppid=int(rest[1]), pgrp=int(rest[2]), sid=int(rest[3]), start=int(rest[19]))
+    comm = text[text.index("(") + 1 : end]
+    return ProcInfo(pid=pid, ppid=int(rest[1]), pgrp=int(rest[2]), sid=int(rest[3]), start=int(rest[19]), comm=comm)
 
 
 _BOOT_ID: list[str] = []
@@ -75,6 +77,20 @@ def children(pid: int) -> list[int] | None:
         return out
     except OSError:
         return None
+
+
+def descendants(pid: int) -> list[ProcInfo]:
+    """The live descendants of ``pid``, found by walking the kernel's child lists (cheaper
+    than ``scan``; a child forked during the walk may be missed, so callers repeat it)."""
+    out: list[ProcInfo] = []
+    todo = [pid]
+    while todo:
+        for child in children(todo.pop()) or []:
+            info = proc_info(child)
+            if info is not None:
+                out.append(info)
+                todo.append(child)
+    return out
 
 
 def scan() -> list[ProcInfo]:
@@ -155,18 +171,27 @@ def kill_job(
     roots: Iterable[tuple[int, int]],
     exclude: int | None = None,
     env_marker: str | None = None,
-    passes: int = 5,
-) -> None:
-    """SIGKILL every process of a job (as ``job_processes`` finds them), scanning again until
-    none is left (at most ``passes`` times): a process forked during a scan is caught by the
-    next one."""
+    passes: int = 20,
+) -> list[ProcInfo]:
+    """SIGKILL every process of a job (as ``job_processes`` finds them) and return those
+    killed. It scans again until two scans in a row find nothing (at most ``passes`` scans):
+    a scan can miss a process forked while it ran, when the parent exited before the scan
+    read it (a double-forking daemon), and the next scan finds it."""
     roots = list(roots)
+    killed: dict[tuple[int, int], ProcInfo] = {}
+    empty = 0
     for _ in range(passes):
         procs = job_processes(sid, roots, exclude, env_marker)
         if not procs:
-            return
+            empty += 1
+            if empty == 2:
+                break
+            continue
+        empty = 0
         signal_all(procs, signal.SIGKILL)
-        time.sleep(0.005)
+        killed.update(((p.pid, p.start), p) for p in procs)
+        time.sleep(0.002)
+    return list(killed.values())
 
 
 def signal_all(procs: Iterable[ProcInfo], sig: int) -> int:

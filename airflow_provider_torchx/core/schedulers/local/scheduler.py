@@ -10,6 +10,7 @@ honoured; logs are also readable through a resumable cursor (``read_log``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
@@ -27,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
@@ -39,7 +41,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     filter_regex,
     labels_match,
 )
-from airflow_provider_torchx.core.schedulers.local import gpus, ledger, ports, procfs, store
+from airflow_provider_torchx.core.schedulers.local import gpus, ledger, options, ports, procfs, store
 from airflow_provider_torchx.core.schedulers.local.images import (
     CWDImageProvider,
     ImageProvider,
@@ -67,6 +69,7 @@ from airflow_provider_torchx.core.specs import (
 )
 
 ImageProviderFactory = Callable[[Cfg], ImageProvider]
+log = logging.getLogger(__name__)
 
 #: The env var that holds rank 0's host (``${rank0_env}`` names it); locally, ``localhost``.
 RANK0_ENV = "TORCHX_RANK0_HOST"
@@ -74,6 +77,19 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 SUPERVISOR_START_TIMEOUT = ledger.START_TIMEOUT
 _TERMINAL_NAMES = {s.name for s in AppState if s.is_terminal()}
 _PENDING_STATE: dict[str, Any] = {"state": "PENDING", "num_restarts": 0, "msg": "", "replicas": {}}
+#: The keys of ``request.json`` a reader relies on, with their JSON types.
+_RECORD_KEYS: dict[str, type | tuple[type, ...]] = {
+    "backend": str,
+    "app_name": str,
+    "log_dir": str,
+    "labels": dict,
+    "cfg": dict,
+    "role_params": dict,
+    "roles": list,
+    "created": (int, float),
+}
+#: How much of the end of ``supervisor.log`` a reader quotes when the supervisor died.
+_LAST_WORDS_BYTES = 300
 
 
 def make_app_id(app_name: str) -> str:
@@ -125,26 +141,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
     # ------------------------------------------------------------------ submit
 
     def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add(
-            "log_dir",
-            str,
-            "Directory to write stdout/stderr log files of replicas (under <log_dir>/<app_id>/); "
-            "default: the job's directory in the job store",
-        )
-        opts.add(
-            "prepend_cwd",
-            bool,
-            "If set, prepends CWD to replica's PATH env var making binaries in CWD take precedence.",
-            default=False,
-        )
-        opts.add(
-            "auto_set_cuda_visible_devices",
-            bool,
-            "Sets CUDA_VISIBLE_DEVICES for roles that request GPU resources.",
-            default=False,
-        )
-        return opts
+        return options.run_opts()
 
     def _submit_dryrun(
         self, app: AppDef, cfg: dict[str, CfgVal], labels: dict[str, str]
@@ -174,6 +171,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     combined=os.path.join(replica_dir, "combined.log"),
                 )
                 self._set_path(param, bool(cfg.get("prepend_cwd")))
+                param.env.setdefault(ERROR_FILE_ENV, os.path.join(replica_dir, ERROR_FILE_NAME))
                 params.append(param)
                 dirs.append(replica_dir)
             _check_entrypoint(i, role, params[0])
@@ -256,9 +254,12 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 "cfg": json.loads(json.dumps(dryrun_info.cfg, default=str)),
                 **request_to_json(req),
             }
-            store.write_json_atomic(job_dir / store.REQUEST, record)
-            if req.gpus:
-                gpus.enqueue(self.store.root, req.app_id, int(req.gpus["need"]))
+            try:
+                store.write_json_atomic(job_dir / store.REQUEST, record)
+                if req.gpus:
+                    gpus.enqueue(self.store.root, req.app_id, int(req.gpus["need"]))
+            except OSError as e:
+                raise store.store_error(self.store.root, f"write the job {req.app_id!r}", e) from None
             self._start_supervisor(job_dir)
         except BaseException:
             self.store.remove(req.app_id)
@@ -268,7 +269,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def _start_supervisor(self, job_dir: Path) -> None:
         """Start the supervisor detached (a background job of a short-lived ``sh``, so it is
         nobody's child and survives its launcher) and record its identity."""
-        script = '"$@" </dev/null >>"$0" 2>&1 & echo $!'
+        # The log is created owner-only; the supervisor keeps the launcher's umask for the replicas.
+        script = '(umask 077; : >>"$0"); "$@" </dev/null >>"$0" 2>&1 & echo $!'
         sh = subprocess.Popen(
             ["/bin/sh", "-c", script, str(job_dir / store.SUPERVISOR_LOG), *supervisor_command(str(job_dir))],
             stdin=subprocess.DEVNULL,
@@ -281,7 +283,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         pid = int(out)
         start = procfs.start_time(pid)
         if start is not None and not (job_dir / store.SUPERVISOR).exists():
-            store.write_json_atomic(job_dir / store.SUPERVISOR, {"pid": pid, "start": start, "boot": procfs.boot_id()})
+            try:
+                store.write_json_atomic(
+                    job_dir / store.SUPERVISOR, {"pid": pid, "start": start, "boot": procfs.boot_id()}
+                )
+            except OSError as e:
+                procfs.signal_if_same(pid, start, signal.SIGKILL)  # nothing half-started is left
+                raise store.store_error(self.store.root, f"write the job {job_dir.name!r}", e) from None
 
     # ------------------------------------------------------------------ records
 
@@ -311,7 +319,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     return cached[0]
                 del self._cache[app_id]
                 return None
-        rec = store.read_json(path)
+        rec = _read_entry(app_id, path, _check_record)
         if rec is not None:
             self._remember(app_id, rec, None)
         return rec
@@ -332,28 +340,40 @@ class LocalScheduler(Scheduler[PopenRequest]):
         if cached is not None and cached[1] is not None:
             return cached[1]
         job_dir = Path(self.store.job_dir(app_id))
-        st = store.read_json(job_dir / store.STATE)
+        st = _read_entry(app_id, job_dir / store.STATE, _check_state)
         if st is None or st["state"] not in _TERMINAL_NAMES:
             if not _on_this_host(rec):
                 return st or _PENDING_STATE  # its processes cannot be checked from here
-            sup = store.read_json(job_dir / store.SUPERVISOR)
+            sup = _read_entry(app_id, job_dir / store.SUPERVISOR, _check_supervisor)
             if ledger.supervisor_alive(sup):
                 return st or _PENDING_STATE
             if sup is None and time.time() - rec["created"] < SUPERVISOR_START_TIMEOUT:
                 return _PENDING_STATE
-            st = store.read_json(job_dir / store.STATE)  # it may have ended just now
+            st = _read_entry(app_id, job_dir / store.STATE, _check_state)  # it may have ended just now
             if st is None or st["state"] not in _TERMINAL_NAMES:
                 st = self._finalize_orphan(job_dir, rec, st, sup)
+                if st.get("unrecorded"):
+                    return st  # not cached: a later reader records it
         self._remember(app_id, rec, st)
         return st
 
     def _finalize_orphan(
         self, job_dir: Path, rec: dict[str, Any], st: dict[str, Any] | None, sup: dict[str, Any] | None
     ) -> dict[str, Any]:
+        """Stop what is left of a job whose supervisor is gone and record its end. Every
+        process of the job is killed: the replicas and the other processes the supervisor
+        recorded (``tracked``), the members of its session, their descendants and whatever
+        carries the job marker; those found only by the marker or the record (they had left
+        the replicas' trees) are named in the message. When the store cannot be written, the
+        end is reported all the same (``unrecorded``) and a later reader records it."""
         st = dict(st or _PENDING_STATE)
         replicas = st.get("replicas") or {}
-        roots = [(r["pid"], r["start"]) for reps in replicas.values() for r in reps if r.get("pid") and r.get("start")]
-        procfs.kill_job(sup["pid"] if sup else None, roots, env_marker=store.job_marker(job_dir))
+        reps_ids = {(r["pid"], r["start"]) for rs in replicas.values() for r in rs if r.get("pid") and r.get("start")}
+        tracked = {(p, t) for p, t in st.get("tracked") or []}
+        # The dead supervisor's session is the job's unless its pid now names another process
+        # (the kernel does not reuse a pid while a session of that id has members).
+        sid = sup["pid"] if sup and procfs.proc_info(sup["pid"]) is None else None
+        killed = procfs.kill_job(sid, reps_ids | tracked, env_marker=store.job_marker(job_dir))
         cancelled = (job_dir / store.CANCEL).exists()
         final = "CANCELLED" if cancelled else "FAILED"
         for reps in replicas.values():
@@ -366,8 +386,21 @@ class LocalScheduler(Scheduler[PopenRequest]):
             why = f"the supervisor did not start within {SUPERVISOR_START_TIMEOUT:.0f} s"
         else:
             why = f"the supervisor (pid {sup['pid']}) died before the job ended; its replicas were stopped"
+            last = _last_words(job_dir / store.SUPERVISOR_LOG)
+            if last:
+                why += f"; its last words: {last}"
+        strays = [p for p in killed if (p.pid, p.start) not in reps_ids]
+        if strays:
+            shown = ", ".join(f"{p.pid} ({p.comm})" for p in strays[:10])
+            more = f" and {len(strays) - 10} more" if len(strays) > 10 else ""
+            why += f"; stopped {len(strays)} process(es) left outside the replicas: {shown}{more}"
         st.update(state=final, msg=why, ended=time.time(), replicas=replicas)
-        store.write_json_atomic(job_dir / store.STATE, st)
+        try:
+            store.write_json_atomic(job_dir / store.STATE, st)
+        except OSError as e:
+            err = store.store_error(self.store.root, f"record the end of {job_dir.name!r}", e)
+            log.warning("%s (reported, not recorded)", err)
+            st.update(msg=f"{why} (not recorded: {err})", unrecorded=True)
         return st
 
     # ------------------------------------------------------------------ observe
@@ -382,8 +415,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
         st = self._state(app_id, rec)
         replicas = st.get("replicas") or {}
         statuses = []
+        unstarted = _unstarted_replica(st["state"])
         for role_name, params in rec["role_params"].items():
-            reps = replicas.get(role_name) or [{"state": "PENDING"}] * len(params)
+            reps = replicas.get(role_name) or [unstarted] * len(params)
             statuses.append(
                 RoleStatus(
                     role=role_name,
@@ -394,7 +428,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                             role=role_name,
                             hostname="localhost",
                             exit_code=r.get("exit_code"),
-                            msg=f"GPUs {r['devices']}" if r.get("devices") else "",
+                            msg=r.get("msg") or (f"GPUs {r['devices']}" if r.get("devices") else ""),
                         )
                         for k, r in enumerate(reps)
                     ],
@@ -413,6 +447,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             labels=dict(rec["labels"]),
             cancel_requested=os.path.exists(os.path.join(self.store.job_dir(app_id), store.CANCEL)),
             usage=local_usage(rec, st, roles) if state.is_terminal() else None,
+            started=st.get("started"),
+            ended=st.get("ended"),
         )
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[PopenRequest] | None:
@@ -431,15 +467,23 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ``labels`` pair, oldest first."""
         found = []
         for app_id in self.store.app_ids():
-            rec = self._record(app_id)
-            if rec is None or rec["backend"] != self.backend or not labels_match(rec["labels"], labels):
+            try:
+                rec = self._record(app_id)
+                if rec is None or rec["backend"] != self.backend or not labels_match(rec["labels"], labels):
+                    continue
+                st = self._state(app_id, rec)
+            except store.CorruptEntryError as e:
+                log.warning("list: skipping %s", e)
                 continue
-            st = self._state(app_id, rec)
             found.append(
                 (
                     rec["created"],
                     ListAppResponse(
-                        app_id=app_id, state=AppState[st["state"]], name=rec["app_name"], labels=dict(rec["labels"])
+                        app_id=app_id,
+                        state=AppState[st["state"]],
+                        name=rec["app_name"],
+                        labels=dict(rec["labels"]),
+                        created=rec["created"],
                     ),
                 )
             )
@@ -448,7 +492,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block until the job's supervisor exits (the job is over) or ``timeout`` passes,
         through a pidfd: no busy polling."""
-        sup = store.read_json(self.job_dir(app_id) / store.SUPERVISOR)
+        sup = _read_entry(app_id, self.job_dir(app_id) / store.SUPERVISOR, _check_supervisor)
         rec = self._record(app_id)
         if rec is not None and not _on_this_host(rec):
             super().wait_for_change(app_id, timeout)  # no process to watch here: sleep
@@ -549,12 +593,33 @@ class LocalScheduler(Scheduler[PopenRequest]):
         rec = self._record(app_id)
         if rec is not None and not _on_this_host(rec):
             raise RuntimeError(f"cancel: app {app_id!r} runs on host {rec['host']!r}; cancel it from there")
-        store.write_json_atomic(
-            job_dir / store.CANCEL, {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid()}
-        )
-        sup = store.read_json(job_dir / store.SUPERVISOR)
+        try:
+            store.write_json_atomic(
+                job_dir / store.CANCEL, {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid()}
+            )
+        except OSError as e:
+            raise store.store_error(self.store.root, f"record the cancel of {app_id!r}", e) from None
+        sup = _read_entry(app_id, job_dir / store.SUPERVISOR, _check_supervisor)
         if sup is not None and sup.get("boot") == procfs.boot_id():
             procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
+
+    def delete(self, app_id: str) -> None:
+        """Cancel the job if it runs, then remove it from the store. A corrupt entry (one that
+        ``list`` skips) is removed as it is, after killing its supervisor (when its record
+        can be read) and every process that carries the job's marker."""
+        try:
+            super().delete(app_id)
+        except store.CorruptEntryError:
+            self._cache.pop(app_id, None)
+            job_dir = self.store.job_dir(app_id)
+            try:
+                sup = _read_entry(app_id, os.path.join(job_dir, store.SUPERVISOR), _check_supervisor)
+            except store.CorruptEntryError:
+                sup = None
+            if sup is not None and sup.get("boot") == procfs.boot_id():
+                procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGKILL)
+            procfs.kill_job(None, [], env_marker=store.job_marker(job_dir))
+            self.store.remove(app_id)
 
     def _delete_existing(self, app_id: str) -> None:
         """Wait (up to the grace period and a little) for the cancelled job's supervisor to
@@ -568,6 +633,95 @@ class LocalScheduler(Scheduler[PopenRequest]):
         with self._cache_lock:
             self._cache.pop(app_id, None)
         self.store.remove(app_id)
+
+
+def _read_entry(app_id: str, path: str | Path, check: Callable[[Any], str | None]) -> Any:
+    """The JSON of a job's file (None when missing), checked by ``check`` (which returns why
+    it is not valid, or None); ``store.CorruptEntryError`` naming the job and file if bad."""
+    try:
+        value = store.read_json(path)
+    except ValueError as e:
+        raise store.CorruptEntryError(app_id, path, f"not JSON: {e}") from None
+    except IsADirectoryError:
+        raise store.CorruptEntryError(app_id, path, "a directory, not a file") from None
+    except NotADirectoryError:
+        raise store.CorruptEntryError(app_id, os.path.dirname(path), "a file, not a job directory") from None
+    why = None if value is None else check(value)
+    if why:
+        raise store.CorruptEntryError(app_id, path, why)
+    return value
+
+
+def _check_record(rec: Any) -> str | None:
+    """Why ``rec`` is not a ``request.json`` this scheduler wrote (None: it is)."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    for key, kind in _RECORD_KEYS.items():
+        if not isinstance(rec.get(key), kind):
+            return f"{key!r} is missing or not a {getattr(kind, '__name__', 'number')}"
+    if not all(isinstance(r, dict) and isinstance(r.get("name"), str) for r in rec["roles"]):
+        return "'roles' is not a list of roles"
+    for role, params in rec["role_params"].items():
+        if not isinstance(params, list) or not all(isinstance(p, dict) and "args" in p for p in params):
+            return f"'role_params' of role {role!r} is not a list of replica parameters"
+    return None
+
+
+def _check_state(st: Any) -> str | None:
+    """Why ``st`` is not a ``state.json`` the supervisor wrote (None: it is)."""
+    if not isinstance(st, dict):
+        return f"a JSON {type(st).__name__}, not an object"
+    if st.get("state") not in AppState.__members__:
+        return f"'state' is {st.get('state')!r}, not an app state"
+    replicas = st.get("replicas", {})
+    if not isinstance(replicas, dict) or not all(
+        isinstance(reps, list) and all(_is_replica_state(r) for r in reps) for reps in replicas.values()
+    ):
+        return "'replicas' is not an object of lists of replica states"
+    tracked = st.get("tracked", [])
+    if not isinstance(tracked, list) or not all(
+        isinstance(t, list) and len(t) == 2 and all(isinstance(x, int) for x in t) for t in tracked
+    ):
+        return "'tracked' is not a list of [pid, start] pairs"
+    return None
+
+
+def _is_replica_state(r: Any) -> bool:
+    """Whether ``r`` is a replica's entry in ``state.json`` (a state, runs as objects)."""
+    runs = r.get("attempts", []) if isinstance(r, dict) else None
+    return (
+        isinstance(r, dict)
+        and r.get("state") in AppState.__members__
+        and isinstance(runs, list)
+        and all(isinstance(x, dict) for x in runs)
+    )
+
+
+def _check_supervisor(sup: Any) -> str | None:
+    """Why ``sup`` is not a ``supervisor.json`` (None: it is)."""
+    if not isinstance(sup, dict) or not all(isinstance(sup.get(k), int) for k in ("pid", "start")):
+        return "not an object with an integer 'pid' and 'start'"
+    return None
+
+
+def _unstarted_replica(app_state: str) -> dict[str, Any]:
+    """The status of a replica the supervisor never started: PENDING while the job may still
+    start it, else the job's end with a message saying it never ran."""
+    if app_state not in _TERMINAL_NAMES:
+        return {"state": "PENDING"}
+    return {"state": app_state, "msg": f"never started: the job ended {app_state} before this replica ran"}
+
+
+def _last_words(path: Path) -> str:
+    """The last non-empty line of the end of ``path`` (the supervisor's log), shortened."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - _LAST_WORDS_BYTES))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def _on_this_host(rec: dict[str, Any]) -> bool:

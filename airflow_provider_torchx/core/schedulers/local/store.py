@@ -11,7 +11,10 @@ ids are unique across concurrent launchers. It holds JSON files, each written at
   replica states, pids, exit codes, restarts, message.
 - ``cancel.json``: whoever cancels: the request to stop, with its grace period.
 
-Everything is created owner-only. Standard library only: the supervisor imports this.
+Everything is created owner-only, whatever the umask. Store faults (a full or read-only
+filesystem) raise ``StoreError`` naming the store and the cause; a file that is not what its
+writer wrote (truncated, foreign, hand-edited) raises ``CorruptEntryError`` naming it.
+Standard library only: the supervisor imports this.
 """
 
 from __future__ import annotations
@@ -54,18 +57,72 @@ def job_marker(job_dir: StrPath) -> str:
     return f"{JOB_ENV}={job_dir}"
 
 
+class StoreError(OSError):
+    """The job store cannot be written (or read): full, read-only, no permission. The message
+    names the store, what was being done and the cause (``errno`` is the cause's)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class CorruptEntryError(ValueError):
+    """A file of a job is not valid (not JSON, truncated, or not the shape its writer writes).
+    ``app_id`` and ``path`` name the job and the file."""
+
+    def __init__(self, app_id: str, path: StrPath, why: str) -> None:
+        super().__init__(f"job {app_id!r}: {os.fspath(path)} is corrupt ({why}); delete the job or fix the file")
+        self.app_id, self.path = app_id, os.fspath(path)
+
+
+def store_error(root: StrPath, what: str, err: OSError) -> StoreError:
+    """A ``StoreError`` for ``err`` raised while doing ``what`` in the store at ``root``."""
+    cause = err.strerror or str(err)
+    return StoreError(err.errno, f"job store {os.fspath(root)}: cannot {what}: {cause}")
+
+
+def makedirs_private(path: StrPath) -> None:
+    """``os.makedirs`` where every directory it creates is owner-only, whatever the umask
+    (``makedirs`` applies its mode to the last one only, and through the umask)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return
+    head = os.path.dirname(path)
+    if head and head != path:
+        makedirs_private(head)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(path, 0o700)
+
+
 def write_json_atomic(path: StrPath, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temp file and a rename (owner-only)."""
+    """Write ``obj`` as JSON to ``path`` through a temp file and a rename (owner-only). On any
+    error the temp file is removed and the old content of ``path`` stays."""
     head, name = os.path.split(path)
     tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
+    data = json.dumps(obj, separators=(",", ":")).encode()  # json.dump's streaming encoder is slower
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(obj, separators=(",", ":")))  # json.dump's streaming encoder is slower
-    os.replace(tmp, path)
+    try:
+        try:
+            os.fchmod(fd, 0o600)  # an older temp file of a dead writer with this pid
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:  # noqa: SIM105 - contextlib would cost start-up time
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_json(path: StrPath) -> Any:
-    """The JSON in ``path``, or None when it does not exist (or vanished)."""
+    """The JSON in ``path``, or None when it does not exist (or vanished); ``ValueError`` when
+    it is not JSON."""
     try:
         with open(path, "rb") as f:
             return json.loads(f.read())
@@ -81,21 +138,28 @@ class JobStore:
         self.root = os.path.join(base, "local")
 
     def ensure(self) -> None:
-        """Create the store (owner-only) if missing."""
-        if not os.path.isdir(self.root):
-            os.makedirs(os.path.dirname(self.root), mode=0o700, exist_ok=True)
-            os.makedirs(self.root, mode=0o700, exist_ok=True)
-            os.chmod(self.root, 0o700)
+        """Create the store (owner-only) if missing; ``StoreError`` if it cannot be."""
+        try:
+            makedirs_private(self.root)
+        except OSError as e:
+            raise store_error(self.root, "create the store", e) from None
 
     def job_dir(self, app_id: str) -> str:
         """Where the job ``app_id`` lives (the caller checks ``is_valid_app_id`` first)."""
         return os.path.join(self.root, app_id)
 
     def create(self, app_id: str) -> str:
-        """Create the job directory atomically; ``FileExistsError`` if the id is taken."""
+        """Create the job directory atomically (owner-only); ``FileExistsError`` if the id is
+        taken, ``StoreError`` if the store cannot be written."""
         self.ensure()
         path = self.job_dir(app_id)
-        os.mkdir(path, mode=0o700)
+        try:
+            os.mkdir(path, mode=0o700)
+            os.chmod(path, 0o700)
+        except FileExistsError:
+            raise
+        except OSError as e:
+            raise store_error(self.root, f"create the job {app_id!r}", e) from None
         return path
 
     def app_ids(self) -> Iterator[str]:
@@ -107,7 +171,17 @@ class JobStore:
         yield from (n for n in names if is_valid_app_id(n))
 
     def remove(self, app_id: str) -> None:
-        """Delete the job's directory and everything in it."""
+        """Delete the job's directory and everything in it, or the foreign entry of that name
+        (gone already: fine); ``StoreError`` if the store cannot be written."""
         import shutil
 
-        shutil.rmtree(self.job_dir(app_id), ignore_errors=True)
+        path = self.job_dir(app_id)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:  # a foreign entry
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise store_error(self.root, f"delete the job {app_id!r}", e) from None

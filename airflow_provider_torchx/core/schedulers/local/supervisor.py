@@ -6,7 +6,17 @@ signal so that replicas die if the supervisor dies), copies their stdout/stderr 
 per-replica ``stdout``/``stderr``/``combined`` log files (whole lines only, so the combined
 file never mixes two lines), records pids, start times and exit codes in ``state.json``,
 applies fail-fast and the retry policies, honours a cancel (SIGTERM; the grace period is in
-``cancel.json``), kills what is left of the job's session at the end and exits.
+``cancel.json``), kills what is left of the job at the end and exits.
+
+No process outlives the job: the supervisor is the subreaper of its replicas, so every
+process they start stays its descendant (an orphan is re-parented to it, not to pid 1); at the
+end it kills its descendants until it has no child left. Every ``_TRACK_INTERVAL`` it records
+the descendants that are not replicas in ``state.json`` (``tracked``), so that whoever
+finalises the job after the supervisor was killed finds them too. Files and directories are
+created owner-only (umask 077; the replicas get the launcher's umask back).
+
+It reserves room in the job directory (``.reserve``) and frees it to record its end when the
+filesystem is full, so a job stopped by a full disk ends FAILED with that reason.
 
 It is single-threaded: one ``select.poll`` loop over pidfds (replica exits), pipes (output)
 and a signal wake-up pipe, so it never busy-polls. Standard library only, and started without
@@ -36,6 +46,13 @@ _MAX_PARTIAL = 1 << 20
 _STREAMS = ("stdout", "stderr")
 #: How long to wait for the pipes of killed leftovers to close at the very end.
 _DRAIN_TIMEOUT = 1.0
+#: How often the descendants that are not replicas are recorded (seconds).
+_TRACK_INTERVAL = 1.0
+#: The most rounds of the end-of-job sweep (each kills every descendant found).
+_SWEEP_ROUNDS = 200
+#: Space kept in the job directory for the last ``state.json``: this plus this per replica.
+_RESERVE_BASE, _RESERVE_PER_REPLICA = 64 << 10, 512
+_RESERVE = ".reserve"
 
 
 def supervisor_command(job_dir: str) -> list[str]:
@@ -69,6 +86,7 @@ class _Replica:
         self.pidfd = -1
         self.state = "PENDING"
         self.exit_code: int | None = None
+        self.msg = ""
         self.stopping = False
         self.pipes: dict[int, str] = {}
         self.partial: dict[str, bytes] = {s: b"" for s in _STREAMS}
@@ -91,7 +109,7 @@ class _Replica:
         for stream in (*_STREAMS, "combined"):
             path = self.param.get(stream)
             if path:
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+                store.makedirs_private(os.path.dirname(path))
                 self.files[stream] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def emit(self, stream: str, data: bytes) -> None:
@@ -113,7 +131,7 @@ class _Replica:
             self.emit(stream, b"\n")
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out = {
             "pid": self.pid,
             "start": self.start,
             "state": self.state,
@@ -121,6 +139,14 @@ class _Replica:
             "attempts": self.attempts,
             "devices": self.devices,
         }
+        if self.msg:
+            out["msg"] = self.msg
+        return out
+
+    def never_ran(self, state: str) -> None:
+        """End a replica that was never started in ``state``, saying so."""
+        if self.state == "PENDING":
+            self.state, self.msg = state, f"never started: the job ended {state} before this replica ran"
 
 
 class Supervisor:
@@ -148,6 +174,10 @@ class Supervisor:
         self.self_start = procfs.start_time(self.pid)
         self.holds_gpus = False
         self.libc = ctypes.CDLL(None, use_errno=True)
+        self.umask = os.umask(0o077)  # the replicas get it back
+        self.tracked: list[tuple[int, int]] = []
+        self.tracked_at = 0.0
+        self.strays: dict[tuple[int, int], str] = {}
 
     # ------------------------------------------------------------------ records
 
@@ -168,8 +198,38 @@ class Supervisor:
                 "ended": ended,
                 "supervisor": self.identity(),
                 "replicas": roles,
+                "tracked": self.tracked,
             },
         )
+
+    def reserve_room(self) -> None:
+        """Keep room for the final ``state.json`` (best effort: none if the disk is full)."""
+        path = os.path.join(self.dir, _RESERVE)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, _RESERVE_BASE + _RESERVE_PER_REPLICA * len(self.replicas))
+            finally:
+                os.close(fd)
+        except OSError:
+            self.free_room()
+
+    def free_room(self) -> None:
+        """Free the reserved room (before the last write)."""
+        try:  # noqa: SIM105 - contextlib would cost start-up time
+            os.unlink(os.path.join(self.dir, _RESERVE))
+        except OSError:
+            pass
+
+    def track(self) -> None:
+        """Record the descendants that are not replicas when they changed (see the module
+        docstring); ``dirty`` makes the loop write them."""
+        self.tracked_at = time.monotonic()
+        replicas = {r.ident for r in self.replicas}
+        found = sorted((p.pid, p.start) for p in procfs.descendants(self.pid) if (p.pid, p.start) not in replicas)
+        if found != self.tracked:
+            self.tracked = found
+            self.dirty = True
 
     # ------------------------------------------------------------------ processes
 
@@ -204,6 +264,7 @@ class Supervisor:
         on stderr and exits 127 (126: not executable)."""
         code = 127
         try:
+            os.umask(self.umask)
             os.setpgid(0, 0)
             self.libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != self.pid:
@@ -356,6 +417,10 @@ class Supervisor:
             self.stop([x for x in self.replicas if x.running], session=True)
         if self.restart_group and not any(x.running for x in self.restart_group):
             group, self.restart_group = self.restart_group, []
+            if not any(x.running for x in self.replicas):
+                # A whole-job restart starts clean: what the last attempt left behind (a
+                # torchrun agent's store, a daemon) would hold its ports and answer the new one.
+                self.sweep()
             for x in group:
                 self.launch(x)
         if self.final is None and all(x.state == "SUCCEEDED" for x in self.replicas):
@@ -390,6 +455,7 @@ class Supervisor:
         for role_name, params in request["role_params"].items():
             for idx, param in enumerate(params):
                 self.replicas.append(_Replica(role_name, idx, param))
+        self.reserve_room()
         for r in self.replicas:
             r.open_logs()
         if os.path.exists(os.path.join(self.dir, store.CANCEL)):
@@ -406,10 +472,14 @@ class Supervisor:
                 self.dirty = False
             if self.final is not None and not any(x.running for x in self.replicas):
                 break
-            timeout = None if self.kill_at is None else max(0, int((self.kill_at - time.monotonic()) * 1000) + 1)
-            for fd, _ in self.poller.poll(timeout):
+            wake_at = self.tracked_at + _TRACK_INTERVAL
+            if self.kill_at is not None:
+                wake_at = min(wake_at, self.kill_at)
+            for fd, _ in self.poller.poll(max(0, int((wake_at - time.monotonic()) * 1000) + 1)):
                 if fd in self.handlers:
                     self.handlers[fd]()
+            if time.monotonic() >= self.tracked_at + _TRACK_INTERVAL:
+                self.track()
             if self.kill_at is not None and time.monotonic() >= self.kill_at:
                 stopping = [x for x in self.replicas if x.running and x.stopping]
                 self.signal_job(stopping, signal.SIGKILL, self.kill_session)
@@ -419,9 +489,7 @@ class Supervisor:
 
     def finish(self) -> None:
         """Kill what is left of the job, drain the pipes, write the final state."""
-        # As a subreaper, every process of the job that is left is a descendant of ours.
-        if procfs.children(self.pid) != []:
-            self.signal_job([], signal.SIGKILL, session=True)
+        self.sweep()
         deadline = time.monotonic() + _DRAIN_TIMEOUT
         while any(r.pipes for r in self.replicas) and time.monotonic() < deadline:
             for fd, _ in self.poller.poll(50):
@@ -432,15 +500,46 @@ class Supervisor:
                 r.flush(stream)
             for fd in r.files.values():
                 os.close(fd)
-            if r.state == "PENDING" and self.final == "CANCELLED":
-                r.state = "CANCELLED"
+            r.never_ran(self.final or "FAILED")
         self.release_gpus()
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:  # adopted orphans, now killed
-                pass
-        except ChildProcessError:
-            pass
+        _reap_adopted()
+        if self.strays:
+            shown = ", ".join(f"{pid} ({comm})" for (pid, _), comm in list(self.strays.items())[:10])
+            more = f" and {len(self.strays) - 10} more" if len(self.strays) > 10 else ""
+            left = f"stopped {len(self.strays)} process(es) left behind by the replicas: {shown}{more}"
+            self.msg = f"{self.msg}; {left}" if self.msg else left
+        self.tracked = []
+        self.free_room()
         self.write_state(self.final or "FAILED", ended=time.time())
+
+    def sweep(self) -> None:
+        """SIGKILL every descendant, round after round, until none is left (as the subreaper,
+        every process of the job that is left is one), at most ``_SWEEP_ROUNDS`` rounds. A
+        round can miss a process forked while it walked the tree; the next finds it, re-parented
+        to us. Those killed that were not replicas are remembered in ``strays``."""
+        replicas = {r.ident for r in self.replicas}
+        for _ in range(_SWEEP_ROUNDS):
+            _reap_adopted()
+            kids = procfs.children(self.pid)
+            if kids is None:
+                break
+            if not kids:
+                return
+            left = procfs.descendants(self.pid)
+            procfs.signal_all(left, signal.SIGKILL)
+            self.strays.update(((p.pid, p.start), p.comm) for p in left if (p.pid, p.start) not in replicas)
+            time.sleep(0.001)
+        self.signal_job([], signal.SIGKILL, session=True)  # the kernel does not list children
+
+
+def _reap_adopted() -> None:
+    """Reap every exited child: adopted orphans (replicas are reaped through their pidfds
+    before this is called)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
 
 
 def _exit_text(role: str, idx: int, code: int) -> str:
@@ -461,7 +560,10 @@ def main(job_dir: str) -> None:
     """Entry point: supervise the job in ``job_dir`` and exit; on an internal error, stop the
     job and record it as FAILED with the reason (exit status 1)."""
     code = _supervise(job_dir)
-    sys.stderr.flush()
+    try:  # noqa: SIM105 - contextlib would cost start-up time
+        sys.stderr.flush()
+    except OSError:  # a full disk
+        pass
     # Skip the interpreter's teardown: waiters learn of the end when this process is gone.
     os._exit(code)
 
@@ -471,17 +573,27 @@ def _supervise(job_dir: str) -> int:
     try:
         return sup.run()
     except Exception as e:
-        import traceback
-
-        traceback.print_exc()
-        sup.signal_job([], signal.SIGKILL, session=True)
+        sup.sweep()
         try:  # noqa: SIM105 - contextlib would cost start-up time
             sup.release_gpus()
         except OSError:
             pass
-        sup.msg = f"the supervisor failed: {type(e).__name__}: {e}"
+        sup.msg = f"the supervisor failed: {type(e).__name__}: {e}; the job was stopped"
+        for r in sup.replicas:
+            r.never_ran("FAILED")
+            if r.state == "RUNNING":
+                r.state = "FAILED"
+        sup.tracked = []
+        sup.free_room()  # a full disk: the reserved room holds the last state
         try:  # noqa: SIM105 - contextlib would cost start-up time
             sup.write_state("FAILED", ended=time.time())
+        except OSError:
+            pass
+        try:  # the log may be on the full disk too
+            import traceback
+
+            traceback.print_exc()
+            sys.stderr.flush()
         except OSError:
             pass
         return 1

@@ -1,0 +1,250 @@
+"""The root cause of a failed job: the first failing rank's exception, from torchrun.
+
+torchrun (TorchElastic) gives each worker process an error file; a worker whose ``main`` is
+decorated with ``torch.distributed.elastic.multiprocessing.errors.record`` writes its uncaught
+exception there as JSON::
+
+    {"message": {"message": "RuntimeError: boom",
+                 "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1700000000"},
+                 "errorCode": 1}}
+
+(``errorCode`` only when torchrun copies it; an older/newer form has ``"message"`` as a plain
+string and ``"timestamp"`` beside it). torchrun copies the first failure's file to the file its
+own environment names in ``TORCHELASTIC_ERROR_FILE`` and prints a summary ("Root Cause (first
+observed failure)", with the rank, exit code and traceback) in its log. The local scheduler sets
+``TORCHELASTIC_ERROR_FILE`` for every replica (``error.json`` beside its logs); elsewhere (AWS
+Batch: the file stays in the container) the summary in the replica's log is what there is.
+
+Guarantees of ``find_root_cause``:
+
+1. Never raises for unreadable or malformed files and logs: it returns None instead (the
+   caller falls back to the log tail).
+2. Of several failed replicas, the one whose error is oldest wins (ties: the status' order),
+   as torchrun picks its root cause among its workers.
+3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
+   replica whose lines the caller passes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_torchx.core.logstream import last_lines
+from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, parse_app_handle
+
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.runner import Runner
+
+#: The variable naming the error file of a process (TorchElastic's name).
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+#: The local scheduler's error file of a replica, in the replica's log directory.
+ERROR_FILE_NAME = "error.json"
+#: How many of the traceback's last frames the root cause shows.
+FRAMES = 3
+#: How many failed replicas are examined, and how many of their last log lines.
+MAX_REPLICAS = 8
+SUMMARY_LINES = 200
+
+_ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
+_NO_TRACEBACK = "To enable traceback see"
+_FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
+_RANK = re.compile(r"^(?P<rank>-?\d+)")
+_BORDER = re.compile(r"^\s*=+\s*$")
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """Why a replica failed: ``error`` (``Type: message``), the replica (``role/k``), the
+    global ``rank`` and ``exit_code`` when torchrun said, the last ``frames`` of the traceback
+    (source lines included) and when the error was recorded (epoch seconds)."""
+
+    error: str
+    replica: str
+    rank: int | None = None
+    exit_code: int | None = None
+    frames: tuple[str, ...] = ()
+    timestamp: float | None = None
+
+    def format(self) -> str:
+        """``Root cause (rank 1, replica trainer/0): RuntimeError: boom`` and the last frames."""
+        where = ", ".join(
+            part
+            for part in (
+                f"rank {self.rank}" if self.rank is not None else "",
+                f"replica {self.replica}",
+                f"exit code {self.exit_code}" if self.exit_code is not None else "",
+            )
+            if part
+        )
+        head = f"Root cause ({where}): {self.error}"
+        if not self.frames:
+            return head
+        return head + "\n  Last frames of its traceback:\n" + "\n".join(f"  {line}" for line in self.frames)
+
+
+def last_frames(traceback: str, n: int = FRAMES) -> tuple[str, ...]:
+    """The last ``n`` frames (``File ...`` line and its source lines) of the innermost
+    traceback in ``traceback``; caret lines (``^^^``) are dropped. Indentation is not relied
+    on (some log pipelines strip it): the last line is the exception, the lines between two
+    ``File`` lines are the first one's source."""
+    body = traceback.rsplit("Traceback (most recent call last):", 1)[-1]
+    lines = [line.strip() for line in body.splitlines() if line.strip() and set(line.strip()) - set("^~ ")]
+    frames: list[list[str]] = []
+    for line in lines[:-1]:
+        if line.startswith('File "'):
+            frames.append([line])
+        elif frames:
+            frames[-1].append("  " + line)
+    return tuple(line for frame in frames[-n:] for line in frame)
+
+
+def _exception_line(traceback: str) -> str:
+    """The last line of a traceback that is not indented (``Type: message``)."""
+    lines = [line for line in traceback.splitlines() if line.strip() and not line.startswith(" ")]
+    return lines[-1].strip() if lines else ""
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_error_file(text: str, replica: str) -> RootCause | None:
+    """The root cause an error file's JSON holds (see the module docstring); None if it is not
+    such a file."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, str) and message.strip():
+        return RootCause(error=message.strip(), replica=replica, timestamp=_int(data.get("timestamp")))
+    if not isinstance(message, dict):
+        return None
+    extra = message.get("extraInfo")
+    extra = extra if isinstance(extra, dict) else {}
+    callstack = str(extra.get("py_callstack") or "")
+    error = str(message.get("message") or "").strip() or _exception_line(callstack)
+    if not error:
+        return None
+    return RootCause(
+        error=error,
+        replica=replica,
+        exit_code=_int(message.get("errorCode")),
+        frames=last_frames(callstack),
+        timestamp=_int(extra.get("timestamp")),
+    )
+
+
+def parse_torchrun_summary(lines: Sequence[str], replica: str) -> RootCause | None:
+    """The root cause torchrun printed in its ``ChildFailedError`` summary (the last one in
+    ``lines``): rank, exit code and, when the worker recorded it, the traceback."""
+    lines = [line.rstrip("\r\n") for line in lines]
+    starts = [i for i, line in enumerate(lines) if _ROOT_CAUSE_HEADER in line]
+    if not starts:
+        return None
+    fields: dict[str, str] = {}
+    traceback: list[str] = []
+    for line in lines[starts[-1] + 1 :]:
+        if _BORDER.match(line):
+            break
+        if traceback:
+            traceback.append(line[2:] if line.startswith("  ") else line)
+            continue
+        m = _FIELD.match(line)
+        if m:
+            fields[m["key"]] = m["value"].strip()
+            if m["key"] == "traceback":
+                traceback.append(m["value"])
+    rank = _RANK.match(fields.get("rank", ""))
+    code = _RANK.match(fields.get("exitcode", ""))
+    text = "\n".join(traceback).strip()
+    if text.startswith(_NO_TRACEBACK) or not text:
+        error = (
+            "the worker recorded no traceback: decorate its main function with "
+            "torch.distributed.elastic.multiprocessing.errors.record"
+        )
+        frames: tuple[str, ...] = ()
+    else:
+        error = _exception_line(text) or text.splitlines()[-1].strip()
+        frames = last_frames(text)
+    return RootCause(
+        error=error,
+        replica=replica,
+        rank=int(rank["rank"]) if rank else None,
+        exit_code=int(code["rank"]) if code else None,
+        frames=frames,
+    )
+
+
+def _local_error_file(runner: Runner, app_handle: str, rep: ReplicaStatus) -> tuple[str, float] | None:
+    """The text of a local replica's error file, if it wrote one, and when it was written (the
+    file's time: finer than the whole seconds inside, so that of two replicas failing in the
+    same second the first one is told apart)."""
+    info = runner.describe_native(app_handle)
+    params = getattr(info.request, "role_params", {}) if info is not None else {}
+    try:
+        path = params[rep.role][rep.id].env.get(ERROR_FILE_ENV)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(), os.fstat(f.fileno()).st_mtime
+    except (KeyError, IndexError, TypeError, OSError):
+        return None
+
+
+def _replica_root_cause(
+    runner: Runner, app_handle: str, rep: ReplicaStatus, local: bool, tail: Sequence[str] | None
+) -> RootCause | None:
+    replica = f"{rep.role}/{rep.id}"
+    if tail is None:
+        tail = last_lines(runner, app_handle, rep.role, rep.id, SUMMARY_LINES)
+    summary = parse_torchrun_summary(tail, replica)
+    written = _local_error_file(runner, app_handle, rep) if local else None
+    found = parse_error_file(written[0], replica) if written else None
+    if found is None:
+        return summary
+    if written:
+        found = dataclasses.replace(found, timestamp=written[1])
+    if summary is None:
+        return found
+    return RootCause(
+        error=found.error,
+        replica=replica,
+        rank=summary.rank,
+        exit_code=found.exit_code if found.exit_code is not None else summary.exit_code,
+        frames=found.frames or summary.frames,
+        timestamp=found.timestamp,
+    )
+
+
+def _failed_replicas(status: AppStatus) -> Iterable[ReplicaStatus]:
+    return (rep for role in status.roles for rep in role.replicas if rep.state == AppState.FAILED)
+
+
+def find_root_cause(
+    runner: Runner, app_handle: str, status: AppStatus, tails: Mapping[tuple[str, int], Sequence[str]] | None = None
+) -> RootCause | None:
+    """The root cause of the failed job ``app_handle`` (see the module's guarantees).
+    ``tails``: the last ``SUMMARY_LINES`` log lines of replicas the caller read already, by
+    ``(role, k)`` (not read again)."""
+    local = parse_app_handle(app_handle).scheduler_backend.startswith("local")
+    causes: list[RootCause] = []
+    for i, rep in enumerate(_failed_replicas(status)):
+        if i >= MAX_REPLICAS:
+            break
+        try:
+            cause = _replica_root_cause(runner, app_handle, rep, local, (tails or {}).get((rep.role, rep.id)))
+        except Exception:  # a root cause is a bonus: never fail the failure report for it
+            cause = None
+        if cause is not None:
+            causes.append(cause)
+    if not causes:
+        return None
+    return min(causes, key=lambda c: c.timestamp if c.timestamp is not None else float("inf"))

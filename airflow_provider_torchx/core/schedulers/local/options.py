@@ -1,0 +1,30 @@
+"""The local schedulers' run options, in a module of their own: cheap to import, so that a DAG
+can be checked when it is parsed without loading the scheduler."""
+
+from __future__ import annotations
+
+from airflow_provider_torchx.core.runopts import runopts
+
+
+def run_opts() -> runopts:
+    """The run options of ``local_cwd`` and ``local_dir``."""
+    opts = runopts()
+    opts.add(
+        "log_dir",
+        str,
+        "Directory to write stdout/stderr log files of replicas (under <log_dir>/<app_id>/); "
+        "default: the job's directory in the job store",
+    )
+    opts.add(
+        "prepend_cwd",
+        bool,
+        "If set, prepends CWD to replica's PATH env var making binaries in CWD take precedence.",
+        default=False,
+    )
+    opts.add(
+        "auto_set_cuda_visible_devices",
+        bool,
+        "Sets CUDA_VISIBLE_DEVICES for roles that request GPU resources.",
+        default=False,
+    )
+    return opts

@@ -1,0 +1,154 @@
+"""What a TorchX task checks before it runs, how it fails on errors a retry cannot fix, and
+what its dry run returns.
+
+``check_literal_arguments`` runs in the operator's ``__init__``, so a DAG whose literal
+(non-templated) arguments are wrong fails to import, naming the problem: an unknown component
+or scheduler, an invalid ``app=``, an unknown or mistyped run option of a local scheduler.
+DAG parsing is a hot path: nothing here imports a scheduler backend or calls a cloud API
+(a component name is resolved among the builtins and the entry points' names; a
+``file.py:fn`` component is left to the task, which loads it).
+
+``fail_without_retry`` turns the errors that cannot change on a retry (unknown component,
+scheduler or connection, bad run option, invalid spec, missing queue) into
+``AirflowFailException``: the task fails at once, with one message and no chained
+exception. Transient errors (throttling, a lost connection) pass through and are retried.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from importlib import metadata
+from typing import Any
+
+from airflow.exceptions import AirflowNotFoundException
+
+from airflow_provider_torchx._compat import AirflowFailException
+from airflow_provider_torchx.core import components
+from airflow_provider_torchx.core.errors import (
+    ComponentError,
+    InvalidRunConfigError,
+    InvalidSpecError,
+    MalformedAppHandleError,
+    UnknownSchedulerError,
+)
+from airflow_provider_torchx.core.runner import SCHEDULER_ENTRY_POINT_GROUP
+from airflow_provider_torchx.core.runopts import did_you_mean
+from airflow_provider_torchx.core.specs import AppDef, validate_app
+
+#: Errors a retry cannot fix: the task fails without retries.
+CONFIG_ERRORS: tuple[type[Exception], ...] = (
+    ComponentError,
+    InvalidRunConfigError,
+    InvalidSpecError,
+    MalformedAppHandleError,
+    UnknownSchedulerError,
+    AirflowNotFoundException,
+)
+#: Schedulers whose run options are known without loading the scheduler.
+_LOCAL_SCHEDULERS = ("local_cwd", "local_dir")
+
+
+def is_literal(value: Any) -> bool:
+    """Whether ``value`` is a string Airflow will not template (no Jinja markers)."""
+    return isinstance(value, str) and "{{" not in value and "{%" not in value
+
+
+@functools.cache
+def _entry_points() -> tuple[metadata.EntryPoint, ...]:
+    """Every entry point, read once per process: reading them scans every installed
+    distribution (tens of milliseconds, too much for each task of a DAG)."""
+    return tuple(ep for dist in metadata.distributions() for ep in dist.entry_points)
+
+
+@functools.cache
+def _entry_point_names(group: str) -> frozenset[str]:
+    """The names registered in entry-point ``group`` (nothing is loaded)."""
+    return frozenset(ep.name for ep in _entry_points() if ep.group == group)
+
+
+@functools.cache
+def _builtin_component_names() -> frozenset[str]:
+    return frozenset(components.builtin_components())
+
+
+def check_component(name: str) -> None:
+    """An unknown component name raises the resolver's ``ComponentError`` (with the closest
+    names). A builtin or a name under an entry point passes without loading anything; only an
+    unknown name is looked up in full (loading the entry points), to say so and why."""
+    registered = _entry_point_names(components.COMPONENT_ENTRY_POINT_GROUP)
+    if name in _builtin_component_names() or any(name == ep or name.startswith(ep + ".") for ep in registered):
+        return
+    components.get_component(name)
+
+
+def check_scheduler(name: str) -> None:
+    """An unknown scheduler name raises ``UnknownSchedulerError`` with the closest names (the
+    registered names are read without loading any scheduler)."""
+    known = sorted(_entry_point_names(SCHEDULER_ENTRY_POINT_GROUP))
+    if name not in known:
+        raise UnknownSchedulerError(
+            f"scheduler: unknown scheduler {name!r}; known: {', '.join(known)}.{did_you_mean(name, known)}"
+        )
+
+
+def check_cfg(scheduler: str, cfg: Mapping[str, Any] | str) -> None:
+    """Unknown keys (with the closest names) and mistyped literal values of a local
+    scheduler's ``cfg`` raise ``InvalidRunConfigError``; templated values are left alone."""
+    if scheduler not in _LOCAL_SCHEDULERS:
+        return
+    from airflow_provider_torchx.core.schedulers.local.options import run_opts
+
+    opts = run_opts()
+    if isinstance(cfg, str):
+        if is_literal(cfg) and cfg.strip():
+            opts.cfg_from_str(cfg)
+        return
+    opts.check({k: v for k, v in cfg.items() if not isinstance(v, str) or is_literal(v)})
+
+
+def check_literal_arguments(
+    *, app: AppDef | None, component: str | None, scheduler: str | None, cfg: Mapping[str, Any] | str | None
+) -> None:
+    """Check what can be checked cheaply when the DAG is parsed (see the module docstring);
+    raise the core's ``ValueError`` naming the field."""
+    if app is not None:
+        validate_app(app)
+    if component is not None and is_literal(component) and ":" not in component:
+        check_component(component)
+    if scheduler is not None and is_literal(scheduler):
+        check_scheduler(scheduler)
+        if cfg is not None:
+            check_cfg(scheduler, cfg)
+
+
+def short_message(error: BaseException, component: str | None = None) -> str:
+    """``error``'s message without a component's usage text (its first paragraph), pointing to
+    where the usage is."""
+    text = str(error)
+    head, sep, _ = text.partition("\n\nusage:")
+    if sep and component:
+        head += f"\n(`airflow-torchx builtins {component}` prints the component's arguments)"
+    return head
+
+
+@contextmanager
+def fail_without_retry(component: str | None = None) -> Iterator[None]:
+    """Re-raise ``CONFIG_ERRORS`` as ``AirflowFailException`` (one message, no chained
+    exception); let every other exception through."""
+    try:
+        yield
+    except CONFIG_ERRORS as e:
+        raise AirflowFailException(f"{type(e).__name__}: {short_message(e, component)}") from None
+
+
+def request_dict(text: str) -> dict[str, Any]:
+    """A dry run's rendered request (``str(AppDryRunInfo)``, secrets redacted) as a dict, what
+    the task returns to XCom: the scheduler's JSON rendering parsed, else ``{"request": text}``."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    return parsed if isinstance(parsed, dict) else {"request": text}

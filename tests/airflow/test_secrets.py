@@ -1,0 +1,92 @@
+"""Secrets in a job's env stay masked in the task log, the XCom return value, the failure
+message and the trigger's events (real Airflow, ``dag.test()``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.airflow.dags.torchx_test_dags import SECRET
+
+pytestmark = pytest.mark.airflow
+
+
+def test_the_dry_run_masks_secret_env_values(run_dag: Any) -> None:
+    dag_run, out = run_dag("torchx_test_secret_dryrun")
+    assert dag_run.state == "success", out[-4000:]
+    rendered = dag_run.get_task_instance("dryrun").xcom_pull(task_ids="dryrun")
+    assert "Dry run on local_cwd" in out
+    # The return value is the request's JSON (XCom hands it back parsed).
+    for text in (out, rendered if isinstance(rendered, str) else json.dumps(rendered)):
+        assert SECRET not in text
+        assert '"WANDB_API_KEY": "***"' in text and "visible-value" in text
+
+
+@pytest.mark.parametrize("deferrable", [pytest.param(False, id="worker"), pytest.param(True, id="deferred")])
+def test_a_failure_that_prints_the_secret_keeps_it_masked(run_dag: Any, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_test_secret_fail", deferrable=deferrable)
+    assert dag_run.state == "failed"
+    assert "the key is ***" in out, out[-4000:]  # the replica's line and the failure's last lines
+    assert SECRET not in out
+
+
+NAMES = ["WANDB_API_KEY", "db-password", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "HTTPS_PROXY", "PATH", "NCCL_DEBUG"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_core_rule_agrees_with_airflows(name: str) -> None:
+    from airflow_provider_torchx._compat import should_hide_value_for_key
+    from airflow_provider_torchx.core.masking import is_sensitive_key
+
+    assert is_sensitive_key(name) == bool(should_hide_value_for_key(name))
+
+
+def test_registered_env_secrets_are_redacted() -> None:
+    from airflow_provider_torchx.core.specs import AppDef, Role
+    from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
+
+    secret = "registered-0123456789"
+    app = AppDef("a", roles=[Role("r", entrypoint="true", env={"SERVICE_TOKEN": secret, "PLAIN": "plain-value-1"})])
+    assert register_app_secrets(app) == 1
+    assert redact(f"x {secret} plain-value-1") == "x *** plain-value-1"
+    seen: list[tuple[Any, ...]] = []
+
+    class Sink:
+        def info(self, *args: Any) -> None:
+            seen.append(args)
+
+    MaskedLog(Sink()).info("%s and %s", secret, 3)
+    assert seen == [("%s and %s", "***", 3)]
+
+
+def test_the_triggerer_registers_the_secrets_of_the_job_it_watches(caplog: pytest.LogCaptureFixture) -> None:
+    from airflow_provider_torchx.core.specs import AppDef, Role
+    from airflow_provider_torchx.masking import redact, register_job_secrets
+
+    secret = "from-the-job-record-0123"
+    app = AppDef("a", roles=[Role("r", entrypoint="true", env={"HF_TOKEN": secret})])
+    register_job_secrets({"local_cwd://s/a-1": app}.get, "local_cwd://s/a-1")
+    assert redact(f"got {secret}") == "got ***"
+
+    def broken(handle: str) -> AppDef:
+        raise OSError("store unreadable")
+
+    register_job_secrets(broken, "local_cwd://s/a-2")  # watching goes on
+    assert "could not read the env of local_cwd://s/a-2" in caplog.text
+
+
+def test_a_value_from_a_sensitive_variable_is_masked(run_dag: Any) -> None:
+    from airflow.models import Variable
+
+    value = "from-a-variable-0123456789"
+    Variable.set("torchx_test_token", value)
+    try:
+        dag_run, out = run_dag("torchx_test_secret_variable")
+    finally:
+        Variable.delete("torchx_test_token")
+    assert dag_run.state == "success", out[-4000:]
+    rendered = dag_run.get_task_instance("dryrun").xcom_pull(task_ids="dryrun")
+    for text in (out, rendered if isinstance(rendered, str) else json.dumps(rendered)):
+        assert value not in text and '"RUN_SETTING": "***"' in text

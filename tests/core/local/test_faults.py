@@ -1,0 +1,376 @@
+"""The local scheduler under faults: a full or read-only job store, corrupt job files,
+daemons that escape their replica, a killed supervisor, file modes under any umask.
+
+The store faults use a real 1 MiB tmpfs and a real read-only bind mount (the tests run as
+root); where the machine refuses to mount, they skip saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_provider_torchx.core import cli
+from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler, procfs, store
+from airflow_provider_torchx.core.specs import AppState
+from tests.core.local.helpers import sh_app, wait_done, wait_for_line, wait_running
+
+
+def _mount(*args: str) -> None:
+    """Run ``mount ARGS``; skip the test when the machine refuses (not root, no CAP_SYS_ADMIN)."""
+    done = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"this machine refuses `mount {' '.join(args)}`: {done.stderr.strip()}")
+
+
+def _umount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs for the job store."""
+    path = tmp_path / "tiny"
+    path.mkdir()
+    _mount("-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(path))
+    yield path
+    _umount(path)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """``(rw, ro)``: a directory and a read-only bind mount of it."""
+    rw, ro = tmp_path / "rw", tmp_path / "ro"
+    rw.mkdir()
+    ro.mkdir()
+    _mount("--bind", str(rw), str(ro))
+    try:
+        _mount("-o", "remount,bind,ro", str(ro))
+        yield rw, ro
+    finally:
+        _umount(ro)
+
+
+def fill(directory: Path) -> Path:
+    """Fill the filesystem of ``directory`` to the last block; return the filler file."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for size in (1 << 16, 1 << 12, 1 << 9, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                continue
+    return filler
+
+
+def temp_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.endswith(".tmp")]
+
+
+def kill_supervisor(sched: LocalScheduler, app_id: str) -> None:
+    sup = json.loads((sched.job_dir(app_id) / store.SUPERVISOR).read_text())
+    assert procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while procfs.is_alive(sup["pid"], sup["start"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ------------------------------------------------------------------ a full store
+
+
+def test_a_job_that_fills_the_disk_ends_failed_saying_so(tiny: Path, mark: str) -> None:
+    sched = create_cwd_scheduler("test", state_dir=tiny)
+    app_id = sched.submit(sh_app("yes 0123456789abcdef | head -c 3000000; sleep 30"))
+    desc = wait_done(sched, app_id)
+    assert desc.state == AppState.FAILED
+    assert "No space left on device" in desc.msg, desc.msg
+    on_disk = json.loads((sched.job_dir(app_id) / store.STATE).read_text())
+    assert on_disk["state"] == "FAILED" and "No space left" in on_disk["msg"]  # recorded, not only reported
+    assert temp_files(tiny) == []
+    assert [a.app_id for a in sched.list()] == [app_id]
+
+
+def test_reads_work_on_a_full_store_and_report_a_dead_supervisor(
+    tiny: Path, mark: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(tiny))
+    sched = create_cwd_scheduler("test")
+    app_id = sched.submit(sh_app("echo hello; sleep 30"))
+    wait_for_line(sched, app_id, "r0", "hello")
+    filler = fill(tiny)
+    kill_supervisor(sched, app_id)
+
+    desc = sched.describe(app_id)  # reported...
+    assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg
+    assert "not recorded" in desc.msg and "No space left on device" in desc.msg, desc.msg
+    state = json.loads((sched.job_dir(app_id) / store.STATE).read_text())
+    assert state["state"] == "RUNNING"  # ...not recorded: nothing could be written
+    assert [(a.app_id, a.state) for a in sched.list()] == [(app_id, AppState.FAILED)]
+    assert sched.read_log(app_id, "r0").lines == ["hello\n"]
+    handle = f"local_cwd://test/{app_id}"
+    for command in ("status", "describe"):
+        code, out, err = run_cli(capsys, command, handle)
+        assert code == 0 and "Traceback" not in err, (command, err)
+    code, out, err = run_cli(capsys, "list")
+    assert code == 0 and app_id in out
+
+    with pytest.raises(store.StoreError, match=f"job store {tiny}/local: .*No space left on device"):
+        sched.submit(sh_app("true"))
+    code, out, err = run_cli(capsys, "run", "utils.sh", "true")
+    assert code == cli.EXIT_SYSTEM and f"job store {tiny}/local" in err and "No space left on device" in err
+    assert "Traceback" not in err
+    assert [p.name for p in (tiny / "local").iterdir()] == [app_id]  # nothing half-written
+    assert temp_files(tiny) == []
+
+    filler.unlink()
+    desc = create_cwd_scheduler("test").describe(app_id)  # the next reader records it
+    assert desc is not None and desc.state == AppState.FAILED and "not recorded" not in desc.msg
+    assert json.loads((sched.job_dir(app_id) / store.STATE).read_text())["state"] == "FAILED"
+
+
+# ------------------------------------------------------------------ a read-only store
+
+
+def test_a_read_only_store_gives_clear_errors_and_reads_still_work(
+    read_only: tuple[Path, Path], mark: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rw_dir, ro_dir = read_only
+    writer = create_cwd_scheduler("test", state_dir=rw_dir, cancel_grace_period=1.0)
+    app_id = writer.submit(sh_app("sleep 30"))
+    wait_running(writer, app_id)
+    reader = create_cwd_scheduler("test", state_dir=ro_dir)
+    ro_root = f"{ro_dir}/local"
+
+    with pytest.raises(store.StoreError, match=f"job store {ro_root}: cannot record the cancel .*Read-only"):
+        reader.cancel(app_id)
+    with pytest.raises(store.StoreError, match=f"job store {ro_root}: .*Read-only"):
+        reader.submit(sh_app("true"))
+    with pytest.raises(store.StoreError, match="Read-only"):
+        reader.delete(app_id)
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(ro_dir))
+    handle = f"local_cwd://test/{app_id}"
+    for argv in (("cancel", handle), ("delete", handle), ("run", "utils.sh", "true")):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == cli.EXIT_SYSTEM, (argv, out, err)
+        assert ro_root in err and "Read-only file system" in err and "Traceback" not in err, (argv, err)
+    desc = reader.describe(app_id)
+    assert desc is not None and desc.state == AppState.RUNNING and not desc.cancel_requested  # untouched
+
+    kill_supervisor(writer, app_id)
+    desc = reader.describe(app_id)
+    assert desc is not None and desc.state == AppState.FAILED and "not recorded" in desc.msg
+    assert [(a.app_id, a.state) for a in reader.list()] == [(app_id, AppState.FAILED)]
+    code, out, err = run_cli(capsys, "status", handle)
+    assert code == 0 and "FAILED" in out, err
+    assert temp_files(rw_dir) == []
+    desc = writer.describe(app_id)  # a reader that can write records it
+    assert desc is not None and desc.state == AppState.FAILED
+    assert json.loads((writer.job_dir(app_id) / store.STATE).read_text())["state"] == "FAILED"
+
+
+# ------------------------------------------------------------------ corrupt entries
+
+
+def _truncated(text: bytes) -> bytes:
+    return text[: len(text) // 2]
+
+
+BAD_ATTEMPTS = b'{"state": "FAILED", "replicas": {"r0": [{"state": "FAILED", "attempts": [1]}]}}'
+CORRUPT = [
+    pytest.param("state.json", lambda _: b"garbage{", id="state-garbage"),
+    pytest.param("state.json", lambda _: b'{"state": "BOGUS"}', id="state-bad-state"),
+    pytest.param("state.json", lambda _: BAD_ATTEMPTS, id="state-bad-attempts"),
+    pytest.param("request.json", lambda b: b.replace(b'"roles":[{', b'"roles":[7,{'), id="request-bad-roles"),
+    pytest.param("request.json", _truncated, id="request-truncated"),
+    pytest.param("request.json", lambda _: b"{}", id="request-empty-object"),
+    pytest.param("request.json", lambda _: b"[1,2]", id="request-list"),
+    pytest.param("request.json", lambda _: b'{"backend": "local_cwd"}', id="request-missing-keys"),
+    pytest.param(None, None, id="foreign-file-in-the-store"),
+]
+
+
+@pytest.mark.parametrize(("name", "corrupt"), CORRUPT)
+def test_a_corrupt_entry_is_skipped_by_list_and_named_by_describe(
+    name: str | None,
+    corrupt: object,
+    sched: LocalScheduler,
+    state_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    good = sched.submit(sh_app("true"))
+    wait_done(sched, good)
+    bad = "bad-0123456789ab"
+    bad_path = state_dir / "local" / bad
+    if name is None:
+        bad_path.write_text("not a job")
+        named = bad_path
+    else:
+        shutil.copytree(sched.job_dir(good), bad_path)
+        named = bad_path / name
+        named.write_bytes(corrupt(named.read_bytes()))  # type: ignore[operator]
+    fresh = create_cwd_scheduler("test")  # nothing cached
+
+    with caplog.at_level(logging.WARNING):
+        assert [a.app_id for a in fresh.list()] == [good]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and bad in warnings[0] and str(named) in warnings[0], warnings
+    with pytest.raises(store.CorruptEntryError, match=f"job '{bad}': {named} is corrupt"):
+        fresh.describe(bad)
+
+    caplog.clear()
+    code, out, err = run_cli(capsys, "list")
+    assert code == 0 and good in out and bad not in out
+    assert [str(named) in r.getMessage() for r in caplog.records] == [True]
+    code, out, err = run_cli(capsys, "status", f"local_cwd://test/{bad}")
+    assert code == cli.EXIT_USAGE and str(named) in err and "Traceback" not in err
+    code, out, err = run_cli(capsys, "delete", f"local_cwd://test/{bad}")
+    assert code == 0 and not bad_path.exists(), err
+    assert [a.app_id for a in fresh.list()] == [good]
+
+
+def test_the_cli_warns_on_stderr_naming_the_corrupt_file(sched: LocalScheduler, state_dir: Path) -> None:
+    good = sched.submit(sh_app("true"))
+    wait_done(sched, good)
+    (sched.job_dir(good) / store.STATE).write_text("{}")
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_torchx.core.cli", "list"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "no jobs on local_cwd" in done.stderr
+    assert f"job '{good}': {sched.job_dir(good) / store.STATE} is corrupt" in done.stderr, done.stderr
+
+
+def test_a_failed_write_leaves_no_temp_file(tiny: Path) -> None:
+    filler = fill(tiny)
+    target = tiny / "state.json"
+    with pytest.raises(OSError, match="No space left"):
+        store.write_json_atomic(target, {"big": "x" * 100_000})
+    assert list(tiny.iterdir()) == [filler]
+
+
+# ------------------------------------------------------------------ no process outlives its job
+
+
+def _token_processes(token: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if any(token in part for part in p.info["cmdline"] or ()):
+            found.append(p)
+    return found
+
+
+@pytest.fixture
+def token() -> Iterator[str]:
+    """A word for the command lines of processes a test starts without the job's env (so the
+    ``mark`` sweep cannot see them); any left at the end is killed."""
+    value = f"{int(uuid.uuid4().int % 10**6)}.{os.getpid()}"
+    yield value
+    for p in _token_processes(value):
+        p.kill()
+
+
+def test_a_double_forked_daemon_never_outlives_its_job_50_times(sched: LocalScheduler, token: str) -> None:
+    # The replica exits at once; a middle process forks daemons (one keeps the job's env and
+    # leaves the session, one also clears its env) after a varying delay, then exits.
+    daemons = f"setsid sleep 1{token} & setsid env -i sleep 2{token} &"
+    apps = [sh_app(f"(sleep 0.00{i % 10}; {daemons}) & exit 0", name=f"daemon{i}") for i in range(50)]
+    for batch in range(0, 50, 10):
+        ids = [sched.submit(app) for app in apps[batch : batch + 10]]
+        for app_id in ids:
+            assert wait_done(sched, app_id).state == AppState.SUCCEEDED
+        left = _token_processes(token)
+        assert not left, f"after jobs {batch}..{batch + 9}: {[p.info['cmdline'] for p in left]}"
+
+
+def test_orphans_of_a_killed_supervisor_are_gone_within_one_sweep(sched: LocalScheduler, mark: str, token: str) -> None:
+    app_id = sched.submit(sh_app(f"setsid sleep 3{token} & setsid env -i sleep 4{token} & sleep 30"))
+    wait_running(sched, app_id)
+    state_file = sched.job_dir(app_id) / store.STATE
+    deadline = time.monotonic() + 5
+    while len(json.loads(state_file.read_text()).get("tracked", [])) < 2:  # recorded every second
+        assert time.monotonic() < deadline, state_file.read_text()
+        time.sleep(0.05)
+    kill_supervisor(sched, app_id)
+    t0 = time.monotonic()
+    interval = 1.0
+    desc = sched.describe(app_id)
+    while desc is not None and not desc.state.is_terminal():  # a waiter, as Runner.wait is
+        sched.wait_for_change(app_id, interval)
+        desc = sched.describe(app_id)
+    assert desc is not None and desc.state == AppState.FAILED
+    assert not _token_processes(token)
+    assert time.monotonic() - t0 < interval
+    named = re.search(r"stopped (\d+) process\(es\) left outside the replicas: (.*)", desc.msg)
+    assert named and int(named[1]) >= 2 and named[2].count("(sleep)") >= 2, desc.msg
+
+
+def test_processes_left_at_the_end_are_named_in_the_status(sched: LocalScheduler, mark: str) -> None:
+    app_id = sched.submit(sh_app("setsid sleep 300 & sleep 0.1"))
+    desc = wait_done(sched, app_id)
+    assert desc.state == AppState.SUCCEEDED
+    assert "stopped 1 process(es) left behind by the replicas" in desc.msg and "(sleep)" in desc.msg, desc.msg
+
+
+# ------------------------------------------------------------------ modes and states
+
+
+def test_everything_a_job_creates_is_owner_only_under_umask_000(
+    sched: LocalScheduler, state_dir: Path, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs" / "deep"
+    old = os.umask(0)
+    try:
+        app_id = sched.submit(sh_app("umask", "true", num_replicas=2), cfg={"log_dir": str(log_dir)})
+        desc = wait_done(sched, app_id)
+    finally:
+        os.umask(old)
+    assert desc.state == AppState.SUCCEEDED
+    assert "".join(sched.log_iter(app_id, "r0")) == "0000\n"  # the replicas keep the launcher's umask
+    created = [state_dir, *state_dir.rglob("*"), tmp_path / "logs", *(tmp_path / "logs").rglob("*")]
+    assert len(created) > 15
+    loose = [f"{p} {stat.filemode(p.stat().st_mode)}" for p in created if p.stat().st_mode & 0o077]
+    assert loose == []
+
+
+def test_replicas_of_a_job_cancelled_before_they_started_say_so(sched: LocalScheduler) -> None:
+    app_id = sched.submit(sh_app("sleep 30", "sleep 30"))
+    sched.cancel(app_id)
+    desc = wait_done(sched, app_id)
+    assert desc.state == AppState.CANCELLED
+    for rep in (r for role in desc.roles_statuses for r in role.replicas):
+        assert rep.state == AppState.CANCELLED  # never PENDING
+        if rep.exit_code is None:
+            assert rep.msg == "never started: the job ended CANCELLED before this replica ran"
+    # A job the supervisor never ran (it was gone before it could start any replica).
+    job_dir = sched.job_dir(app_id)
+    state = json.loads((job_dir / store.STATE).read_text())
+    state.update(state="RUNNING", replicas={})
+    (job_dir / store.STATE).write_text(json.dumps(state))
+    desc = create_cwd_scheduler("test").describe(app_id)
+    assert desc is not None and desc.state == AppState.CANCELLED
+    reps = [r for role in desc.roles_statuses for r in role.replicas]
+    assert [r.state for r in reps] == [AppState.CANCELLED] * 2
+    assert all(r.msg.startswith("never started") for r in reps)

@@ -1,0 +1,162 @@
+"""Root causes from torchrun's error files and summaries (``core/errorfile.py``), parsed from
+the formats TorchElastic writes and found for a real local job run by a torchrun stand-in."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_torchx.core.errorfile import (
+    ERROR_FILE_ENV,
+    find_root_cause,
+    last_frames,
+    parse_error_file,
+    parse_torchrun_summary,
+)
+from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+
+STANDIN = str(Path(__file__).resolve().parents[1] / "fixtures" / "standin_torchrun.py")
+CALLSTACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/app/train.py", line 40, in <module>\n'
+    "    main()\n"
+    '  File "/venv/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper\n'
+    "    return f(*args, **kwargs)\n"
+    "           ^^^^^^^^^^^^^^^^^^\n"
+    '  File "/app/train.py", line 30, in main\n'
+    "    step(model)\n"
+    '  File "/app/train.py", line 12, in step\n'
+    '    raise RuntimeError("boom on rank 3")\n'
+    "RuntimeError: boom on rank 3\n"
+)
+
+
+def test_parse_error_file_of_a_recorded_exception() -> None:
+    text = json.dumps(
+        {
+            "message": {
+                "message": "RuntimeError: boom on rank 3",
+                "extraInfo": {"py_callstack": CALLSTACK, "timestamp": "1700000000"},
+                "errorCode": 1,
+            }
+        }
+    )
+    cause = parse_error_file(text, "trainer/1")
+    assert cause is not None
+    assert (cause.error, cause.replica, cause.exit_code, cause.timestamp) == (
+        "RuntimeError: boom on rank 3",
+        "trainer/1",
+        1,
+        1700000000,
+    )
+    assert cause.frames == (
+        'File "/venv/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper',
+        "  return f(*args, **kwargs)",
+        'File "/app/train.py", line 30, in main',
+        "  step(model)",
+        'File "/app/train.py", line 12, in step',
+        '  raise RuntimeError("boom on rank 3")',
+    )
+    assert cause.format().startswith("Root cause (replica trainer/1, exit code 1): RuntimeError: boom on rank 3\n")
+
+
+def test_parse_error_file_of_the_string_form_and_of_garbage() -> None:
+    cause = parse_error_file(json.dumps({"message": "Signal 9 (SIGKILL) received", "timestamp": 5}), "w/0")
+    assert cause is not None and (cause.error, cause.timestamp, cause.frames) == ("Signal 9 (SIGKILL) received", 5, ())
+    for garbage in ("", "not json", "[1]", json.dumps({"message": {"extraInfo": {}}}), json.dumps({"x": 1})):
+        assert parse_error_file(garbage, "w/0") is None
+
+
+def test_last_frames_of_a_chained_traceback_are_the_innermost() -> None:
+    chained = (
+        CALLSTACK
+        + "\nDuring handling of the above exception, another exception occurred:\n\n"
+        + ('Traceback (most recent call last):\n  File "/app/x.py", line 1, in f\n    g()\nValueError: v\n')
+    )
+    assert last_frames(chained) == ('File "/app/x.py", line 1, in f', "  g()")
+
+
+def _summary(traceback: str) -> list[str]:
+    return [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "train.py FAILED",
+        "------------------------------------------------------------",
+        "Failures:",
+        "  <NO_OTHER_FAILURES>",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2024-01-01_00:00:00",
+        "  host      : node-1",
+        "  rank      : 3 (local_rank: 1)",
+        "  exitcode  : 1 (pid: 4242)",
+        "  error_file: /tmp/torchelastic_x/attempt_0/1/error.json",
+        f"  traceback : {traceback}",
+        "============================================================",
+    ]
+
+
+def test_parse_torchrun_summary_with_a_traceback() -> None:
+    lines = ["[default1]:step 1", *_summary(CALLSTACK.rstrip("\n").replace("\n", "\n  "))]
+    lines = [piece for line in lines for piece in line.split("\n")]
+    cause = parse_torchrun_summary(lines, "trainer/1")
+    assert cause is not None
+    assert (cause.error, cause.rank, cause.exit_code) == ("RuntimeError: boom on rank 3", 3, 1)
+    assert cause.frames[-1] == '  raise RuntimeError("boom on rank 3")'
+    assert cause.format().startswith("Root cause (rank 3, replica trainer/1, exit code 1): RuntimeError: boom")
+
+
+def test_parse_torchrun_summary_without_a_recorded_traceback_says_how_to_get_one() -> None:
+    lines = _summary("To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html")
+    cause = parse_torchrun_summary(lines, "trainer/0")
+    assert cause is not None and cause.rank == 3 and cause.frames == ()
+    assert "errors.record" in cause.error
+    assert parse_torchrun_summary(["just a failing script", "Traceback ..."], "trainer/0") is None
+
+
+@pytest.fixture
+def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runner]:
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(tmp_path / "state"))
+    with get_runner() as r:
+        yield r
+
+
+def test_local_replicas_get_an_error_file_beside_their_logs(runner: Runner) -> None:
+    app = AppDef(name="ef", roles=[Role(name="w", image="local", entrypoint="true", num_replicas=2)])
+    info = runner.dryrun(app, "local_cwd")
+    for k, param in enumerate(info.request.role_params["w"]):
+        assert param.env[ERROR_FILE_ENV] == str(Path(info.request.role_log_dirs["w"][k]) / "error.json")
+
+
+def test_root_cause_of_a_real_local_job_whose_rank_1_raises(runner: Runner) -> None:
+    """Two workers under the torchrun stand-in; rank 1 raises; the root cause is its exception,
+    rank and last frames, from the replica's error file and torchrun's summary."""
+    app = AppDef(
+        name="ddp", roles=[Role(name="trainer", image="local", entrypoint=sys.executable, args=[STANDIN, "2", "1"])]
+    )
+    handle = runner.run(app, "local_cwd")
+    status = runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.FAILED
+    cause = find_root_cause(runner, handle, status)
+    assert cause is not None, list(runner.log_lines(handle, "trainer", 0))
+    assert (cause.error, cause.rank, cause.replica, cause.exit_code) == (
+        "RuntimeError: boom on rank 1",
+        1,
+        "trainer/0",
+        1,
+    )
+    assert cause.frames[-1] == '  raise RuntimeError(f"boom on rank {rank}")'
+    assert cause.timestamp is not None  # from the error file, not only the summary
+
+
+def test_summary_whose_indentation_was_stripped_by_the_log_pipeline() -> None:
+    lines = [piece.strip() for line in _summary(CALLSTACK.rstrip("\n")) for piece in line.split("\n")]
+    cause = parse_torchrun_summary(lines, "trainer/0")
+    assert cause is not None and (cause.error, cause.rank) == ("RuntimeError: boom on rank 3", 3)
+    assert cause.frames[-2:] == ('File "/app/train.py", line 12, in step', '  raise RuntimeError("boom on rank 3")')
