@@ -94,9 +94,11 @@ async def run_blocking(fn: Callable[..., R], *args: Any) -> R:
 # ---------------------------------------------------------------------- small helpers
 
 
-def progress_line(app_handle: str, status: AppStatus, elapsed: float) -> str:
+def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: float | None = None) -> str:
     """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
-    scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``)."""
+    scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``) and ``; log 40s
+    behind`` when the log read lags by a second or more (a shared CloudWatch budget with many
+    jobs watched)."""
     counts = {"running": 0, "done": 0, "pending": 0}
     for role in status.roles:
         for rep in role.replicas:
@@ -108,7 +110,8 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float) -> str:
                 counts["pending"] += 1
     parts = ", ".join(f"{n} {what}" for what, n in counts.items())
     why = f"; {status.msg}" if status.msg and not status.is_terminal() else ""
-    return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}"
+    lag = f"; log {behind_s:.0f}s behind" if behind_s is not None and behind_s >= 1.0 else ""
+    return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}{lag}"
 
 
 def identity_labels(context: Context) -> dict[str, str]:
@@ -236,7 +239,7 @@ class JobWatcher(JobWatch):
         progress line every ``poll_interval``; return the outcome event."""
 
         def progress(status: AppStatus) -> None:
-            self.log.info(progress_line(self.app_handle, status, time.time() - started_at))
+            self.log.info(progress_line(self.app_handle, status, time.time() - started_at, self.behind_s))
 
         status = self.wait(poll_interval, deadline, on_poll=progress)
         if status is None or status.is_terminal():
@@ -299,7 +302,7 @@ class JobWatcher(JobWatch):
             if deadline is not None and now >= deadline:
                 return self.timeout_event(status)
             if time.monotonic() >= next_note:
-                self.log.info(progress_line(self.app_handle, status, now - (started_at or now)))
+                self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s))
                 next_note = time.monotonic() + poll_interval
             if not backlog:
                 pause = poll_interval if deadline is None else min(poll_interval, deadline - now)

@@ -45,12 +45,14 @@ class LogLine(NamedTuple):
 
 
 class LogBatch(NamedTuple):
-    """Lines read in one go, where each replica's reading stands after them, and whether some
-    replica returned a full batch (more may be waiting)."""
+    """Lines read in one go, where each replica's reading stands after them, whether some
+    replica returned a full batch (more may be waiting) and how many seconds the furthest
+    behind replica's log lags (``LogChunk.behind_s``; None: not known)."""
 
     lines: list[LogLine]
     cursors: dict[str, str]
     more: bool
+    behind_s: float | None = None
 
 
 def replica_key(role: str, k: int) -> str:
@@ -87,6 +89,8 @@ class LogFollower:
         self.cursors: dict[str, str] = dict(cursors or {})
         self.max_lines_per_poll = max_lines_per_poll
         self._eof: dict[str, bool] = {}
+        #: How far the log read so far lags the job's log, as the last batch said (seconds).
+        self.behind_s: float | None = None
 
     def read(self, status: AppStatus) -> LogBatch:
         """At most ``max_lines_per_poll`` new lines of each replica, in order per replica.
@@ -94,6 +98,7 @@ class LogFollower:
         lines: list[LogLine] = []
         cursors = dict(self.cursors)
         more = False
+        behind: list[float] = []
         for role in status.roles:
             for rep in role.replicas:
                 key = replica_key(role.role, rep.id)
@@ -104,11 +109,14 @@ class LogFollower:
                 self._eof[key] = chunk.eof
                 lines.extend(LogLine(role.role, rep.id, line) for line in chunk.lines)
                 more = more or (self.max_lines_per_poll is not None and len(chunk.lines) >= self.max_lines_per_poll)
-        return LogBatch(lines, cursors, more)
+                if chunk.behind_s is not None:
+                    behind.append(chunk.behind_s)
+        return LogBatch(lines, cursors, more, max(behind) if behind else None)
 
     def advance(self, batch: LogBatch) -> None:
         """Move the cursors past ``batch`` (once its lines were written out)."""
         self.cursors = dict(batch.cursors)
+        self.behind_s = batch.behind_s
 
     def poll(self, status: AppStatus | None = None) -> list[LogLine]:
         """Read and advance at once: the new lines (at most ``max_lines_per_poll`` per
@@ -149,6 +157,11 @@ class JobWatch:
         self.app_handle = app_handle
         self.write = write
         self.follower = LogFollower(runner, app_handle, cursors, batch_lines) if stream_logs else None
+
+    @property
+    def behind_s(self) -> float | None:
+        """How far the log written out lags the job's log (seconds; None: not known)."""
+        return self.follower.behind_s if self.follower is not None else None
 
     def written(self, batch: LogBatch) -> None:
         """Called once ``batch`` was written out: moves the follower past it."""

@@ -79,12 +79,15 @@ class LogChunk:
     """Lines read from a cursor, the cursor to read on from, and whether the log is over.
 
     ``lines`` each end in ``"\\n"``; ``cursor`` is an opaque JSON string; ``eof`` is true once
-    the app is terminal and every line was returned (a tailer can stop).
+    the app is terminal and every line was returned (a tailer can stop). ``behind_s``: how many
+    seconds what was read so far may lag the log (0: caught up), when the backend shares a
+    read budget and knows (AWS Batch); None: not known, or no such lag.
     """
 
     lines: list[str]
     cursor: str
     eof: bool
+    behind_s: float | None = None
 
 
 @dataclass(frozen=True)

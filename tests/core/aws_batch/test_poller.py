@@ -1,5 +1,5 @@
-"""The shared status poller, retries with jittered back-off and the log rate limit (stub client;
-the moto-server run of the same poller is in ``test_integration.py`` and the benchmark)."""
+"""The shared status poller and retries with jittered back-off (stub client; the log budget is
+in ``test_log_budget.py``; the moto-server run of the same poller is in ``test_integration.py`` and the benchmark)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
-    RateLimiter,
     StatusPoller,
     backoff_delays,
     call_with_retry,
@@ -131,14 +130,6 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
         assert all(0 <= d <= min(10.0, 0.2 * 2**n) for n, d in enumerate(run))
     # jitter: the same retry's delay differs between watchers
     assert len({run[5] for run in runs}) > 20
-
-
-def test_rate_limiter_bounds_the_rate() -> None:
-    limiter = RateLimiter(rate=50.0, burst=5)
-    started = time.monotonic()
-    for _ in range(30):
-        limiter.acquire()
-    assert time.monotonic() - started >= (30 - 5) / 50.0 * 0.9
 
 
 def test_requests_are_futures_its_thread_resolves_without_waiters_threads() -> None:

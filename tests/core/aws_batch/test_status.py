@@ -36,6 +36,12 @@ from tests.core.aws_batch.fakes import (
 )
 
 
+@pytest.fixture(autouse=True)
+def generous_log_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fake's CloudWatch budget (``test_log_budget.py`` tests it) never refuses a read here."""
+    monkeypatch.setenv("AIRFLOW_TORCHX_CLOUDWATCH_RPS", "1000")
+
+
 def make(batch: FakeBatch, logs: FakeLogs | None = None) -> AWSBatchScheduler:
     sched = create_scheduler("s", client=batch, log_client=logs or FakeLogs())
     sched.poller.min_interval = 0.01  # rounds as fast as the test goes (default: 1 s apart)
@@ -453,7 +459,7 @@ def test_container_job_logs_read_every_attempts_stream_without_child_jobs() -> N
 
 def test_failed_container_job_without_an_exit_code_reads_it_from_the_summary_once() -> None:
     batch = FakeBatch()
-    job = container_job(status="FAILED", statusReason="Essential container in task exited")
+    job = container_job(status="FAILED", statusReason="Essential container in task exited", startedAt=1700000001000)
     batch.jobs["c1"] = job
     batch.summary_containers["c1"] = {"exitCode": 7, "reason": "Essential container in task exited"}
     sched = make(batch)
@@ -462,6 +468,12 @@ def test_failed_container_job_without_an_exit_code_reads_it_from_the_summary_onc
         got = sched.describe("q1:app-1")
         assert got is not None and got.roles_statuses[0].replicas[0].exit_code == 7
         assert "role 'main' replica 0 exited with code 7" in got.msg
+    assert batch.names().count("list_jobs") == 1
+    # a job terminated before it started has no exit code to look up: no ListJobs per such job
+    batch.jobs["c2"] = container_job(job_id="c2", status="FAILED", statusReason="Terminated before it started")
+    sched.poller.remember("q1:app-2", "c2")
+    got = sched.describe("q1:app-2")
+    assert got is not None and got.state == AppState.FAILED
     assert batch.names().count("list_jobs") == 1
 
 

@@ -12,7 +12,7 @@ import pytest
 from airflow_provider_torchx.core.errors import UnknownAppError
 from airflow_provider_torchx.core.schedulers.api import Stream
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, LogIterator
-from airflow_provider_torchx.core.schedulers.local.logs import read_lines
+from airflow_provider_torchx.core.schedulers.local.logs import finished_lines, read_lines
 from airflow_provider_torchx.core.specs import AppState
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line
 
@@ -119,6 +119,26 @@ def test_read_lines_edge_cases(tmp_path: Path) -> None:
     assert read_lines(str(f), 0, final=False, max_bytes=2) == (["abcdef\n"], 7, False)
     f.write_bytes("progress\r50%\r100%\nsep\u2028x\n".encode())  # only "\n" ends a line
     assert read_lines(str(f), 0, final=False)[0] == ["progress\r50%\r100%\n", "sep\u2028x\n"]
+
+
+def test_a_finished_log_reads_the_same_through_the_text_layer(tmp_path: Path) -> None:
+    f = tmp_path / "log"
+    f.write_bytes(b"progress\r50%\r\n" + "sep\u2028x\x85y\n".encode() + b"bad \xff\n\n")  # \xff: not UTF-8
+    lines = finished_lines(str(f))
+    assert lines is not None
+    assert (
+        list(lines)
+        == read_lines(str(f), 0, final=True)[0]
+        == [
+            "progress\r50%\r\n",
+            "sep\u2028x\x85y\n",
+            "bad \ufffd\n",
+            "\n",
+        ]
+    )
+    f.write_bytes(b"a\nno newline")  # the chunked reader adds the last newline
+    assert finished_lines(str(f)) is None
+    assert finished_lines(str(tmp_path / "missing")) is None
 
 
 def test_log_iterator_on_a_file(sched: LocalScheduler) -> None:

@@ -1,22 +1,146 @@
-"""Reading a node's CloudWatch Logs streams through a resumable cursor (docs/architecture.md, "Cursors").
+"""Reading a node's CloudWatch Logs streams through a resumable cursor (docs/architecture.md,
+"Cursors"), under one fair ``GetLogEvents`` budget per process.
 
 A node has one stream per attempt, read in attempt order. The cursor records the stream
 being read, the CloudWatch forward token of the page being read and how many events of that
 page were already returned, so a reader restarted from a saved cursor re-requests the same
 page and skips what it has seen: every event once, in order.
+
+Every read of every log in the process draws its calls from a ``LogBudget``: a rate within
+the account's quota, shared round-robin by the logs being read, so that with thousands of
+jobs watched each log still advances (it may lag; the read says by how much).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_torchx.core.schedulers.aws_batch.poller import RateLimiter, call_with_retry
+from airflow_provider_torchx.core.schedulers.aws_batch.poller import call_with_retry, client_key
 from airflow_provider_torchx.core.schedulers.aws_batch.render import LOG_GROUP
 
 #: Events per GetLogEvents page (the API's maximum).
 PAGE = 10000
+
+#: ``GetLogEvents`` calls per second a process makes per account and region unless
+#: ``AIRFLOW_TORCHX_CLOUDWATCH_RPS`` says otherwise. CloudWatch Logs allows 10 per account and
+#: region by default, shared with every other reader (the console, other tools): take half.
+DEFAULT_RPS = 5.0
+RPS_ENV = "AIRFLOW_TORCHX_CLOUDWATCH_RPS"
+
+
+def budget_rate(environ: Mapping[str, str] = os.environ) -> float:
+    """The ``GetLogEvents`` rate budget from ``AIRFLOW_TORCHX_CLOUDWATCH_RPS`` (default 5)."""
+    text = environ.get(RPS_ENV, "").strip()
+    if not text:
+        return DEFAULT_RPS
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = 0.0
+    if not 0 < rate <= 1000:
+        raise ValueError(f"{RPS_ENV}: {text!r} is not a rate; give calls per second, a number in (0, 1000]")
+    return rate
+
+
+class LogBudget:
+    """``GetLogEvents`` calls shared fairly, in rounds, by every log reader of a process.
+
+    1. At most ``rate`` calls a second on average (bursts up to ``burst``), whoever asks.
+    2. Round-robin by reader ``key`` (one replica's log): in each round every reader that
+       asked within ``active_for`` seconds gets one call before any gets a second, so with
+       thousands of logs every one still advances, each by one page a round. A reader that
+       already had its turn gets another only from tokens left over once each reader still
+       waiting for its turn could have one (a lone reader reads at the full rate).
+    3. ``try_acquire`` never waits (a refused reader keeps its place in the round and reads
+       on at its next poll: its log lags, nothing is lost); ``acquire`` waits for the turn.
+    4. Memory is bounded by the readers active within ``active_for``.
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        burst: int | None = None,
+        *,
+        active_for: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate = rate
+        self.burst = burst if burst is not None else max(1, int(rate))
+        self.active_for = active_for
+        self._clock = clock
+        self._tokens = float(self.burst)
+        self._stamp = clock()
+        self._asked: dict[Hashable, float] = {}
+        self._granted: dict[Hashable, float] = {}
+        self._served: set[Hashable] = set()
+        self._pruned = self._stamp
+        self._lock = threading.Lock()
+        #: Calls granted (benchmarks and tests read it).
+        self.calls = 0
+
+    def try_acquire(self, key: Hashable) -> bool:
+        """Take a call for reader ``key`` if the rate and its turn allow; never waits."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.rate)
+            self._stamp = now
+            if key not in self._asked:
+                self._granted[key] = now
+            self._asked[key] = now
+            if now - self._pruned > self.active_for / 4:
+                self._prune(now)
+            waiting = len(self._asked) - len(self._served)
+            if self._tokens < 1 or (key in self._served and self._tokens < waiting + 1):
+                return False
+            self._tokens -= 1
+            self.calls += 1
+            self._granted[key] = now
+            self._served.add(key)
+            if len(self._served) >= len(self._asked):
+                self._served.clear()  # every active reader had its turn: a new round
+            return True
+
+    def acquire(self, key: Hashable, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Wait for a call for reader ``key`` (its turn in the round and the rate)."""
+        while not self.try_acquire(key):
+            sleep(random.uniform(0.5, 1.0) / self.rate)
+
+    def waited(self, key: Hashable) -> float:
+        """Seconds since reader ``key`` last had a call (or first asked)."""
+        with self._lock:
+            return self._clock() - self._granted.get(key, self._clock())
+
+    def _prune(self, now: float) -> None:
+        """Forget readers that stopped asking (their jobs ended or moved elsewhere)."""
+        self._pruned = now
+        for key in [k for k, at in self._asked.items() if now - at > self.active_for]:
+            del self._asked[key]
+            self._granted.pop(key, None)
+            self._served.discard(key)
+        if self._served and len(self._served) >= len(self._asked):
+            self._served.clear()
+
+
+_budgets: dict[tuple[str, ...], LogBudget] = {}
+_budgets_lock = threading.Lock()
+
+
+def shared_log_budget(client: Any) -> LogBudget:
+    """The process-wide ``GetLogEvents`` budget for the account/region/endpoint of the
+    CloudWatch Logs ``client`` (rate from ``AIRFLOW_TORCHX_CLOUDWATCH_RPS``)."""
+    key = client_key(client)
+    with _budgets_lock:
+        budget = _budgets.get(key)
+        if budget is None:
+            budget = _budgets[key] = LogBudget(budget_rate())
+        return budget
 
 
 @dataclass
@@ -52,16 +176,25 @@ def _missing_stream(err: Exception) -> bool:
 
 def read_events(
     logs_client: Any,
-    limiter: RateLimiter,
+    budget: LogBudget,
+    key: Hashable,
     streams: list[str],
     cursor: LogCursor,
     max_lines: int | None,
     terminal: bool,
-) -> tuple[list[dict[str, Any]], LogCursor, bool]:
-    """Events after ``cursor`` across ``streams``; the next cursor; whether the log is over.
+    *,
+    wait: bool,
+) -> tuple[list[dict[str, Any]], LogCursor, bool, float]:
+    """Events after ``cursor`` across ``streams``; the next cursor; whether the log is over;
+    how many seconds the log read so far may lag the log (``behind``).
 
-    A stream that does not exist yet has no events yet. ``eof`` is true when the job is
-    ``terminal`` and the last stream is drained. Never waits for new events.
+    1. Each ``GetLogEvents`` call is drawn from ``budget`` as reader ``key``: with ``wait``
+       the read waits for its turn; without, a refused call ends the read early (the cursor
+       stops before what was not read: nothing is lost or repeated).
+    2. A stream that does not exist yet has no events yet. ``eof`` is true when the job is
+       ``terminal`` and the last stream is drained. Never waits for new events.
+    3. ``behind`` is 0 when the read reached the end of what is logged; else the age of the
+       newest event returned or, when none was, the time since ``key`` last had a call.
     """
     events: list[dict[str, Any]] = []
     cur = LogCursor(cursor.index, cursor.token, cursor.skip)
@@ -69,8 +202,11 @@ def read_events(
         drained = False
         while not drained:
             if max_lines is not None and len(events) >= max_lines:
-                return events, cur, False
-            limiter.acquire()
+                return events, cur, False, _behind(events, budget, key)
+            if wait:
+                budget.acquire(key)
+            elif not budget.try_acquire(key):
+                return events, cur, False, _behind(events, budget, key)
             kwargs: dict[str, Any] = {"nextToken": cur.token} if cur.token else {}
             try:
                 resp = call_with_retry(
@@ -84,14 +220,14 @@ def read_events(
             except Exception as err:
                 if not _missing_stream(err):
                     raise
-                return events, cur, False
+                return events, cur, False, 0.0
             raw = resp.get("events", [])
             page = raw[cur.skip :]
             room = len(page) if max_lines is None else max_lines - len(events)
             events.extend(page[:room])
             if room < len(page):
                 cur.skip += room
-                return events, cur, False
+                return events, cur, False, _behind(events, budget, key)
             nxt = resp.get("nextForwardToken")
             if not raw or not nxt or nxt == cur.token:
                 cur.skip += len(page)
@@ -101,7 +237,15 @@ def read_events(
         if cur.index + 1 >= len(streams):
             break
         cur = LogCursor(cur.index + 1, None, 0)
-    return events, cur, terminal and cur.index >= len(streams) - 1
+    return events, cur, terminal and cur.index >= len(streams) - 1, 0.0
+
+
+def _behind(events: list[dict[str, Any]], budget: LogBudget, key: Hashable) -> float:
+    """How far a read that stopped before the end of the log lags it (seconds)."""
+    stamp = events[-1].get("timestamp") if events else None
+    if stamp is None:
+        return budget.waited(key)
+    return max(0.0, time.time() - float(stamp) / 1000)
 
 
 def as_line(event: dict[str, Any]) -> str:

@@ -1,5 +1,5 @@
 """Economical, resilient AWS calls: retries with jittered back-off, a process-wide status poller
-that batches ``DescribeJobs`` for every watched job, and a shared rate limit for log reads.
+that batches ``DescribeJobs`` for every watched job (the log reads' shared budget is in ``logs.py``).
 
 Many watchers (a triggerer holds up to 1000 triggers, each in its own thread or event loop)
 ask "how is my job?" every few seconds. Asking AWS once per watcher would hit Batch's API
@@ -94,31 +94,6 @@ def call_with_retry(
             )
             sleep(delay)
     raise AssertionError("unreachable")
-
-
-class RateLimiter:
-    """A token bucket shared by the threads of a process: at most ``rate`` calls a second on
-    average, bursts up to ``burst``."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._stamp = time.monotonic()
-        self._lock = threading.Lock()
-
-    def acquire(self) -> None:
-        """Block until a call may be made."""
-        while True:
-            with self._lock:
-                now = time.monotonic()
-                self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-                self._stamp = now
-                if self._tokens >= 1:
-                    self._tokens -= 1
-                    return
-                wait = (1 - self._tokens) / self.rate
-            time.sleep(wait)
 
 
 Jobs = dict[str, dict[str, Any] | None]
@@ -354,12 +329,7 @@ def _terminal(job: dict[str, Any]) -> bool:
 
 
 _pollers: dict[tuple[str, ...], StatusPoller] = {}
-_log_limiters: dict[tuple[str, ...], RateLimiter] = {}
 _registry_lock = threading.Lock()
-
-#: GetLogEvents calls per second shared by the process (CloudWatch Logs allows 25 per
-#: account and region; leave room for other readers).
-LOG_RATE = 10.0
 
 
 def client_key(client: Any) -> tuple[str, ...]:
@@ -378,13 +348,3 @@ def shared_poller(client: Any) -> StatusPoller:
         if poller is None:
             poller = _pollers[key] = StatusPoller(client)
         return poller
-
-
-def shared_log_limiter(client: Any) -> RateLimiter:
-    """The process-wide ``GetLogEvents`` rate limit for the CloudWatch Logs ``client``."""
-    key = client_key(client)
-    with _registry_lock:
-        limiter = _log_limiters.get(key)
-        if limiter is None:
-            limiter = _log_limiters[key] = RateLimiter(LOG_RATE, burst=int(LOG_RATE))
-        return limiter

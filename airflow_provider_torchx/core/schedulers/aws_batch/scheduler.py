@@ -34,12 +34,11 @@ from airflow_provider_torchx.core.schedulers.api import (
     settle,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch import options, render, status
-from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events
+from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events, shared_log_budget
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     NOT_VISIBLE,
     StatusPoller,
     call_with_retry,
-    shared_log_limiter,
     shared_poller,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
@@ -374,7 +373,12 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             return None
         if job is NOT_VISIBLE:
             return DescribeAppResponse(app_id=app_id, state=AppState.PENDING, msg=str(job["statusReason"]))
-        if not render.is_multinode(job) and status.app_state(job) == AppState.FAILED and status.exit_code(job) is None:
+        if (
+            not render.is_multinode(job)
+            and status.app_state(job) == AppState.FAILED
+            and status.exit_code(job) is None
+            and job.get("startedAt")  # a job ended before it started has no exit code to look up
+        ):
             job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
         resp = status.describe_response(app_id, job, nodes, self._region())
         if resp.state.is_terminal():
@@ -534,17 +538,22 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         streams: Stream | None = None,
         max_lines: int | None = None,
     ) -> LogChunk:
-        """Lines of replica ``k`` of ``role_name`` after ``cursor`` (see ``LogCursor``)."""
+        """Lines of replica ``k`` of ``role_name`` after ``cursor`` (see ``LogCursor``).
+
+        CloudWatch calls come from the process's fair ``LogBudget``: a running job's read
+        returns what its turn allows (``behind_s`` says how far it lags); a terminal job's
+        read waits for its turns, so that draining it reaches the end."""
         _check_stream(streams)
         start = LogCursor.load(cursor)
         target = self._log_streams(app_id, role_name, k)
         if target is None:
             return LogChunk(lines=[], cursor=start.dump(), eof=False)
         names, terminal = target
-        events, nxt, eof = read_events(
-            self.log_client, shared_log_limiter(self.log_client), names, start, max_lines, terminal
+        budget = shared_log_budget(self.log_client)
+        events, nxt, eof, behind = read_events(
+            self.log_client, budget, (app_id, role_name, k), names, start, max_lines, terminal, wait=terminal
         )
-        return LogChunk(lines=[as_line(e) for e in events], cursor=nxt.dump(), eof=eof)
+        return LogChunk(lines=[as_line(e) for e in events], cursor=nxt.dump(), eof=eof, behind_s=behind)
 
     def log_iter(
         self,
@@ -582,8 +591,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             eof = False
             events: builtins.list[dict[str, Any]] = []
             if target is not None:
-                events, cursor, eof = read_events(
-                    self.log_client, shared_log_limiter(self.log_client), target[0], cursor, None, target[1]
+                budget = shared_log_budget(self.log_client)
+                key = (app_id, role_name, k)
+                events, cursor, eof, _ = read_events(
+                    self.log_client, budget, key, target[0], cursor, None, target[1], wait=True
                 )
             for event in events:
                 stamp = float(event.get("timestamp", 0))

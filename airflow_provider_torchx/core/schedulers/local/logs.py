@@ -1,5 +1,6 @@
 """Reading replica logs: whole lines from a byte offset (the resumable cursor), and
-``LogIterator``, which follows a log file until its app is terminal."""
+``LogIterator``, which follows a log file until its app is terminal (a finished log is
+iterated by Python's text layer itself, as fast as ``for line in open(path)``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import itertools
 import os
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from airflow_provider_torchx.core.schedulers.api import Scheduler
@@ -20,9 +21,12 @@ ITER_READ_BYTES = 64 << 10
 MAX_LINE_BYTES = 16 << 20
 #: How often a tailing reader looks for new lines.
 TAIL_INTERVAL = 0.02
-# The UTF-8 of line boundaries of ``str.splitlines`` other than "\n" (\x85, \u2028 and \u2029
-# by their lead bytes): without them it splits as we want.
-_OTHER_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\xc2\x85", b"\xe2\x80")
+# The UTF-8 of line boundaries of ``str.splitlines`` other than "\n": without them it splits as
+# we want. Single bytes, found with a fast ``memchr``; then \x85, \u2028 and \u2029 by their
+# lead bytes, searched for only in text that is not ASCII (a two-byte search costs twice the
+# decoding and splitting of the same bytes).
+_ONE_BYTE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+_MULTI_BYTE_BREAKS = (b"\xc2\x85", b"\xe2\x80")
 
 
 def read_lines(
@@ -66,11 +70,29 @@ def read_lines(
     text = chunk.decode("utf-8", "replace")
     if not text.endswith("\n"):
         text += "\n"
-    if any(b in chunk for b in _OTHER_BREAKS):
+    if any(b in chunk for b in _ONE_BYTE_BREAKS) or (
+        not chunk.isascii() and any(b in chunk for b in _MULTI_BYTE_BREAKS)
+    ):
         out = [line + "\n" for line in text.split("\n")[:-1]]
     else:
         out = text.splitlines(keepends=True)  # the same lines, faster
     return out, offset + cut, full or cut < available
+
+
+def finished_lines(path: str) -> Iterator[str] | None:
+    """Every line of a log nobody writes any more, iterated by the text layer itself (no
+    Python code runs per line; the file is closed once exhausted). None when the file is
+    missing or does not end in a newline: read it with ``read_lines`` then. Lines are not
+    cut (the supervisor already cuts them at 1 MiB)."""
+    try:
+        f = open(path, encoding="utf-8", errors="replace", newline="\n")  # noqa: SIM115 - closed at the end
+    except FileNotFoundError:
+        return None
+    size = os.fstat(f.fileno()).st_size
+    if size and os.pread(f.fileno(), 1, size - 1) != b"\n":
+        f.close()
+        return None
+    return cast(Iterator[str], itertools.chain(f, iter(f.close, None)))  # close() returns None: the end
 
 
 class LogIterator:
@@ -88,11 +110,14 @@ class LogIterator:
         return desc is None or desc.state.is_terminal()
 
     def __iter__(self) -> Iterator[str]:
-        return itertools.chain.from_iterable(self._chunks())  # cheaper per line than ``yield from``
-
-    def _chunks(self) -> Iterator[list[str]]:
-        offset = 0
         final = self._terminal()  # checked before reading: what follows was all written
+        finished = finished_lines(self.log_file) if final else None
+        if finished is not None:
+            return finished
+        return itertools.chain.from_iterable(self._chunks(final))  # cheaper per line than ``yield from``
+
+    def _chunks(self, final: bool) -> Iterator[list[str]]:
+        offset = 0
         while True:
             lines, offset, more = read_lines(self.log_file, offset, final, max_bytes=ITER_READ_BYTES)
             yield lines
