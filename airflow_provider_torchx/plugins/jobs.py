@@ -4,7 +4,8 @@ see, one job in detail, a replica's log page and cancelling.
 Jobs come from two places: the schedulers whose jobs live on this host (``host_bound`` in their
 capabilities: ``local_cwd``/``local_dir``'s job store) and every ``torchx`` connection whose
 scheduler is another backend (AWS Batch: that connection's queue and AWS settings). Runners come
-from ``TorchXHook.get_runner()``, so the api-server shares scheduler clients and the Batch status poller with everything else in its process.
+from ``TorchXHook.get_runner()``, so the api-server shares scheduler clients and the Batch status
+poller with everything else in its process.
 
 Guarantees:
 1. ``list_jobs`` never raises for one unreachable source: its error is returned beside the jobs
