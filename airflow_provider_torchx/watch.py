@@ -263,8 +263,8 @@ class JobWatcher(JobWatch):
         ``EMIT_CHUNK`` lines at a time, saves on the pool. Cancelled while logging a batch,
         it logs the rest of that batch and saves before giving in, so the position stays
         exact."""
-        if self.follower is None or status is None:
-            return False
+        if self.follower is None or status is None or not self.follower.replicas_to_read(status):
+            return False  # nothing to read: no hop to the pool (a job still queued, say)
         follower = self.follower
         started = time.monotonic()
         while True:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from airflow_provider_torchx.core.specs import AppStatus
+from airflow_provider_torchx.core.specs import AppState, AppStatus
 
 if TYPE_CHECKING:
     from airflow_provider_torchx.core.runner import Runner
@@ -69,6 +69,10 @@ def keep_reading(batch: LogBatch, status: AppStatus, started: float, budget: flo
     return batch.more and (budget is None or time.monotonic() - started < budget)
 
 
+#: Replica states in which nothing can have been logged yet (see ``replicas_to_read``).
+_NOT_STARTED = frozenset({AppState.UNSUBMITTED, AppState.SUBMITTED, AppState.PENDING})
+
+
 class LogFollower:
     """Reads new lines of every replica of ``app_handle``.
 
@@ -92,25 +96,40 @@ class LogFollower:
         #: How far the log read so far lags the job's log, as the last batch said (seconds).
         self.behind_s: float | None = None
 
+    @staticmethod
+    def replicas_to_read(status: AppStatus) -> list[tuple[str, int]]:
+        """``(role, k)`` of the replicas a read looks at: every replica of a terminal job (the
+        drain rule); of a live one, those that may have written something. A replica not
+        started yet has written nothing, and reading it still costs the backend a call (a
+        Batch read waits for the status poller's next round): its lines, once there, are
+        read by a later poll or by the drain. No cursor is skipped, so nothing is lost."""
+        terminal = status.is_terminal()
+        return [
+            (role.role, rep.id)
+            for role in status.roles
+            for rep in role.replicas
+            if terminal or rep.state not in _NOT_STARTED
+        ]
+
     def read(self, status: AppStatus) -> LogBatch:
-        """At most ``max_lines_per_poll`` new lines of each replica, in order per replica.
-        Moves no cursor (see ``advance``); blocks on the backend's log reads."""
+        """At most ``max_lines_per_poll`` new lines of each replica to read
+        (``replicas_to_read``), in order per replica. Moves no cursor (see ``advance``);
+        blocks on the backend's log reads."""
         lines: list[LogLine] = []
         cursors = dict(self.cursors)
         more = False
         behind: list[float] = []
-        for role in status.roles:
-            for rep in role.replicas:
-                key = replica_key(role.role, rep.id)
-                chunk = self.runner.read_log(
-                    self.app_handle, role.role, rep.id, cursor=cursors.get(key), max_lines=self.max_lines_per_poll
-                )
-                cursors[key] = chunk.cursor
-                self._eof[key] = chunk.eof
-                lines.extend(LogLine(role.role, rep.id, line) for line in chunk.lines)
-                more = more or (self.max_lines_per_poll is not None and len(chunk.lines) >= self.max_lines_per_poll)
-                if chunk.behind_s is not None:
-                    behind.append(chunk.behind_s)
+        for role_name, k in self.replicas_to_read(status):
+            key = replica_key(role_name, k)
+            chunk = self.runner.read_log(
+                self.app_handle, role_name, k, cursor=cursors.get(key), max_lines=self.max_lines_per_poll
+            )
+            cursors[key] = chunk.cursor
+            self._eof[key] = chunk.eof
+            lines.extend(LogLine(role_name, k, line) for line in chunk.lines)
+            more = more or (self.max_lines_per_poll is not None and len(chunk.lines) >= self.max_lines_per_poll)
+            if chunk.behind_s is not None:
+                behind.append(chunk.behind_s)
         return LogBatch(lines, cursors, more, max(behind) if behind else None)
 
     def advance(self, batch: LogBatch) -> None:

@@ -10,6 +10,7 @@ and as AWS describes Fargate jobs. The same code runs against moto in
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -513,3 +514,20 @@ def test_start_and_end_times_in_epoch_seconds() -> None:
     assert (got.started, got.ended) == (1700000001.5, 1700000061.5)
     running = describe_response("q1:a", mnp_job(status="RUNNING", startedAt=1700000001000), {}, "r")
     assert (running.started, running.ended) == (1700000001.0, None)
+
+
+def test_a_log_read_finds_streams_from_the_pollers_recent_entry_without_a_new_round() -> None:
+    """A watcher reads a job's status (a poller round), then its log: the log read takes the
+    job's streams from that entry (up to ``LOG_STREAMS_MAX_AGE`` old) instead of waiting on a
+    watch-pool thread for the next round, which takes seconds with thousands of jobs."""
+    batch, logs = FakeBatch(), FakeLogs()
+    job = container_job(status="RUNNING")
+    job["container"]["logStreamName"] = "s/att1"
+    batch.jobs["c1"] = job
+    logs.add("s/att1", "epoch 1")
+    sched = make(batch, logs)
+    assert sched.describe("q1:app-1") is not None
+    rounds = sum(1 for name, _ in batch.calls if name == "describe_jobs")
+    time.sleep(0.05)  # past the poller's min_interval: a plain describe would ask again
+    assert sched.read_log("q1:app-1", "main", 0).lines == ["epoch 1\n"]
+    assert sum(1 for name, _ in batch.calls if name == "describe_jobs") == rounds

@@ -49,6 +49,13 @@ log = logging.getLogger(__name__)
 BACKEND = "aws_batch"
 #: Failed jobs' ListJobs summaries kept per scheduler (see ``_summary_container``).
 _MAX_SUMMARIES = 1000
+#: How old the job's entry in the status poller may be when a log read looks up its streams
+#: (seconds). Streams change only when an attempt starts, so a somewhat older entry costs at
+#: most a late first line; a terminal entry is always the cached one, so the drain sees the
+#: end. A log read then never waits for the poller's next round on a watch-pool thread: with
+#: thousands of jobs watched, a round takes seconds, and threads held that long starved the
+#: pool that every trigger's end goes through.
+LOG_STREAMS_MAX_AGE = 30.0
 
 
 def _version() -> str:
@@ -319,12 +326,13 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         poller.remember(app_id, matches[-1]["jobId"])
         return str(matches[-1]["jobId"])
 
-    def _job(self, app_id: str) -> dict[str, Any] | None:
-        """The newest DescribeJobs entry of ``app_id`` from the shared poller (None: no such job)."""
+    def _job(self, app_id: str, max_age: float | None = None) -> dict[str, Any] | None:
+        """The newest DescribeJobs entry of ``app_id`` from the shared poller, at most
+        ``max_age`` seconds old (the poller's default when None); None: no such job."""
         job_id = self._job_id(app_id)
         if job_id is None:
             return None
-        return self.poller.get([job_id])[job_id]
+        return self.poller.get([job_id], max_age=max_age)[job_id]
 
     def _nodes(self, job: Mapping[str, Any], nodes: Iterable[int]) -> dict[int, dict[str, Any]]:
         """Child jobs ``jobId#N`` by node index (real AWS; moto has none)."""
@@ -508,8 +516,9 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def _log_streams(self, app_id: str, role_name: str, k: int) -> tuple[builtins.list[str], bool] | None:
         """The node's log streams in attempt order and whether the job is terminal; None while
-        the job is not visible yet. Unknown app/role/replica raise."""
-        job = self._job(app_id)
+        the job is not visible yet. Unknown app/role/replica raise. The job's entry may be
+        ``LOG_STREAMS_MAX_AGE`` old (see there)."""
+        job = self._job(app_id, max_age=LOG_STREAMS_MAX_AGE)
         if job is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
         if job is NOT_VISIBLE:
