@@ -4,9 +4,10 @@
 Measures, in this process (the "triggerer"): the loop's lag (a 50 ms sleeper: max and p99),
 whether every line reached the captured task log exactly once and in order, RSS growth over
 the run, the delay from the last line logged to the trigger's event (the issue's goal; the
-delay from the last line written to it being logged is the logger's speed), and the trigger's logging rate (the chatty replica's lines over the time from the first to the
-last one logged) as a ratio to a bare ``logger.info`` loop in the same run, through the same
-logging set-up (Airflow's, writing to stdout, which this script captures into a file).
+delay from the last line written to it being logged is the logger's speed), and the trigger's
+logging rate (the chatty replica's lines over the time from the first to the last one logged)
+as a ratio to a bare ``logger.info`` loop in the same run, through the same logging set-up
+(Airflow's, writing to stdout, which this script captures into a file).
 
     .venv/bin/python benchmarks/chatty_job.py [--rate 200000] [--seconds 15] [--others 100] [--poll 2]
 
