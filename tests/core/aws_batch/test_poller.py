@@ -158,3 +158,17 @@ def test_requests_are_futures_its_thread_resolves_without_waiters_threads() -> N
         failing.result(timeout=10)
     assert cancelled.cancelled()
     assert poller.request(["j3"], max_age=0).result(timeout=10)["j3"]["jobId"] == "j3"
+
+
+def test_a_round_describes_only_the_ids_asked_for_since_the_last() -> None:
+    """A job costs one id in one call per poll of its watcher: a round does not refresh every
+    job watched lately (at 2,000 jobs that was 20 calls a round whatever their poll interval)."""
+    batch = FakeBatch()
+    for job_id in ("a", "b", "c"):
+        batch.jobs[job_id] = mnp_job(job_id=job_id, status="RUNNING")
+    poller = StatusPoller(batch, min_interval=0.01)
+    poller.get(["a", "b", "c"])
+    calls = len(batch.calls)
+    poller.get(["a"], max_age=0)
+    poller.get(["b", "c"], max_age=0)
+    assert [kw["jobs"] for _, kw in batch.calls[calls:]] == [["a"], ["b", "c"]]
