@@ -21,7 +21,7 @@ _SCHEDULERS_GROUP = "airflow_provider_torchx.schedulers"
 #: versions show a text field's schema ``examples`` (as suggestions) instead.
 _PLACEHOLDERS = {
     "scheduler": "local_cwd",
-    "cfg": "queue=torchx-queue,priority=0",
+    "cfg": "queue=torchx-queue,retry_on=infra",
     "session_name": "torchx",
     "aws_conn_id": "aws_default",
     "region_name": "us-east-1",
@@ -64,6 +64,22 @@ def get_provider_info() -> dict[str, Any]:
             "airflow_provider_torchx.links.torchx.TorchXJobLink",
             "airflow_provider_torchx.links.torchx.TorchXConsoleLink",
         ],
+        "config": {
+            "torchx": {
+                "description": "Options of the TorchX provider's watching path (see docs/architecture.md).",
+                "options": {
+                    "watch_threads": {
+                        "description": "Size of the thread pool, one per process, that runs the watchers' "
+                        "blocking calls (log reads, CloudWatch calls, cursor-file writes): never the event "
+                        "loop's default executor, which every trigger of a triggerer shares.",
+                        "version_added": None,
+                        "type": "integer",
+                        "example": "16",
+                        "default": "8",
+                    }
+                },
+            }
+        },
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_torchx.hooks.torchx.TorchXHook",

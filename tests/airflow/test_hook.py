@@ -37,6 +37,11 @@ def test_provider_info_matches_airflows_schema() -> None:
     (conn_type,) = info["connection-types"]
     assert conn_type["connection-type"] == "torchx"
     assert set(conn_type["conn-fields"]) == {"scheduler", "cfg", "session_name", "aws_conn_id", "region_name"}
+    # the watch pool's size is a declared setting, its default the one the watch path uses
+    from airflow_provider_torchx.watch import DEFAULT_WATCH_THREADS
+
+    option = info["config"]["torchx"]["options"]["watch_threads"]
+    assert option["type"] == "integer" and int(option["default"]) == DEFAULT_WATCH_THREADS
 
 
 def test_providers_manager_registers_the_connection_type() -> None:
