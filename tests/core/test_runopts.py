@@ -121,7 +121,7 @@ def test_cfg_from_str_types(literal: str, key: str, expected: object) -> None:
 
 
 def test_list_value_runs_until_the_next_key() -> None:
-    # API.md: pairs split at the last "," or ";" before the next "key=".
+    # docs/cli.md: pairs split at the last "," or ";" before the next "key=".
     assert _typed_opts().cfg_from_str("items=v1,v2,count=3") == {"items": ["v1", "v2"], "count": 3}
     assert _typed_opts().cfg_from_str("items=v1;v2;tags=a:1,b:2,flag=true") == {
         "items": ["v1", "v2"],
@@ -184,7 +184,7 @@ def test_cfg_from_str_not_a_pair(literal: str) -> None:
 
 
 def test_cfg_from_str_does_not_check_required() -> None:
-    # Required options are checked when the final cfg is resolved (API.md).
+    # Required options are checked when the final cfg is resolved (as TorchX's resolve does).
     assert _typed_opts().cfg_from_str("count=1") == {"count": 1}
 
 
