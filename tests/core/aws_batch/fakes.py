@@ -189,18 +189,8 @@ def mnp_job(
             }
         )
         first = last + 1
-    job = {
-        "jobArn": f"arn:aws:batch:us-west-2:1:job/{job_id}",
-        "jobName": name,
-        "jobId": job_id,
-        "jobQueue": "arn:aws:batch:us-west-2:1:job-queue/q1",
-        "status": status,
-        "createdAt": 1700000000000,
-        "jobDefinition": f"arn:aws:batch:us-west-2:1:job-definition/{name}:1",
-        "nodeProperties": {"numNodes": first, "mainNode": 0, "nodeRangeProperties": ranges},
-        "tags": {"airflow-torchx/version": "0.1.0", **(tags or {})},
-        "attempts": [],
-    }
+    job = _job_detail(job_id, name, status, tags)
+    job["nodeProperties"] = {"numNodes": first, "mainNode": 0, "nodeRangeProperties": ranges}
     job.update(extra)
     return job
 
@@ -216,7 +206,33 @@ def container_job(
 ) -> dict[str, Any]:
     """A single-node job (``type: container``) as DescribeJobs returns it: a ``container``
     (ContainerDetail) with the definition's fields and the running attempt's, no nodes."""
-    job = {
+    job = _job_detail(job_id, name, status, tags)
+    job["retryStrategy"] = {"attempts": attempts_allowed}
+    job["platformCapabilities"] = ["EC2"]
+    job["container"] = {
+        "image": "img",
+        "command": ["python", "-m", "eval"],
+        "environment": [
+            {"name": "TORCHX_ROLE_NAME", "value": role},
+            {"name": "TORCHX_ROLE_IDX", "value": "0"},
+            {"name": "TORCHX_ROLE_FIRST_NODE", "value": "0"},
+            {"name": "TORCHX_RANK0_HOST", "value": "localhost"},
+            {"name": "FOO", "value": "bar"},
+        ],
+        "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}],
+        "linuxParameters": {"sharedMemorySize": 2048},
+        "logStreamName": f"{name}/default/{job_id}-att1",
+        "networkInterfaces": [{"privateIpv4Address": "10.0.1.7"}],
+        "taskArn": "arn:aws:ecs:us-west-2:1:task/t1",
+        "containerInstanceArn": "arn:aws:ecs:us-west-2:1:container-instance/ci1",
+    }
+    job.update(extra)
+    return job
+
+
+def _job_detail(job_id: str, name: str, status: str, tags: dict[str, str] | None) -> dict[str, Any]:
+    """The fields every ``JobDetail`` has, whatever its type (our tags, no attempts yet)."""
+    return {
         "jobArn": f"arn:aws:batch:us-west-2:1:job/{job_id}",
         "jobName": name,
         "jobId": job_id,
@@ -224,30 +240,9 @@ def container_job(
         "status": status,
         "createdAt": 1700000000000,
         "jobDefinition": f"arn:aws:batch:us-west-2:1:job-definition/{name}:1",
-        "retryStrategy": {"attempts": attempts_allowed},
-        "platformCapabilities": ["EC2"],
-        "container": {
-            "image": "img",
-            "command": ["python", "-m", "eval"],
-            "environment": [
-                {"name": "TORCHX_ROLE_NAME", "value": role},
-                {"name": "TORCHX_ROLE_IDX", "value": "0"},
-                {"name": "TORCHX_ROLE_FIRST_NODE", "value": "0"},
-                {"name": "TORCHX_RANK0_HOST", "value": "localhost"},
-                {"name": "FOO", "value": "bar"},
-            ],
-            "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}],
-            "linuxParameters": {"sharedMemorySize": 2048},
-            "logStreamName": f"{name}/default/{job_id}-att1",
-            "networkInterfaces": [{"privateIpv4Address": "10.0.1.7"}],
-            "taskArn": "arn:aws:ecs:us-west-2:1:task/t1",
-            "containerInstanceArn": "arn:aws:ecs:us-west-2:1:container-instance/ci1",
-        },
         "tags": {"airflow-torchx/version": "0.1.0", **(tags or {})},
         "attempts": [],
     }
-    job.update(extra)
-    return job
 
 
 def attempt(reason: str, exit_code: int | None = None, stream: str = "", n: int = 1) -> dict[str, Any]:
