@@ -28,7 +28,7 @@ from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
-from airflow_provider_torchx.masking import MaskedLog, redact, register_job_secrets
+from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
@@ -179,7 +179,6 @@ class TorchXJobTrigger(BaseTrigger):
     def _watcher(self) -> JobWatcher:
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
         runner = self._runner()
-        register_job_secrets(runner.describe, self.app_handle)  # this process did not build the app
         given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
         cursor_file = cursor_file_for(runner, self.app_handle, self.identity) if self.identity else None
         saved = cursor_file.load() if cursor_file is not None and self.stream_logs else None
@@ -221,6 +220,9 @@ class TorchXJobTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": wrong_host})
                 return
             watcher = await run_blocking(self._watcher)
+            # This process did not build the app: read its secrets on the pool, register them
+            # on the loop (never a synchronous Task SDK call), before its first line is logged.
+            await amask_secrets(await run_blocking(job_secrets, watcher.runner.describe, self.app_handle))
             event = await watcher.watch(self.poll_interval, self.deadline, self.started_at)
             self._final_event_fired = True
             yield TriggerEvent(redact(event))

@@ -14,20 +14,24 @@ from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from tests.fixtures.airflow import assert_lines_once
+from tests.fixtures.triggerer import TriggererChannel
+
+#: Every trigger here talks to a stand-in of the triggerer's channel that fails a synchronous send.
+pytestmark = pytest.mark.usefixtures("triggerer_channel")
 
 CLASSPATH = "airflow_provider_torchx.triggers.torchx.TorchXJobTrigger"
 
 
-def sh_app(script: str, num_replicas: int = 1) -> AppDef:
-    return AppDef(
-        name="trig",
-        roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", script], num_replicas=num_replicas)],
-    )
+def sh_app(script: str, num_replicas: int = 1, env: dict[str, str] | None = None) -> AppDef:
+    role = Role(name="w", image="local", entrypoint="sh", args=["-c", script], num_replicas=num_replicas, env=env or {})
+    return AppDef(name="trig", roles=[role])
 
 
-def submit(local_jobs: tuple[Runner, list[str]], script: str, num_replicas: int = 1) -> str:
+def submit(
+    local_jobs: tuple[Runner, list[str]], script: str, num_replicas: int = 1, env: dict[str, str] | None = None
+) -> str:
     runner, handles = local_jobs
-    handle = runner.run(sh_app(script, num_replicas), "local_cwd")
+    handle = runner.run(sh_app(script, num_replicas, env), "local_cwd")
     handles.append(handle)
     return handle
 
@@ -97,6 +101,24 @@ def test_success_streams_every_line_once(
     assert event["status"] == "success" and event["app_handle"] == handle and event["state"] == "SUCCEEDED"
     assert set(event["log_cursors"]) == {"w/0", "w/1"}
     assert_lines_once(out, [f"[w/{k}] n {k} {i}" for k in (0, 1) for i in range(1, 5)])
+
+
+def test_secrets_are_registered_on_the_loop_never_synchronously(
+    local_jobs: tuple[Runner, list[str]], triggerer_channel: TriggererChannel, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The job's secret env values reach the supervisor as ``MaskSecret`` through ``asend`` (a
+    synchronous ``send`` fails the test: see ``tests/fixtures/triggerer.py``), and the trigger's
+    own masker hides them in what it logs and in its event."""
+    password, token = "pw-for-the-trigger-0123", "hf-token-for-the-trigger-4567"
+    env = {"MY_PASSWORD": password, "HF_TOKEN": token, "PLAIN": "plain-value-89"}
+    handle = submit(local_jobs, 'echo "got $MY_PASSWORD $HF_TOKEN $PLAIN"; exit 3', env=env)
+    (event,) = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2))
+    out = capfd.readouterr().out
+    masked = {(m.name, m.value) for m in triggerer_channel.sent_of("MaskSecret")}
+    assert masked == {("MY_PASSWORD", password), ("HF_TOKEN", token)}, triggerer_channel.sent
+    assert event["status"] == "failed" and event["tail"] == ["got *** *** plain-value-89"], event
+    assert "[w/0] got *** *** plain-value-89" in out
+    assert password not in out + json.dumps(event) and token not in out + json.dumps(event)
 
 
 def test_resumes_from_cursors(local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]) -> None:
