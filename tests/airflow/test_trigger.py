@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
+import threading
 import time
 from typing import Any
 
@@ -119,6 +121,38 @@ def test_secrets_are_registered_on_the_loop_never_synchronously(
     assert event["status"] == "failed" and event["tail"] == ["got *** *** plain-value-89"], event
     assert "[w/0] got *** *** plain-value-89" in out
     assert password not in out + json.dumps(event) and token not in out + json.dumps(event)
+
+
+def test_a_job_whose_supervisor_died_is_reaped_on_the_pool_never_on_the_loop(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trigger reads the job's status on the loop (``cheap_status``): for a job whose
+    supervisor died that read is side-effect free, and the reaping (``finalize``: a ``/proc``
+    scan, kills, the store write) runs on the watch pool."""
+    from airflow_provider_torchx.core.schedulers.local import procfs, store
+
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "echo up; sleep 300")
+    deadline = time.monotonic() + 30
+    while getattr(runner.status(handle), "state", None) != AppState.RUNNING:
+        assert time.monotonic() < deadline, runner.status(handle)
+        time.sleep(0.05)
+    job_dir = runner.sidecar_dir(handle)
+    assert job_dir is not None
+    sup = json.loads((job_dir / store.SUPERVISOR).read_text())
+    assert procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGKILL)
+    reaped_on: list[str] = []
+    real_kill_job = procfs.kill_job
+
+    def kill_job(*args: Any, **kwargs: Any) -> Any:
+        reaped_on.append(threading.current_thread().name)
+        return real_kill_job(*args, **kwargs)
+
+    monkeypatch.setattr(procfs, "kill_job", kill_job)
+    (event,) = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2))
+    assert event["status"] == "failed" and "died before the job ended; its replicas were stopped" in event["message"]
+    assert reaped_on and all(name.startswith("torchx-watch") for name in reaped_on), reaped_on
+    assert json.loads((job_dir / store.STATE).read_text())["state"] == "FAILED"  # recorded
 
 
 def test_resumes_from_cursors(local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]) -> None:

@@ -287,9 +287,18 @@ class AirflowDeployment:
             raise
         return entry["value"]
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[str]:
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Every task instance of the run (mapped ones one by one), as the API shows them."""
+        found: list[dict[str, Any]] = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=1000")[
+            "task_instances"
+        ]
+        return found
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> list[str]:
         """The events (messages) of one try's task log, as the UI reads them."""
         path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}?full_content=true"
+        if map_index >= 0:
+            path += f"&map_index={map_index}"
         content = self.api("GET", path)["content"]
         if isinstance(content, str):
             return content.splitlines()

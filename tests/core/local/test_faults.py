@@ -123,7 +123,9 @@ def test_reads_work_on_a_full_store_and_report_a_dead_supervisor(
     filler = fill(tiny)
     kill_supervisor(sched, app_id)
 
-    desc = sched.describe(app_id)  # reported...
+    desc = sched.describe(app_id)  # reported (describe writes nothing)...
+    assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg
+    desc = sched.finalize(app_id)  # ...and the finaliser, which stops the job, cannot record it
     assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg
     assert "not recorded" in desc.msg and "No space left on device" in desc.msg, desc.msg
     state = json.loads((sched.job_dir(app_id) / store.STATE).read_text())
@@ -146,7 +148,7 @@ def test_reads_work_on_a_full_store_and_report_a_dead_supervisor(
     assert temp_files(tiny) == []
 
     filler.unlink()
-    desc = create_cwd_scheduler("test").describe(app_id)  # the next reader records it
+    desc = create_cwd_scheduler("test").finalize(app_id)  # the next finaliser records it
     assert desc is not None and desc.state == AppState.FAILED and "not recorded" not in desc.msg
     assert json.loads((sched.job_dir(app_id) / store.STATE).read_text())["state"] == "FAILED"
 
@@ -181,12 +183,14 @@ def test_a_read_only_store_gives_clear_errors_and_reads_still_work(
 
     kill_supervisor(writer, app_id)
     desc = reader.describe(app_id)
+    assert desc is not None and desc.state == AppState.FAILED and "not recorded" not in desc.msg
+    desc = reader.finalize(app_id)
     assert desc is not None and desc.state == AppState.FAILED and "not recorded" in desc.msg
     assert [(a.app_id, a.state) for a in reader.list()] == [(app_id, AppState.FAILED)]
     code, out, err = run_cli(capsys, "status", handle)
     assert code == 0 and "FAILED" in out, err
     assert temp_files(rw_dir) == []
-    desc = writer.describe(app_id)  # a reader that can write records it
+    desc = writer.finalize(app_id)  # a finaliser that can write records it
     assert desc is not None and desc.state == AppState.FAILED
     assert json.loads((writer.job_dir(app_id) / store.STATE).read_text())["state"] == "FAILED"
 
@@ -315,14 +319,14 @@ def test_orphans_of_a_killed_supervisor_are_gone_within_one_sweep(sched: LocalSc
         time.sleep(0.05)
     kill_supervisor(sched, app_id)
     t0 = time.monotonic()
-    interval = 1.0
-    desc = sched.describe(app_id)
-    while desc is not None and not desc.state.is_terminal():  # a waiter, as Runner.wait is
-        sched.wait_for_change(app_id, interval)
-        desc = sched.describe(app_id)
+    before = state_file.read_text()
+    desc = sched.describe(app_id)  # reported at once, side-effect free: nothing stopped or written
+    assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg
+    assert _token_processes(token) and state_file.read_text() == before
+    desc = sched.finalize(app_id)  # what a waiter (Runner.wait) does with that end
     assert desc is not None and desc.state == AppState.FAILED
     assert not _token_processes(token)
-    assert time.monotonic() - t0 < interval
+    assert time.monotonic() - t0 < 1.0
     named = re.search(r"stopped (\d+) process\(es\) left outside the replicas: (.*)", desc.msg)
     assert named and int(named[1]) >= 2 and named[2].count("(sleep)") >= 2, desc.msg
 
