@@ -155,6 +155,54 @@ def test_a_job_whose_supervisor_died_is_reaped_on_the_pool_never_on_the_loop(
     assert json.loads((job_dir / store.STATE).read_text())["state"] == "FAILED"  # recorded
 
 
+def test_the_aws_connection_is_fetched_on_the_loop_and_the_session_built_without_a_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the Amazon provider, the hook builds the Batch scheduler's boto3 session on a pool or
+    poller thread, where ``AwsBaseHook`` would look ``aws_conn_id`` up synchronously: the trigger
+    fetches it on the loop (``aget_connection``) and the hook answers the lookup from it. The
+    Amazon hook is stood in for by what we rely on: ``get_session`` calls ``get_connection``."""
+    import importlib.machinery
+    import sys
+    import types
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow.sdk import BaseHook
+
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+    class AwsBaseHook(BaseHook):
+        def __init__(self, aws_conn_id: str | None, region_name: str | None) -> None:
+            super().__init__()
+            self.aws_conn_id = aws_conn_id
+
+        def get_session(self) -> tuple[str, Any]:
+            return "session", self.get_connection(str(self.aws_conn_id))
+
+    for name in ("airflow.providers.amazon", "airflow.providers.amazon.aws.hooks.base_aws"):
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        module.AwsBaseHook = AwsBaseHook  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, name, module)
+    fetched: list[str] = []
+    connection = object()
+
+    async def aget_connection(cls: type, conn_id: str) -> Any:
+        asyncio.get_running_loop()
+        fetched.append(conn_id)
+        return connection
+
+    monkeypatch.setattr(BaseHook, "aget_connection", classmethod(aget_connection))
+    trigger = TorchXJobTrigger("aws_batch://torchx/q:j", aws_conn_id="aws_test", region_name="eu-west-1")
+    prefetched = asyncio.run(trigger._aws_connection())
+    assert fetched == ["aws_test"]
+    hook = TorchXHook(
+        None, scheduler="aws_batch", aws_conn_id="aws_test", region_name="eu-west-1", aws_connection=prefetched
+    )
+    with ThreadPoolExecutor(1) as pool:  # as the watch pool or the Batch poller would
+        assert pool.submit(hook.boto3_session).result() == ("session", connection)
+
+
 def test_resumes_from_cursors(local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]) -> None:
     from airflow_provider_torchx.core.logstream import LogFollower
 

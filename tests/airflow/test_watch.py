@@ -210,7 +210,7 @@ def test_100_batch_triggers_need_no_default_executor(aws_env: str, batch_queue: 
         batch.submit_job(jobDefinition=arn, dependsOn=[{"jobId": "never-finishes"}], **job.submit_request())
         handles.append(f"aws_batch://torchx/{queue_name(batch_queue)}:{job.name}")
     triggers = [TorchXJobTrigger(h, poll_interval=1.0, stream_logs=False) for h in handles]
-    runner = triggers[0]._runner()
+    runner = triggers[0]._runner(None)
 
     def cancel_all() -> None:  # in parallel: each cancel waits for a poller round
         with ThreadPoolExecutor(max_workers=len(handles)) as pool:
