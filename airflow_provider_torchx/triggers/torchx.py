@@ -171,7 +171,9 @@ class TorchXJobTrigger(BaseTrigger):
         """The connection ``aws_conn_id`` fetched on the loop with the Task SDK's async
         ``aget_connection``, for the hook to build its boto3 session from on the pool (where
         the synchronous lookup must not run); None when the Amazon provider, which alone reads
-        it, is not installed, or there is no ``aws_conn_id``."""
+        it, is not installed, or there is no ``aws_conn_id``; also when it cannot be fetched this
+        way (``dag.test()``'s in-process channel has no async form): the hook then looks it up
+        itself, as a task would."""
         if not self.aws_conn_id or importlib.util.find_spec("airflow.providers.amazon") is None:
             return None
         from airflow.sdk import BaseHook
@@ -180,6 +182,9 @@ class TorchXJobTrigger(BaseTrigger):
             return PrefetchedConnection(self.aws_conn_id, await BaseHook.aget_connection(self.aws_conn_id))
         except AirflowNotFoundException:
             return PrefetchedConnection(self.aws_conn_id, None)
+        except Exception as e:
+            self.log.warning("could not fetch connection %r on the loop: %s: %s", self.aws_conn_id, type(e).__name__, e)
+            return None
 
     def _runner(self, aws_connection: PrefetchedConnection | None) -> Runner:
         parsed = parse_app_handle(self.app_handle)
