@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -253,6 +254,16 @@ class AirflowDeployment:
             tail = self._log_tail(dag_id, run_id, task_id, ti["try_number"])
             raise TimeoutError(f"{err}; it is {ti['state']!r}; its log ends:\n{tail}") from None
         return result
+
+    def deferrals_taken_in(self, run_id: str) -> set[int]:
+        """The map indexes of the run whose first try's exit (a deferral, say) the scheduler has
+        taken in (its "Received executor event" line). A trigger that fires before that makes
+        the scheduler fail the resumed task on the stale event (apache/airflow#72716)."""
+        pattern = re.compile(
+            r"Received executor event with state success for task instance "
+            rf"TaskInstanceKey\(.*run_id='{re.escape(run_id)}', try_number=1, map_index=(-?\d+)\)"
+        )
+        return {int(m[1]) for m in pattern.finditer(self.component_log("scheduler"))}
 
     def _known_races(self, run_id: str) -> str:
         """The scheduler's complaint when it failed a resumed deferred task because of a stale

@@ -153,6 +153,8 @@ def test_50_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_mask
         return [ti["state"] for ti in tis]
 
     wait_until(lambda: states().count("deferred") == SECRET_TASKS, 900, f"{SECRET_TASKS} tasks deferred at once")
+    everyone = set(range(SECRET_TASKS))
+    wait_until(lambda: api.deferrals_taken_in(run_id) >= everyone, 300, "the scheduler to take in every deferral")
     gate.touch()
 
     def done() -> list[dict[str, Any]] | None:
@@ -162,7 +164,11 @@ def test_50_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_mask
 
     tis = wait_until(done, 600, "every task to end")
     failed = sorted((ti["map_index"], ti["state"]) for ti in tis if ti["state"] != "success")
-    assert not failed, f"not successful: {failed}\n" + "\n".join(api.task_log(SECRETS, run_id, "job", 1, failed[0][0]))
+    assert not failed, (
+        f"not successful: {failed}\n"
+        + "\n".join(api.task_log(SECRETS, run_id, "job", 1, failed[0][0]))
+        + api._known_races(run_id)
+    )
     assert api.procs["triggerer"] is triggerer and triggerer.poll() is None
     assert psutil.pid_exists(triggerer.pid)
     for i in range(SECRET_TASKS):
