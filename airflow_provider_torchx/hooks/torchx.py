@@ -68,6 +68,13 @@ _RUNNERS: dict[tuple[str, str, str | None, str | None], Runner] = {}
 _RUNNERS_LOCK = threading.Lock()
 
 
+def has_runner(key: tuple[str, str, str | None, str | None]) -> bool:
+    """Whether the shared runner of ``key`` (``TorchXSettings.runner_key``) is built already
+    (its boto3 session factory is bound then: a hook's ``aws_connection`` no longer matters)."""
+    with _RUNNERS_LOCK:
+        return key in _RUNNERS
+
+
 def invalidate_runner(key: tuple[str, str, str | None, str | None]) -> None:
     """Close and forget the shared runner of ``key`` (``TorchXSettings.runner_key``), e.g.
     after its credentials changed; the next ``get_runner`` builds a new one."""

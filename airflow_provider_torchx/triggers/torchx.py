@@ -29,7 +29,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
-from airflow_provider_torchx.hooks.torchx import PrefetchedConnection, TorchXHook, TorchXSettings
+from airflow_provider_torchx.hooks.torchx import PrefetchedConnection, TorchXHook, TorchXSettings, has_runner
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
 
@@ -171,10 +171,13 @@ class TorchXJobTrigger(BaseTrigger):
         """The connection ``aws_conn_id`` fetched on the loop with the Task SDK's async
         ``aget_connection``, for the hook to build its boto3 session from on the pool (where
         the synchronous lookup must not run); None when the Amazon provider, which alone reads
-        it, is not installed, or there is no ``aws_conn_id``; also when it cannot be fetched this
-        way (``dag.test()``'s in-process channel has no async form): the hook then looks it up
-        itself, as a task would."""
+        it, is not installed, there is no ``aws_conn_id`` or the shared runner that would use it
+        is built already; also when it cannot be fetched this way (``dag.test()``'s in-process
+        channel has no async form): the hook then looks it up itself, as a task would."""
         if not self.aws_conn_id or importlib.util.find_spec("airflow.providers.amazon") is None:
+            return None
+        parsed = parse_app_handle(self.app_handle)
+        if has_runner((parsed.scheduler_backend, parsed.session_name, self.aws_conn_id, self.region_name)):
             return None
         from airflow.sdk import BaseHook
 
