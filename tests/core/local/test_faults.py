@@ -349,7 +349,7 @@ def test_a_stop_waits_for_the_stopped_trees_and_names_none_of_them(
     ready, cleaned = tmp_path / "ready", tmp_path / "cleaned"
     inner = f"trap 'sleep 0.5; touch {cleaned}; exit 0' TERM; touch {ready}; sleep 30 & wait"
     app_id = sched.submit(
-        sh_app(f"sh -c \"{inner}\"; echo never", f"while [ ! -e {ready} ]; do sleep 0.05; done; exit 3")
+        sh_app(f'sh -c "{inner}"; echo never', f"while [ ! -e {ready} ]; do sleep 0.05; done; exit 3")
     )
     desc = wait_done(sched, app_id)
     assert desc.state == AppState.FAILED
