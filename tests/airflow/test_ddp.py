@@ -86,6 +86,7 @@ def test_a_rank_aborting_fails_the_job_fast_with_its_last_stderr_lines(run_dag: 
     )
     assert root, ddp_failure(out)
     assert "torch/distributed/run.py" not in root[0], root[0]  # torchrun's own lines are left out
+    assert "left behind" not in out, ddp_failure(out)  # torchrun and its ranks stopped, none escaped
     job_dir = job_dir_of(submitted(out))
     state = store.read_json(job_dir / store.STATE)
     # Far below any collective or rendezvous timeout: the other rank did not wait in its all-reduce.
