@@ -30,6 +30,7 @@ from tests.e2e.live import (
     replica_lines,
     still_running,
 )
+from tests.fixtures.torch import nodes_stderr
 
 pytestmark = pytest.mark.airflow
 
@@ -191,7 +192,10 @@ def test_50_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_mask
 def test_ddp_on_two_nodes_succeeds_with_every_ranks_lines_once(live_airflow: LiveAirflow) -> None:
     live, api = live_airflow, live_airflow.deployment
     run_id = live.trigger(DDP, {})
-    api.wait_for_state(DDP, run_id, "job", {"success"}, timeout=300)
+    try:
+        api.wait_for_state(DDP, run_id, "job", {"success"}, timeout=300)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{nodes_stderr(live.job_dir(live.app_handle(DDP, run_id)))}") from None
     events = live.log(DDP, run_id)
     ranks = [e for e in events if re.match(r"^\[ddp_train/[01]\] rank \d of 4: all_reduce sum 6$", e)]
     assert sorted(e.split("] ")[1] for e in ranks) == [f"rank {r} of 4: all_reduce sum 6" for r in range(4)], ranks

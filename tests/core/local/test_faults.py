@@ -339,6 +339,29 @@ def test_processes_left_at_the_end_are_named_in_the_status(sched: LocalScheduler
     assert "stopped 1 process(es) left behind by the replicas" in desc.msg and "(sleep)" in desc.msg, desc.msg
 
 
+def test_a_daemon_of_a_replica_that_ended_is_named_when_the_job_fails(sched: LocalScheduler, mark: str) -> None:
+    app_id = sched.submit(sh_app("setsid sleep 300 & exit 0", "sleep 0.5; exit 3"))
+    desc = wait_done(sched, app_id)
+    assert desc.state == AppState.FAILED
+    assert "stopped 1 process(es) left behind by the replicas" in desc.msg and "(sleep)" in desc.msg, desc.msg
+
+
+def test_a_stop_waits_for_the_stopped_trees_and_names_none_of_them(
+    sched: LocalScheduler, mark: str, tmp_path: Path
+) -> None:
+    """Replica 0's shell dies of the stop's SIGTERM at once while its child (as torchrun under
+    ``sh -c``) still shuts down: the job waits for that child, which is no leftover."""
+    ready, cleaned = tmp_path / "ready", tmp_path / "cleaned"
+    inner = f"trap 'sleep 0.5; touch {cleaned}; exit 0' TERM; touch {ready}; sleep 30 & wait"
+    app_id = sched.submit(
+        sh_app(f'sh -c "{inner}"; echo never', f"while [ ! -e {ready} ]; do sleep 0.05; done; exit 3")
+    )
+    desc = wait_done(sched, app_id)
+    assert desc.state == AppState.FAILED
+    assert desc.msg == "role 'r1' replica 0 exited with code 3", desc.msg
+    assert cleaned.exists(), "the stopped child was killed before it had shut down"
+
+
 # ------------------------------------------------------------------ modes and states
 
 
