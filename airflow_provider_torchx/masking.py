@@ -8,7 +8,8 @@ variables (``{{ conn.x.password }}``, ``{{ var.value.x_token }}``) are registere
 they are read. What the provider itself hands to Airflow (the dry run's return value, a trigger
 event, a failure message, the job's log lines through ``MaskedLog``) goes through ``redact``
 first, so it is masked whatever the logging configuration (``dag.test()`` logs without
-Airflow's masking processor).
+Airflow's masking processor). A resumed task did not build its app: it registers the job's
+secrets (``job_secrets``, ``register_secrets``) before logging the job's last lines.
 
 In a triggerer the rule is stricter (docs/architecture.md, "The triggerer is shared"): no
 synchronous Task SDK call from a trigger or a thread it starts, since the trigger runner's
@@ -28,7 +29,15 @@ from typing import Any
 from airflow_provider_torchx._compat import mask_locally, mask_secret, redact, should_hide_value_for_key
 from airflow_provider_torchx.core.specs import AppDef
 
-__all__ = ["MaskedLog", "amask_secrets", "app_secrets", "job_secrets", "redact", "register_app_secrets"]
+__all__ = [
+    "MaskedLog",
+    "amask_secrets",
+    "app_secrets",
+    "job_secrets",
+    "redact",
+    "register_app_secrets",
+    "register_secrets",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +55,12 @@ def app_secrets(app: AppDef) -> list[tuple[str, str]]:
 def register_app_secrets(app: AppDef) -> int:
     """Register the sensitive env values of every role of ``app`` with Airflow's masker (a
     task process: ``mask_secret`` also tells its supervisor); return how many there were."""
-    secrets = app_secrets(app)
+    return register_secrets(app_secrets(app))
+
+
+def register_secrets(secrets: Sequence[tuple[str, str]]) -> int:
+    """Register ``secrets`` (``(name, value)``) with Airflow's masker from a task process;
+    return how many there were."""
     for key, value in secrets:
         mask_secret(value, key)
     return len(secrets)

@@ -38,6 +38,7 @@ from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, find_root_cause
 from airflow_provider_torchx.core.logstream import BATCH_LINES, JobWatch, LogBatch, LogLine, keep_reading, last_lines
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
+from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -52,6 +53,9 @@ FAILURE_TAIL_LINES = 20
 EMIT_CHUNK = 200
 #: The cursor file is saved at least this often (seconds) while a backlog is being logged.
 SAVE_EVERY = 1.0
+#: Seconds the trigger's last logged lines get to reach the task log before its event (at most
+#: the poll interval): the triggerer closes that log when the event is yielded.
+LOG_SETTLE = 2.0
 #: Default size of the provider's thread pool for blocking watch calls
 #: (``[torchx] watch_threads``, env ``AIRFLOW__TORCHX__WATCH_THREADS``).
 DEFAULT_WATCH_THREADS = 8
@@ -296,19 +300,32 @@ class JobWatcher(JobWatch):
 
     async def watch(self, poll_interval: float, deadline: float | None, started_at: float | None) -> dict[str, Any]:
         """Follow the job on the running loop until it ends or ``deadline`` passes; return
-        the outcome event. Logs a progress line every ``poll_interval``."""
+        the outcome event. Logs a progress line every ``poll_interval``.
+
+        The round that finds the job terminal (or the deadline passed) logs nothing: the
+        triggerer closes the task's trigger log as soon as the event is yielded, and a line
+        logged just before would land in the triggerer's own log. The event carries the
+        position reached, and the resumed task's ``flush_logs`` logs the rest into the task
+        log; the last lines logged here had ``LOG_SETTLE`` seconds to arrive before the event."""
         next_note = time.monotonic() + poll_interval
+        settle = min(poll_interval, LOG_SETTLE)
+        settled_at = 0.0  # when every line logged so far has had ``settle`` seconds to arrive
         while True:
             status = await self.status_async()
-            backlog = await self.stream_async(status, budget=poll_interval)
-            if status is None or status.is_terminal():
-                return await run_blocking(self.outcome, status)
             now = time.time()
-            if deadline is not None and now >= deadline:
-                return self.timeout_event(status)
+            if status is None or status.is_terminal() or (deadline is not None and now >= deadline):
+                await asyncio.sleep(max(settled_at - time.monotonic(), 0.0))
+                if status is not None and not status.is_terminal():
+                    return self.timeout_event(status)
+                return await run_blocking(self.outcome, status)
+            seq = self.position.seq
+            backlog = await self.stream_async(status, budget=poll_interval)
+            if self.position.seq != seq:
+                settled_at = time.monotonic() + settle
             if time.monotonic() >= next_note:
                 self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s))
                 next_note = time.monotonic() + poll_interval
+                settled_at = time.monotonic() + settle
             if not backlog:
                 pause = poll_interval if deadline is None else min(poll_interval, deadline - now)
                 await asyncio.sleep(max(pause, 0.0))
@@ -366,13 +383,17 @@ def flush_logs(
     runner: Runner, event: Mapping[str, Any], log: logging.Logger | Any, cursor_file: CursorFile | None = None
 ) -> LogPosition:
     """Log what neither the event's position nor the cursor file's (the newer wins) covers yet
-    (a resumed task's last lines: every remaining line of a terminal job); save and return the
-    position reached. An event without cursors (not streaming) logs nothing."""
+    (a resumed task's last lines: every line the trigger left to it, since it logs none in the
+    round that finds the job ended); save and return the position reached. The job's secrets
+    are registered first (this process did not build its app). An event without cursors (not
+    streaming) logs nothing."""
     position = newest(event_position(event), cursor_file.load() if cursor_file else None)
     if event.get("log_cursors") is None:
         return position
+    app_handle = str(event["app_handle"])
+    register_secrets(job_secrets(runner.describe, app_handle))
     watcher = JobWatcher(
-        runner, str(event["app_handle"]), log, stream_logs=True, position=position, cursor_file=cursor_file
+        runner, app_handle, MaskedLog(log), stream_logs=True, position=position, cursor_file=cursor_file
     )
     watcher.stream(watcher.current_status())
     return watcher.position

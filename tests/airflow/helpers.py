@@ -65,3 +65,24 @@ def gated_app(directory: str, num_replicas: int = 1, name: str = "gated") -> App
 def gated_lines(num_replicas: int = 1, upto: int = 4) -> list[str]:
     """The task-log lines ``gated_app`` writes, ``[w/k] wk line i``."""
     return [f"[w/{k}] w{k} line {i}" for k in range(num_replicas) for i in range(1, upto + 1)]
+
+
+def run_deferred(trigger: Any, log: Any = None) -> list[dict[str, Any]]:
+    """What a deferred task logs in all: run ``trigger`` (a ``TorchXJobTrigger``) to its end,
+    then, as ``execute_complete`` does, flush what its event's position left (the lines the
+    job wrote once the trigger saw it end) into ``log`` (default: the trigger's own logger).
+    Returns the trigger's events."""
+    import asyncio
+
+    from airflow_provider_torchx.watch import cursor_file_for, flush_logs
+
+    async def collect() -> list[dict[str, Any]]:
+        return [event.payload async for event in trigger.run()]
+
+    events = asyncio.run(collect())
+    runner = trigger._runner(None)
+    cursor_file = cursor_file_for(runner, trigger.app_handle, trigger.identity) if trigger.identity else None
+    for event in events:
+        if event.get("log_cursors") is not None:
+            flush_logs(runner, event, trigger.log if log is None else log, cursor_file)
+    return events

@@ -15,6 +15,7 @@ import pytest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+from tests.airflow.helpers import run_deferred
 from tests.fixtures.airflow import assert_lines_once
 from tests.fixtures.triggerer import TriggererChannel
 
@@ -96,7 +97,7 @@ def test_success_streams_every_line_once(
     local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]
 ) -> None:
     handle = submit(local_jobs, "for i in 1 2 3 4; do echo n ${replica_id} $i; sleep 0.1; done", num_replicas=2)
-    events = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2, host=socket.gethostname()))
+    events = run_deferred(TorchXJobTrigger(handle, poll_interval=0.2, host=socket.gethostname()))
     out = capfd.readouterr().out
     assert len(events) == 1
     event = events[0]
@@ -113,8 +114,8 @@ def test_secrets_are_registered_on_the_loop_never_synchronously(
     own masker hides them in what it logs and in its event."""
     password, token = "pw-for-the-trigger-0123", "hf-token-for-the-trigger-4567"
     env = {"MY_PASSWORD": password, "HF_TOKEN": token, "PLAIN": "plain-value-89"}
-    handle = submit(local_jobs, 'echo "got $MY_PASSWORD $HF_TOKEN $PLAIN"; exit 3', env=env)
-    (event,) = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2))
+    handle = submit(local_jobs, 'echo "got $MY_PASSWORD $HF_TOKEN $PLAIN"; sleep 2; exit 3', env=env)
+    (event,) = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2))  # logs the line while it runs
     out = capfd.readouterr().out
     masked = {(m.name, m.value) for m in triggerer_channel.sent_of("MaskSecret")}
     assert masked == {("MY_PASSWORD", password), ("HF_TOKEN", token)}, triggerer_channel.sent
@@ -213,7 +214,7 @@ def test_resumes_from_cursors(local_jobs: tuple[Runner, list[str]], capfd: pytes
     while not follower.poll() and time.monotonic() < deadline:
         time.sleep(0.05)
     capfd.readouterr()
-    events = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2, log_cursors=follower.cursors))
+    events = run_deferred(TorchXJobTrigger(handle, poll_interval=0.2, log_cursors=follower.cursors))
     out = capfd.readouterr().out
     assert events[0]["status"] == "success"
     assert "[w/0] second" in out and "[w/0] first" not in out

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_torchx import watch
 from airflow_provider_torchx.core import cli, logstream
 from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.core.logstream import BATCH_LINES
@@ -138,6 +139,72 @@ def test_chatty_job_every_line_once_in_order(
     assert logged == [str(i) for i in range(1, CHATTY + 1)]
 
 
+class TimedLog(ListLog):
+    """A ``ListLog`` that also keeps when (``time.monotonic()``) each message was logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        super().info(msg, *args)
+        self.times.append(time.monotonic())
+
+    warning = error = debug = exception = info
+
+
+def trigger_event(handle: str, log: ListLog) -> tuple[dict[str, Any], float]:
+    """Run a trigger for ``handle`` logging into ``log``; its one event and when it came."""
+    trigger = TorchXJobTrigger(handle, poll_interval=0.3, identity=IDENTITY, log_cursors={})
+    trigger._log = log
+
+    async def collect() -> list[dict[str, Any]]:
+        return [e.payload async for e in trigger.run()]
+
+    (event,) = asyncio.run(collect())
+    return event, time.monotonic()
+
+
+def test_trigger_leaves_an_ended_jobs_lines_to_the_resumed_task(local_jobs: tuple[Runner, list[str]]) -> None:
+    """The round that finds the job ended logs nothing (the triggerer closes the task's trigger
+    log when the event is yielded, so a line logged then would miss it): a job that ended
+    before its trigger started gets no line from the trigger, and the event's position lets
+    ``flush_logs`` (``execute_complete``) log every line, once."""
+    runner, handles = local_jobs
+    handle = runner.run(sh_app("seq 1 50"), "local_cwd")
+    handles.append(handle)
+    status = runner.wait(handle, wait_interval=0.1, timeout=60, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.SUCCEEDED
+    log = ListLog()
+    event, _ = trigger_event(handle, log)
+    assert event["status"] == "success", event
+    assert log.lines == [], f"the trigger logged {log.lines}"
+    assert event["cursor_seq"] == 0 and event["log_cursors"] == {}, event
+    cursor_file = cursor_file_for(runner, handle, IDENTITY)
+    flush_logs(runner, event, log, cursor_file)
+    assert replica_lines(log.lines) == [str(i) for i in range(1, 51)]
+    flush_logs(runner, event, log, cursor_file)  # a second flush (a retried resume) adds nothing
+    assert replica_lines(log.lines) == [str(i) for i in range(1, 51)]
+
+
+def test_trigger_lines_have_time_to_arrive_before_its_event(local_jobs: tuple[Runner, list[str]]) -> None:
+    """A job that logs while watched and again just before it ends: every line the trigger
+    logged (lines, progress) precedes its event by at least the settle time, and the trigger's
+    lines then the flush's are every line once, in order."""
+    runner, handles = local_jobs
+    handle = runner.run(sh_app("seq 1 3; sleep 1.5; seq 4 6"), "local_cwd")
+    handles.append(handle)
+    log = TimedLog()
+    event, at = trigger_event(handle, log)
+    assert event["status"] == "success", event
+    from_trigger = list(log.lines)
+    assert replica_lines(from_trigger)[:3] == ["1", "2", "3"], from_trigger
+    settle = min(0.3, watch.LOG_SETTLE)
+    assert at - log.times[-1] >= settle, f"last trigger line {at - log.times[-1]:.3f}s before the event"
+    flush_logs(runner, event, log, cursor_file_for(runner, handle, IDENTITY))
+    assert replica_lines(log.lines) == [str(i) for i in range(1, 7)]
+
+
 # ---------------------------------------------------------------------- no default executor
 
 
@@ -187,6 +254,7 @@ def test_100_local_triggers_need_no_default_executor(local_jobs: tuple[Runner, l
     results = run_triggers(triggers, timeout=180)
     for n, (trigger, events) in enumerate(zip(triggers, results, strict=True)):
         assert [e["status"] for e in events] == ["success"], events
+        flush_logs(runner, events[0], trigger._log)  # then execute_complete's, in the worker
         assert replica_lines(trigger._log.lines) == [f"job {n}"]
 
 
@@ -244,14 +312,17 @@ def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     invalidate_runner(("acme", "torchx", None, None))
 
 
-def test_third_party_scheduler_defers_streams_and_senses(acme: Path, run_dag: Any) -> None:
+def test_third_party_scheduler_defers_streams_and_senses(
+    acme: Path, run_dag: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     dag_run, out = run_dag("torchx_test_thirdparty", deferrable=True)
     assert dag_run.state == "success", out[-3000:]
     # One job per operator; the sensor streams the submitted one, the deferred task its own.
     assert len(list(acme.iterdir())) == 2
-    # Both tasks deferred: the trigger logged their lines, each line once per task.
+    # Both tasks deferred; the trigger, then the resumed task, logged each line once per task.
+    assert caplog.text.count("[DAG TEST] running trigger in line") == 2, caplog.text[-3000:]
     for n in (1, 2, 3):
-        found = re.findall(rf"\[main/0\] acme {n}\s+\[{re.escape(TorchXJobTrigger.__module__)}", out)
+        found = re.findall(rf"\[main/0\] acme {n}\s+\[", out)
         assert len(found) == 2, out[-3000:]
 
 
