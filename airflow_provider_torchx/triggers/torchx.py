@@ -1,7 +1,8 @@
 """``TorchXJobTrigger``: watches a submitted job from the triggerer for a deferred task.
 
-It streams every replica's new log lines into the task log, prints a progress line every
-``poll_interval`` and yields exactly one event: ``success``, ``failed`` (with the reason and the
+It streams every replica's new log lines into the task log while the job runs (the lines
+left when it ends are the resumed task's: ``watch.py``, ``JobWatcher.watch``), prints a
+progress line every ``poll_interval`` and yields exactly one event: ``success``, ``failed`` (with the reason and the
 failed replica's last lines), ``timeout`` (the absolute ``deadline`` passed) or ``error``. It
 never raises for a job's failure: the task's ``execute_complete`` raises. It follows the one
 watching path (``watch.py``): waiting for a status holds no thread, and the blocking calls left
