@@ -52,6 +52,8 @@ FAILURE_TAIL_LINES = 20
 EMIT_CHUNK = 200
 #: The cursor file is saved at least this often (seconds) while a backlog is being logged.
 SAVE_EVERY = 1.0
+#: A job's progress line is logged when what it says changes, else at most this often (seconds).
+PROGRESS_EVERY = 60.0
 #: Default size of the provider's thread pool for blocking watch calls
 #: (``[torchx] watch_threads``, env ``AIRFLOW__TORCHX__WATCH_THREADS``).
 DEFAULT_WATCH_THREADS = 8
@@ -94,11 +96,8 @@ async def run_blocking(fn: Callable[..., R], *args: Any) -> R:
 # ---------------------------------------------------------------------- small helpers
 
 
-def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: float | None = None) -> str:
-    """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
-    scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``) and ``; log 40s
-    behind`` when the log read lags by a second or more (a shared CloudWatch budget with many
-    jobs watched)."""
+def replica_counts(status: AppStatus) -> dict[str, int]:
+    """How many replicas of the job are running, done and pending."""
     counts = {"running": 0, "done": 0, "pending": 0}
     for role in status.roles:
         for rep in role.replicas:
@@ -108,10 +107,40 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: 
                 counts["running"] += 1
             else:
                 counts["pending"] += 1
-    parts = ", ".join(f"{n} {what}" for what, n in counts.items())
+    return counts
+
+
+def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: float | None = None) -> str:
+    """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
+    scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``) and ``; log 40s
+    behind`` when the log read lags by a second or more (a shared CloudWatch budget with many
+    jobs watched)."""
+    parts = ", ".join(f"{n} {what}" for what, n in replica_counts(status).items())
     why = f"; {status.msg}" if status.msg and not status.is_terminal() else ""
     lag = f"; log {behind_s:.0f}s behind" if behind_s is not None and behind_s >= 1.0 else ""
     return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}{lag}"
+
+
+class ProgressNotes:
+    """When a watcher logs a job's progress line: when what the line says of the job changes
+    (its state, replica counts, the scheduler's message), else at most every ``every``
+    seconds. With thousands of jobs watched, a line per job per poll was most of a
+    triggerer's work for a trigger; ``clock`` (monotonic seconds) is injectable for tests."""
+
+    def __init__(self, every: float = PROGRESS_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.clock = clock
+        self._said: tuple[Any, ...] | None = None
+        self._at = 0.0
+
+    def due(self, status: AppStatus) -> bool:
+        """Whether to log ``status``'s progress line now (then it counts as logged)."""
+        said = (status.state, tuple(replica_counts(status).values()), status.msg)
+        now = self.clock()
+        if said == self._said and now - self._at < self.every:
+            return False
+        self._said, self._at = said, now
+        return True
 
 
 def identity_labels(context: Context) -> dict[str, str]:
@@ -238,8 +267,11 @@ class JobWatcher(JobWatch):
         """Wait in this thread for the job's end (or ``deadline``), streaming and logging a
         progress line every ``poll_interval``; return the outcome event."""
 
+        notes = ProgressNotes()
+
         def progress(status: AppStatus) -> None:
-            self.log.info(progress_line(self.app_handle, status, time.time() - started_at, self.behind_s))
+            if notes.due(status):
+                self.log.info(progress_line(self.app_handle, status, time.time() - started_at, self.behind_s))
 
         status = self.wait(poll_interval, deadline, on_poll=progress)
         if status is None or status.is_terminal():
@@ -257,6 +289,18 @@ class JobWatcher(JobWatch):
         if self.runner.capabilities(parse_app_handle(self.app_handle).scheduler_backend).cheap_status:
             return self.runner.status(self.app_handle)
         return await run_blocking(self.runner.status, self.app_handle)
+
+    async def next_status_async(self, poll_interval: float, limit: float | None) -> AppStatus | None:
+        """The job's status one poll on. Where the scheduler answers futures, its next
+        scheduled look (``Runner.status_future`` with a period): the scheduler sets the rhythm,
+        so the job is looked at every ``poll_interval`` whatever this watcher's own latency,
+        and the first look that sees the end answers at once. Else after sleeping a poll.
+        Raises ``TimeoutError`` once ``limit`` seconds passed without an answer."""
+        future = self.runner.status_future(self.app_handle, poll_interval)
+        if future is not None:
+            return await asyncio.wait_for(asyncio.wrap_future(future), limit)
+        await asyncio.sleep(max(0.0, poll_interval if limit is None else min(poll_interval, limit)))
+        return await self.status_async()
 
     async def stream_async(self, status: AppStatus | None, budget: float | None = None) -> bool:
         """``stream`` for the event loop: reads on the watch pool, logs on the loop
@@ -291,22 +335,27 @@ class JobWatcher(JobWatch):
 
     async def watch(self, poll_interval: float, deadline: float | None, started_at: float | None) -> dict[str, Any]:
         """Follow the job on the running loop until it ends or ``deadline`` passes; return
-        the outcome event. Logs a progress line every ``poll_interval``."""
-        next_note = time.monotonic() + poll_interval
+        the outcome event. Looks every ``poll_interval`` (``next_status_async``), at once
+        while a log backlog remains; logs progress lines as ``ProgressNotes`` says."""
+        notes = ProgressNotes()
+        status = await self.status_async()
         while True:
-            status = await self.status_async()
             backlog = await self.stream_async(status, budget=poll_interval)
             if status is None or status.is_terminal():
                 return await run_blocking(self.outcome, status)
             now = time.time()
             if deadline is not None and now >= deadline:
                 return self.timeout_event(status)
-            if time.monotonic() >= next_note:
+            if notes.due(status):
                 self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s))
-                next_note = time.monotonic() + poll_interval
-            if not backlog:
-                pause = poll_interval if deadline is None else min(poll_interval, deadline - now)
-                await asyncio.sleep(max(pause, 0.0))
+            if backlog:
+                status = await self.status_async()
+                continue
+            last = status
+            try:
+                status = await self.next_status_async(poll_interval, None if deadline is None else deadline - now)
+            except TimeoutError:
+                return self.timeout_event(last)
 
     # ------------------------------------------------------------------ outcome
 

@@ -267,11 +267,13 @@ class Runner:
         sched, app_id = self._scheduler_app_id(app_handle)
         return _app_status(sched.describe(app_id))
 
-    def status_future(self, app_handle: str) -> concurrent.futures.Future[AppStatus | None] | None:
+    def status_future(
+        self, app_handle: str, period: float | None = None
+    ) -> concurrent.futures.Future[AppStatus | None] | None:
         """The app's status as a future the scheduler resolves from a thread of its own
-        (``Scheduler.describe_future``); None: call ``status`` instead. Never blocks."""
-        sched, app_id = self._scheduler_app_id(app_handle)
-        described = sched.describe_future(app_id)
+        (``Scheduler.describe_future``: ``period`` asks for its next scheduled look); None:
+        call ``status`` instead. Never blocks."""
+        described = self.describe_app_future(app_handle, period)
         if described is None:
             return None
         out: concurrent.futures.Future[AppStatus | None] = concurrent.futures.Future()
@@ -286,6 +288,14 @@ class Runner:
         out.add_done_callback(cancelled)
         described.add_done_callback(done)
         return out
+
+    def describe_app_future(
+        self, app_handle: str, period: float | None = None
+    ) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
+        """``describe_app`` as a future (``Scheduler.describe_future``); None: call
+        ``describe_app`` instead. Never blocks."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.describe_future(app_id) if period is None else sched.describe_future(app_id, period)
 
     def describe(self, app_handle: str) -> AppDef | None:
         """The app rebuilt from what the scheduler keeps (completeness varies), or None."""
@@ -303,6 +313,17 @@ class Runner:
         or None if it does not know it."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.describe(app_id)
+
+    def native_id(self, app_handle: str) -> str | None:
+        """The scheduler's own id of the app, for a watcher elsewhere (``Scheduler.native_id``);
+        may block for one look-up."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.native_id(app_id)
+
+    def adopt_native_id(self, app_handle: str, native_id: str) -> None:
+        """Tell the scheduler the app's own id (``Scheduler.adopt_native_id``). Never blocks."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        sched.adopt_native_id(app_id, native_id)
 
     def sidecar_dir(self, app_handle: str) -> Path | None:
         """Where watchers may keep their own files beside the job (``Scheduler.sidecar_dir``);

@@ -18,6 +18,7 @@ instance is still deferred (a triggerer restart) or not (marked failed or succes
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -26,7 +27,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
-from airflow_provider_torchx.core.specs import parse_app_handle
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
 from airflow_provider_torchx.masking import MaskedLog, redact, register_job_secrets
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
@@ -67,6 +69,13 @@ async def task_instance_state(identity: Mapping[str, str]) -> str | None:
     return None if state is None else str(getattr(state, "value", state))
 
 
+def _app_of(described: DescribeAppResponse | BaseException | None, app_handle: str) -> AppDef | None:
+    """The app of a description (``Runner.describe``'s answer), or what describing raised."""
+    if isinstance(described, BaseException):
+        raise described
+    return None if described is None else AppDef(name=described.app_id, roles=described.roles)
+
+
 class TorchXJobTrigger(BaseTrigger):
     """Waits for the job ``app_handle`` to end (see the module docstring).
 
@@ -77,6 +86,9 @@ class TorchXJobTrigger(BaseTrigger):
     host a local job runs on, ``started_at`` (epoch seconds) dates the progress lines' elapsed
     time. ``cancel_on_kill``: cancel the job when Airflow kills the deferred task (marked
     failed or success, cleared); never on a triggerer restart, never in ``cleanup()``.
+    ``native_id``: the scheduler's own id of the job (``Runner.native_id``; AWS Batch: the
+    job id), so that a fresh triggerer finds the job without a look-up per trigger; a
+    trigger serialised without it (an older release) looks the job up as before.
     """
 
     def __init__(
@@ -94,6 +106,7 @@ class TorchXJobTrigger(BaseTrigger):
         host: str | None = None,
         started_at: float | None = None,
         cancel_on_kill: bool = False,
+        native_id: str | None = None,
     ) -> None:
         super().__init__()
         self.app_handle = app_handle
@@ -108,6 +121,7 @@ class TorchXJobTrigger(BaseTrigger):
         self.host = host
         self.started_at = started_at
         self.cancel_on_kill = cancel_on_kill
+        self.native_id = native_id
         self._final_event_fired = False
 
     @classmethod
@@ -128,7 +142,8 @@ class TorchXJobTrigger(BaseTrigger):
         """The trigger a task defers to (the operator and the sensor both build it here), from
         what the job's scheduler declares (``Scheduler.capabilities``): the AWS settings for
         one that uses an AWS session; this host for a host-bound one, so that a triggerer
-        elsewhere says so instead of watching nothing. ``position``: where the task log stands."""
+        elsewhere says so instead of watching nothing; the job's native id (may look it up once,
+        here in the worker). ``position``: where the task log stands."""
         capabilities = runner.capabilities(parse_app_handle(app_handle).scheduler_backend)
         return cls(
             app_handle,
@@ -143,6 +158,7 @@ class TorchXJobTrigger(BaseTrigger):
             host=socket.gethostname() if capabilities.host_bound else None,
             started_at=started_at,
             cancel_on_kill=cancel_on_kill,
+            native_id=runner.native_id(app_handle),
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -162,10 +178,12 @@ class TorchXJobTrigger(BaseTrigger):
                 "host": self.host,
                 "started_at": self.started_at,
                 "cancel_on_kill": self.cancel_on_kill,
+                "native_id": self.native_id,
             },
         )
 
     def _runner(self) -> Runner:
+        """The shared runner, told the job's native id when the trigger carries one (blocks)."""
         parsed = parse_app_handle(self.app_handle)
         hook = TorchXHook(
             None,
@@ -174,12 +192,14 @@ class TorchXJobTrigger(BaseTrigger):
             aws_conn_id=self.aws_conn_id,
             region_name=self.region_name,
         )
-        return hook.get_runner()
+        runner = hook.get_runner()
+        if self.native_id:
+            runner.adopt_native_id(self.app_handle, self.native_id)
+        return runner
 
     def _watcher(self) -> JobWatcher:
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
         runner = self._runner()
-        register_job_secrets(runner.describe, self.app_handle)  # this process did not build the app
         given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
         cursor_file = cursor_file_for(runner, self.app_handle, self.identity) if self.identity else None
         saved = cursor_file.load() if cursor_file is not None and self.stream_logs else None
@@ -199,6 +219,18 @@ class TorchXJobTrigger(BaseTrigger):
             position=position,
             cursor_file=cursor_file,
         )
+
+    async def _register_secrets(self, runner: Runner) -> None:
+        """Register the job's secrets before anything of it is logged (this process did not
+        build the app). Its description is awaited on the loop where the scheduler answers
+        futures: a fresh triggerer's triggers then share the status poller's rounds instead of
+        holding a watch-pool thread each for one; registering runs on the pool."""
+        future = runner.describe_app_future(self.app_handle)
+        if future is None:
+            await run_blocking(register_job_secrets, runner.describe, self.app_handle)
+            return
+        (described,) = await asyncio.gather(asyncio.wrap_future(future), return_exceptions=True)
+        await run_blocking(register_job_secrets, functools.partial(_app_of, described), self.app_handle)
 
     def _wrong_host(self) -> str | None:
         """Why this triggerer cannot watch the job: it runs on another host than the job of a
@@ -221,6 +253,7 @@ class TorchXJobTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": wrong_host})
                 return
             watcher = await run_blocking(self._watcher)
+            await self._register_secrets(watcher.runner)
             event = await watcher.watch(self.poll_interval, self.deadline, self.started_at)
             self._final_event_fired = True
             yield TriggerEvent(redact(event))

@@ -58,6 +58,7 @@ def test_serialize_is_exact_and_round_trips() -> None:
         "host": None,
         "started_at": 1_899_999_000.0,
         "cancel_on_kill": True,
+        "native_id": "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
     }
     trigger = TorchXJobTrigger(**kwargs)
     assert trigger.serialize() == (CLASSPATH, kwargs)
@@ -82,8 +83,18 @@ def test_serialize_defaults() -> None:
             "host": None,
             "started_at": None,
             "cancel_on_kill": False,
+            "native_id": None,
         },
     )
+
+
+def test_a_trigger_serialised_by_the_previous_release_still_loads() -> None:
+    """Kwargs without ``native_id`` (what triggers deferred before it carried one stored)
+    build a trigger that looks its job up by name, as before; it serialises with the field."""
+    old = {k: v for k, v in TorchXJobTrigger("aws_batch://torchx/q:a-1").serialize()[1].items() if k != "native_id"}
+    trigger = TorchXJobTrigger(**old)
+    assert trigger.native_id is None
+    assert trigger.serialize() == (CLASSPATH, {**old, "native_id": None})
 
 
 def test_success_streams_every_line_once(

@@ -216,7 +216,9 @@ class Scheduler(abc.ABC, Generic[T]):
         3. May block for one round trip to the scheduler.
         """
 
-    def describe_future(self, app_id: str) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
+    def describe_future(
+        self, app_id: str, period: float | None = None
+    ) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
         """What ``describe`` would return, as a future resolved by a thread of the scheduler's
         own, so that many waiters (an event loop's tasks) hold no thread while they wait.
 
@@ -224,8 +226,22 @@ class Scheduler(abc.ABC, Generic[T]):
            or an app it cannot resolve without a blocking call): then call ``describe``.
         2. The future fails with the exception ``describe`` would raise.
         3. A future the caller cancelled is left alone.
+        4. ``period`` None: a recent answer (the scheduler's cache or its next look). A
+           ``period``: the answer of the scheduler's next look at the app, one ``period`` after
+           its previous one (a watcher that asks again at once is looked at every ``period``,
+           on the scheduler's schedule, not its own), or of any earlier look that sees it ended.
         """
         return None
+
+    def native_id(self, app_id: str) -> str | None:
+        """The scheduler's own id of the app (AWS Batch: the job id), for a watcher in another
+        process to hand to ``adopt_native_id`` so that it finds the app without a look-up;
+        None (the default): the app id is all a watcher needs. May block for one look-up."""
+        return None
+
+    def adopt_native_id(self, app_id: str, native_id: str) -> None:
+        """Take ``native_id`` (what ``native_id`` returned in another process) as the app's
+        own id, so that watching it needs no look-up. Never blocks; the default ignores it."""
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
         """Check that jobs can be submitted with the resolved ``cfg`` (e.g. that a queue

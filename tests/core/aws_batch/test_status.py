@@ -531,3 +531,32 @@ def test_a_log_read_finds_streams_from_the_pollers_recent_entry_without_a_new_ro
     time.sleep(0.05)  # past the poller's min_interval: a plain describe would ask again
     assert sched.read_log("q1:app-1", "main", 0).lines == ["epoch 1\n"]
     assert sum(1 for name, _ in batch.calls if name == "describe_jobs") == rounds
+
+
+def test_a_watcher_given_the_job_id_makes_no_look_up() -> None:
+    """A fresh process (a restarted triggerer) told the job id (``adopt_native_id``, from the
+    trigger's kwargs) describes the job through the poller's future without ListJobs; without
+    it the job is found by name, as before, and ``native_id`` says what to carry."""
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(job_id="j1", name="app-1", status="RUNNING")
+    batch.jobs["j1"]["nodeProperties"]["nodeRangeProperties"][0]["container"]["environment"].append(
+        {"name": "HF_TOKEN", "value": "s3cret"}
+    )
+    sched = make(batch)
+    assert sched.describe_future("q1:app-1") is None  # job id unknown: describe it blocking
+    sched.adopt_native_id("q1:app-1", "j1")
+    future = sched.describe_future("q1:app-1")
+    assert future is not None
+    described = future.result(timeout=10)
+    assert described is not None and described.state == AppState.RUNNING
+    assert described.roles and described.roles[0].env["HF_TOKEN"] == "s3cret"  # what masking reads
+    assert "list_jobs" not in batch.names()
+    with pytest.raises(ValueError, match="native_id: '' is not a Batch job id of q1:app-1"):
+        sched.adopt_native_id("q1:app-1", "")
+
+    other = make(FakeBatch())
+    other.client.jobs["j2"] = mnp_job(job_id="j2", name="app-2")
+    assert other.native_id("q1:app-2") == "j2"  # found by name once (ListJobs) ...
+    assert other.client.names().count("list_jobs") == 1
+    assert other.native_id("q1:app-2") == "j2"  # ... then remembered
+    assert other.client.names().count("list_jobs") == 1

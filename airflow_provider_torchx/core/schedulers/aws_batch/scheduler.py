@@ -346,10 +346,14 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         ended = _ended_nodes(job)
         return self._response(app_id, job, self._nodes(job, ended) if job and ended else {})
 
-    def describe_future(self, app_id: str) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
-        """``describe`` answered by the shared poller's thread (its next round, or its cache);
-        None before this instance made its client or for an app whose job id this process has
-        not learnt yet (``describe`` does both, blocking)."""
+    def describe_future(
+        self, app_id: str, period: float | None = None
+    ) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
+        """``describe`` answered by the shared poller's thread (its next round, or its cache;
+        with ``period``, the job's next scheduled look: ``StatusPoller.request``); None before
+        this instance made its client (building an AWS session may block) or for an app whose
+        job id this process has not learnt yet (``describe`` does both, blocking;
+        ``adopt_native_id`` does both without a look-up)."""
         if self._client is None:
             return None
         job_id = self.poller.job_id(app_id)
@@ -371,8 +375,20 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             except BaseException as err:
                 settle(out, functools.partial(_reraise, err))
 
-        self.poller.request([job_id]).add_done_callback(on_job)
+        self.poller.request([job_id], period=period).add_done_callback(on_job)
         return out
+
+    def native_id(self, app_id: str) -> str | None:
+        """The Batch job id (remembered, else looked up by name with ListJobs: may block)."""
+        return self._job_id(app_id)
+
+    def adopt_native_id(self, app_id: str, native_id: str) -> None:
+        """Remember ``native_id`` as the job id of ``app_id`` (no call to AWS). Makes the
+        client if needed (building the AWS session may block, once per scheduler), so that
+        ``describe_future`` answers from then on."""
+        if not native_id:
+            raise ValueError(f"native_id: {native_id!r} is not a Batch job id of {app_id}")
+        self.poller.remember(app_id, native_id)
 
     def _response(
         self, app_id: str, job: dict[str, Any] | None, nodes: dict[int, dict[str, Any]]
