@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -94,6 +95,24 @@ async def run_blocking(fn: Callable[..., R], *args: Any) -> R:
 
 
 # ---------------------------------------------------------------------- small helpers
+
+
+async def wait_readable(fd: int, timeout: float) -> None:
+    """Wait on the running loop until ``fd`` is readable or ``timeout`` seconds passed (a loop
+    that cannot watch descriptors just sleeps)."""
+    loop = asyncio.get_running_loop()
+    ready = asyncio.Event()
+    try:
+        loop.add_reader(fd, ready.set)
+    except (NotImplementedError, OSError, ValueError):
+        await asyncio.sleep(timeout)
+        return
+    try:
+        await asyncio.wait_for(ready.wait(), timeout)
+    except TimeoutError:
+        pass
+    finally:
+        loop.remove_reader(fd)
 
 
 def replica_counts(status: AppStatus) -> dict[str, int]:
@@ -295,11 +314,22 @@ class JobWatcher(JobWatch):
         scheduled look (``Runner.status_future`` with a period): the scheduler sets the rhythm,
         so the job is looked at every ``poll_interval`` whatever this watcher's own latency,
         and the first look that sees the end answers at once. Else after sleeping a poll.
-        Raises ``TimeoutError`` once ``limit`` seconds passed without an answer."""
+        Else after a poll, cut short when the scheduler's change descriptor
+        (``Runner.change_fd``; local jobs: the supervisor's pidfd) becomes readable, so that
+        a local job's end is seen at once. Raises ``TimeoutError`` once ``limit`` seconds
+        passed without an answer (the future path; the other one returns a status then)."""
         future = self.runner.status_future(self.app_handle, poll_interval)
         if future is not None:
             return await asyncio.wait_for(asyncio.wrap_future(future), limit)
-        await asyncio.sleep(max(0.0, poll_interval if limit is None else min(poll_interval, limit)))
+        pause = max(0.0, poll_interval if limit is None else min(poll_interval, limit))
+        fd = self.runner.change_fd(self.app_handle)
+        if fd is None:
+            await asyncio.sleep(pause)
+        else:
+            try:
+                await wait_readable(fd, pause)
+            finally:
+                os.close(fd)
         return await self.status_async()
 
     async def stream_async(self, status: AppStatus | None, budget: float | None = None) -> bool:

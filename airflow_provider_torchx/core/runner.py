@@ -325,6 +325,12 @@ class Runner:
         sched, app_id = self._scheduler_app_id(app_handle)
         sched.adopt_native_id(app_id, native_id)
 
+    def change_fd(self, app_handle: str) -> int | None:
+        """A descriptor readable when the app may have changed (``Scheduler.change_fd``); the
+        caller closes it. None: poll."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.change_fd(app_id)
+
     def sidecar_dir(self, app_handle: str) -> Path | None:
         """Where watchers may keep their own files beside the job (``Scheduler.sidecar_dir``);
         None: under the host's state dir."""

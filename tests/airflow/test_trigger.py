@@ -232,3 +232,18 @@ def test_resumed_task_flushes_only_what_the_event_did_not_cover(local_jobs: tupl
     quiet = ListLog()
     flush_logs(runner, {"app_handle": handle, "log_cursors": None}, quiet)  # not streaming: nothing
     assert quiet.lines == []
+
+
+def test_a_local_jobs_end_is_seen_at_once_not_a_poll_later(local_jobs: tuple[Runner, list[str]]) -> None:
+    """The trigger waits on the supervisor's pidfd on the loop between polls: the event comes
+    when the job ends, not up to ``poll_interval`` (a minute here) later."""
+    handle = submit(local_jobs, "sleep 1; echo done")
+    trigger = TorchXJobTrigger(handle, poll_interval=60, host=socket.gethostname())
+
+    async def first_event() -> dict[str, Any]:
+        return (await asyncio.wait_for(anext(trigger.run()), timeout=45)).payload
+
+    started = time.monotonic()
+    event = asyncio.run(first_event())
+    assert event["status"] == "success"
+    assert time.monotonic() - started < 45  # a poll would be 60 s

@@ -275,6 +275,13 @@ class Scheduler(abc.ABC, Generic[T]):
         """
         time.sleep(max(0.0, timeout))
 
+    def change_fd(self, app_id: str) -> int | None:
+        """A file descriptor that becomes readable when the app may have changed state (at
+        least: when it ended), for an event loop to wait on (``loop.add_reader``) instead of
+        sleeping a whole poll; the caller closes it. Quick: never waits on a remote service.
+        None (the default): there is none, poll."""
+        return None
+
     def sidecar_dir(self, app_id: str) -> Path | None:
         """A directory beside the job where watchers (e.g. the Airflow trigger) may keep files
         of their own, such as log cursor files; it goes away with the job. None (the default):

@@ -501,7 +501,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             # Submitted a moment ago: the supervisor has not recorded itself yet.
             time.sleep(max(0.0, min(timeout, 0.05)))
             return
-        fd = procfs.open_if_same(sup["pid"], sup["start"]) if sup.get("boot") == procfs.boot_id() else None
+        fd = _open_supervisor(sup)
         if fd is None:
             return
         try:
@@ -510,6 +510,15 @@ class LocalScheduler(Scheduler[PopenRequest]):
             poller.poll(max(0, int(timeout * 1000)))
         finally:
             os.close(fd)
+
+    def change_fd(self, app_id: str) -> int | None:
+        """A pidfd of the job's supervisor, readable once it exited (the job is over); None
+        for a job without a live supervisor on this host. A few small file reads."""
+        rec = self._record(app_id)
+        if rec is None or not _on_this_host(rec):
+            return None
+        sup = _read_entry(app_id, self.job_dir(app_id) / store.SUPERVISOR, _check_supervisor)
+        return None if sup is None else _open_supervisor(sup)
 
     # ------------------------------------------------------------------ logs
 
@@ -722,6 +731,11 @@ def _last_words(path: Path) -> str:
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+def _open_supervisor(sup: Mapping[str, Any]) -> int | None:
+    """A pidfd of the supervisor ``sup`` (its store entry) if it still runs, else None."""
+    return procfs.open_if_same(sup["pid"], sup["start"]) if sup.get("boot") == procfs.boot_id() else None
 
 
 def _on_this_host(rec: dict[str, Any]) -> bool:
