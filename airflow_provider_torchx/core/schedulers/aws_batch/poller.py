@@ -319,13 +319,17 @@ class StatusPoller:
         )
 
     def _take(self, now: float) -> list[str]:
-        """The ids this round describes: every one asked for without a schedule, and every
-        scheduled one due within half a gap."""
+        """The ids this round describes: every one asked for without a schedule, every
+        scheduled one due by now (give or take ``coalesce``), and those due within half a gap
+        as long as they fit in the calls the others need (a call of 100 ids costs what a call
+        of 1 costs: at 1,000 jobs, rounds of 100-110 ids made 1.3 calls a second)."""
         ids = set(self._asap)
         self._asap.clear()
         self._asap_since = None
         horizon = now + self._gap() / 2
         while (due := self._earliest_due()) is not None and due <= horizon:
+            if due > now + self.coalesce and ids and len(ids) % DESCRIBE_BATCH == 0:
+                break  # early, and the calls so far are full: the next round takes it
             _, job_id = heapq.heappop(self._heap)
             ids.add(job_id)
         for job_id in ids:
