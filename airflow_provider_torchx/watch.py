@@ -53,6 +53,9 @@ FAILURE_TAIL_LINES = 20
 EMIT_CHUNK = 200
 #: The cursor file is saved at least this often (seconds) while a backlog is being logged.
 SAVE_EVERY = 1.0
+#: Pauses before reading a status again when the change descriptor fired but the status read
+#: just after still shows the job live (a cancel records the end after the supervisor died).
+SETTLE_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8)
 #: A job's progress line is logged when what it says changes, else at most this often (seconds).
 PROGRESS_EVERY = 60.0
 #: Default size of the provider's thread pool for blocking watch calls
@@ -97,20 +100,21 @@ async def run_blocking(fn: Callable[..., R], *args: Any) -> R:
 # ---------------------------------------------------------------------- small helpers
 
 
-async def wait_readable(fd: int, timeout: float) -> None:
-    """Wait on the running loop until ``fd`` is readable or ``timeout`` seconds passed (a loop
-    that cannot watch descriptors just sleeps)."""
+async def wait_readable(fd: int, timeout: float) -> bool:
+    """Wait on the running loop until ``fd`` is readable or ``timeout`` seconds passed; whether
+    it became readable (a loop that cannot watch descriptors just sleeps: False)."""
     loop = asyncio.get_running_loop()
     ready = asyncio.Event()
     try:
         loop.add_reader(fd, ready.set)
     except (NotImplementedError, OSError, ValueError):
         await asyncio.sleep(timeout)
-        return
+        return False
     try:
         await asyncio.wait_for(ready.wait(), timeout)
+        return True
     except TimeoutError:
-        pass
+        return False
     finally:
         loop.remove_reader(fd)
 
@@ -325,12 +329,18 @@ class JobWatcher(JobWatch):
         fd = self.runner.change_fd(self.app_handle)
         if fd is None:
             await asyncio.sleep(pause)
-        else:
-            try:
-                await wait_readable(fd, pause)
-            finally:
-                os.close(fd)
-        return await self.status_async()
+            return await self.status_async()
+        try:
+            changed = await wait_readable(fd, pause)
+        finally:
+            os.close(fd)
+        status = await self.status_async()
+        for delay in SETTLE_DELAYS if changed else ():
+            if status is None or status.is_terminal():
+                break
+            await asyncio.sleep(delay)  # the end's record may be written just after the change
+            status = await self.status_async()
+        return status
 
     async def stream_async(self, status: AppStatus | None, budget: float | None = None) -> bool:
         """``stream`` for the event loop: reads on the watch pool, logs on the loop

@@ -438,13 +438,15 @@ def one_triggerer(
 ) -> list[tuple[str, dict[str, Any]]]:
     """The steady mode (warm-up, steady phase, then the jobs end) or, with ``--fresh S``, a
     fresh triggerer whose jobs end S seconds after its triggers started."""
-    lookups = sum(1 for i in native_ids if i is None)
     if args.fresh is not None:
         c = spawn("fresh", targets, native_ids, warmup=0.0, steady=args.fresh, go=True)
     else:
-        c = spawn("steady", targets, native_ids, warmup=args.warmup, steady=args.steady, go=not lookups)
+        c = spawn("steady", targets, native_ids, warmup=args.warmup, steady=args.steady, go=False)
+        lookups = sum(1 for i in native_ids if i is None) if c.moto else 0  # Batch triggers without a job id
         if lookups:
             threading.Thread(target=c.go_after_lookups, args=(lookups,), daemon=True).start()
+        else:
+            c.go_file.touch()
     ends = end_and_collect([c], end_jobs)
     return [("", figures(c, ends))]
 
