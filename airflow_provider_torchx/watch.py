@@ -305,13 +305,22 @@ class JobWatcher(JobWatch):
 
     async def status_async(self) -> AppStatus | None:
         """The job's status without holding a thread: from the scheduler's own thread
-        (``Runner.status_future``), read at once when cheap, else on the watch pool."""
+        (``Runner.status_future``), read at once when cheap (a side-effect-free read), else on
+        the watch pool. A job that ended unrecorded is settled on the pool (``finalize``)."""
         future = self.runner.status_future(self.app_handle)
         if future is not None:
-            return await asyncio.wrap_future(future)
-        if self.runner.capabilities(parse_app_handle(self.app_handle).scheduler_backend).cheap_status:
-            return self.runner.status(self.app_handle)
-        return await run_blocking(self.runner.status, self.app_handle)
+            status = await asyncio.wrap_future(future)
+        elif self.runner.capabilities(parse_app_handle(self.app_handle).scheduler_backend).cheap_status:
+            status = self.runner.status(self.app_handle)
+        else:
+            return await run_blocking(self.current_status)
+        return await self._settled(status)
+
+    async def _settled(self, status: AppStatus | None) -> AppStatus | None:
+        """``status``, or for an ended job what settling it on the pool says (``finalize``)."""
+        if status is not None and status.is_terminal():
+            return await run_blocking(self.runner.finalize, self.app_handle) or status
+        return status
 
     async def next_status_async(self, poll_interval: float, limit: float | None) -> AppStatus | None:
         """The job's status one poll on. Where the scheduler answers futures, its next
@@ -324,7 +333,7 @@ class JobWatcher(JobWatch):
         passed without an answer (the future path; the other one returns a status then)."""
         future = self.runner.status_future(self.app_handle, poll_interval)
         if future is not None:
-            return await asyncio.wait_for(asyncio.wrap_future(future), limit)
+            return await self._settled(await asyncio.wait_for(asyncio.wrap_future(future), limit))
         pause = max(0.0, poll_interval if limit is None else min(poll_interval, limit))
         fd = self.runner.change_fd(self.app_handle)
         if fd is None:
@@ -458,5 +467,5 @@ def flush_logs(
     watcher = JobWatcher(
         runner, str(event["app_handle"]), log, stream_logs=True, position=position, cursor_file=cursor_file
     )
-    watcher.stream(runner.status(watcher.app_handle))
+    watcher.stream(watcher.current_status())
     return watcher.position

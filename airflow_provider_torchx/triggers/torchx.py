@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.util
 import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
-from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
-from airflow_provider_torchx.masking import MaskedLog, redact, register_job_secrets
+from airflow_provider_torchx.hooks.torchx import PrefetchedConnection, TorchXHook, TorchXSettings, has_runner
+from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
@@ -182,7 +184,29 @@ class TorchXJobTrigger(BaseTrigger):
             },
         )
 
-    def _runner(self) -> Runner:
+    async def _aws_connection(self) -> PrefetchedConnection | None:
+        """The connection ``aws_conn_id`` fetched on the loop with the Task SDK's async
+        ``aget_connection``, for the hook to build its boto3 session from on the pool (where
+        the synchronous lookup must not run); None when the Amazon provider, which alone reads
+        it, is not installed, there is no ``aws_conn_id`` or the shared runner that would use it
+        is built already; also when it cannot be fetched this way (``dag.test()``'s in-process
+        channel has no async form): the hook then looks it up itself, as a task would."""
+        if not self.aws_conn_id or importlib.util.find_spec("airflow.providers.amazon") is None:
+            return None
+        parsed = parse_app_handle(self.app_handle)
+        if has_runner((parsed.scheduler_backend, parsed.session_name, self.aws_conn_id, self.region_name)):
+            return None
+        from airflow.sdk import BaseHook
+
+        try:
+            return PrefetchedConnection(self.aws_conn_id, await BaseHook.aget_connection(self.aws_conn_id))
+        except AirflowNotFoundException:
+            return PrefetchedConnection(self.aws_conn_id, None)
+        except Exception as e:
+            self.log.warning("could not fetch connection %r on the loop: %s: %s", self.aws_conn_id, type(e).__name__, e)
+            return None
+
+    def _runner(self, aws_connection: PrefetchedConnection | None) -> Runner:
         """The shared runner, told the job's native id when the trigger carries one (blocks)."""
         parsed = parse_app_handle(self.app_handle)
         hook = TorchXHook(
@@ -191,15 +215,16 @@ class TorchXJobTrigger(BaseTrigger):
             session_name=parsed.session_name,
             aws_conn_id=self.aws_conn_id,
             region_name=self.region_name,
+            aws_connection=aws_connection,
         )
         runner = hook.get_runner()
         if self.native_id:
             runner.adopt_native_id(self.app_handle, self.native_id)
         return runner
 
-    def _watcher(self) -> JobWatcher:
+    def _watcher(self, aws_connection: PrefetchedConnection | None) -> JobWatcher:
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
-        runner = self._runner()
+        runner = self._runner(aws_connection)
         given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
         cursor_file = cursor_file_for(runner, self.app_handle, self.identity) if self.identity else None
         saved = cursor_file.load() if cursor_file is not None and self.stream_logs else None
@@ -220,17 +245,16 @@ class TorchXJobTrigger(BaseTrigger):
             cursor_file=cursor_file,
         )
 
-    async def _register_secrets(self, runner: Runner) -> None:
-        """Register the job's secrets before anything of it is logged (this process did not
-        build the app). Its description is awaited on the loop where the scheduler answers
-        futures: a fresh triggerer's triggers then share the status poller's rounds instead of
-        holding a watch-pool thread each for one; registering runs on the pool."""
+    async def _job_secrets(self, runner: Runner) -> list[tuple[str, str]]:
+        """The job's secrets (``masking.job_secrets``) from its description, awaited on the
+        loop where the scheduler answers futures: a fresh triggerer's triggers then share the
+        status poller's first round instead of holding a watch-pool thread each for one round;
+        read on the pool otherwise."""
         future = runner.describe_app_future(self.app_handle)
         if future is None:
-            await run_blocking(register_job_secrets, runner.describe, self.app_handle)
-            return
+            return await run_blocking(job_secrets, runner.describe, self.app_handle)
         (described,) = await asyncio.gather(asyncio.wrap_future(future), return_exceptions=True)
-        await run_blocking(register_job_secrets, functools.partial(_app_of, described), self.app_handle)
+        return job_secrets(functools.partial(_app_of, described), self.app_handle)
 
     def _wrong_host(self) -> str | None:
         """Why this triggerer cannot watch the job: it runs on another host than the job of a
@@ -252,8 +276,10 @@ class TorchXJobTrigger(BaseTrigger):
             if wrong_host:
                 yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": wrong_host})
                 return
-            watcher = await run_blocking(self._watcher)
-            await self._register_secrets(watcher.runner)
+            watcher = await run_blocking(self._watcher, await self._aws_connection())
+            # This process did not build the app: read its secrets, register them on the loop
+            # (never a synchronous Task SDK call), before its first line is logged.
+            await amask_secrets(await self._job_secrets(watcher.runner))
             event = await watcher.watch(self.poll_interval, self.deadline, self.started_at)
             self._final_event_fired = True
             yield TriggerEvent(redact(event))
@@ -302,7 +328,7 @@ class TorchXJobTrigger(BaseTrigger):
         await self._cancel()
 
     async def _cancel(self) -> None:
-        runner = await run_blocking(self._runner)
+        runner = await run_blocking(self._runner, await self._aws_connection())
         await run_blocking(runner.cancel, self.app_handle)
 
     async def on_kill(self) -> None:
