@@ -48,6 +48,22 @@ def test_an_ended_task_cancels_its_job(state: str) -> None:
     assert decision == Decision(Verdict.CANCEL, f"task_{state}", f"task acc.job of run r1 ended {state}")
 
 
+def test_a_job_its_task_handed_on_outlives_the_task() -> None:
+    """``wait_for_completion=False``: the task succeeds while its job runs on, for a sensor."""
+    decision = verdict_of(task("success", handed_over=True))
+    assert decision.verdict == Verdict.KEEP and not decision.orphaned, decision
+    assert verdict_of(task("success", handed_over=True, marked=True)).verdict == Verdict.CANCEL
+    assert verdict_of(task("failed", handed_over=True)).verdict == Verdict.CANCEL
+    assert verdict_of(task("success", run_state="success", handed_over=True)).verdict == Verdict.KEEP
+
+
+def test_a_state_a_user_set_reads_marked() -> None:
+    decision = verdict_of(task("failed", marked=True))
+    assert decision.detail == "task acc.job of run r1 was marked failed", decision
+    run = verdict_of(task(None, run_state="failed", marked=True))
+    assert run.detail == "task acc.job of run r1: its DAG run was marked failed", run
+
+
 @pytest.mark.parametrize("run_state", ["failed", "success"])
 def test_an_ended_dag_run_cancels_the_job_of_a_task_left_in_any_state(run_state: str) -> None:
     decision = verdict_of(task("deferred", run_state=run_state))
