@@ -18,8 +18,8 @@ job already ended                                 keep (nothing to cancel)
 state unreadable (API/DB down)                    later
 DAG unknown, or run found without this task       later (a label that names no task)
 DAG run deleted                                   cancel ``dag_run_deleted``
-task success, its try having returned while the   keep (``wait_for_completion=False``: the job
-job ran on (not marked)                           is meant to outlive its task)
+its try disowned it (``wait_for_completion=       keep (the job is meant to outlive its task,
+False`` or ``cancel_on_kill=False``)              or never to be cancelled with it)
 task failed, success, skipped, removed,           cancel ``task_<state>`` (Airflow puts a task
 upstream_failed                                   with retries left in up_for_retry, and never
                                                   retries one marked failed)
@@ -49,9 +49,9 @@ from airflow_provider_torchx.core.specs import AppState
 
 #: The labels naming a job's task instance (``watch.identity_labels`` sets them).
 IDENTITY_KEYS = ("airflow.dag_id", "airflow.task_id", "airflow.run_id", "airflow.map_index")
-#: The XCom key a try that returns while its job runs on (``wait_for_completion=False``)
-#: pushes: the job is meant to outlive the task.
-HANDED_OVER_XCOM = "torchx_handed_over"
+#: The XCom key a try pushes when its job is not to end with the task: it returns while the
+#: job runs on (``wait_for_completion=False``) or it never cancels (``cancel_on_kill=False``).
+DISOWNED_XCOM = "torchx_disowned"
 #: Task instance states from which a try adopts (or may adopt) a live job; ``None`` is
 #: Airflow's "no state" (just cleared: its next try reattaches to the job).
 ADOPTING_STATES = frozenset(
@@ -83,8 +83,7 @@ class TaskView:
     ``try_number``: its current try; ``try_started_at``: when that try started (epoch
     seconds; None: not yet); ``ended_at``: when the task instance, or else its run, ended;
     ``marked``: a user set the state (the REST API or the UI), as far as the caller knows;
-    ``handed_over``: the task's try returned while its job ran on (``wait_for_completion=False``:
-    the job is meant to outlive the task, e.g. for a sensor)."""
+    ``disowned``: the task's try said its job is not to end with it (``DISOWNED_XCOM``)."""
 
     dag_known: bool
     run_state: str | None
@@ -94,7 +93,7 @@ class TaskView:
     try_started_at: float | None = None
     ended_at: float | None = None
     marked: bool = False
-    handed_over: bool = False
+    disowned: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,8 +152,6 @@ def _orphan(task: TaskView, job: JobView) -> tuple[str, str] | None:
     who = task_name(job.labels)
     if task.run_state is None:
         return "dag_run_deleted", f"{who}: the DAG run was deleted"
-    if task.state == "success" and task.handed_over and not task.marked:
-        return None
     if task.state in ENDED_STATES:
         return f"task_{task.state}", f"{who} {'was marked' if task.marked else 'ended'} {task.state}"
     if task.run_state in ENDED_RUN_STATES:
@@ -197,10 +194,10 @@ def decide(
         return Decision(Verdict.LATER, why="its labels name no known DAG")
     if task.run_state is not None and not task.found:
         return Decision(Verdict.LATER, why="its labels name no task of that DAG run")
+    if task.disowned:
+        return Decision(Verdict.KEEP, why="its task disowned it (wait_for_completion=False or cancel_on_kill=False)")
     orphan = _orphan(task, job)
     if orphan is None:
-        if task.state == "success":
-            return Decision(Verdict.KEEP, why="its task handed it on (wait_for_completion=False)")
         if task.state in ADOPTING_STATES:
             return Decision(Verdict.KEEP, why=f"task instance {task.state or 'has no state'}: a try adopts the job")
         return Decision(Verdict.LATER, why=f"task instance state {task.state!r} is not in the table")

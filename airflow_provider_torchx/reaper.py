@@ -21,6 +21,7 @@ cancel_orphaned_jobs = False`` turns both off (the UI still shows orphans as suc
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -35,7 +36,7 @@ from airflow.listeners import hookimpl
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.orphans import (
-    HANDED_OVER_XCOM,
+    DISOWNED_XCOM,
     Decision,
     JobView,
     TaskView,
@@ -138,7 +139,7 @@ def _epoch(value: datetime | None) -> float | None:
 
 def read_task_views(identities: Iterable[Identity]) -> dict[Identity, TaskView]:
     """What Airflow's database says of each task instance (its DAG, run, state, and whether
-    its try handed the job on), in four queries whatever the number of jobs. Raises when the
+    its try disowned the job), in four queries whatever the number of jobs. Raises when the
     database cannot be read."""
     from airflow.models.dag import DagModel
     from airflow.models.dagrun import DagRun
@@ -182,11 +183,11 @@ def read_task_views(identities: Iterable[Identity]) -> dict[Identity, TaskView]:
                 )
             )
         }
-        handed_over = {
+        disowned = {
             (row.dag_id, row.task_id, row.run_id, row.map_index)
             for row in session.execute(
                 select(XComModel.dag_id, XComModel.task_id, XComModel.run_id, XComModel.map_index).where(
-                    XComModel.key == HANDED_OVER_XCOM,
+                    XComModel.key == DISOWNED_XCOM,
                     XComModel.dag_id.in_(dag_ids),
                     XComModel.run_id.in_(run_ids),
                     XComModel.task_id.in_(task_ids),
@@ -208,7 +209,7 @@ def read_task_views(identities: Iterable[Identity]) -> dict[Identity, TaskView]:
             try_number=int(ti.try_number or 0),
             try_started_at=_epoch(ti.start_date),
             ended_at=_epoch(ti.end_date) or (run[1] if run[0] in ("failed", "success") else None),
-            handed_over=ident in handed_over,
+            disowned=ident in disowned,
         )
     return views
 
@@ -390,13 +391,40 @@ def _guarded(fn: Callable[..., object], *args: Any) -> None:
 
 def reap_announced(wanted: Callable[[Identity], bool], view: TaskView, where: str) -> list[tuple[LiveJob, Decision]]:
     """Apply the table at once (no grace) to the live jobs ``wanted`` selects, with ``view``:
-    the state Airflow just announced."""
+    the state Airflow just announced (whether a try disowned its job is read from the
+    database; when it cannot be, nothing is decided here: the loop asks again)."""
     settings = reaper_settings()
     if not settings.enabled:
         return []
     jobs = live_jobs(wanted)
-    views = {job.identity: view for job in jobs}
+    if not jobs:
+        return []
+    try:
+        stored = read_task_views({job.identity for job in jobs})
+    except Exception as e:
+        log.warning("orphaned jobs: could not read task instance states (%s: %s)", type(e).__name__, e)
+        return []
+    views = {job.identity: dataclasses.replace(view, disowned=stored[job.identity].disowned) for job in jobs}
     return apply(jobs, views, settings=ReaperSettings(True, 0.0), now=time.time(), where=where)
+
+
+def orphans_among(jobs: list[LiveJob]) -> dict[str, str]:
+    """``{handle: why}`` for the live ``jobs`` whose task instance ended (the UI marks them
+    "orphaned" until they are cancelled), whatever the setting or the grace period say.
+    Empty when the states cannot be read."""
+    settings = reaper_settings()
+    try:
+        views = read_task_views({job.identity for job in jobs})
+    except Exception as e:
+        log.warning("orphaned jobs: could not read task instance states (%s: %s)", type(e).__name__, e)
+        return {}
+    now = time.time()
+    out = {}
+    for job, view in job_views(jobs):
+        decision = decide(views.get(job.identity), view, enabled=settings.enabled, grace=settings.grace, now=now)
+        if decision.orphaned:
+            out[job.handle] = decision.detail
+    return out
 
 
 def start_decision(labels: Mapping[str, str], state: str | None) -> Decision:

@@ -31,7 +31,7 @@ from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
 from airflow_provider_torchx.masking import MaskedLog, redact, register_job_secrets
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
-from airflow_provider_torchx.orphans import Verdict
+from airflow_provider_torchx.orphans import Verdict, task_name
 from airflow_provider_torchx.reaper import start_decision
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
 
@@ -309,4 +309,4 @@ class TorchXJobTrigger(BaseTrigger):
         if not self.cancel_on_kill or self._final_event_fired:
             return
         self.log.info("Task killed while deferred: cancelling %s", self.app_handle)
-        await self._cancel()
+        await self._cancel(reason=f"{task_name(self.identity or {})} was killed while deferred")

@@ -48,13 +48,14 @@ def test_an_ended_task_cancels_its_job(state: str) -> None:
     assert decision == Decision(Verdict.CANCEL, f"task_{state}", f"task acc.job of run r1 ended {state}")
 
 
-def test_a_job_its_task_handed_on_outlives_the_task() -> None:
-    """``wait_for_completion=False``: the task succeeds while its job runs on, for a sensor."""
-    decision = verdict_of(task("success", handed_over=True))
-    assert decision.verdict == Verdict.KEEP and not decision.orphaned, decision
-    assert verdict_of(task("success", handed_over=True, marked=True)).verdict == Verdict.CANCEL
-    assert verdict_of(task("failed", handed_over=True)).verdict == Verdict.CANCEL
-    assert verdict_of(task("success", run_state="success", handed_over=True)).verdict == Verdict.KEEP
+@pytest.mark.parametrize("state", ["success", "failed"])
+@pytest.mark.parametrize("run_state", ["running", "success", "failed"])
+def test_a_job_its_task_disowned_outlives_the_task(state: str, run_state: str) -> None:
+    """``wait_for_completion=False`` (the task succeeds while its job runs on, for a sensor) or
+    ``cancel_on_kill=False``: never cancelled with the task, marked or not."""
+    for marked in (False, True):
+        decision = verdict_of(task(state, run_state=run_state, disowned=True, marked=marked))
+        assert decision.verdict == Verdict.KEEP and not decision.orphaned, decision
 
 
 def test_a_state_a_user_set_reads_marked() -> None:

@@ -3,6 +3,7 @@ whose DAGs folder holds ``tests/e2e/dags/`` (helpers in ``live.py``). Each is sh
 tests of one module and stopped after them, so two deployments never load the machine at once.
 
 - ``live_airflow``: a deployment for the local scheduler.
+- ``live_airflow_heartbeat``: the same with a 20 s task heartbeat timeout (worker lost).
 - ``live_airflow_users``: the same with real logins (an admin and a viewer), for the UI tests.
 - ``live_airflow_batch``: one whose workers and triggerer reach the moto server (and, through
   it, the Docker engine), with the ``torchx_batch`` connection given as
@@ -48,6 +49,18 @@ def _deployment(
 def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
     """A live Airflow deployment for local-scheduler jobs."""
     with _deployment(tmp_path_factory.mktemp("live-airflow"), {}) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def live_airflow_heartbeat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
+    """A live deployment for local jobs whose scheduler fails a task instance 20 s after its
+    last heartbeat (the worker-lost tests)."""
+    env = {
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+    }
+    with _deployment(tmp_path_factory.mktemp("live-airflow-heartbeat"), env) as live:
         yield live
 
 
