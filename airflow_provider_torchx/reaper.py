@@ -10,7 +10,7 @@ Two ways in, one rule (see "Orphaned jobs" in docs/architecture.md):
   said the state). It never blocks the component that called it.
 - **What it does not** (a task process's own failure report, such as an OOM-killed task's, goes
   through the execution API, which calls no listener). In the scheduler a reconciling loop lists,
-  every ``RECONCILE_EVERY`` seconds, the live jobs with Airflow labels (one ``list`` per
+  every ``RECONCILE_EVERY`` seconds, the live jobs with Airflow labels (one ``list_live`` per
   host-bound scheduler and per ``torchx`` connection of another scheduler: no per-job call),
   reads their task instances' and DAG runs' states in four batched queries of Airflow's
   database, and cancels what the table says once ``[torchx] orphan_grace`` has passed.
@@ -99,7 +99,7 @@ class LiveJob:
 
 def live_jobs(wanted: Callable[[Identity], bool] | None = None) -> list[LiveJob]:
     """Every live job with Airflow labels (and, given ``wanted``, whose identity it accepts),
-    from one ``list`` per source: each host-bound scheduler's job store and each ``torchx``
+    from one ``list_live`` per source: each host-bound scheduler's job store and each ``torchx``
     connection of another scheduler. A source that fails is logged and skipped."""
     from airflow_provider_torchx.hooks.torchx import TorchXHook
     from airflow_provider_torchx.plugins.jobs import host_bound_schedulers, torchx_connection_ids
@@ -117,7 +117,7 @@ def live_jobs(wanted: Callable[[Identity], bool] | None = None) -> list[LiveJob]
             scheduler = hook.settings.scheduler
             if conn_id and scheduler in host_bound_schedulers():
                 continue
-            apps = hook.get_runner().list(scheduler, hook.resolve_cfg() if conn_id else None)
+            apps = hook.get_runner().list_live(scheduler, hook.resolve_cfg() if conn_id else None)
         except Exception as e:
             log.warning(
                 "orphaned jobs: listing %s failed (%s: %s)", conn_id or "the local job store", type(e).__name__, e

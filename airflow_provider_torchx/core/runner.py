@@ -9,6 +9,7 @@ lazily, so importing the runner never imports a backend's client library.
 
 from __future__ import annotations
 
+import builtins
 import concurrent.futures
 import copy
 import logging
@@ -364,6 +365,13 @@ class Runner:
     ) -> list[ListAppResponse]:
         """The apps on ``scheduler`` carrying every ``labels`` pair, with their handles."""
         apps = self._scheduler(scheduler).list(cfg, labels)
+        for app in apps:
+            app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
+        return apps
+
+    def list_live(self, scheduler: str, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
+        """The apps on ``scheduler`` that have not ended (``Scheduler.list_live``), with their handles."""
+        apps = self._scheduler(scheduler).list_live(cfg)
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps

@@ -153,3 +153,20 @@ def test_identity_and_names_of_mapped_tasks() -> None:
     assert identity_of(labels) == ("acc", "job", "r1", 3)
     assert task_name(labels) == "task acc.job[3] of run r1"
     assert task_name(LABELS) == "task acc.job of run r1"
+
+
+def test_the_settings_are_declared_with_their_defaults_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_torchx.provider_info import get_provider_info
+    from airflow_provider_torchx.reaper import ReaperSettings, reaper_settings
+
+    options = get_provider_info()["config"]["torchx"]["options"]
+    assert (options["cancel_orphaned_jobs"]["type"], options["cancel_orphaned_jobs"]["default"]) == ("boolean", "True")
+    assert (options["orphan_grace"]["type"], options["orphan_grace"]["default"]) == ("float", "30")
+    assert reaper_settings() == ReaperSettings(enabled=True, grace=30.0)
+    monkeypatch.setenv("AIRFLOW__TORCHX__CANCEL_ORPHANED_JOBS", "False")
+    monkeypatch.setenv("AIRFLOW__TORCHX__ORPHAN_GRACE", "45")
+    assert reaper_settings() == ReaperSettings(enabled=False, grace=45.0)
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv("AIRFLOW__TORCHX__ORPHAN_GRACE", bad)
+        with pytest.raises(ValueError, match=rf"\[torchx\] orphan_grace: '{bad}'"):
+            reaper_settings()

@@ -18,10 +18,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 import psutil
 import pytest
 
+from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME
 from airflow_provider_torchx.core.specs import AppDef, Role
 from tests.e2e.deployment import AirflowDeployment, wait_until
 from tests.e2e.live import TRIGGER_STARTED, LiveAirflow, processes_of, still_running
@@ -63,7 +65,7 @@ def the_job(live: LiveAirflow, row: Row) -> str:
         lambda: live.scheduler.list(labels=labels(row.dag_id, row.run_id, row.task_id)), 120, f"{row.name}'s job"
     )
     assert len(jobs) == 1, f"{row.name}: {len(jobs)} jobs: {jobs}"
-    return f"local_cwd://e2e/{jobs[0].app_id}"
+    return f"local_cwd://{DEFAULT_SESSION_NAME}/{jobs[0].app_id}"  # as the operator named it
 
 
 def wait_all_gone(live: LiveAirflow, rows: list[Row]) -> None:
@@ -74,7 +76,10 @@ def wait_all_gone(live: LiveAirflow, rows: list[Row]) -> None:
         now = time.time()
         for row in rows:
             if row.gone_after is None and not processes_of(live.job_dir(row.handle)):
-                row.gone_after = now - row.ended_at
+                # The supervisor records "ended" once every replica exited (a scan of every
+                # process's environment is slow under load: its own time would be late).
+                ended = live.job_state(row.handle).get("ended") or now
+                row.gone_after = min(ended, now) - row.ended_at
         late = [r for r in rows if r.gone_after is None and now - r.ended_at > WITHIN]
         if all(r.gone_after is not None for r in rows) or late or now > deadline:
             break
@@ -216,8 +221,8 @@ def test_worker_tasks_killed_or_lost_end_their_jobs_and_a_retry_adopts(live_airf
     os.kill(pids["lost"], signal.SIGKILL)
     os.kill(supervisor, signal.SIGKILL)
     for row in (oom, lost):
-        api.wait_for_state(row.dag_id, row.run_id, row.task_id, {"failed"}, timeout=180)
-        row.ended_at = time.time()
+        ti = api.wait_for_state(row.dag_id, row.run_id, row.task_id, {"failed"}, timeout=180)
+        row.ended_at = datetime.fromisoformat(ti["end_date"].replace("Z", "+00:00")).timestamp()
     wait_all_gone(live, [oom, lost])
     assert_cancelled_with_reason(live, oom, "ended failed")
     assert_cancelled_with_reason(live, lost, "failed")

@@ -8,6 +8,7 @@ whether it blocks. The ``Runner`` only talks to backends through this contract.
 from __future__ import annotations
 
 import abc
+import builtins
 import concurrent.futures
 import enum
 import json
@@ -253,6 +254,12 @@ class Scheduler(abc.ABC, Generic[T]):
         ``cfg`` may narrow where to look (e.g. one Batch queue). Returns every match, not a
         page.
         """
+
+    def list_live(self, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
+        """The apps of this scheduler that have not ended (whatever their labels), for a
+        caller that looks at every live job in rounds (the orphaned-jobs reaper). The default
+        filters ``list``; a backend that keeps ended jobs around (Batch) asks for live ones only."""
+        return [app for app in self.list(cfg) if not app.state.is_terminal()]
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block up to ``timeout`` seconds or until the app may have changed state.

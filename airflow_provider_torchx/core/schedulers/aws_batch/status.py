@@ -35,6 +35,8 @@ STATE_MAP: dict[str, AppState] = {
 }
 
 NOT_STARTED = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
+#: The Batch statuses of a job that has not ended (what ``list_live`` asks ListJobs for).
+LIVE_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 
 
 def cancel_reason_text(backend: str, reason: str | None) -> str:
