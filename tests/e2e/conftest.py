@@ -59,6 +59,8 @@ def live_airflow_heartbeat(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     env = {
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+        # A task process parses its DAG file first: allow for a loaded 2-core machine (30 s default).
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
     }
     with _deployment(tmp_path_factory.mktemp("live-airflow-heartbeat"), env) as live:
         yield live
