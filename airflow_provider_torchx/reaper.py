@@ -5,11 +5,13 @@ Two ways in, one rule (see "Orphaned jobs" in docs/architecture.md):
 - **What Airflow announces.** The plugin registers this module as a listener. When a task
   instance is set failed or success (the api-server, for a state set through the REST API or
   the UI; the scheduler, for a task it failed on heartbeat timeout) or a DAG run ends, the
-  listener hands the task instance or run to a thread of its own, which lists the live jobs
-  carrying that identity and cancels those the table says to, at once (no grace: Airflow has
-  said the state). It never blocks the component that called it.
+  listener in the api-server hands the task instance or run to a thread of its own, which
+  lists the live jobs carrying that identity and cancels those the table says to, at once (no
+  grace: a user set the state); in the scheduler it wakes the loop below. It never blocks the
+  component that called it.
 - **What it does not** (a task process's own failure report, such as an OOM-killed task's, goes
-  through the execution API, which calls no listener). In the scheduler a reconciling loop lists,
+  through the execution API, which calls no listener). Beside the scheduler, in a process of
+  its own that the scheduler starts (``main``), a reconciling loop lists,
   every ``RECONCILE_EVERY`` seconds, the live jobs with Airflow labels (one ``list_live`` per
   host-bound scheduler and per ``torchx`` connection of another scheduler: no per-job call),
   reads their task instances' and DAG runs' states in four batched queries of Airflow's
@@ -21,8 +23,13 @@ cancel_orphaned_jobs = False`` turns both off (the UI still shows orphans as suc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -280,25 +287,22 @@ def apply(
 
 
 class Reconciler:
-    """The loop of one scheduler process: a round every ``RECONCILE_EVERY`` seconds (sooner
-    when an orphan's grace ends or a listener wakes it). A daemon thread; ``stop`` ends it."""
+    """The reconciling loop: a round every ``RECONCILE_EVERY`` seconds (sooner when an
+    orphan's grace ends or a listener wakes it). Runs in the foreground of a process of its
+    own (``main``), never as a thread of the scheduler: the scheduler forks task workers, and a
+    fork while a thread of ours held an import or runner lock would leave the child stuck."""
 
     def __init__(self, every: float = RECONCILE_EVERY) -> None:
         self.every = every
-        self._wake = threading.Event()
-        self._stopped = threading.Event()
+        self._woken = False
+        self._stopped = False
         self._first_seen: dict[str, float] = {}
-        self._thread = threading.Thread(target=self._run, name="torchx-reaper", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def wake(self) -> None:
-        self._wake.set()
+        self._woken = True
 
     def stop(self) -> None:
-        self._stopped.set()
-        self._wake.set()
+        self._stopped = True
 
     def round(self) -> float:
         """One round; returns the seconds until the next one is due."""
@@ -316,15 +320,14 @@ class Reconciler:
             jobs, views, settings=settings, now=now, where="reconciling loop", first_seen=self._first_seen
         )
         due = [
-            self._grace_end(job, d, views, settings.grace) - now
+            self._grace_end(job, views, settings.grace) - now
             for job, d in decisions
             if d.verdict == Verdict.LATER and d.orphaned
         ]
         return max(0.5, min([self.every, *due]))
 
-    def _grace_end(
-        self, job: LiveJob, decision: Decision, views: Mapping[Identity, TaskView] | None, grace: float
-    ) -> float:
+    def _grace_end(self, job: LiveJob, views: Mapping[Identity, TaskView] | None, grace: float) -> float:
+        """When the orphan ``job``'s grace period ends (from its task's end, else first seen)."""
         view = views.get(job.identity) if views else None
         start = (
             view.ended_at
@@ -333,41 +336,62 @@ class Reconciler:
         )
         return start + grace + 0.1
 
-    def _run(self) -> None:
+    def run(self, alive: Callable[[], bool]) -> None:
+        """Rounds until ``stop`` or until ``alive()`` is false (checked every half second)."""
         log.info("orphaned jobs: reconciling loop started (every %.0fs)", self.every)
-        while not self._stopped.is_set():
+        while not self._stopped and alive():
             try:
                 wait = self.round()
             except Exception:
                 log.exception("orphaned jobs: a reconciling round failed")
                 wait = self.every
-            self._wake.wait(wait)
-            self._wake.clear()
+            due = time.monotonic() + wait
+            self._woken = False
+            while time.monotonic() < due and not (self._woken or self._stopped) and alive():
+                time.sleep(0.5)
 
 
-_reconciler: Reconciler | None = None
+def main(parent: int) -> None:
+    """The loop's process: rounds until the scheduler ``parent`` is gone or SIGTERM; SIGUSR1
+    (a listener in the scheduler) starts a round at once."""
+    reconciler = Reconciler()
+    signal.signal(signal.SIGUSR1, lambda *_: reconciler.wake())
+    signal.signal(signal.SIGTERM, lambda *_: reconciler.stop())
+    reconciler.run(alive=lambda: os.getppid() == parent)
+
+
+_loop: subprocess.Popen[bytes] | None = None
 _lock = threading.Lock()
 _announced: ThreadPoolExecutor | None = None
 
 
-def start_reconciler() -> Reconciler:
-    """Start this process's loop (once)."""
-    global _reconciler
+def start_loop() -> None:
+    """Start the loop's process for this scheduler (once); it logs to the scheduler's output."""
+    global _loop
     with _lock:
-        if _reconciler is None:
-            _reconciler = Reconciler()
-            _reconciler.start()
-        return _reconciler
+        if _loop is None:
+            code = f"from airflow_provider_torchx.reaper import main; main({os.getpid()})"
+            _loop = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
 
 
 def _when_scheduler(job: Any, timeout: float = 60.0) -> None:
     """``on_starting`` sees a ``Job`` before its runner names its type: wait for the type, and
-    start the loop only in a scheduler."""
+    start the loop only for a scheduler. (Only sleeps and starts a process: nothing here
+    imports or takes a lock the scheduler's forked workers could need.)"""
     deadline = time.monotonic() + timeout
     while getattr(job, "job_type", None) in (None, "undefined") and time.monotonic() < deadline:
         time.sleep(0.2)
     if getattr(job, "job_type", None) == "SchedulerJob":
-        start_reconciler()
+        start_loop()
+
+
+def _wake_loop() -> bool:
+    """In the scheduler: ask the loop's process for a round now (True); elsewhere False."""
+    if _loop is None or _loop.poll() is not None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(_loop.pid, signal.SIGUSR1)
+    return True
 
 
 # ---------------------------------------------------------------------- what Airflow announces
@@ -443,8 +467,9 @@ def _orm_task_instance(task_instance: Any) -> bool:
 
 
 def _announce_task(task_instance: Any) -> None:
-    """In an api-server (no loop of ours runs there), a state Airflow announces was set through
-    the REST API: a user marked it."""
+    """In the scheduler (heartbeat timeout, a run's end): wake the loop. Elsewhere (the
+    api-server) a state Airflow announces was set through the REST API, by a user: apply the
+    table at once on the reaper's thread."""
     if not _orm_task_instance(task_instance):
         return
     ident = (task_instance.dag_id, task_instance.task_id, task_instance.run_id, int(task_instance.map_index))
@@ -456,21 +481,21 @@ def _announce_task(task_instance: Any) -> None:
         state=None if state is None else str(getattr(state, "value", state)),
         try_number=int(task_instance.try_number or 0),
         ended_at=time.time(),
-        marked=_reconciler is None,
+        marked=True,
     )
-    _submit(reap_announced, lambda i: i == ident, view, f"announced by Airflow: task {view.state}")
-    if _reconciler is not None:
-        _reconciler.wake()
+    if not _wake_loop():
+        _submit(reap_announced, lambda i: i == ident, view, f"announced by Airflow: task {view.state}")
 
 
 def _announce_run(dag_run: Any) -> None:
     if not type(dag_run).__module__.startswith("airflow.models"):
         return
     dag_id, run_id, state = dag_run.dag_id, dag_run.run_id, str(getattr(dag_run.state, "value", dag_run.state))
-    view = TaskView(dag_known=True, run_state=state, found=True, ended_at=time.time(), marked=_reconciler is None)
-    _submit(reap_announced, lambda i: i[0] == dag_id and i[2] == run_id, view, f"announced by Airflow: DAG run {state}")
-    if _reconciler is not None:
-        _reconciler.wake()
+    view = TaskView(dag_known=True, run_state=state, found=True, ended_at=time.time(), marked=True)
+    if not _wake_loop():
+        _submit(
+            reap_announced, lambda i: i[0] == dag_id and i[2] == run_id, view, f"announced by Airflow: DAG run {state}"
+        )
 
 
 # ---------------------------------------------------------------------- listener hooks (plugins/torchx.py)
@@ -487,8 +512,8 @@ def on_starting(component: Any) -> None:
 @hookimpl
 def before_stopping(component: Any) -> None:
     """The component stops: so does its loop."""
-    if _reconciler is not None:
-        _reconciler.stop()
+    if _loop is not None and _loop.poll() is None:
+        _loop.terminate()
 
 
 @hookimpl
