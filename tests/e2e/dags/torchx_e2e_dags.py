@@ -73,11 +73,13 @@ with DAG(dag_id="torchx_e2e_ddp", schedule=None, start_date=START, catchup=False
 
 # The orphaned-jobs tests (test_live_orphans.py): long jobs (a job that outlives its task is seen
 # running), retries=0. Deferred tasks, one per way a user ends a task while it waits, and one
-# (kept) left alone through a triggerer restart; worker-mode tasks whose task process (oom) or
-# task process and supervisor (lost) the test kills; a deferred task whose DAG run is marked failed.
+# (kept) left alone through a triggerer restart; three marked right after deferral (a run of
+# their own); worker-mode tasks whose task process (oom) or task process and supervisor (lost)
+# the test kills; a deferred task whose DAG run is marked failed.
 ORPHAN_PARAMS = {"lines": 600, "pause": 1, "replicas": 1}
 ORPHAN_DAGS = {
-    "torchx_e2e_orphans": (True, ("marked_failed", "marked_success", "early_1", "early_2", "early_3", "kept")),
+    "torchx_e2e_orphans": (True, ("marked_failed", "marked_success", "kept")),
+    "torchx_e2e_orphans_early": (True, ("early_1", "early_2", "early_3")),
     "torchx_e2e_orphans_worker": (False, ("oom", "lost")),
     "torchx_e2e_orphans_run": (True, ("job",)),
 }
