@@ -1,11 +1,15 @@
 """The orphaned-jobs decision table (``orphans.decide``): one test per row of its docstring,
-plus the setting and the grace period."""
+plus the setting and the grace period; the settings' checks; ``reaper.apply`` on real local
+jobs."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from airflow_provider_torchx.core.specs import AppState
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide, identity_of, task_name
 
 NOW = 10_000.0
@@ -170,3 +174,34 @@ def test_the_settings_are_declared_with_their_defaults_and_checked(monkeypatch: 
         monkeypatch.setenv("AIRFLOW__TORCHX__ORPHAN_GRACE", bad)
         with pytest.raises(ValueError, match=rf"\[torchx\] orphan_grace: '{bad}'"):
             reaper_settings()
+
+
+def test_apply_cancels_an_orphan_with_its_reason_and_leaves_the_others(local_jobs: tuple[Runner, list[str]]) -> None:
+    """``reaper.apply`` on real local jobs: the orphan ends CANCELLED with the table's sentence
+    as its cancel reason; the job a try adopts and the one still in its grace run on."""
+    from airflow_provider_torchx.reaper import LiveJob, ReaperSettings, apply
+
+    runner, handles = local_jobs
+    app = AppDef(name="reap", roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", "sleep 60"])])
+    runs = {name: {**LABELS, "airflow.run_id": name} for name in ("ended", "adopted", "in_grace")}
+    for labels in runs.values():
+        handles.append(runner.run(app, "local_cwd", labels=labels))
+    jobs = [
+        LiveJob(h, "local_cwd", None, AppState.RUNNING, labels, time.time())
+        for h, labels in zip(handles, runs.values(), strict=True)
+    ]
+    now = time.time()
+    views = {
+        ("acc", "job", "ended", -1): task("failed", ended_at=now - 31),
+        ("acc", "job", "adopted", -1): task("up_for_retry"),
+        ("acc", "job", "in_grace", -1): task("failed", ended_at=now - 5),
+    }
+    decisions = apply(jobs, views, settings=ReaperSettings(True, 30.0), now=now, where="test")
+    assert [d.verdict for _, d in decisions] == [Verdict.CANCEL, Verdict.KEEP, Verdict.LATER]
+    ended = runner.wait(handles[0], wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    assert ended is not None and ended.state == AppState.CANCELLED
+    desc = runner.describe_app(handles[0])
+    assert desc is not None and desc.cancel_reason == "task acc.job of run ended ended failed", desc
+    for handle in handles[1:]:
+        status = runner.describe_app(handle)
+        assert status is not None and not status.state.is_terminal() and not status.cancel_requested, status
