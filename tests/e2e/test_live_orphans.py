@@ -92,16 +92,17 @@ def wait_all_gone(live: LiveAirflow, rows: list[Row]) -> None:
 
 
 def assert_cancelled_with_reason(live: LiveAirflow, row: Row, wording: str) -> None:
-    """The job ended CANCELLED, its message names the task, run and why, and a component
-    logged the cancel."""
+    """The job ended CANCELLED, its message names the task, run and why, and a component (or
+    the task's log, where the trigger cancelled) logged the cancel."""
     state = live.job_state(row.handle)
     assert state["state"] == "CANCELLED", (row.name, state)
     who = f"task {row.dag_id}.{row.task_id} of run {row.run_id}"
     assert who in (state.get("msg") or "") and wording in state["msg"], (row.name, state.get("msg"))
     api = live.deployment
     logs = {name: api.component_log(name) for name in ("api-server", "scheduler", "triggerer")}
+    task_log = api.task_log(row.dag_id, row.run_id, row.task_id, 1)  # the trigger's start check logs there
     app_id = live.job_dir(row.handle).name
-    lines = [line for log in logs.values() for line in log.splitlines() if app_id in line]
+    lines = [line for log in [*logs.values(), "\n".join(task_log)] for line in log.splitlines() if app_id in line]
     assert any(CANCEL_LOG in line or "cancelling" in line for line in lines), (row.name, lines)
 
 
