@@ -66,7 +66,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "config": {
             "torchx": {
-                "description": "Options of the TorchX provider's watching path (see docs/architecture.md).",
+                "description": "Options of the TorchX provider's watching path and of its orphaned-jobs reaper "
+                "(see docs/architecture.md).",
                 "options": {
                     "watch_threads": {
                         "description": "Size of the thread pool, one per process, that runs the watchers' "
@@ -76,7 +77,25 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "integer",
                         "example": "16",
                         "default": "8",
-                    }
+                    },
+                    "cancel_orphaned_jobs": {
+                        "description": "Cancel a job once its task instance is in a state from which no try "
+                        "will adopt it (failed, success, skipped, removed, upstream_failed, its DAG run ended or "
+                        "deleted, its new try submitted another job): the listeners and the scheduler's "
+                        "reconciling loop (docs/architecture.md, Orphaned jobs).",
+                        "version_added": None,
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
+                    "orphan_grace": {
+                        "description": "Seconds the reconciling loop waits after a task instance (or its DAG "
+                        "run) ended before it cancels the task's job (a task cleared at once keeps it).",
+                        "version_added": None,
+                        "type": "float",
+                        "example": "60",
+                        "default": "30",
+                    },
                 },
             }
         },

@@ -17,4 +17,4 @@ source .ci/state/services.env
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/python -m pytest tests "$@"
-bash scripts/test-airflow31.sh tests/airflow tests/e2e/test_live_local.py -m "not torch"
+bash scripts/test-airflow31.sh tests/airflow tests/e2e/test_live_local.py tests/e2e/test_live_orphans.py -m "not torch"

@@ -9,6 +9,7 @@ lazily, so importing the runner never imports a backend's client library.
 
 from __future__ import annotations
 
+import builtins
 import concurrent.futures
 import copy
 import logging
@@ -404,6 +405,13 @@ class Runner:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
 
+    def list_live(self, scheduler: str, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
+        """The apps on ``scheduler`` that have not ended (``Scheduler.list_live``), with their handles."""
+        apps = self._scheduler(scheduler).list_live(cfg)
+        for app in apps:
+            app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
+        return apps
+
     # ------------------------------------------------------------------ logs
 
     def log_lines(
@@ -440,10 +448,11 @@ class Runner:
 
     # ------------------------------------------------------------------ stop
 
-    def cancel(self, app_handle: str) -> None:
-        """Ask for the app to stop; it ends CANCELLED asynchronously. Idempotent."""
+    def cancel(self, app_handle: str, *, reason: str | None = None) -> None:
+        """Ask for the app to stop; it ends CANCELLED asynchronously. Idempotent. ``reason``
+        (who or what asks) is recorded where the scheduler can (``Scheduler.cancel``)."""
         sched, app_id = self._scheduler_app_id(app_handle)
-        sched.cancel(app_id)
+        sched.cancel(app_id, reason=reason)
 
     def stop(self, app_handle: str) -> None:
         """Deprecated alias of ``cancel``."""

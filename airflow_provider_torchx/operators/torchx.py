@@ -29,6 +29,7 @@ from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable,
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
+from airflow_provider_torchx.orphans import DISOWNED_XCOM
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
 from airflow_provider_torchx.watch import (
@@ -268,6 +269,8 @@ class TorchXRunOperator(BaseOperator):
         _remember_job(context, handle, reported=False)
         context["ti"].xcom_push(key="app_handle", value=handle)
         self._persist_links(context, runner, handle)
+        if not self.wait_for_completion or not self.cancel_on_kill:
+            context["ti"].xcom_push(key=DISOWNED_XCOM, value=handle)  # not to be cancelled with the task
         if not self.wait_for_completion:
             return self._report_success(context, cursor_file, position, handle)
         wait_seconds = self._wait_seconds()

@@ -49,6 +49,10 @@ class JobRow:
     state: str
     conn_id: str | None
     labels: dict[str, str] = field(default_factory=dict)
+    #: Why the job outlived its task instance (it is cancelled soon, or never when
+    #: ``[torchx] cancel_orphaned_jobs`` is off); None: it did not.
+    orphaned: str | None = None
+    created: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         identity = {key: self.labels.get(label) for key, label in IDENTITY_LABELS.items()}
@@ -62,6 +66,7 @@ class JobRow:
             **identity,
             "map_index": self.labels.get("airflow.map_index"),
             "url": job_page_url(self.handle, self.conn_id),
+            "orphaned": self.orphaned,
         }
 
 
@@ -136,9 +141,29 @@ def list_jobs(filters: Mapping[str, str | None]) -> JobList:
             if any(app.labels.get(k) != v for k, v in want.items()) or (state and app.state.name != state):
                 continue
             rows.setdefault(
-                app.app_handle, JobRow(app.app_handle, scheduler, app.name, app.state.name, conn_id, dict(app.labels))
+                app.app_handle,
+                JobRow(
+                    app.app_handle, scheduler, app.name, app.state.name, conn_id, dict(app.labels), None, app.created
+                ),
             )
+    mark_orphans(list(rows.values()))
     return JobList(list(rows.values()), errors)
+
+
+def mark_orphans(rows: list[JobRow]) -> None:
+    """Set ``orphaned`` on the live rows whose task instance ended (``reaper.orphans_among``)."""
+    from airflow_provider_torchx.core.specs import AppState
+    from airflow_provider_torchx.orphans import identity_of
+    from airflow_provider_torchx.reaper import LiveJob, orphans_among
+
+    live = [
+        LiveJob(r.handle, r.scheduler, r.conn_id, AppState[r.state], r.labels, r.created)
+        for r in rows
+        if not AppState[r.state].is_terminal() and identity_of(r.labels) is not None
+    ]
+    found = orphans_among(live) if live else {}
+    for row in rows:
+        row.orphaned = found.get(row.handle)
 
 
 def runner_for(app_handle: str, conn_id: str | None) -> Runner:

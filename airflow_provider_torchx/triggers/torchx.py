@@ -33,6 +33,9 @@ from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import PrefetchedConnection, TorchXHook, TorchXSettings, has_runner
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
+from airflow_provider_torchx.metrics import emit_orphan_cancelled
+from airflow_provider_torchx.orphans import Verdict, task_name
+from airflow_provider_torchx.reaper import start_decision
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
@@ -276,6 +279,8 @@ class TorchXJobTrigger(BaseTrigger):
             if wrong_host:
                 yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": wrong_host})
                 return
+            if self.cancel_on_kill and self.identity:
+                await self._cancel_if_orphaned()
             watcher = await run_blocking(self._watcher, await self._aws_connection())
             # This process did not build the app: read its secrets, register them on the loop
             # (never a synchronous Task SDK call), before its first line is logged.
@@ -327,9 +332,34 @@ class TorchXJobTrigger(BaseTrigger):
         self.log.info("Task is no longer deferred (now %s): cancelling %s", state, self.app_handle)
         await self._cancel()
 
-    async def _cancel(self) -> None:
+    async def _cancel_if_orphaned(self) -> None:
+        """On start: a task marked (failed, success, ...) before this trigger ran gets no
+        ``on_kill``; if its state is not ``deferred`` any more and the orphans table
+        (``orphans.decide``) says so, cancel the job now. An unreadable state changes nothing."""
+        try:
+            assert self.identity is not None
+            state = await task_instance_state(self.identity)
+        except Exception as e:
+            self.log.debug("could not read the task instance's state on start: %s: %s", type(e).__name__, e)
+            return
+        if state == "deferred":
+            return
+        decision = start_decision(self.identity, state)
+        if decision.verdict == Verdict.CANCEL:
+            self.log.info(
+                "Task is no longer deferred (now %s): cancelling %s: %s", state, self.app_handle, decision.detail
+            )
+            await self._cancel(reason=decision.detail)
+            emit_orphan_cancelled(
+                scheduler=parse_app_handle(self.app_handle).scheduler_backend,
+                dag_id=self.identity["airflow.dag_id"],
+                task_id=self.identity["airflow.task_id"],
+                reason=str(decision.reason),
+            )
+
+    async def _cancel(self, reason: str | None = None) -> None:
         runner = await run_blocking(self._runner, await self._aws_connection())
-        await run_blocking(runner.cancel, self.app_handle)
+        await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
 
     async def on_kill(self) -> None:
         """Cancel the job when the deferred task is killed (Airflow >= 3.3 calls this), unless
@@ -337,4 +367,4 @@ class TorchXJobTrigger(BaseTrigger):
         if not self.cancel_on_kill or self._final_event_fired:
             return
         self.log.info("Task killed while deferred: cancelling %s", self.app_handle)
-        await self._cancel()
+        await self._cancel(reason=f"{task_name(self.identity or {})} was killed while deferred")

@@ -268,6 +268,39 @@ def test_on_kill_after_the_final_event_does_nothing(local_jobs: tuple[Runner, li
     assert status is not None and not status.is_terminal()
 
 
+@pytest.mark.parametrize(("state", "cancelled"), [("failed", True), ("success", True), ("deferred", False)])
+def test_a_trigger_started_after_its_task_ended_cancels_at_once(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch, state: str, cancelled: bool
+) -> None:
+    """A task marked before its trigger ran gets no on_kill: the trigger reads the task's state
+    when it starts (the Task SDK's answer stubbed here; the live path is in
+    tests/e2e/test_live_orphans.py) and cancels the job when it is no longer deferred."""
+    from airflow_provider_torchx.triggers import torchx as triggers
+
+    async def task_state(identity: dict[str, str]) -> str:
+        return state
+
+    monkeypatch.setattr(triggers, "task_instance_state", task_state)
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 60")
+    identity = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+    trigger = TorchXJobTrigger(
+        handle,
+        poll_interval=0.2,
+        identity=identity,
+        cancel_on_kill=True,
+        deadline=time.time() + (20 if cancelled else 1),
+    )
+    (event,) = run_trigger(trigger)
+    desc = runner.describe_app(handle)
+    assert desc is not None
+    if cancelled:
+        assert event["status"] == "failed" and desc.state == AppState.CANCELLED, (event, desc)
+        assert desc.cancel_reason == f"task d.t of run r ended {state}", desc
+    else:
+        assert event["status"] == "timeout" and not desc.cancel_requested, (event, desc)
+
+
 def test_local_job_on_another_host_is_an_error_event() -> None:
     (event,) = run_trigger(TorchXJobTrigger("local_cwd://torchx/x-1", host="some-other-host"))
     assert event["status"] == "error"

@@ -243,3 +243,36 @@ def test_batch_jobs_through_their_connection(
         assert status is not None and status.is_terminal() and status.state != AppState.SUCCEEDED, status
     finally:
         hook.get_runner().cancel(handle)
+
+
+def test_a_live_job_whose_task_instance_ended_is_listed_as_orphaned(
+    client: Any, auth: Any, jobs: dict[str, str]
+) -> None:
+    """A running job labelled with a DAG that exists and a DAG run that does not (deleted):
+    the list marks it orphaned with the reason, until it is cancelled; other jobs are not."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagbundle import DagBundleModel
+    from airflow.utils.session import create_session
+
+    from airflow_provider_torchx.core.runner import get_runner
+
+    runner = get_runner()
+    orphan = runner.run(_app(120), "local_cwd", labels=_identity("ui_orphaned", run_id="deleted-run"))
+    with create_session() as session:
+        session.add(DagBundleModel(name="ui-orphans"))
+    with create_session() as session:
+        session.add(DagModel(dag_id="ui_orphaned", fileloc="/nowhere/ui_orphaned.py", bundle_name="ui-orphans"))
+    try:
+        listed = {j["handle"]: j for j in client.get("/api/jobs", headers=_headers(auth, "viewer")).json()["jobs"]}
+        assert listed[orphan]["orphaned"] == "task ui_orphaned.train of run deleted-run: the DAG run was deleted"
+        assert listed[jobs["live"]]["orphaned"] is None, "a job whose labels name no known DAG is not judged"
+        assert listed[jobs["done"]]["orphaned"] is None
+        runner.cancel(orphan)
+        runner.wait(orphan, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+        listed = {j["handle"]: j for j in client.get("/api/jobs", headers=_headers(auth, "viewer")).json()["jobs"]}
+        assert listed[orphan]["orphaned"] is None and listed[orphan]["state"] == "CANCELLED"
+    finally:
+        runner.delete(orphan)
+        with create_session() as session:
+            session.query(DagModel).filter(DagModel.dag_id == "ui_orphaned").delete()
+            session.query(DagBundleModel).filter(DagBundleModel.name == "ui-orphans").delete()

@@ -8,6 +8,7 @@ whether it blocks. The ``Runner`` only talks to backends through this contract.
 from __future__ import annotations
 
 import abc
+import builtins
 import concurrent.futures
 import enum
 import json
@@ -54,6 +55,9 @@ class DescribeAppResponse:
     labels: dict[str, str] = field(default_factory=dict)
     #: A cancel was requested through this scheduler (such a job is never adopted again).
     cancel_requested: bool = False
+    #: Who or what asked for the cancel, as given to ``cancel(reason=...)`` (None: no cancel
+    #: was requested, none was given, or the backend could not keep it).
+    cancel_reason: str | None = None
     #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
     usage: Usage | None = None
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
@@ -279,6 +283,12 @@ class Scheduler(abc.ABC, Generic[T]):
         page.
         """
 
+    def list_live(self, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
+        """The apps of this scheduler that have not ended (whatever their labels), for a
+        caller that looks at every live job in rounds (the orphaned-jobs reaper). The default
+        filters ``list``; a backend that keeps ended jobs around (Batch) asks for live ones only."""
+        return [app for app in self.list(cfg) if not app.state.is_terminal()]
+
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block up to ``timeout`` seconds or until the app may have changed state.
 
@@ -353,12 +363,15 @@ class Scheduler(abc.ABC, Generic[T]):
 
     # ------------------------------------------------------------------ stop
 
-    def cancel(self, app_id: str) -> None:
+    def cancel(self, app_id: str, *, reason: str | None = None) -> None:
         """Ask the scheduler to stop the app; it ends CANCELLED asynchronously.
 
         1. Idempotent: an unknown or already terminal app is logged and left alone (an app that
            ended unrecorded is finalised: ``finalize``).
         2. Returns once the request was made; does not wait for the app to end.
+        3. ``reason`` says who or what asks (e.g. ``airflow-torchx cancel by alice``); a
+           backend that can keep it records it with the request: ``describe`` then returns it
+           as ``cancel_reason`` and the ended app's ``msg`` names it.
         """
         desc = self.describe(app_id)
         if desc is None:
@@ -367,10 +380,12 @@ class Scheduler(abc.ABC, Generic[T]):
             self.finalize(app_id)
             log.info("cancel: app %s is already %s; nothing to do", app_id, desc.state.name)
         else:
-            self._cancel_existing(app_id)
+            self._cancel_existing(app_id, reason)
 
     @abc.abstractmethod
-    def _cancel_existing(self, app_id: str) -> None: ...
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+        """Request the stop of a known app that has not ended, recording ``reason`` where the
+        backend can (see ``cancel``)."""
 
     def delete(self, app_id: str) -> None:
         """Cancel the app if it runs, then remove what the scheduler keeps of it.

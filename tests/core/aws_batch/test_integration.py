@@ -288,6 +288,25 @@ def test_single_node_jobs_run_on_fargate_and_spot_queues_and_multinode_is_refuse
     assert len(batch.describe_job_definitions()["jobDefinitions"]) == defs_before
 
 
+def test_list_live_lists_the_jobs_that_have_not_ended(sched: AWSBatchScheduler, batch_queue: str) -> None:
+    """What the orphaned-jobs reaper lists each round: live jobs, with their labels; ended
+    ones are left out (Batch keeps them for days)."""
+    labels = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "live", "airflow.map_index": "-1"}
+    cfg = {"queue": batch_queue}
+    ended = sched.submit(
+        AppDef("ended", roles=[role("main", "echo done")]), cfg, labels={**labels, "airflow.run_id": "x"}
+    )
+    wait_terminal(sched, ended)
+    live = sched.submit(AppDef("live", roles=[role("main", "sleep 60")]), cfg, labels=labels)
+    try:
+        listed = {a.app_id: a for a in create_scheduler("elsewhere").list_live(cfg)}
+        assert live in listed and ended not in listed, listed
+        assert listed[live].labels == labels and not listed[live].state.is_terminal()
+        assert all(not a.state.is_terminal() for a in listed.values())
+    finally:
+        sched.cancel(live)
+
+
 def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_queue: str) -> None:
     labels = {
         "airflow.dag_id": "dag",

@@ -472,12 +472,19 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             if not token:
                 return queues
 
-    def _list_jobs(self, queue: str, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every job summary of ``queue`` matching ``filters``, all pages."""
+    def _list_jobs(
+        self, queue: str, filters: list[dict[str, Any]] | None, job_status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every job summary of ``queue`` matching ``filters`` (or, without filters, in
+        ``job_status``), all pages."""
         out: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"jobQueue": queue, "filters": filters}
+            kwargs: dict[str, Any] = {"jobQueue": queue}
+            if filters:
+                kwargs["filters"] = filters
+            if job_status:
+                kwargs["jobStatus"] = job_status
             if token:
                 kwargs["nextToken"] = token
             resp = call_with_retry(self.client.list_jobs, **kwargs)
@@ -505,8 +512,30 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         for queue in queues:
             for s in self._list_jobs(queue, [name_filter or all_filter]):
                 summaries[s["jobId"]] = (queue, s)
+        return self._described(summaries, want)
+
+    def list_live(self, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
+        """This scheduler's jobs that have not ended, in the cfg's queue or in every queue:
+        ListJobs by each live status (so the queue's ended jobs, which Batch keeps for days,
+        are neither paged through nor described), then DescribeJobs per 100 for their tags."""
+        if cfg and cfg.get("queue"):
+            queues = [render.queue_name(str(cfg["queue"]))]
+        else:
+            queues = [q["jobQueueName"] for q in self._all_queues()]
+        summaries: dict[str, tuple[str, dict[str, Any]]] = {}
+        for queue in queues:
+            for job_status in status.LIVE_STATUSES:
+                for s in self._list_jobs(queue, None, job_status):
+                    summaries[s["jobId"]] = (queue, s)
+        return [app for app in self._described(summaries, {}) if not app.state.is_terminal()]
+
+    def _described(
+        self, summaries: Mapping[str, tuple[str, dict[str, Any]]], want: Mapping[str, str]
+    ) -> builtins.list[ListAppResponse]:
+        """The jobs of ``summaries`` (``{job id: (queue, summary)}``) that this scheduler
+        submitted and whose labels include ``want``, read with DescribeJobs per 100."""
         ids = sorted(summaries)
-        out: list[ListAppResponse] = []
+        out: builtins.list[ListAppResponse] = []
         for n in range(0, len(ids), 100):
             resp = call_with_retry(self.client.describe_jobs, jobs=ids[n : n + 100])
             for job in resp.get("jobs", []):
@@ -634,12 +663,14 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     # ------------------------------------------------------------------ stop
 
-    def _cancel_existing(self, app_id: str) -> None:
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+        """Tag the job as cancelled, then CancelJob (not started) or TerminateJob (started)
+        with a reason of ours (``status.cancel_reason_text``) that carries ``reason``."""
         job = self._job(app_id)  # ``cancel`` described it just now: fresh enough
         if job is None or job is NOT_VISIBLE:
             log.info("cancel: job %s is not visible yet; nothing to cancel", app_id)
             return
-        job_id, reason = str(job["jobId"]), f"{status.CANCEL_REASON} through {self.backend}"
+        job_id, reason = str(job["jobId"]), status.cancel_reason_text(self.backend, reason)
         try:
             call_with_retry(self.client.tag_resource, resourceArn=job["jobArn"], tags={render.TAG_CANCEL: "true"})
         except Exception as err:  # the reason still records the request once Batch applies it
