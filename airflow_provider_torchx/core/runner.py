@@ -404,10 +404,11 @@ class Runner:
 
     # ------------------------------------------------------------------ stop
 
-    def cancel(self, app_handle: str) -> None:
-        """Ask for the app to stop; it ends CANCELLED asynchronously. Idempotent."""
+    def cancel(self, app_handle: str, *, reason: str | None = None) -> None:
+        """Ask for the app to stop; it ends CANCELLED asynchronously. Idempotent. ``reason``
+        (who or what asks) is recorded where the scheduler can (``Scheduler.cancel``)."""
         sched, app_id = self._scheduler_app_id(app_handle)
-        sched.cancel(app_id)
+        sched.cancel(app_id, reason=reason)
 
     def stop(self, app_handle: str) -> None:
         """Deprecated alias of ``cancel``."""

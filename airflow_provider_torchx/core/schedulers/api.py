@@ -54,6 +54,9 @@ class DescribeAppResponse:
     labels: dict[str, str] = field(default_factory=dict)
     #: A cancel was requested through this scheduler (such a job is never adopted again).
     cancel_requested: bool = False
+    #: Who or what asked for the cancel, as given to ``cancel(reason=...)`` (None: no cancel
+    #: was requested, none was given, or the backend could not keep it).
+    cancel_reason: str | None = None
     #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
     usage: Usage | None = None
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
@@ -318,11 +321,14 @@ class Scheduler(abc.ABC, Generic[T]):
 
     # ------------------------------------------------------------------ stop
 
-    def cancel(self, app_id: str) -> None:
+    def cancel(self, app_id: str, *, reason: str | None = None) -> None:
         """Ask the scheduler to stop the app; it ends CANCELLED asynchronously.
 
         1. Idempotent: an unknown or already terminal app is logged and left alone.
         2. Returns once the request was made; does not wait for the app to end.
+        3. ``reason`` says who or what asks (e.g. ``airflow-torchx cancel by alice``); a
+           backend that can keep it records it with the request: ``describe`` then returns it
+           as ``cancel_reason`` and the ended app's ``msg`` names it.
         """
         desc = self.describe(app_id)
         if desc is None:
@@ -330,10 +336,12 @@ class Scheduler(abc.ABC, Generic[T]):
         elif desc.state.is_terminal():
             log.info("cancel: app %s is already %s; nothing to do", app_id, desc.state.name)
         else:
-            self._cancel_existing(app_id)
+            self._cancel_existing(app_id, reason)
 
     @abc.abstractmethod
-    def _cancel_existing(self, app_id: str) -> None: ...
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+        """Request the stop of a known app that has not ended, recording ``reason`` where the
+        backend can (see ``cancel``)."""
 
     def delete(self, app_id: str) -> None:
         """Cancel the app if it runs, then remove what the scheduler keeps of it.

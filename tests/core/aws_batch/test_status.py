@@ -189,13 +189,26 @@ def test_list_pages_through_all_queues_and_filters_on_our_tags_and_labels() -> N
 def test_cancel_uses_canceljob_before_start_and_terminatejob_after(status: str, expected: str) -> None:
     batch = FakeBatch()
     batch.jobs["j1"] = mnp_job(status=status)
-    make(batch).cancel("q1:app-1")
+    make(batch).cancel("q1:app-1", reason="airflow-torchx cancel by alice")
     acted = [(n, kw) for n, kw in batch.calls if n in ("cancel_job", "terminate_job")]
     assert [n for n, _ in acted] == [expected]
-    assert acted[0][1]["reason"].startswith(CANCEL_REASON)
+    assert acted[0][1]["reason"] == f"{CANCEL_REASON} through aws_batch: airflow-torchx cancel by alice"
     assert batch.jobs["j1"]["tags"]["airflow-torchx/cancel-requested"] == "true"
     got = make(batch).describe("q1:app-1")
     assert got is not None and got.cancel_requested
+
+
+def test_the_cancel_reason_is_read_back_from_ours_only() -> None:
+    ours = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch: the UI: bob")
+    bare = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch")
+    by_hand = mnp_job(status="FAILED", statusReason="stopped by ops: disk full")
+    got = [describe_response("q1:app-1", job, {}, "us-east-1") for job in (ours, bare, by_hand)]
+    assert [(d.state, d.cancel_reason) for d in got] == [
+        (AppState.CANCELLED, "the UI: bob"),
+        (AppState.CANCELLED, None),
+        (AppState.FAILED, None),
+    ]
+    assert "the UI: bob" in got[0].msg
 
 
 def test_cancel_that_races_the_start_terminates_and_terminal_jobs_are_left_alone() -> None:

@@ -618,12 +618,14 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     # ------------------------------------------------------------------ stop
 
-    def _cancel_existing(self, app_id: str) -> None:
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+        """Tag the job as cancelled, then CancelJob (not started) or TerminateJob (started)
+        with a reason of ours (``status.cancel_reason_text``) that carries ``reason``."""
         job = self._job(app_id)  # ``cancel`` described it just now: fresh enough
         if job is None or job is NOT_VISIBLE:
             log.info("cancel: job %s is not visible yet; nothing to cancel", app_id)
             return
-        job_id, reason = str(job["jobId"]), f"{status.CANCEL_REASON} through {self.backend}"
+        job_id, reason = str(job["jobId"]), status.cancel_reason_text(self.backend, reason)
         try:
             call_with_retry(self.client.tag_resource, resourceArn=job["jobArn"], tags={render.TAG_CANCEL: "true"})
         except Exception as err:  # the reason still records the request once Batch applies it

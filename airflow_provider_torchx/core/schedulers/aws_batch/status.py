@@ -37,6 +37,21 @@ STATE_MAP: dict[str, AppState] = {
 NOT_STARTED = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
 
 
+def cancel_reason_text(backend: str, reason: str | None) -> str:
+    """The reason this scheduler gives CancelJob/TerminateJob: ours (``CANCEL_REASON``),
+    then who or what asked (``reason``) when given."""
+    return f"{CANCEL_REASON} through {backend}" + (f": {reason}" if reason else "")
+
+
+def cancel_reason(job: Mapping[str, Any]) -> str | None:
+    """Who or what asked this scheduler to cancel the job, as given to ``cancel_reason_text``
+    (None: not ours, none given, or Batch has not applied the cancel yet)."""
+    text = str(job.get("statusReason") or "")
+    if not text.startswith(CANCEL_REASON):
+        return None
+    return text[len(CANCEL_REASON) :].partition(": ")[2] or None  # after " through BACKEND: "
+
+
 def cancel_requested(job: Mapping[str, Any]) -> bool:
     """Whether this scheduler was asked to cancel the job (its tag or its reason says so)."""
     return (job.get("tags") or {}).get(TAG_CANCEL) == "true" or str(job.get("statusReason", "")).startswith(
@@ -173,6 +188,7 @@ def describe_response(
         roles=roles,
         labels={k[len(TAG_LABEL) :]: v for k, v in tags.items() if k.startswith(TAG_LABEL)},
         cancel_requested=cancelled,
+        cancel_reason=cancel_reason(job),
         started=epoch_seconds(job.get("startedAt")),
         ended=epoch_seconds(job.get("stoppedAt")),
     )

@@ -374,14 +374,14 @@ class LocalScheduler(Scheduler[PopenRequest]):
         # (the kernel does not reuse a pid while a session of that id has members).
         sid = sup["pid"] if sup and procfs.proc_info(sup["pid"]) is None else None
         killed = procfs.kill_job(sid, reps_ids | tracked, env_marker=store.job_marker(job_dir))
-        cancelled = (job_dir / store.CANCEL).exists()
-        final = "CANCELLED" if cancelled else "FAILED"
+        cancel = _read_entry(job_dir.name, job_dir / store.CANCEL, _check_cancel)
+        final = "CANCELLED" if cancel is not None else "FAILED"
         for reps in replicas.values():
             for r in reps:
                 if r["state"] not in _TERMINAL_NAMES:
                     r["state"] = final
-        if cancelled:
-            why = "cancelled by request (the supervisor ended before it could record it)"
+        if cancel is not None:
+            why = f"{store.cancelled_msg(cancel)} (the supervisor ended before it could record it)"
         elif sup is None:
             why = f"the supervisor did not start within {SUPERVISOR_START_TIMEOUT:.0f} s"
         else:
@@ -436,6 +436,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             )
         roles = [role_from_json(r) for r in rec["roles"]]
         state = AppState[st["state"]]
+        cancel = _read_entry(app_id, os.path.join(self.store.job_dir(app_id), store.CANCEL), _check_cancel)
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
@@ -445,7 +446,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             roles_statuses=statuses,
             roles=roles,
             labels=dict(rec["labels"]),
-            cancel_requested=os.path.exists(os.path.join(self.store.job_dir(app_id), store.CANCEL)),
+            cancel_requested=cancel is not None,
+            cancel_reason=(cancel or {}).get("reason"),
             usage=local_usage(rec, st, roles) if state.is_terminal() else None,
             started=st.get("started"),
             ended=st.get("ended"),
@@ -585,8 +587,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     # ------------------------------------------------------------------ stop
 
-    def _cancel_existing(self, app_id: str) -> None:
-        """Record the cancel (with the grace period) and SIGTERM the supervisor, which
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+        """Record the cancel (with the grace period and ``reason``) and SIGTERM the supervisor, which
         SIGTERMs every process of the job, SIGKILLs them after the grace period and records
         CANCELLED. Returns at once."""
         job_dir = self.job_dir(app_id)
@@ -595,7 +597,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             raise RuntimeError(f"cancel: app {app_id!r} runs on host {rec['host']!r}; cancel it from there")
         try:
             store.write_json_atomic(
-                job_dir / store.CANCEL, {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid()}
+                job_dir / store.CANCEL,
+                {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid(), "reason": reason},
             )
         except OSError as e:
             raise store.store_error(self.store.root, f"record the cancel of {app_id!r}", e) from None
@@ -701,6 +704,13 @@ def _check_supervisor(sup: Any) -> str | None:
     """Why ``sup`` is not a ``supervisor.json`` (None: it is)."""
     if not isinstance(sup, dict) or not all(isinstance(sup.get(k), int) for k in ("pid", "start")):
         return "not an object with an integer 'pid' and 'start'"
+    return None
+
+
+def _check_cancel(cancel: Any) -> str | None:
+    """Why ``cancel`` is not a ``cancel.json`` (None: it is)."""
+    if not isinstance(cancel, dict) or not isinstance(cancel.get("reason"), str | None):
+        return "not an object whose 'reason' is a string or null"
     return None
 
 

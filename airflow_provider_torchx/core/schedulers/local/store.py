@@ -9,7 +9,8 @@ ids are unique across concurrent launchers. It holds JSON files, each written at
   by the supervisor itself, with the same content).
 - ``state.json``: the supervisor (and, once the supervisor is dead, any observer): app and
   replica states, pids, exit codes, restarts, message.
-- ``cancel.json``: whoever cancels: the request to stop, with its grace period.
+- ``cancel.json``: whoever cancels: the request to stop, with its grace period and who or what
+  asked (``reason``, may be null).
 
 Everything is created owner-only, whatever the umask. Store faults (a full or read-only
 filesystem) raise ``StoreError`` naming the store and the cause; a file that is not what its
@@ -72,6 +73,13 @@ class CorruptEntryError(ValueError):
     def __init__(self, app_id: str, path: StrPath, why: str) -> None:
         super().__init__(f"job {app_id!r}: {os.fspath(path)} is corrupt ({why}); delete the job or fix the file")
         self.app_id, self.path = app_id, os.fspath(path)
+
+
+def cancelled_msg(cancel: dict[str, Any] | None) -> str:
+    """An ended job's message after the cancel request ``cancel`` (``cancel.json``), naming
+    who or what asked when the request says."""
+    reason = (cancel or {}).get("reason")
+    return f"cancelled by request: {reason}" if reason else "cancelled by request"
 
 
 def store_error(root: StrPath, what: str, err: OSError) -> StoreError:

@@ -411,9 +411,10 @@ class Supervisor:
     def progress(self) -> None:
         """Act on what changed: restarts due, a cancel, success, the end."""
         if self.cancel_requested and self.final is None:
-            self.final, self.msg = "CANCELLED", "cancelled by request"
+            cancel = store.read_json(os.path.join(self.dir, store.CANCEL))
+            self.final, self.msg = "CANCELLED", store.cancelled_msg(cancel)
             self.restart_group = []
-            self.grace = _cancel_grace(self.dir, self.grace)
+            self.grace = float((cancel or {}).get("grace", self.grace))
             self.stop([x for x in self.replicas if x.running], session=True)
         if self.restart_group and not any(x.running for x in self.restart_group):
             group, self.restart_group = self.restart_group, []
@@ -549,11 +550,6 @@ def _exit_text(role: str, idx: int, code: int) -> str:
         except ValueError:
             pass
     return f"role {role!r} replica {idx} exited with code {code}"
-
-
-def _cancel_grace(job_dir: str, default: float) -> float:
-    cancel = store.read_json(os.path.join(job_dir, store.CANCEL)) or {}
-    return float(cancel.get("grace", default))
 
 
 def main(job_dir: str) -> None:
