@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import getpass
 import logging
 import os
 import pprint
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -161,6 +163,16 @@ def _out(text: str = "", stream: TextIO | None = None) -> None:
     print(text, file=stream or sys.stdout, flush=True)
 
 
+def _cancel_reason(command: str) -> str:
+    """Who cancels: ``airflow-torchx COMMAND by USER@HOST`` (the job's message names it, and
+    a task watching the job knows the cancel is not its own)."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (some containers)
+        user = f"uid {os.getuid()}"
+    return f"airflow-torchx {command} by {user}@{socket.gethostname()}"
+
+
 def _err(text: str) -> None:
     _out(text, sys.stderr)
 
@@ -271,7 +283,7 @@ def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float
 def _cancelled(runner: Runner, handle: str, sig: SignalException, previous: dict[Any, Any]) -> int:
     for sig_num, handler in previous.items():  # a second Ctrl-C stops waiting for the cancel
         signal.signal(sig_num, handler)
-    runner.cancel(handle)  # idempotent: Runner.wait may have cancelled already
+    runner.cancel(handle, reason=_cancel_reason(f"run --wait ({sig.sigval.name})"))  # Runner.wait may have already
     _err(f"{handle}: {sig.sigval.name} received, cancelling the job")
     try:
         final = runner.wait(handle, wait_interval=1, timeout=CANCEL_WAIT_SECONDS, cancel_on_signal=False)
@@ -437,7 +449,7 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         if status.is_terminal():
             _out(f"{handle}: already {status.state.name}; nothing to cancel")
         else:
-            runner.cancel(handle)
+            runner.cancel(handle, reason=_cancel_reason("cancel"))
             _out(f"{handle}: cancel requested")
     else:
         runner.delete(handle)

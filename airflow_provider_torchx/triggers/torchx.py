@@ -18,12 +18,14 @@ instance is still deferred (a triggerer restart) or not (marked failed or succes
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_torchx.cancels import task_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
@@ -270,7 +272,9 @@ class TorchXJobTrigger(BaseTrigger):
 
     async def _cancel(self) -> None:
         runner = await run_blocking(self._runner)
-        await run_blocking(runner.cancel, self.app_handle)
+        identity = self.identity or {}
+        reason = task_cancel_reason(identity.get("airflow.dag_id"), identity.get("airflow.task_id"), "killed")
+        await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
 
     async def on_kill(self) -> None:
         """Cancel the job when the deferred task is killed (Airflow >= 3.3 calls this), unless

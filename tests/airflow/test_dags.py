@@ -3,7 +3,9 @@ waiting modes; the task output must hold every replica line exactly once."""
 
 from __future__ import annotations
 
+import getpass
 import re
+import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -133,6 +135,16 @@ def test_config_error_fails_the_task_without_retries(run_dag: Any) -> None:
     assert "`airflow-torchx builtins utils.echo` prints the component's arguments" in out
     assert "usage:" not in out and "The above exception was the direct cause" not in out
     assert "XCom not found" not in out
+
+
+def test_a_cancel_from_outside_fails_the_task_without_retry_unless_asked(run_dag: Any) -> None:
+    dag_run, out = run_dag("torchx_test_outside_cancel")
+    tries = {ti.task_id: (str(ti.state), ti.try_number) for ti in dag_run.get_task_instances()}
+    assert tries == {"worker": ("failed", 1), "deferred": ("failed", 1), "retried": ("failed", 2)}, out[-3000:]
+    by = f"airflow-torchx cancel by {getpass.getuser()}@{socket.gethostname()}"
+    outside = f"The job was cancelled from outside this task, by {by}: not retried"
+    assert out.count(outside) == 2, out[-3000:]
+    assert out.count(f"ended CANCELLED: cancelled by request: {by}") == 4, out[-3000:]
 
 
 BAD_DAG = """

@@ -14,8 +14,10 @@ import pytest
 from airflow.exceptions import AirflowFailException
 from botocore.exceptions import ClientError
 
+from airflow_provider_torchx.cancels import outside_canceller
 from airflow_provider_torchx.core.errors import UnknownSchedulerError
 from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.operators.checks import fail_without_retry
@@ -83,6 +85,32 @@ def test_on_kill_cancels_only_when_asked(local_jobs: tuple[Runner, list[str]], c
     status = runner.wait(handle, wait_interval=0.2, timeout=2 if not cancel_on_kill else 30, cancel_on_signal=False)
     assert status is not None
     assert (status.state == AppState.CANCELLED) is cancel_on_kill
+    if cancel_on_kill:  # a cancel of the task's own making, not one from outside
+        desc = runner.describe_app(handle)
+        assert desc is not None and desc.cancel_reason == "Airflow task adhoc_airflow.t: killed"
+        assert outside_canceller(desc) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "requested", "reason", "who"),
+    [
+        (AppState.CANCELLED, True, "airflow-torchx cancel by alice@box", "airflow-torchx cancel by alice@box"),
+        (AppState.CANCELLED, True, "Airflow task d.t: timeout (did not end within 5s)", None),
+        (AppState.CANCELLED, True, None, "a cancel request through the scheduler (who asked was not recorded)"),
+        (
+            AppState.FAILED,
+            False,
+            "a TerminateJob on AWS Batch outside airflow-torchx: ops",
+            "a TerminateJob on AWS Batch outside airflow-torchx: ops",
+        ),
+        (AppState.FAILED, False, None, None),
+        (AppState.SUCCEEDED, True, "airflow-torchx cancel by alice@box", None),
+    ],
+    ids=["cli", "own-timeout", "unrecorded", "batch-by-hand", "failed", "succeeded"],
+)
+def test_who_cancelled_from_outside(state: AppState, requested: bool, reason: str | None, who: str | None) -> None:
+    desc = DescribeAppResponse(state=state, cancel_requested=requested, cancel_reason=reason)
+    assert outside_canceller(desc) == who
 
 
 def test_links_point_at_the_job_page_and_a_web_console_only() -> None:

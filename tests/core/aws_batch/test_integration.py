@@ -216,9 +216,10 @@ def test_single_node_cancel_ends_cancelled_and_leaves_no_container(
     while (desc := sched.describe(app_id)) is not None and desc.state != AppState.RUNNING:
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    sched.cancel(app_id)
+    sched.cancel(app_id, reason="airflow-torchx cancel by alice@box")
     desc, _ = wait_terminal(sched, app_id, timeout=30)
     assert desc.state == AppState.CANCELLED and desc.cancel_requested
+    assert desc.cancel_reason == "airflow-torchx cancel by alice@box" and "by alice@box" in desc.msg
     job_id = sched.poller.job_id(app_id)
     assert job_id and _containers_left(docker_engine, job_id) == []
 
