@@ -4,7 +4,9 @@ without Airflow (the same core the operator uses).
 Exit codes: 0 success (also when the reader of the output went away, as ``| head`` does); 1
 the job FAILED or was CANCELLED, or no such job; 2 a usage or validation error (the message
 goes to stderr, without a traceback); 3 the system refused (a full or read-only job store: the
-message names the path and the cause); 128 + the signal number when SIGINT or SIGTERM
+message names the path and the cause; an AWS setup error: no region or credentials, expired
+or rejected credentials, access denied, an unknown queue, an unreachable endpoint: one line
+saying what to set); 128 + the signal number when SIGINT or SIGTERM
 interrupted an attached ``run --wait`` (the job is cancelled first).
 
 ``dryrun`` and ``describe`` print the values of secret env vars (``core/masking.py``) as
@@ -31,7 +33,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from airflow_provider_torchx.core.components import get_app, get_component, list_components
-from airflow_provider_torchx.core.errors import ComponentError, SignalException, UnknownAppError
+from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
 from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
 from airflow_provider_torchx.core.runner import Runner, get_runner
@@ -485,6 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_NoSuchJobError, UnknownAppError) as err:
         _err(f"{PROG}: no such job: {err}")
         return EXIT_JOB_FAILED
+    except SchedulerSetupError as err:  # AWS region, credentials, permissions, queue, endpoint
+        _err(f"{PROG}: error: {err}")
+        return EXIT_SYSTEM
     except ValueError as err:
         _err(f"{PROG}: error: {err}")
         return EXIT_USAGE

@@ -9,7 +9,8 @@ DAG parsing is a hot path: nothing here imports a scheduler backend or calls a c
 ``file.py:fn`` component is left to the task, which loads it).
 
 ``fail_without_retry`` turns the errors that cannot change on a retry (unknown component,
-scheduler or connection, bad run option, invalid spec, missing queue) into
+scheduler or connection, bad run option, invalid spec, missing queue, no AWS credentials or
+region, access denied: ``SchedulerSetupError`` unless ``transient``) into
 ``AirflowFailException``: the task fails at once, with one message and no chained
 exception. Transient errors (throttling, a lost connection) pass through and are retried.
 """
@@ -32,6 +33,7 @@ from airflow_provider_torchx.core.errors import (
     InvalidRunConfigError,
     InvalidSpecError,
     MalformedAppHandleError,
+    SchedulerSetupError,
     UnknownSchedulerError,
 )
 from airflow_provider_torchx.core.runner import SCHEDULER_ENTRY_POINT_GROUP
@@ -142,6 +144,10 @@ def fail_without_retry(component: str | None = None) -> Iterator[None]:
         yield
     except CONFIG_ERRORS as e:
         raise AirflowFailException(f"{type(e).__name__}: {short_message(e, component)}") from None
+    except SchedulerSetupError as e:  # no credentials or region, access denied: not a retry's to fix
+        if e.transient:
+            raise
+        raise AirflowFailException(f"{type(e).__name__}: {e}") from None
 
 
 def request_dict(text: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from airflow.exceptions import AirflowFailException
 from botocore.exceptions import ClientError
 
 from airflow_provider_torchx.cancels import outside_canceller
-from airflow_provider_torchx.core.errors import UnknownSchedulerError
+from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownSchedulerError
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
@@ -221,6 +221,28 @@ def test_only_errors_a_retry_cannot_fix_skip_the_retries() -> None:
     for transient in (ConnectionError("connection lost"), throttled):
         with pytest.raises(type(transient)), fail_without_retry():
             raise transient
+
+
+def test_no_aws_credentials_at_submit_fail_the_task_without_retry(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(key, value)
+    op = TorchXRunOperator(
+        task_id="t", component="utils.echo", component_args=["--image", "busybox"], scheduler="aws_batch", cfg="queue=q"
+    )
+    with pytest.raises(AirflowFailException, match=r"^SchedulerSetupError: AWS: no usable credentials .*AWS_PROFILE"):
+        op.execute({"ti": FakeTI()})  # type: ignore[arg-type]
+    expired = SchedulerSetupError("AWS: the credentials expired", transient=True)  # a refresh may renew them
+    with pytest.raises(SchedulerSetupError), fail_without_retry():
+        raise expired
 
 
 def test_sensor_resume_logs_the_final_state_like_the_operator(capfd: pytest.CaptureFixture[str]) -> None:
