@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import getpass
+import json
 import logging
 import os
-import pprint
 import re
 import signal
 import socket
@@ -32,12 +31,13 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
 
+from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.components import get_app, get_component, list_components
 from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
 from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
 from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.schedulers.api import Stream
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Stream
 from airflow_provider_torchx.core.schedulers.local.store import CorruptEntryError
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
@@ -94,6 +94,10 @@ def _add_submit_args(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_json(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--json", action="store_true", help="print one JSON document (keys: docs/cli.md)")
+
+
 def _add_show_secrets(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--show-secrets",
@@ -131,6 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     ):
         handle_cmd = sub(name, help_text)
         handle_cmd.add_argument("app_handle", help="scheduler://session/app_id")
+        if name in ("status", "describe"):
+            _add_json(handle_cmd)
         if name == "describe":
             _add_show_secrets(handle_cmd)
 
@@ -148,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     list_cmd.add_argument("-s", "--scheduler", default=DEFAULT_SCHEDULER, help=f"default: {DEFAULT_SCHEDULER}")
     list_cmd.add_argument("-cfg", "--scheduler_args", action="append", default=[], metavar="K=V[,K=V...]")
     list_cmd.add_argument("--label", action="append", type=_label, default=[], metavar="K=V", help="filter")
+    _add_json(list_cmd)
 
     sub("runopts", "print the run options of every (or one) scheduler").add_argument(
         "scheduler", nargs="?", default=None
@@ -179,9 +186,25 @@ def _err(text: str) -> None:
     _out(text, sys.stderr)
 
 
-def _format_app(app: AppDef, show_secrets: bool = False) -> str:
-    text = pprint.pformat(dataclasses.asdict(app if show_secrets else mask_tree(app)), sort_dicts=False, width=110)
+def _format_app(
+    app: AppDef, show_secrets: bool = False, desc: DescribeAppResponse | None = None, as_json: str | None = None
+) -> str:
+    """The app (with the job's status when ``desc`` is given) as plain lines, or as the JSON
+    of ``describe --json`` for the handle ``as_json``; secret env values masked unless
+    ``show_secrets``."""
+    shown = app if show_secrets else mask_tree(app)
+    if as_json is not None and desc is not None:
+        text = json.dumps(jobviews.describe_dict(as_json, shown, desc), indent=2)
+    else:
+        text = jobviews.describe_text(shown, desc)
     return text if show_secrets else redact(text, secret_values(app))
+
+
+def _described(runner: Runner, handle: str) -> DescribeAppResponse:
+    desc = runner.describe_app(handle)
+    if desc is None:
+        raise _NoSuchJobError(handle)
+    return desc
 
 
 def _status_or_fail(runner: Runner, handle: str) -> AppStatus:
@@ -360,10 +383,16 @@ def _log(runner: Runner, args: argparse.Namespace) -> int:
 def _list(runner: Runner, args: argparse.Namespace) -> int:
     cfg = runner.cfg_from_str(args.scheduler, *args.scheduler_args)
     apps = runner.list(args.scheduler, cfg, dict(args.label))
-    if not apps:
+    if not apps and not args.json:
         _err(f"no jobs on {args.scheduler}")
         return EXIT_OK
-    rows = [(a.app_handle, a.state.name, _when(a.created), _airflow_task(a.labels), a.name) for a in apps]
+    if args.json:
+        _out(json.dumps(jobviews.list_dict(apps), indent=2))
+        return EXIT_OK
+    rows = [
+        (a.app_handle, a.state.name, jobviews.when(a.created), jobviews.airflow_task(a.labels) or "-", a.name)
+        for a in apps
+    ]
     widths = [max(len(row[i]) for row in [_LIST_HEADER, *rows]) for i in range(4)]
     for row in [_LIST_HEADER, *rows]:
         _out("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)) + f"  {row[4]}")
@@ -373,20 +402,6 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
 _LIST_HEADER = ("APP HANDLE", "STATE", "SUBMITTED", "AIRFLOW TASK", "NAME")
 
 
-def _when(epoch: float | None) -> str:
-    """A local time ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if epoch else "-"
-
-
-def _airflow_task(labels: dict[str, str]) -> str:
-    """``dag_id.task_id[map_index]`` of a job an Airflow task launched (from its labels); ``-``."""
-    dag_id, task_id = labels.get("airflow.dag_id"), labels.get("airflow.task_id")
-    if not (dag_id and task_id):
-        return "-"
-    map_index = labels.get("airflow.map_index", "-1")
-    return f"{dag_id}.{task_id}" + (f"[{map_index}]" if map_index not in ("", "-1") else "")
-
-
 def _timing(runner: Runner, handle: str) -> str | None:
     """``Started: ...; duration: 12s`` (so far, while it runs) of a job that started."""
     desc = runner.describe_app(handle)
@@ -394,7 +409,7 @@ def _timing(runner: Runner, handle: str) -> str | None:
         return None
     end = desc.ended if desc.ended is not None else time.time()
     running = "" if desc.ended is not None else " so far"
-    return f"  Started: {_when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
+    return f"  Started: {jobviews.when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
 
 
 def _runopts(runner: Runner, args: argparse.Namespace) -> int:
@@ -435,7 +450,9 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         runner.delete(handle)  # a corrupt job can only be deleted
         _out(f"{handle}: deleted")
         return EXIT_OK
-    if args.command == "status":
+    if args.command == "status" and args.json:
+        _out(json.dumps(jobviews.status_dict(handle, _described(runner, handle)), indent=2))
+    elif args.command == "status":
         _out(status.format())
         timing = _timing(runner, handle)
         if timing:
@@ -444,8 +461,8 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         app = runner.describe(handle)
         if app is None:
             raise _NoSuchJobError(handle)
-        _out(_format_app(app, args.show_secrets))
-        if status.usage is not None:
+        _out(_format_app(app, args.show_secrets, _described(runner, handle), handle if args.json else None))
+        if status.usage is not None and not args.json:
             _out(status.usage.format())
     elif args.command == "cancel":
         if status.is_terminal():

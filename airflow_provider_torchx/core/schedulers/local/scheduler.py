@@ -429,6 +429,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                             hostname="localhost",
                             exit_code=r.get("exit_code"),
                             msg=r.get("msg") or (f"GPUs {r['devices']}" if r.get("devices") else ""),
+                            devices=r.get("devices") or "",
                         )
                         for k, r in enumerate(reps)
                     ],
