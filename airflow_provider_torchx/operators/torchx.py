@@ -187,7 +187,9 @@ class TorchXRunOperator(BaseOperator):
             raise TypeError(f"app: expected an AppDef, got {type(app).__name__}")
         if poll_interval <= 0:
             raise ValueError(f"poll_interval: {poll_interval!r} must be > 0 seconds")
-        check_literal_arguments(app=app, component=component, scheduler=scheduler, cfg=cfg)
+        check_literal_arguments(
+            app=app, component=component, scheduler=scheduler, cfg=cfg, component_args=component_args
+        )
         self.app = app
         self.component = component
         self.component_args = component_args if component_args is not None else []

@@ -131,7 +131,7 @@ def test_config_error_fails_the_task_without_retries(run_dag: Any) -> None:
     dag_run, out = run_dag("torchx_test_config_error")
     ti = dag_run.get_task_instance("misspelled")
     assert (str(ti.state), ti.try_number) == ("failed", 1), out[-3000:]
-    assert out.count("unknown argument 'mgs'") == 1, out[-3000:]
+    assert out.count("unrecognized arguments: --mgs") == 1, out[-3000:]
     assert "`airflow-torchx builtins utils.echo` prints the component's arguments" in out
     assert "usage:" not in out and "The above exception was the direct cause" not in out
     assert "XCom not found" not in out
@@ -164,13 +164,16 @@ with DAG(dag_id="bad", schedule=None, start_date=datetime(2024, 1, 1)):
         ('component="utils.ehco", scheduler="local_cwd"', "unknown component 'utils.ehco'. Did you mean utils.echo or"),
         ('component="utils.echo", scheduler="local_cdw"', "unknown scheduler 'local_cdw'; known: "),
         ('component="utils.echo", scheduler="local_cwd", cfg={"log_dri": "/tmp"}', "Did you mean 'log_dir'?"),
+        ('component="utils.echo", component_args={"mgs": "hi"}', "unknown argument 'mgs'; arguments: msg, image"),
+        ('component="dist.spmd", component_args=["--scirpt", "t.py"]', "--scirpt. Did you mean '--script'"),
+        ('component="dist.spmd", component_args={"cpu": "two"}', "--cpu: 'two' is not a valid int"),
         (
             'app=AppDef(name="a", roles=[Role(name="r", image="i", entrypoint="x", '
             "resource=Resource(cpu=-5, gpu=0, memMB=1024))])",
             "roles[0].resource.cpu: -5",
         ),
     ],
-    ids=["component", "scheduler", "cfg", "app"],
+    ids=["component", "scheduler", "cfg", "args-dict", "args-list", "args-type", "app"],
 )
 def test_literal_mistakes_are_import_errors_of_the_dag(
     airflow_env: AirflowEnv, tmp_path: Path, arguments: str, error: str

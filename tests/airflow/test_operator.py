@@ -198,9 +198,12 @@ def test_templated_values_are_left_to_the_task() -> None:
 
 
 def test_bad_input_at_run_time_fails_without_retry_and_submits_nothing() -> None:
+    """(Templated arguments are only checked when the task runs.)"""
     ti = FakeTI()
     ti.run_id = "bad-input-at-run-time"
-    op = TorchXRunOperator(task_id="task", scheduler="local_cwd", component="utils.echo", component_args=["--nope"])
+    op = TorchXRunOperator(
+        task_id="task", scheduler="local_cwd", component="utils.echo", component_args=["--nope", "{{ ds }}"]
+    )
     with pytest.raises(AirflowFailException, match="nope") as raised:
         op.execute({"ti": ti})  # type: ignore[arg-type]
     assert raised.value.__cause__ is None and raised.value.__suppress_context__  # one message, not a chain

@@ -63,7 +63,7 @@ with DAG(dag_id="torchx_test_config_error", schedule=None, start_date=START, cat
     TorchXRunOperator(
         task_id="misspelled",
         component="utils.echo",
-        component_args={"mgs": "hello"},  # checked when the task runs: a retry cannot fix it
+        component_args=["--mgs", "{{ ds }}"],  # templated: checked when the task runs; a retry cannot fix it
         scheduler="local_cwd",
         retries=2,
         retry_delay=timedelta(0),
