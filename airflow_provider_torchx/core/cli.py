@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
@@ -180,6 +181,11 @@ def _cancel_reason(command: str) -> str:
     except (OSError, KeyError):  # no login name and no passwd entry (some containers)
         user = f"uid {os.getuid()}"
     return f"airflow-torchx {command} by {user}@{socket.gethostname()}"
+
+
+def _show_warning(message: Warning | str, *args: object, **kwargs: object) -> None:
+    """A Python warning as one line ``warning: ...`` on stderr (no source file or line)."""
+    _err("warning: " + " ".join(str(message).split()))
 
 
 def _err(text: str) -> None:
@@ -405,8 +411,8 @@ _LIST_HEADER = ("APP HANDLE", "STATE", "SUBMITTED", "AIRFLOW TASK", "NAME")
 def _timing(runner: Runner, handle: str) -> str | None:
     """``Started: ...; duration: 12s`` (so far, while it runs) of a job that started."""
     desc = runner.describe_app(handle)
-    if desc is None or desc.started is None:
-        return None
+    if desc is None or desc.started is None or desc.state in (AppState.SUBMITTED, AppState.PENDING):
+        return None  # a PENDING job has not started (a local one waiting for GPUs has a supervisor)
     end = desc.ended if desc.ended is not None else time.time()
     running = "" if desc.ended is not None else " so far"
     return f"  Started: {jobviews.when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
@@ -499,7 +505,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        with get_runner() as runner:
+        with get_runner() as runner, warnings.catch_warnings():
+            warnings.showwarning = _show_warning
             return _dispatch(runner, args)
     except (_NoSuchJobError, UnknownAppError) as err:
         _err(f"{PROG}: no such job: {err}")

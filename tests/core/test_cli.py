@@ -372,3 +372,37 @@ STATUS_KEYS = (
     "handle", "state", "terminal", "num_restarts", "msg", "structured_error_msg", "ui_url", "started", "ended",
     "cancel_requested", "cancel_reason", "labels", "roles", "usage",
 )  # fmt: skip
+
+
+ONE_GPU_COMPONENT = """
+from airflow_provider_torchx.core.specs import AppDef, Resource, Role
+
+def gpu(replicas: int = 1) -> AppDef:
+    role = Role("g", image="local", entrypoint="sleep", args=["60"], num_replicas=replicas, resource=Resource(1, 1, 64))
+    return AppDef("gpu", roles=[role])
+"""
+
+
+def test_warnings_are_one_line_counts_singular_and_a_pending_job_shows_no_start(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0")  # a 1-GPU host, as far as the ledger knows
+    (tmp_path / "gpu.py").write_text(ONE_GPU_COMPONENT)
+    cfg = ["-s", "local_cwd", "-cfg", "auto_set_cuda_visible_devices=True"]
+    code, _, err = run_cli(capsys, "dryrun", *cfg, f"{tmp_path}/gpu.py:gpu", "--replicas", "2")
+    assert code == 0
+    assert err == (
+        "warning: auto_set_cuda_visible_devices: app 'gpu' requests 2 GPUs but this host has 1; "
+        "CUDA_VISIBLE_DEVICES is not set\n"
+    ), err
+    holder = only_handle(run_cli(capsys, "run", *cfg, f"{tmp_path}/gpu.py:gpu")[1])
+    waiting = only_handle(run_cli(capsys, "run", *cfg, f"{tmp_path}/gpu.py:gpu")[1])
+    deadline = time.monotonic() + 60
+    while "waiting for 1 GPU, 0 free, held by" not in (out := run_cli(capsys, "status", waiting)[1]):
+        assert time.monotonic() < deadline, out
+        time.sleep(0.2)
+    assert "State: PENDING" in out and "Started:" not in out, out
+    for handle in (waiting, holder):
+        assert run_cli(capsys, "cancel", handle)[0] == 0
+        ended = get_runner().wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+        assert ended is not None and ended.state == AppState.CANCELLED

@@ -218,8 +218,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             return None
         if plan["need"] > len(devices):
             warnings.warn(
-                f"auto_set_cuda_visible_devices: app {app.name!r} requests {plan['need']} GPUs but this host has "
-                f"{len(devices)}; CUDA_VISIBLE_DEVICES is not set",
+                f"auto_set_cuda_visible_devices: app {app.name!r} requests {gpus.gpus_text(plan['need'])} but this "
+                f"host has {len(devices)}; CUDA_VISIBLE_DEVICES is not set",
                 UserWarning,
                 stacklevel=3,
             )
