@@ -16,6 +16,7 @@ interrupted an attached ``run --wait`` (the job is cancelled first).
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import getpass
 import json
@@ -95,6 +96,12 @@ def _add_submit_args(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
 def _add_json(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--json", action="store_true", help="print one JSON document (keys: docs/cli.md)")
 
@@ -145,7 +152,11 @@ def _parser() -> argparse.ArgumentParser:
     log_cmd.add_argument(
         "target", metavar="HANDLE[/ROLE[/K]]", help="a job handle, optionally narrowed to a role and replica"
     )
-    log_cmd.add_argument("-t", "--tail", action="store_true", help="follow the logs until the job ends")
+    shown = log_cmd.add_mutually_exclusive_group()
+    shown.add_argument("-t", "--tail", action="store_true", help="follow the logs until the job ends")
+    shown.add_argument(
+        "-n", "--lines", type=_positive_int, default=None, metavar="N", help="only the last N lines of each replica"
+    )
     log_cmd.add_argument("--regex", default=None, help="only lines matching this regular expression")
     log_cmd.add_argument(
         "--streams", choices=[s.value for s in Stream], default=None, help="which output (default: the scheduler's)"
@@ -362,9 +373,8 @@ def _log(runner: Runner, args: argparse.Namespace) -> int:
 
     def show(role_name: str, k: int) -> None:
         try:
-            for line in runner.log_lines(
-                handle, role_name, k, regex=args.regex, should_tail=args.tail, streams=streams
-            ):
+            lines = runner.log_lines(handle, role_name, k, regex=args.regex, should_tail=args.tail, streams=streams)
+            for line in collections.deque(lines, maxlen=args.lines) if args.lines else lines:
                 text = line.rstrip("\n")
                 with lock:
                     _out(f"[{role_name}/{k}] {text}" if prefixed else text)

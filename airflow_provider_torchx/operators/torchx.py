@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -258,7 +259,11 @@ class TorchXRunOperator(BaseOperator):
         app = self.build_app()
         register_app_secrets(app)  # before anything is logged
         if adopted is None:
-            info = runner.dryrun(app, scheduler, cfg, labels=labels)
+            with warnings.catch_warnings(record=True) as caught:  # into the task log, once
+                warnings.simplefilter("always")
+                info = runner.dryrun(app, scheduler, cfg, labels=labels)
+            for warning in caught:
+                self.log.warning("%s", warning.message)
             if self.dryrun:
                 rendered = str(redact(str(info)))
                 self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, rendered)

@@ -18,7 +18,7 @@ from airflow_provider_torchx.cancels import outside_canceller
 from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownSchedulerError
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
-from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.operators.checks import fail_without_retry
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator, identity_labels
@@ -268,3 +268,22 @@ def test_sensor_resume_raises_by_event_kind() -> None:
     failed = {"status": "failed", "app_handle": handle, "message": "it broke", "tail": ["a", "b"]}
     with pytest.raises(AirflowException, match="it broke\nLast 2 log lines:\na\nb"):
         sensor.execute_complete({}, failed)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cfg", "warning"),
+    [
+        (1, {}, "auto_set_cuda_visible_devices is off: the replicas of 'g' (asking for GPUs) see every GPU"),
+        (2, {"auto_set_cuda_visible_devices": True}, "app 'g' requests 2 GPUs but this host has 1; CUDA_VISIBLE"),
+    ],
+    ids=["shared", "over-ask"],
+)
+def test_a_gpu_job_seeing_every_gpu_warns_once_in_the_task_log(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, gpus: int, cfg: dict[str, Any], warning: str
+) -> None:
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0")  # a 1-GPU host, as far as the ledger knows
+    app = AppDef("g", roles=[Role("g", image="local", entrypoint="true", resource=Resource(1, gpus, 64))])
+    op = TorchXRunOperator(task_id="t", app=app, scheduler="local_cwd", cfg=cfg, poll_interval=0.2, deferrable=False)
+    op.execute({"ti": FakeTI(run_id=f"gpu-warning-{gpus}")})  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert (out + err).count(warning) == 1, out + err

@@ -130,6 +130,8 @@ def test_runopts(capsys: pytest.CaptureFixture[str]) -> None:
         (["status", "not-a-handle"], "app_handle: 'not-a-handle' is not of the form scheduler://session/app_id"),
         (["log", "local_cwd:/x"], "is not of the form scheduler://session/app_id"),
         (["list", "-s", "local_cwd", "-cfg", "x=1"], "cfg: unknown option 'x'"),
+        (["log", "-n", "0", "local_cwd://torchx/x"], "argument -n/--lines: '0' is not a whole number >= 1"),
+        (["log", "-n", "3", "--tail", "local_cwd://torchx/x"], "argument -t/--tail: not allowed with argument -n"),
     ],
 )
 def test_usage_errors_exit_2_without_traceback(
@@ -172,6 +174,8 @@ def test_run_wait_success_and_inspect(capsys: pytest.CaptureFixture[str]) -> Non
     assert out.splitlines() == ["[sh/0] out 0", "[sh/0] err 0", "[sh/1] out 1", "[sh/1] err 1"]
     assert run_cli(capsys, "log", f"{handle}/sh/1")[1] == "out 1\nerr 1\n"
     assert run_cli(capsys, "log", "--streams", "stderr", f"{handle}/sh")[1] == "[sh/0] err 0\n[sh/1] err 1\n"
+    assert run_cli(capsys, "log", "-n", "1", handle)[1] == "[sh/0] err 0\n[sh/1] err 1\n"  # the last line of each
+    assert run_cli(capsys, "log", "--lines", "1", "--regex", "out", f"{handle}/sh/1")[1] == "out 1\n"
     # --tail follows the replicas side by side: per-replica order only
     tailed = run_cli(capsys, "log", "--regex", "out", "--tail", handle)[1]
     assert sorted(tailed.splitlines()) == ["[sh/0] out 0", "[sh/1] out 1"]

@@ -177,11 +177,11 @@ class LocalScheduler(Scheduler[PopenRequest]):
             _check_entrypoint(i, role, params[0])
             role_params[role.name] = params
             role_log_dirs[role.name] = dirs
-        gpu_plan = (
-            self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
-            if cfg.get("auto_set_cuda_visible_devices")
-            else None
-        )
+        gpu_plan = None
+        if cfg.get("auto_set_cuda_visible_devices"):
+            gpu_plan = self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
+        else:
+            _warn_shared_gpus(app)
         request = PopenRequest(
             app_id=app_id,
             log_dir=app_log_dir,
@@ -637,6 +637,20 @@ class LocalScheduler(Scheduler[PopenRequest]):
         with self._cache_lock:
             self._cache.pop(app_id, None)
         self.store.remove(app_id)
+
+
+def _warn_shared_gpus(app: AppDef) -> None:
+    """Warn that the GPU roles of ``app`` (those not setting ``CUDA_VISIBLE_DEVICES``
+    themselves) will see every GPU of the host, as without ``auto_set_cuda_visible_devices``."""
+    roles = [r.name for r in app.roles if r.resource.gpu > 0 and "CUDA_VISIBLE_DEVICES" not in r.env]
+    if roles:
+        warnings.warn(
+            f"auto_set_cuda_visible_devices is off: the replicas of {', '.join(map(repr, roles))} (asking for GPUs) "
+            "see every GPU of the host, also those other jobs use; set the run option "
+            "auto_set_cuda_visible_devices=True to give each replica its own",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _read_entry(app_id: str, path: str | Path, check: Callable[[Any], str | None]) -> Any:
