@@ -19,6 +19,7 @@ from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownSche
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from airflow_provider_torchx.hooks.torchx import close_runners
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.operators.checks import fail_without_retry
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator, identity_labels
@@ -238,6 +239,7 @@ def test_no_aws_credentials_at_submit_fail_the_task_without_retry(
         "AWS_EC2_METADATA_DISABLED": "true",
     }.items():
         monkeypatch.setenv(key, value)
+    close_runners()  # no runner whose clients other tests made with credentials
     op = TorchXRunOperator(
         task_id="t", component="utils.echo", component_args=["--image", "busybox"], scheduler="aws_batch", cfg="queue=q"
     )
