@@ -243,8 +243,13 @@ def test_no_aws_credentials_at_submit_fail_the_task_without_retry(
     op = TorchXRunOperator(
         task_id="t", component="utils.echo", component_args=["--image", "busybox"], scheduler="aws_batch", cfg="queue=q"
     )
-    with pytest.raises(AirflowFailException, match=r"^SchedulerSetupError: AWS: no usable credentials .*AWS_PROFILE"):
-        op.execute({"ti": FakeTI()})  # type: ignore[arg-type]
+    try:
+        with pytest.raises(
+            AirflowFailException, match=r"^SchedulerSetupError: AWS: no usable credentials .*AWS_PROFILE"
+        ):
+            op.execute({"ti": FakeTI()})  # type: ignore[arg-type]
+    finally:
+        close_runners()  # nor leave one without credentials to the next tests
     expired = SchedulerSetupError("AWS: the credentials expired", transient=True)  # a refresh may renew them
     with pytest.raises(SchedulerSetupError), fail_without_retry():
         raise expired
