@@ -13,6 +13,7 @@ import builtins
 import concurrent.futures
 import copy
 import logging
+import os
 import signal
 import threading
 import time
@@ -371,9 +372,9 @@ class Runner:
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             return self._wait(app_handle, wait_interval, timeout)
-        except SignalException:
+        except SignalException as e:
             log.warning("cancelling %s: the waiting process was interrupted", app_handle)
-            self.cancel(app_handle)
+            self.cancel(app_handle, reason=f"the waiting process (pid {os.getpid()}) got {e.sigval.name}")
             raise
         finally:
             for sig, handler in previous.items():

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from airflow_provider_torchx.cancels import ui_cancel_reason
 from airflow_provider_torchx.core.errors import UnknownAppError
 from airflow_provider_torchx.plugins import jobs
 
@@ -195,7 +196,7 @@ def create_app() -> FastAPI:
         runner, desc = _job(user, handle, conn_id, _EDIT, "cancel this job")
         if not desc.state.is_terminal():
             log.info("TorchX UI: %s cancels %s", user.get_name(), handle)
-            runner.cancel(handle)
+            runner.cancel(handle, reason=ui_cancel_reason(user.get_name()))
         return {"handle": handle, "state": desc.state.name, "cancel_requested": not desc.state.is_terminal()}
 
     return app

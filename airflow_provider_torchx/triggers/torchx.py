@@ -27,6 +27,7 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_torchx.cancels import task_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
@@ -359,6 +360,9 @@ class TorchXJobTrigger(BaseTrigger):
 
     async def _cancel(self, reason: str | None = None) -> None:
         runner = await run_blocking(self._runner, await self._aws_connection())
+        if reason is None:
+            identity = self.identity or {}
+            reason = task_cancel_reason(identity.get("airflow.dag_id"), identity.get("airflow.task_id"), "killed")
         await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
 
     async def on_kill(self) -> None:

@@ -192,6 +192,7 @@ def test_only_users_with_edit_rights_cancel(client: Any, auth: Any, jobs: dict[s
     assert resp.status_code == 202 and resp.json()["cancel_requested"], resp.text
     status = runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
     assert status is not None and status.state == AppState.CANCELLED
+    assert status.msg.startswith("cancelled by request: the Airflow UI's TorchX jobs page, by ann-user"), status.msg
     again = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "user")).json()
     assert again == {"handle": handle, "state": "CANCELLED", "cancel_requested": False}
 

@@ -215,7 +215,8 @@ class Scheduler(abc.ABC, Generic[T]):
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """The app's state, roles and replica statuses, or None if there is no such app.
 
-        1. Never raises for an unknown app id (returns None).
+        1. Never raises for an unknown app id (returns None); a setup error of the scheduler
+           (no credentials, a queue that does not exist) raises ``SchedulerSetupError``.
         2. ``msg`` names the failed role/replica and its exit code or the scheduler's reason.
         3. May block for one round trip to the scheduler.
         """

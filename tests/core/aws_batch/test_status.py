@@ -198,15 +198,24 @@ def test_cancel_uses_canceljob_before_start_and_terminatejob_after(status: str, 
     assert got is not None and got.cancel_requested
 
 
-def test_the_cancel_reason_is_read_back_from_ours_only() -> None:
+def test_the_cancel_reason_ours_or_given_to_a_terminate_by_hand_but_not_batchs_own() -> None:
     ours = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch: the UI: bob")
     bare = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch")
     by_hand = mnp_job(status="FAILED", statusReason="stopped by ops: disk full")
-    got = [describe_response("q1:app-1", job, {}, "us-east-1") for job in (ours, bare, by_hand)]
+    batchs = [
+        mnp_job(status="FAILED", statusReason=reason)
+        for reason in ("Essential container in task exited", "Host EC2 (instance i-0ab) terminated.", "")
+    ]
+    running = mnp_job(status="RUNNING", statusReason="stopped by ops")
+    got = [describe_response("q1:app-1", job, {}, "us-east-1") for job in (ours, bare, by_hand, *batchs, running)]
     assert [(d.state, d.cancel_reason) for d in got] == [
         (AppState.CANCELLED, "the UI: bob"),
         (AppState.CANCELLED, None),
+        (AppState.FAILED, "a CancelJob/TerminateJob on AWS Batch outside airflow-torchx: stopped by ops: disk full"),
         (AppState.FAILED, None),
+        (AppState.FAILED, None),
+        (AppState.FAILED, None),
+        (AppState.RUNNING, None),
     ]
     assert "the UI: bob" in got[0].msg
 

@@ -45,13 +45,40 @@ def cancel_reason_text(backend: str, reason: str | None) -> str:
     return f"{CANCEL_REASON} through {backend}" + (f": {reason}" if reason else "")
 
 
+#: How the reasons Batch itself gives a FAILED job begin (a failed or unstartable container,
+#: a timeout, a reclaimed host, a failed dependency, a queue's state time limit). A FAILED job
+#: with any other reason that is not ours was stopped by a CancelJob/TerminateJob from outside
+#: this scheduler (the console, the AWS CLI, a script), which takes its reason as given.
+BATCH_REASONS = (
+    "Essential container in task exited",
+    "Job attempt duration exceeded timeout",
+    "Host EC2",
+    "Dependent Job failed",
+    "Array Child Job failed",
+    "Task failed to start",
+    "Timeout waiting for network interface",
+    "CannotPullContainerError",
+    "CannotStartContainerError",
+    "CannotCreateContainerError",
+    "CannotInspectContainerError",
+    "ResourceInitializationError",
+    "OutOfMemoryError",
+    "MISCONFIGURATION:",
+    "CAPACITY:",
+)
+
+
 def cancel_reason(job: Mapping[str, Any]) -> str | None:
-    """Who or what asked this scheduler to cancel the job, as given to ``cancel_reason_text``
-    (None: not ours, none given, or Batch has not applied the cancel yet)."""
+    """Who or what cancelled the job: the reason given to ``cancel_reason_text``, or, for a
+    job stopped from outside this scheduler, the reason given there (see ``BATCH_REASONS``).
+    None: not cancelled, no reason given, or Batch has not applied the cancel yet."""
     text = str(job.get("statusReason") or "")
-    if not text.startswith(CANCEL_REASON):
-        return None
-    return text[len(CANCEL_REASON) :].partition(": ")[2] or None  # after " through BACKEND: "
+    if text.startswith(CANCEL_REASON):
+        return text[len(CANCEL_REASON) :].partition(": ")[2] or None  # after " through BACKEND: "
+    ours = (job.get("tags") or {}).get(TAG_CANCEL) == "true"
+    if job.get("status") == "FAILED" and text and not ours and not text.startswith(BATCH_REASONS):
+        return f"a CancelJob/TerminateJob on AWS Batch outside airflow-torchx: {text}"
+    return None
 
 
 def cancel_requested(job: Mapping[str, Any]) -> bool:

@@ -178,11 +178,11 @@ class LocalScheduler(Scheduler[PopenRequest]):
             _check_entrypoint(i, role, params[0])
             role_params[role.name] = params
             role_log_dirs[role.name] = dirs
-        gpu_plan = (
-            self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
-            if cfg.get("auto_set_cuda_visible_devices")
-            else None
-        )
+        gpu_plan = None
+        if cfg.get("auto_set_cuda_visible_devices"):
+            gpu_plan = self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
+        else:
+            _warn_shared_gpus(app)
         request = PopenRequest(
             app_id=app_id,
             log_dir=app_log_dir,
@@ -219,8 +219,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             return None
         if plan["need"] > len(devices):
             warnings.warn(
-                f"auto_set_cuda_visible_devices: app {app.name!r} requests {plan['need']} GPUs but this host has "
-                f"{len(devices)}; CUDA_VISIBLE_DEVICES is not set",
+                f"auto_set_cuda_visible_devices: app {app.name!r} requests {gpus.gpus_text(plan['need'])} but this "
+                f"host has {len(devices)}; CUDA_VISIBLE_DEVICES is not set",
                 UserWarning,
                 stacklevel=3,
             )
@@ -423,6 +423,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                             hostname="localhost",
                             exit_code=r.get("exit_code"),
                             msg=r.get("msg") or (f"GPUs {r['devices']}" if r.get("devices") else ""),
+                            devices=r.get("devices") or "",
                         )
                         for k, r in enumerate(reps)
                     ],
@@ -639,6 +640,20 @@ class LocalScheduler(Scheduler[PopenRequest]):
         with self._cache_lock:
             self._cache.pop(app_id, None)
         self.store.remove(app_id)
+
+
+def _warn_shared_gpus(app: AppDef) -> None:
+    """Warn that the GPU roles of ``app`` (those not setting ``CUDA_VISIBLE_DEVICES``
+    themselves) will see every GPU of the host, as without ``auto_set_cuda_visible_devices``."""
+    roles = [r.name for r in app.roles if r.resource.gpu > 0 and "CUDA_VISIBLE_DEVICES" not in r.env]
+    if roles:
+        warnings.warn(
+            f"auto_set_cuda_visible_devices is off: the replicas of {', '.join(map(repr, roles))} (asking for GPUs) "
+            "see every GPU of the host, also those other jobs use; set the run option "
+            "auto_set_cuda_visible_devices=True to give each replica its own",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _read_entry(app_id: str, path: str | Path, check: Callable[[Any], str | None]) -> Any:
