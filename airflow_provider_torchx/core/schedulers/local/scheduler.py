@@ -47,7 +47,7 @@ from airflow_provider_torchx.core.schedulers.local.images import (
     ImageProvider,
     LocalDirectoryImageProvider,
 )
-from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, read_lines
+from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, UnsafeLogFileError, open_log, read_lines
 from airflow_provider_torchx.core.schedulers.local.request import (
     PopenRequest,
     ReplicaParam,
@@ -513,9 +513,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     # ------------------------------------------------------------------ logs
 
-    def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | str | None) -> tuple[str, str]:
-        """``(stream name, path)`` of a replica's log; raises for unknown app, role, replica or
-        stream."""
+    def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | str | None) -> tuple[str, str, str]:
+        """``(stream name, path, the job's log directory)`` of a replica's log (every read stays
+        in that directory, ``logs.open_log``); raises for unknown app, role, replica or stream."""
         rec = self._record(app_id)
         if rec is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
@@ -530,7 +530,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             stream = Stream(streams or Stream.COMBINED)
         except ValueError:
             raise ValueError(f"streams: {streams!r} is not one of {', '.join(s.value for s in Stream)}") from None
-        return stream.value, params[k][stream.value]
+        return stream.value, params[k][stream.value], rec["log_dir"]
 
     def read_log(
         self,
@@ -544,13 +544,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         """Whole lines of replica ``k`` of ``role_name`` after ``cursor`` (a JSON byte offset;
         None: the start), at most ``max_lines``. ``eof`` once the job is terminal and the
         whole log was returned. Default stream: combined. Never blocks."""
-        stream, path = self._log_file(app_id, role_name, k, streams)
+        stream, path, root = self._log_file(app_id, role_name, k, streams)
         offset = 0
         if cursor is not None:
             try:
                 parsed = json.loads(cursor)
-                offset = int(parsed["offset"])
-                ok = parsed.get("stream") == stream and offset >= 0
+                offset = parsed["offset"]
+                ok = parsed.get("stream") == stream and type(offset) is int and 0 <= offset < 1 << 62
             except (ValueError, TypeError, KeyError):
                 ok = False
             if not ok:
@@ -558,7 +558,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         rec = self._record(app_id)
         assert rec is not None
         final = self._state(app_id, rec)["state"] in _TERMINAL_NAMES
-        lines, offset, more = read_lines(path, offset, final, max_lines)
+        lines, offset, more = read_lines(path, offset, final, max_lines, root=root)
         return LogChunk(lines=lines, cursor=json.dumps({"stream": stream, "offset": offset}), eof=final and not more)
 
     def log_iter(
@@ -576,12 +576,12 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ``regex``; with ``should_tail`` it follows until the job is terminal and drained.
         ``since``/``until`` are ignored with a warning (local logs carry no timestamps), as in
         TorchX. Unknown app: ``UnknownAppError``; unknown role/replica: ``ValueError``."""
-        _, path = self._log_file(app_id, role_name, k, streams)
+        _, path, root = self._log_file(app_id, role_name, k, streams)
         if since or until:
             warnings.warn(
                 "since/until are ignored by the local scheduler: all log lines are returned", UserWarning, stacklevel=2
             )
-        return filter_regex(regex, LogIterator(app_id, path, self, should_tail))
+        return filter_regex(regex, LogIterator(app_id, path, self, should_tail, root=root))
 
     # ------------------------------------------------------------------ stop
 
@@ -713,12 +713,16 @@ def _unstarted_replica(app_state: str) -> dict[str, Any]:
 
 
 def _last_words(path: Path) -> str:
-    """The last non-empty line of the end of ``path`` (the supervisor's log), shortened."""
+    """The last non-empty line of the end of ``path`` (the supervisor's log in the job's
+    directory, read as the logs are: ``logs.open_log``), shortened."""
     try:
-        with open(path, "rb") as f:
+        fd = open_log(str(path), str(path.parent))
+        if fd is None:
+            return ""
+        with open(fd, "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - _LAST_WORDS_BYTES))
             tail = f.read().decode("utf-8", "replace")
-    except OSError:
+    except (OSError, UnsafeLogFileError):
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""
