@@ -147,7 +147,7 @@ def test_job_shows_roles_and_replicas(client: Any, auth: Any, jobs: dict[str, st
         ({"handle": "not a handle"}, 400, "app_handle: 'not a handle' is not of the form"),
         ({"handle": "nosuch://torchx/x-1"}, 400, "unknown scheduler 'nosuch'"),
         ({"handle": "local_cwd://torchx/no-such-job"}, 404, "no job 'local_cwd://torchx/no-such-job'"),
-        ({}, 422, "handle"),
+        ({}, 400, "'handle': Field required"),
     ],
 )
 def test_bad_and_unknown_handles_get_a_clear_error(
@@ -155,7 +155,8 @@ def test_bad_and_unknown_handles_get_a_clear_error(
 ) -> None:
     for method, path in (("GET", "/api/job"), ("GET", "/api/log"), ("POST", "/api/cancel")):
         query = {**params, "role": "worker"} if path == "/api/log" else params
-        resp = client.request(method, path, params=query, headers=_headers(auth, "admin"))
+        sent = {"json": query} if method == "POST" else {"params": query}
+        resp = client.request(method, path, headers=_headers(auth, "admin"), **sent)
         assert resp.status_code == status, (path, resp.text)
         assert message in json.dumps(resp.json()["detail"]), (path, resp.text)
         assert "Traceback" not in resp.text
@@ -181,18 +182,18 @@ def test_log_pages_follow_the_cursor(client: Any, auth: Any, jobs: dict[str, str
 def test_only_users_with_edit_rights_cancel(client: Any, auth: Any, jobs: dict[str, str], local_jobs: Any) -> None:
     runner: Runner = local_jobs[0]
     handle = jobs["live"]
-    denied = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "viewer"))
+    denied = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "viewer"))
     assert denied.status_code == 403, denied.text
     assert denied.json()["detail"] == (
         "'ann-viewer' may not cancel this job: needs edit rights on the task instances of DAG 'ui_live'"
     )
     assert not runner.describe_app(handle).cancel_requested  # type: ignore[union-attr]
 
-    resp = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "user"))
+    resp = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user"))
     assert resp.status_code == 202 and resp.json()["cancel_requested"], resp.text
     status = runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
     assert status is not None and status.state == AppState.CANCELLED
-    again = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "user")).json()
+    again = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user")).json()
     assert again == {"handle": handle, "state": "CANCELLED", "cancel_requested": False}
 
 
@@ -238,7 +239,7 @@ def test_batch_jobs_through_their_connection(
         job = client.get("/api/job", params=params, headers=admin).json()
         assert job["console_url"].startswith("https://us-east-1.console.aws.amazon.com/batch/"), job
         assert [r["name"] for r in job["roles"]] == ["worker"] and job["dag_id"] == "ui_batch"
-        assert client.post("/api/cancel", params=params, headers=admin).status_code == 202
+        assert client.post("/api/cancel", json=params, headers=admin).status_code == 202
         status = hook.get_runner().wait(handle, wait_interval=1, timeout=60, cancel_on_signal=False)
         assert status is not None and status.is_terminal() and status.state != AppState.SUCCEEDED, status
     finally:

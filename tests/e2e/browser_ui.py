@@ -10,9 +10,15 @@ Scenario, on one running job of a DAG (two replicas printing ``r<k> line <i>`` e
 1. the jobs page, filtered by the DAG, lists the job; its page shows both replicas and log
    lines arriving while the job runs;
 2. the task page's "TorchX Job" link opens that job page, and its "TorchX" tab lists the job;
-3. a viewer sees the Cancel button disabled and the plugin's API answers its cancel with 403;
+3. a viewer sees the Cancel button disabled and the plugin's API answers its cancel (sent as
+   the page sends it) with 403;
 4. an admin's Cancel stops the job: the page shows CANCELLED.
 Screenshots of the two pages go to ``screenshots`` when given.
+
+Scenario ``csrf`` (``tests/e2e/test_ui_security.py``): log in as Airflow's login page does (the
+``_token`` cookie set from JavaScript), then open each page of ``attackers`` (another site,
+another port of the same site), which posts a cancel through a form and through a no-cors
+fetch; report each answer's status and detail.
 """
 
 from __future__ import annotations
@@ -37,6 +43,12 @@ ARGS = [
     "--no-first-run",
 ]
 TIMEOUT_MS = 60_000
+#: The cancel the job page sends (same origin, JSON), sent from a viewer's page.
+VIEWER_CANCEL = """async (handle) => {
+  const resp = await fetch("api/cancel", {method: "POST", headers: {"Content-Type": "application/json"},
+                                          body: JSON.stringify({handle})});
+  return [resp.status, (await resp.json()).detail];
+}"""
 
 
 def context_for(browser: Browser, base_url: str, token: str) -> BrowserContext:
@@ -107,8 +119,7 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             viewer.goto(admin.url)
             viewer.locator("#replicas tr").first.wait_for()
             seen["viewer_cancel_disabled"] = viewer.locator("#cancel").is_disabled()
-            resp = viewer.request.post(f"{base}/torchx/api/cancel?handle={spec['handle_q']}")
-            seen["viewer_cancel_status"], seen["viewer_cancel_detail"] = resp.status, resp.json().get("detail")
+            seen["viewer_cancel_status"], seen["viewer_cancel_detail"] = viewer.evaluate(VIEWER_CANCEL, handle)
 
             # 4. the admin cancels from the page
             admin.locator("#cancel").click()
@@ -124,11 +135,38 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             browser.close()
 
 
+def csrf(spec: dict[str, Any], seen: dict[str, Any]) -> None:
+    base = spec["base_url"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            ctx = browser.new_context()
+            ctx.set_default_timeout(TIMEOUT_MS)
+            page = ctx.new_page()
+            page.goto(f"{base}/torchx/api/jobs")
+            page.evaluate("token => { document.cookie = '_token=' + token + '; path=/'; }", spec["token"])
+            for name, url in spec["attackers"].items():
+                attempts: dict[str, Any] = {}
+                for how, action in (("form", "document.getElementById('f').submit()"), ("fetch", "attack()")):
+                    page.goto(url)
+                    with page.expect_response(lambda r: "/torchx/api/cancel" in r.url) as answer:
+                        page.evaluate(action)
+                    resp = answer.value
+                    try:
+                        detail = resp.json().get("detail")
+                    except Exception:  # an opaque answer has no body to read
+                        detail = None
+                    attempts[how] = {"status": resp.status, "detail": detail}
+                seen[name] = attempts
+        finally:
+            browser.close()
+
+
 def main() -> None:
     spec = json.load(sys.stdin)
     seen: dict[str, Any] = {}
     try:
-        run(spec, seen)
+        (csrf if spec.get("scenario") == "csrf" else run)(spec, seen)
     except Exception as err:
         seen["error"] = f"{type(err).__name__}: {err}"
     json.dump(seen, sys.stdout)
