@@ -29,6 +29,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from airflow_provider_torchx.core.components import get_app, get_component, list_components
+from airflow_provider_torchx.core.durations import parse_duration
 from airflow_provider_torchx.core.errors import ComponentError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
 from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
@@ -144,6 +145,18 @@ def _parser() -> argparse.ArgumentParser:
     list_cmd.add_argument("-s", "--scheduler", default=DEFAULT_SCHEDULER, help=f"default: {DEFAULT_SCHEDULER}")
     list_cmd.add_argument("-cfg", "--scheduler_args", action="append", default=[], metavar="K=V[,K=V...]")
     list_cmd.add_argument("--label", action="append", type=_label, default=[], metavar="K=V", help="filter")
+
+    prune = sub("prune", "remove ended jobs of the local job store (never a live one) and report the space freed")
+    prune.add_argument("--older-than", required=True, metavar="DURATION", help="ended this long ago: 30d, 12h, 90m")
+    prune.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        choices=[s.name for s in AppState if s.is_terminal()],
+        type=str.upper,
+        help="only jobs that ended in this state (repeatable; default: any)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
 
     sub("runopts", "print the run options of every (or one) scheduler").add_argument(
         "scheduler", nargs="?", default=None
@@ -383,6 +396,27 @@ def _timing(runner: Runner, handle: str) -> str | None:
     return f"  Started: {_when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
 
 
+def _prune(args: argparse.Namespace) -> int:
+    """``prune``: the local store's ended jobs older than ``--older-than`` (both local
+    schedulers share the store), one line each, then the total."""
+    from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
+
+    older_than = parse_duration(args.older_than, "--older-than")
+    sched = create_cwd_scheduler("torchx")
+    pruned = sched.prune(older_than, args.state, dry_run=args.dry_run)
+    for app_id, size in pruned:
+        _out(f"{app_id}  {_megabytes(size)}")
+    verb = "would remove" if args.dry_run else "removed"
+    freed = "would free" if args.dry_run else "freed"
+    total = sum(size for _, size in pruned)
+    _out(f"{verb} {len(pruned)} ended job(s) of {sched.store.root}; {freed} {_megabytes(total)}")
+    return EXIT_OK
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
 def _runopts(runner: Runner, args: argparse.Namespace) -> int:
     names = [args.scheduler] if args.scheduler else runner.scheduler_backends()
     code = EXIT_OK
@@ -455,6 +489,8 @@ def _dispatch(runner: Runner, args: argparse.Namespace) -> int:
         return _list(runner, args)
     if command == "runopts":
         return _runopts(runner, args)
+    if command == "prune":
+        return _prune(args)
     if command == "builtins":
         return _builtins(args)
     return _handle_command(runner, args)

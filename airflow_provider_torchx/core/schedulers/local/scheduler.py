@@ -462,32 +462,82 @@ class LocalScheduler(Scheduler[PopenRequest]):
         info._scheduler = rec["backend"]
         return info
 
+    def summaries(self) -> dict[str, dict[str, Any]]:
+        """What a listing shows of every job of the store (any local backend): app id ->
+        ``{"backend", "name", "labels", "created", "state", "ended"}``. Ended jobs come from
+        the store's index (``store.FINISHED_INDEX``); only the others' files are read, and
+        those found ended are added to it. Corrupt entries are skipped (logged)."""
+        index = self.store.finished()
+        present = set(self.store.app_ids())
+        found, learned = {}, {}
+        for app_id in present:
+            entry = index.get(app_id)
+            if not isinstance(entry, dict) or entry.get("state") not in _TERMINAL_NAMES:
+                try:
+                    rec = self._record(app_id)
+                    if rec is None:
+                        continue
+                    st = self._state(app_id, rec)
+                except store.CorruptEntryError as e:
+                    log.warning("list: skipping %s", e)
+                    continue
+                entry = {
+                    "backend": rec["backend"],
+                    "name": rec["app_name"],
+                    "labels": rec["labels"],
+                    "created": rec["created"],
+                    "state": st["state"],
+                    "ended": st.get("ended"),
+                }
+                if st["state"] in _TERMINAL_NAMES and not st.get("unrecorded"):
+                    learned[app_id] = entry
+            found[app_id] = entry
+        if learned:
+            self.store.record_finished(learned, present)
+        return found
+
+    def prune(self, older_than: float, states: Iterable[str] = (), dry_run: bool = False) -> list[tuple[str, int]]:
+        """Remove the jobs of the store (any local backend) that ended more than ``older_than``
+        seconds ago, in one of ``states`` if given (never a job that has not ended; logs under
+        a ``log_dir`` option stay); ``dry_run``: remove nothing. Returns ``(app_id, bytes on
+        disk)`` per job, oldest first; ``StoreError`` if the store cannot be written."""
+        wanted = {s.upper() for s in states}
+        cutoff = time.time() - older_than
+        summaries = self.summaries()
+        chosen = sorted(
+            (entry.get("ended") or entry["created"], app_id)
+            for app_id, entry in summaries.items()
+            if entry["state"] in _TERMINAL_NAMES
+            and (not wanted or entry["state"] in wanted)
+            and (entry.get("ended") or entry["created"]) <= cutoff
+        )
+        pruned = []
+        for _, app_id in chosen:
+            size = self.store.disk_usage(app_id)
+            if not dry_run:
+                with self._cache_lock:
+                    self._cache.pop(app_id, None)
+                self.store.remove(app_id)
+            pruned.append((app_id, size))
+        if pruned and not dry_run:
+            self.store.record_finished({}, set(summaries) - {app_id for app_id, _ in pruned})
+        return pruned
+
     def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
         """Every job of this backend in the store (any session) whose labels include every
-        ``labels`` pair, oldest first."""
-        found = []
-        for app_id in self.store.app_ids():
-            try:
-                rec = self._record(app_id)
-                if rec is None or rec["backend"] != self.backend or not labels_match(rec["labels"], labels):
-                    continue
-                st = self._state(app_id, rec)
-            except store.CorruptEntryError as e:
-                log.warning("list: skipping %s", e)
-                continue
-            found.append(
-                (
-                    rec["created"],
-                    ListAppResponse(
-                        app_id=app_id,
-                        state=AppState[st["state"]],
-                        name=rec["app_name"],
-                        labels=dict(rec["labels"]),
-                        created=rec["created"],
-                    ),
-                )
+        ``labels`` pair, oldest first (from ``summaries``)."""
+        found = [
+            ListAppResponse(
+                app_id=app_id,
+                state=AppState[entry["state"]],
+                name=entry["name"],
+                labels=dict(entry["labels"]),
+                created=entry["created"],
             )
-        return [resp for _, resp in sorted(found, key=lambda x: x[0])]
+            for app_id, entry in self.summaries().items()
+            if entry["backend"] == self.backend and labels_match(entry["labels"], labels)
+        ]
+        return sorted(found, key=lambda r: (r.created or 0.0, r.app_id))
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block until the job's supervisor exits (the job is over) or ``timeout`` passes,
