@@ -35,7 +35,7 @@ from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
 from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import Stream
-from airflow_provider_torchx.core.schedulers.local.store import CorruptEntryError
+from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError, CorruptEntryError
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 log = logging.getLogger(__name__)
@@ -471,8 +471,12 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         if status.is_terminal():
             _out(f"{handle}: already {status.state.name}; nothing to cancel")
         else:
-            runner.cancel(handle)
-            _out(f"{handle}: cancel requested")
+            try:
+                runner.cancel(handle)
+            except CancelNotRecordedError as err:  # delivered all the same
+                _out(f"{handle}: cancel requested ({err})")
+            else:
+                _out(f"{handle}: cancel requested")
     else:
         runner.delete(handle)
         _out(f"{handle}: deleted")

@@ -33,6 +33,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel
 
 from airflow_provider_torchx.core.errors import UnknownAppError
+from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError
 from airflow_provider_torchx.plugins import access, jobs
 from airflow_provider_torchx.plugins.access import EDIT, READ, PageUser, User
 from airflow_provider_torchx.plugins.secrets import Masker, job_secrets
@@ -174,10 +175,14 @@ def create_app() -> FastAPI:
     def cancel(user: User, body: CancelRequest) -> dict[str, Any]:
         """Ask the scheduler to stop the job; it ends CANCELLED (the task fails)."""
         runner, desc, _ = _job(user, body.handle, body.conn_id, EDIT, "cancel this job")
+        answer = {"handle": body.handle, "state": desc.state.name, "cancel_requested": not desc.state.is_terminal()}
         if not desc.state.is_terminal():
             log.info("TorchX UI: %s cancels %s", user.get_name(), body.handle)
-            runner.cancel(body.handle)
-        return {"handle": body.handle, "state": desc.state.name, "cancel_requested": not desc.state.is_terminal()}
+            try:
+                runner.cancel(body.handle)
+            except CancelNotRecordedError as err:  # delivered all the same
+                answer["msg"] = str(err)
+        return answer
 
     return app
 

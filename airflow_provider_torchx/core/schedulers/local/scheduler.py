@@ -638,20 +638,35 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def _cancel_existing(self, app_id: str) -> None:
         """Record the cancel (with the grace period) and SIGTERM the supervisor, which
         SIGTERMs every process of the job, SIGKILLs them after the grace period and records
-        CANCELLED. Returns at once."""
+        CANCELLED. Returns at once. When the store cannot be written, the supervisor is
+        signalled all the same and ``CancelNotRecordedError`` says so (``StoreError`` if there
+        was no supervisor to signal either)."""
         job_dir = self.job_dir(app_id)
         rec = self._record(app_id)
         if rec is not None and not _on_this_host(rec):
             raise RuntimeError(f"cancel: app {app_id!r} runs on host {rec['host']!r}; cancel it from there")
+        unrecorded = None
         try:
             store.write_json_atomic(
                 job_dir / store.CANCEL, {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid()}
             )
         except OSError as e:
-            raise store.store_error(self.store.root, f"record the cancel of {app_id!r}", e) from None
+            unrecorded = store.store_error(self.store.root, f"record the cancel of {app_id!r}", e)
         sup = _read_entry(app_id, job_dir / store.SUPERVISOR, _check_supervisor)
-        if sup is not None and sup.get("boot") == procfs.boot_id():
-            procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
+        signalled = (
+            sup is not None
+            and sup.get("boot") == procfs.boot_id()
+            and procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
+        )
+        if unrecorded is None:
+            return
+        if not signalled:
+            raise unrecorded
+        raise store.CancelNotRecordedError(
+            unrecorded.errno,
+            f"{unrecorded}; its supervisor was signalled: the job stops and is recorded CANCELLED "
+            "once the store can be written again",
+        )
 
     def delete(self, app_id: str) -> None:
         """Cancel the job if it runs, then remove it from the store. A corrupt entry (one that

@@ -74,6 +74,12 @@ class StoreError(OSError):
         return str(self.strerror)
 
 
+class CancelNotRecordedError(StoreError):
+    """A cancel that could not be written to the store (full, read-only) but was delivered all
+    the same: the job's supervisor was signalled, stops the job and records it CANCELLED as
+    soon as the store can be written. The message says so."""
+
+
 class CorruptEntryError(ValueError):
     """A file of a job is not valid (not JSON, truncated, or not the shape its writer writes).
     ``app_id`` and ``path`` name the job and the file."""
