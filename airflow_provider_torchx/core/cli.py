@@ -46,6 +46,8 @@ DEFAULT_SCHEDULER = "local_cwd"
 CANCEL_WAIT_SECONDS = 30.0
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SYSTEM = 3
+#: ``list`` shows this many of the newest jobs unless given ``--all``.
+LIST_DEFAULT_LIMIT = 100
 _LOG_TARGET = re.compile(r"^(?P<handle>[^/:]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<k>\d+))?)?$")
 
 
@@ -145,6 +147,8 @@ def _parser() -> argparse.ArgumentParser:
     list_cmd.add_argument("-s", "--scheduler", default=DEFAULT_SCHEDULER, help=f"default: {DEFAULT_SCHEDULER}")
     list_cmd.add_argument("-cfg", "--scheduler_args", action="append", default=[], metavar="K=V[,K=V...]")
     list_cmd.add_argument("--label", action="append", type=_label, default=[], metavar="K=V", help="filter")
+    shown = f"every job (default: the newest {LIST_DEFAULT_LIMIT}; a note counts the rest)"
+    list_cmd.add_argument("--all", action="store_true", help=shown)
 
     prune = sub("prune", "remove ended jobs of the local job store (never a live one) and report the space freed")
     prune.add_argument("--older-than", required=True, metavar="DURATION", help="ended this long ago: 30d, 12h, 90m")
@@ -362,6 +366,10 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
     if not apps:
         _err(f"no jobs on {args.scheduler}")
         return EXIT_OK
+    hidden = 0 if args.all else max(0, len(apps) - LIST_DEFAULT_LIMIT)
+    if hidden:
+        apps = apps[hidden:]  # oldest first: the newest are at the end
+        _err(f"{hidden} older job(s) not shown: `{PROG} list --all` shows every job")
     rows = [(a.app_handle, a.state.name, _when(a.created), _airflow_task(a.labels), a.name) for a in apps]
     widths = [max(len(row[i]) for row in [_LIST_HEADER, *rows]) for i in range(4)]
     for row in [_LIST_HEADER, *rows]:

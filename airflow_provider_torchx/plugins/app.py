@@ -13,7 +13,8 @@ API guarantees:
    without the rights (naming the user, the DAG and the right) or for a refused cookie-only
    request (naming why), 400 for a bad handle, role, replica, cursor or any malformed value
    (naming it), 404 for a job the scheduler does not know; never a traceback.
-2. ``GET api/jobs`` lists what the user may read, with ``errors`` per unreachable source.
+2. ``GET api/jobs`` lists what the user may read, one page at a time (newest first, ``next``
+   the cursor of the following page), with ``errors`` per unreachable source.
 3. ``GET api/log`` returns one page of a replica's log after the given cursor and the cursor to
    continue from, so a page polling it shows each line once.
 4. ``POST api/cancel`` asks the scheduler to stop the job (idempotent) and returns its state.
@@ -141,13 +142,17 @@ def create_app() -> FastAPI:
         task_id: str | None = None,
         run_id: str | None = None,
         state: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=jobs.MAX_PAGE)] = jobs.DEFAULT_PAGE,
+        cursor: str | None = None,
     ) -> dict[str, Any]:
-        """The jobs the host can see that the user may read, filtered by identity and state."""
+        """One page (newest first) of the jobs the host can see that the user may read,
+        filtered by identity and state; ``next`` is the cursor of the following page."""
         found = jobs.list_jobs({"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "state": state})
         dag_label = jobs.IDENTITY_LABELS["dag_id"]
         readable = access.allowed_dags(user, {row.labels.get(dag_label) for row in found.jobs}, READ)
-        rows = [row.as_json() for row in found.jobs if row.labels.get(dag_label) in readable]
-        return Masker().tree({"jobs": rows, "errors": found.errors})
+        rows = [row for row in found.jobs if row.labels.get(dag_label) in readable]
+        page, after = jobs.page_after(rows, cursor, limit)
+        return Masker().tree({"jobs": [row.as_json() for row in page], "next": after, "errors": found.errors})
 
     @app.get("/api/job")
     def get_job(user: User, handle: Annotated[str, Query()], conn_id: str | None = None) -> dict[str, Any]:

@@ -18,8 +18,12 @@ Guarantees:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import functools
+import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +40,8 @@ from airflow_provider_torchx.links.torchx import job_page_url
 IDENTITY_LABELS = {"dag_id": "airflow.dag_id", "task_id": "airflow.task_id", "run_id": "airflow.run_id"}
 #: At most this many lines per log request (the page asks again with the cursor).
 LOG_PAGE_LINES = 1000
+#: Jobs per page of the list: by default, and at most.
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
 _CONN_ENV_PREFIX = "AIRFLOW_CONN_"
 
 
@@ -49,6 +55,8 @@ class JobRow:
     state: str
     conn_id: str | None
     labels: dict[str, str] = field(default_factory=dict)
+    #: When the job was submitted (epoch seconds; None: unknown): the list's order.
+    created: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         identity = {key: self.labels.get(label) for key, label in IDENTITY_LABELS.items()}
@@ -61,6 +69,7 @@ class JobRow:
             "conn_id": self.conn_id,
             **identity,
             "map_index": self.labels.get("airflow.map_index"),
+            "created": self.created,
             "url": job_page_url(self.handle, self.conn_id),
         }
 
@@ -117,8 +126,8 @@ def _sources() -> Iterable[tuple[str | None, TorchXHook]]:
 def list_jobs(filters: Mapping[str, str | None]) -> JobList:
     """Every job the host can see whose identity labels match ``filters`` (``dag_id``,
     ``task_id``, ``run_id``; empty values ignored) and whose state is ``filters["state"]`` if
-    given; newest first per source. A connection of a host-bound scheduler adds nothing (its
-    jobs are listed once, without it)."""
+    given; newest first (by submission time, then handle). A connection of a host-bound
+    scheduler adds nothing (its jobs are listed once, without it)."""
     want = {label: filters[key] for key, label in IDENTITY_LABELS.items() if filters.get(key)}
     state = (filters.get("state") or "").upper()
     rows: dict[str, JobRow] = {}
@@ -136,9 +145,37 @@ def list_jobs(filters: Mapping[str, str | None]) -> JobList:
             if any(app.labels.get(k) != v for k, v in want.items()) or (state and app.state.name != state):
                 continue
             rows.setdefault(
-                app.app_handle, JobRow(app.app_handle, scheduler, app.name, app.state.name, conn_id, dict(app.labels))
+                app.app_handle,
+                JobRow(app.app_handle, scheduler, app.name, app.state.name, conn_id, app.labels, app.created),
             )
-    return JobList(list(rows.values()), errors)
+    return JobList(sorted(rows.values(), key=sort_key, reverse=True), errors)
+
+
+def sort_key(row: JobRow) -> tuple[float, str]:
+    """Where ``row`` stands in the list (descending)."""
+    return (row.created or 0.0, row.handle)
+
+
+def page_after(rows: list[JobRow], cursor: str | None, limit: int) -> tuple[list[JobRow], str | None]:
+    """The ``limit`` rows after ``cursor`` (None: from the newest) of ``rows`` (sorted newest
+    first) and the cursor of the next page (None: this was the last). A cursor that is not one
+    this function returned raises ``ValueError`` naming it."""
+    start = 0
+    if cursor:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)))
+            key = (float(data["created"]), str(data["handle"]))
+            if not math.isfinite(key[0]):
+                raise ValueError("not finite")
+        except (ValueError, TypeError, KeyError, binascii.Error):
+            raise ValueError(f"cursor: {cursor!r} is not a cursor api/jobs returned") from None
+        start = next((i for i, row in enumerate(rows) if sort_key(row) < key), len(rows))
+    page = rows[start : start + limit]
+    if start + limit >= len(rows):
+        return page, None
+    last = sort_key(page[-1])
+    token = json.dumps({"created": last[0], "handle": last[1]}).encode()
+    return page, base64.urlsafe_b64encode(token).decode().rstrip("=")
 
 
 def runner_for(app_handle: str, conn_id: str | None) -> Runner:

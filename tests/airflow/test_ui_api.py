@@ -244,3 +244,28 @@ def test_batch_jobs_through_their_connection(
         assert status is not None and status.is_terminal() and status.state != AppState.SUCCEEDED, status
     finally:
         hook.get_runner().cancel(handle)
+
+
+def test_the_list_pages_newest_first_with_a_cursor(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    viewer = _headers(auth, "viewer")
+    everything = client.get("/api/jobs", params={"task_id": "train"}, headers=viewer).json()
+    assert everything["next"] is None and len(everything["jobs"]) >= 2
+    created = [j["created"] for j in everything["jobs"]]
+    assert created == sorted(created, reverse=True), "newest first"
+    seen, cursor = [], None
+    while True:
+        params = {"task_id": "train", "limit": 1} | ({"cursor": cursor} if cursor else {})
+        page = client.get("/api/jobs", params=params, headers=viewer).json()
+        assert len(page["jobs"]) == 1, page
+        seen.append(page["jobs"][0]["handle"])
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert seen == [j["handle"] for j in everything["jobs"]], "each job once, in order"
+    for params, named in (
+        ({"cursor": "bm90IGEgY3Vyc29y"}, "cursor: 'bm90IGEgY3Vyc29y' is not a cursor api/jobs returned"),
+        ({"limit": 0}, "query parameter 'limit': '0'"),
+        ({"limit": "many"}, "query parameter 'limit': 'many'"),
+    ):
+        resp = client.get("/api/jobs", params=params, headers=viewer)
+        assert resp.status_code == 400 and named in resp.json()["detail"], resp.text

@@ -105,3 +105,19 @@ def test_prune_usage_errors_remove_nothing(
     assert main(["prune", *argv]) == 2
     assert message in capsys.readouterr().err
     assert [a.app_id for a in sched.list()] == [done]
+
+
+def test_cli_list_shows_the_newest_unless_all(
+    sched: LocalScheduler, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_torchx.core import cli
+
+    first, second, third = (_ended(sched) for _ in range(3))
+    monkeypatch.setattr(cli, "LIST_DEFAULT_LIMIT", 2)
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert first not in out and second in out and third in out, out
+    assert "1 older job(s) not shown: `airflow-torchx list --all` shows every job" in err
+    assert main(["list", "--all"]) == 0
+    out, err = capsys.readouterr()
+    assert all(app_id in out for app_id in (first, second, third)) and err == ""

@@ -18,7 +18,9 @@ Screenshots of the two pages go to ``screenshots`` when given.
 Scenario ``csrf`` (``tests/e2e/test_ui_security.py``): log in as Airflow's login page does (the
 ``_token`` cookie set from JavaScript), then open each page of ``attackers`` (another site,
 another port of the same site), which posts a cancel through a form and through a no-cors
-fetch; report each answer's status and detail.
+fetch; report each answer's status and detail. Then open the jobs page with api/jobs
+answering 6 s late, filter twice meanwhile, and report how many calls were ever in flight at
+once.
 """
 
 from __future__ import annotations
@@ -43,6 +45,18 @@ ARGS = [
     "--no-first-run",
 ]
 TIMEOUT_MS = 60_000
+#: Makes every answer of api/jobs arrive 6 s late (longer than the page's poll interval) and
+#: counts the calls and the most in flight at once.
+SLOW_JOBS_API = """
+window.__calls = 0; window.__inflight = 0; window.__max = 0;
+const realFetch = window.fetch;
+window.fetch = async (...args) => {
+  if (!String(args[0]).includes("api/jobs")) return realFetch(...args);
+  window.__calls++; window.__inflight++; window.__max = Math.max(window.__max, window.__inflight);
+  try { const resp = await realFetch(...args); await new Promise((r) => setTimeout(r, 6000)); return resp; }
+  finally { window.__inflight--; }
+};
+"""
 #: The cancel the job page sends (same origin, JSON), sent from a viewer's page.
 VIEWER_CANCEL = """async (handle) => {
   const resp = await fetch("api/cancel", {method: "POST", headers: {"Content-Type": "application/json"},
@@ -83,7 +97,7 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             admin.wait_for_url(re.compile(r"/torchx/job\?handle="))
             admin.locator("#replicas tr").nth(1).wait_for()
             seen["replicas"] = [tr.inner_text().split("\t")[:3] for tr in admin.locator("#replicas tr").all()]
-            admin.wait_for_function("document.querySelector('#log').innerText.includes('line')")
+            admin.wait_for_function("() => document.querySelector('#log').innerText.includes('line')")
             first = log_lines(admin)
             started = time.monotonic()
             admin.wait_for_function(
@@ -158,6 +172,16 @@ def csrf(spec: dict[str, Any], seen: dict[str, Any]) -> None:
                         detail = None
                     attempts[how] = {"status": resp.status, "detail": detail}
                 seen[name] = attempts
+
+            # the jobs page keeps one call in flight, however slow the answers
+            slow = ctx.new_page()
+            slow.add_init_script(SLOW_JOBS_API)
+            slow.goto(f"{base}/torchx/")
+            slow.wait_for_function("() => window.__calls >= 1")  # functions: the page's CSP forbids eval
+            for _ in range(2):  # filter twice while the first call is out
+                slow.locator("#filters button[type=submit]").click()
+            slow.wait_for_function("() => window.__calls >= 3", timeout=90_000)
+            seen["jobs_calls"], seen["jobs_max_in_flight"] = slow.evaluate("[window.__calls, window.__max]")
         finally:
             browser.close()
 

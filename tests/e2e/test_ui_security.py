@@ -8,7 +8,8 @@ the deployment's job store, labelled with the teams' DAGs):
 - a job's secrets (its sensitive env values, a connection's password, a sensitive variable)
   reach nobody: the log, the job and the list are masked;
 - a cancel carrying only the login cookie is refused unless same-origin and JSON: a cross-site
-  form, a same-site page on another port (Chromium), a form body;
+  form, a same-site page on another port (Chromium), a form body; the jobs page never has two
+  calls in flight (Chromium, answers slower than its poll);
 - a replica that swaps its log for a symbolic link gets a clear 400, never the target;
 - no ``openapi.json``, a 400 naming each malformed value, CSP and ``nosniff`` on the pages.
 """
@@ -292,13 +293,14 @@ def test_pages_of_another_origin_cannot_cancel_in_a_browser(teams: dict[str, Any
                 "attackers": {"cross_site": f"http://localhost:{port}/", "same_site": f"http://127.0.0.1:{port}/"},
             }
         )
-    assert "error" not in seen, seen
+    assert "error" not in seen, seen["error"]
     for name in ("cross_site", "same_site"):
         attempts = seen[name]
         assert isinstance(attempts, dict) and attempts["form"]["status"] == 403, seen
         assert "cross-origin" in attempts["form"]["detail"], seen
         assert attempts["fetch"]["status"] == 403, seen
     assert _job_state(teams, "b") == ("RUNNING", False), "a page of another origin cancelled the job"
+    assert seen["jobs_calls"] >= 3 and seen["jobs_max_in_flight"] == 1, "the jobs page overlapped its calls"
 
 
 def test_a_swapped_log_is_refused(teams: dict[str, Any], api: Any) -> None:

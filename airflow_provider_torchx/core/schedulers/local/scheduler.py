@@ -137,6 +137,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self._cache: OrderedDict[str, tuple[dict[str, Any], dict[str, Any] | None]] = OrderedDict()
         # Watchers of many threads (a triggerer's pool, sensors) share one instance.
         self._cache_lock = threading.Lock()
+        # app id -> what ``list`` answers for an ended job (it never changes).
+        self._ended_listed: dict[str, ListAppResponse] = {}
 
     # ------------------------------------------------------------------ submit
 
@@ -525,18 +527,28 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
         """Every job of this backend in the store (any session) whose labels include every
-        ``labels`` pair, oldest first (from ``summaries``)."""
-        found = [
-            ListAppResponse(
-                app_id=app_id,
-                state=AppState[entry["state"]],
-                name=entry["name"],
-                labels=dict(entry["labels"]),
-                created=entry["created"],
-            )
-            for app_id, entry in self.summaries().items()
-            if entry["backend"] == self.backend and labels_match(entry["labels"], labels)
-        ]
+        ``labels`` pair, oldest first (from ``summaries``; the answers for ended jobs are
+        built once per process and shared: read them, do not change them)."""
+        found = []
+        ended = self._ended_listed
+        summaries = self.summaries()
+        for gone in ended.keys() - summaries.keys():  # deleted since
+            del ended[gone]
+        for app_id, entry in summaries.items():
+            if entry["backend"] != self.backend or (labels and not labels_match(entry["labels"], labels)):
+                continue
+            resp = ended.get(app_id)
+            if resp is None:
+                resp = ListAppResponse(
+                    app_id=app_id,
+                    state=AppState[entry["state"]],
+                    name=entry["name"],
+                    labels=dict(entry["labels"]),
+                    created=entry["created"],
+                )
+                if entry["state"] in _TERMINAL_NAMES:
+                    ended[app_id] = resp
+            found.append(resp)
         return sorted(found, key=lambda r: (r.created or 0.0, r.app_id))
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
