@@ -14,6 +14,9 @@ Guarantees:
    unknown job ``UnknownAppError``; the messages name the handle.
 3. No ``file://`` URL leaves this module (a local job's log directory means nothing in a
    browser on another machine).
+4. Listing costs the same with one open page or many: one listing per filters answers every
+   caller and is renewed in the background (``list_jobs``), and a local store's ended jobs
+   are read from its index (``core/schedulers/local/store.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import binascii
 import contextlib
 import functools
 import json
+import logging
 import math
 import os
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,12 +42,19 @@ from airflow_provider_torchx.core.specs import Role, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.links.torchx import job_page_url
 
+log = logging.getLogger(__name__)
+
 #: Identity labels the operator puts on each job, and the filter names the UI uses for them.
 IDENTITY_LABELS = {"dag_id": "airflow.dag_id", "task_id": "airflow.task_id", "run_id": "airflow.run_id"}
 #: At most this many lines per log request (the page asks again with the cursor).
 LOG_PAGE_LINES = 1000
 #: Jobs per page of the list: by default, and at most.
 DEFAULT_PAGE, MAX_PAGE = 100, 1000
+#: How long one listing answers every page asking with the same filters before it is renewed
+#: (in the background), and how long one nobody asks for is kept.
+LIST_REUSE_S, LIST_FORGET_S = 2.0, 60.0
+_LIST_LOCK = threading.Lock()
+_LISTED: dict[Any, _Listing] = {}
 _CONN_ENV_PREFIX = "AIRFLOW_CONN_"
 
 
@@ -114,12 +127,12 @@ def host_bound_schedulers() -> tuple[str, ...]:
     return tuple(names)
 
 
-def _sources() -> Iterable[tuple[str | None, TorchXHook]]:
+def _sources(connections: Iterable[str]) -> Iterable[tuple[str | None, TorchXHook]]:
     """``(conn_id, hook)`` for each place to list jobs: the host-bound schedulers (no
-    connection), then every ``torchx`` connection."""
+    connection), then every ``torchx`` connection of ``connections``."""
     for scheduler in host_bound_schedulers():
         yield None, TorchXHook(None, scheduler=scheduler)
-    for conn_id in torchx_connection_ids():
+    for conn_id in connections:
         yield conn_id, TorchXHook(conn_id)
 
 
@@ -127,12 +140,59 @@ def list_jobs(filters: Mapping[str, str | None]) -> JobList:
     """Every job the host can see whose identity labels match ``filters`` (``dag_id``,
     ``task_id``, ``run_id``; empty values ignored) and whose state is ``filters["state"]`` if
     given; newest first (by submission time, then handle). A connection of a host-bound
-    scheduler adds nothing (its jobs are listed once, without it)."""
+    scheduler adds nothing (its jobs are listed once, without it).
+
+    One listing serves every caller with the same filters and connections (pages poll every
+    5 s): younger than ``LIST_REUSE_S`` it is the answer; older, it is still the answer while
+    one background thread lists again, so no caller waits for a walk of the store but the
+    first (guarantee 4). A listing nobody asked for in ``LIST_FORGET_S`` is dropped."""
+    connections = tuple(torchx_connection_ids())
+    key = (tuple(sorted((k, v or "") for k, v in filters.items())), connections)
+    with _LIST_LOCK:
+        now = time.monotonic()
+        for stale in [k for k, entry in _LISTED.items() if now - entry.asked >= LIST_FORGET_S]:
+            del _LISTED[stale]
+        entry = _LISTED.get(key)
+        if entry is not None:
+            entry.asked = now
+            if now - entry.at >= LIST_REUSE_S and not entry.refreshing:
+                entry.refreshing = True
+                threading.Thread(target=_refresh, args=(key, filters, connections), daemon=True).start()
+            return entry.found
+    found = _list_jobs(filters, connections)
+    with _LIST_LOCK:
+        _LISTED[key] = _Listing(found, time.monotonic(), time.monotonic())
+    return found
+
+
+@dataclass
+class _Listing:
+    found: JobList
+    at: float
+    asked: float
+    refreshing: bool = False
+
+
+def _refresh(key: Any, filters: Mapping[str, str | None], connections: tuple[str, ...]) -> None:
+    try:
+        found = _list_jobs(dict(filters), connections)
+    except Exception:  # the old listing stays; the next caller tries again
+        log.exception("TorchX UI: listing the jobs failed")
+        with _LIST_LOCK:
+            if key in _LISTED:
+                _LISTED[key].refreshing = False
+        return
+    with _LIST_LOCK:
+        asked = _LISTED[key].asked if key in _LISTED else time.monotonic()
+        _LISTED[key] = _Listing(found, time.monotonic(), asked)
+
+
+def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...]) -> JobList:
     want = {label: filters[key] for key, label in IDENTITY_LABELS.items() if filters.get(key)}
     state = (filters.get("state") or "").upper()
     rows: dict[str, JobRow] = {}
     errors: dict[str, str] = {}
-    for conn_id, hook in _sources():
+    for conn_id, hook in _sources(connections):
         try:
             scheduler = hook.settings.scheduler
             if conn_id and scheduler in host_bound_schedulers():

@@ -269,3 +269,22 @@ def test_the_list_pages_newest_first_with_a_cursor(client: Any, auth: Any, jobs:
     ):
         resp = client.get("/api/jobs", params=params, headers=viewer)
         assert resp.status_code == 400 and named in resp.json()["detail"], resp.text
+
+
+def test_one_listing_serves_every_page_and_is_renewed_in_the_background(jobs: dict[str, str], local_jobs: Any) -> None:
+    """Many open pages cost one walk of the store per ``LIST_REUSE_S``, and no page waits for
+    the renewal: a new job shows a moment later."""
+    import time
+
+    from airflow_provider_torchx.plugins import jobs as ui_jobs
+
+    first = ui_jobs.list_jobs({"task_id": "train"})
+    assert ui_jobs.list_jobs({"task_id": "train"}) is first
+    runner, handles = local_jobs
+    handles.append(runner.run(_app(0), "local_cwd", labels=_identity("ui_new")))
+    time.sleep(ui_jobs.LIST_REUSE_S)
+    assert ui_jobs.list_jobs({"task_id": "train"}) is first, "the old listing answers while it is renewed"
+    deadline = time.monotonic() + 60
+    while handles[0] not in {row.handle for row in ui_jobs.list_jobs({"task_id": "train"}).jobs}:
+        assert time.monotonic() < deadline, "the listing was never renewed"
+        time.sleep(0.1)
