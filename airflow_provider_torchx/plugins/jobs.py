@@ -83,8 +83,12 @@ class JobRow:
             **identity,
             "map_index": self.labels.get("airflow.map_index"),
             "created": self.created,
-            "url": job_page_url(self.handle, self.conn_id),
+            "url": _job_page_url(self.handle, self.conn_id),
         }
+
+
+#: The job page's URL of a handle (reads ``[api] base_url``, which does not change in a process).
+_job_page_url = functools.lru_cache(maxsize=65536)(job_page_url)
 
 
 @dataclass
