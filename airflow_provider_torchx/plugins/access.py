@@ -7,8 +7,9 @@ Guarantees:
    (what Airflow's task-instance routes pass), a list of jobs with one
    ``filter_authorized_dag_ids`` call per team (what Airflow's task-instance list does), so any
    auth manager (Simple, FAB, Keycloak) decides as on Airflow's own pages.
-2. A job without a DAG label is allowed only to a user with the right on every DAG of the
-   deployment (and on DAGs in general): nobody whose rights stop at some DAGs or teams.
+2. A job without a DAG label, or labelled with a DAG the deployment does not have (deleted,
+   or never parsed), is allowed only to a user with the right on every DAG of the deployment
+   (and on DAGs in general): nobody whose rights stop at some DAGs or teams.
 3. A state-changing request carrying only the login cookie (no ``Authorization`` header) is
    refused unless it is same-origin (``Origin``, else ``Sec-Fetch-Site``, against
    ``[api] base_url``) and has a JSON body: a form or a page of another origin cannot reach it,
@@ -125,7 +126,7 @@ def allowed(user: Any, dag_id: str | None, method: str) -> bool:
     of no DAG, guarantee 2)."""
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
-    if not dag_id:
+    if not dag_id or not _known_dags({dag_id}):
         return _all_dags_allowed(user, method)
     details = DagDetails(id=dag_id, team_name=dag_teams([dag_id])[dag_id])
     return bool(
@@ -141,7 +142,8 @@ def allowed_dags(user: Any, dag_ids: Iterable[str | None], method: str) -> set[s
     the same)."""
     manager = auth_manager()
     wanted = set(dag_ids)
-    named = {d for d in wanted if d}
+    named = _known_dags({d for d in wanted if d})
+    unknown = {d for d in wanted if d not in named}  # no DAG, or one the deployment does not have
     ok: set[str | None] = set()
     if not _filter_takes_team(manager.__class__):
         ok |= set(manager.filter_authorized_dag_ids(dag_ids=named, user=user, method=method)) if named else set()
@@ -151,9 +153,21 @@ def allowed_dags(user: Any, dag_ids: Iterable[str | None], method: str) -> set[s
         by_team[team].add(dag_id)
     for team, ids in by_team.items():
         ok |= set(manager.filter_authorized_dag_ids(dag_ids=ids, user=user, method=method, team_name=team))
-    if None in wanted and _all_dags_allowed(user, method):
-        ok.add(None)
+    if unknown and _all_dags_allowed(user, method):
+        ok |= unknown
     return ok
+
+
+def _known_dags(dag_ids: set[str]) -> set[str]:
+    """Those of ``dag_ids`` the deployment has (one query)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    if not dag_ids:
+        return set()
+    with create_session() as session:
+        return set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(sorted(dag_ids)))))
 
 
 def require(user: Any, dag_id: str | None, method: str, what: str) -> None:

@@ -4,7 +4,8 @@ SimpleAuthManager, two DAG bundles of two teams) and, where a browser is the poi
 One deployment (api-server and dag-processor only: the jobs are started by the test itself in
 the deployment's job store, labelled with the teams' DAGs):
 - a user of team A gets 403 on team B's job (page data, log, cancel) and does not see it in the
-  list, as Airflow's own API refuses them team B's DAG; a job of no DAG is an admin's only;
+  list, as Airflow's own API refuses them team B's DAG; a job of no DAG, or of a DAG the
+  deployment does not have, is an admin's only;
 - a job's secrets (its sensitive env values, a connection's password, a sensitive variable)
   reach nobody: the log, the job and the list are masked;
 - a cancel carrying only the login cookie is refused unless same-origin and JSON: a cross-site
@@ -118,6 +119,7 @@ def _start_jobs(live: LiveAirflow, root: Path) -> dict[str, str]:
         "b": ("team_b_dag", f"{leak}; sleep 600 # {ENV_SECRETS['MY_PASSWORD']}", ENV_SECRETS),
         "c": ("team_b_dag", "echo c-ready; sleep 600", {}),
         "orphan": (None, "echo orphan-ready; sleep 600", {}),
+        "ghost": ("no_such_dag", "echo ghost-ready; sleep 600", {}),
         "swapped": ("team_a_dag", "echo first; sleep 600", {}),
     }
     handles = {}
@@ -166,9 +168,9 @@ def test_a_team_sees_and_cancels_only_its_own_jobs(teams: dict[str, Any], api: A
         assert client.get("/api/v2/dags/team_a_dag", headers=headers).status_code == 200
 
     listed = {user: {j["handle"] for j in api(user, "GET", "api/jobs").json()["jobs"]} for user in USERS}
-    assert h["a"] in listed["alice"] and not {h["b"], h["c"], h["orphan"]} & listed["alice"], listed
-    assert {h["b"], h["c"]} <= listed["bob"] and not {h["a"], h["orphan"]} & listed["bob"], listed
-    assert {h["a"], h["b"], h["orphan"]} <= listed["admin"], listed
+    assert h["a"] in listed["alice"] and not {h["b"], h["c"], h["orphan"], h["ghost"]} & listed["alice"], listed
+    assert {h["b"], h["c"]} <= listed["bob"] and not {h["a"], h["orphan"], h["ghost"]} & listed["bob"], listed
+    assert {h["a"], h["b"], h["orphan"], h["ghost"]} <= listed["admin"], listed
 
     for method, path, kwargs in (
         ("GET", "api/job", {"params": {"handle": h["b"]}}),
@@ -185,7 +187,9 @@ def test_a_team_sees_and_cancels_only_its_own_jobs(teams: dict[str, Any], api: A
 
     orphan = api("alice", "GET", "api/job", params={"handle": h["orphan"]})
     assert orphan.status_code == 403 and "every DAG (the job has no DAG)" in orphan.json()["detail"], orphan.text
-    assert api("admin", "GET", "api/job", params={"handle": h["orphan"]}).json()["can_cancel"] is True
+    assert api("alice", "GET", "api/job", params={"handle": h["ghost"]}).status_code == 403, "a DAG nobody has"
+    for key in ("orphan", "ghost"):
+        assert api("admin", "GET", "api/job", params={"handle": h[key]}).json()["can_cancel"] is True
 
 
 def test_secrets_never_leave_masked(teams: dict[str, Any], api: Any) -> None:
