@@ -8,6 +8,8 @@ Airflow layer does not repeat version guards.
 - ``mask_secret`` / ``redact`` / ``should_hide_value_for_key``: Airflow's secrets masker, public
   in the Task SDK's ``airflow.sdk.log`` and ``airflow.sdk._shared.secrets_masker`` since 3.2;
   in 3.1 in ``airflow.sdk.execution_time.secrets_masker`` (a deprecated alias later).
+  ``mask_secret`` also tells the supervisor, synchronously; ``mask_locally`` adds the value to
+  this process's masker only (no Task SDK call: what a triggerer's threads may use).
 - ``Stats``: Airflow's metrics client as the deployment configured it (StatsD, OpenTelemetry or
   none): the Task SDK's (``airflow.sdk.observability.stats``, 3.3) where it exists, else core's
   ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim).
@@ -41,14 +43,21 @@ except ImportError:  # Airflow 3.1
     from airflow.stats import Stats
 
 try:
+    from airflow.sdk._shared.secrets_masker import mask_secret as mask_locally
     from airflow.sdk._shared.secrets_masker import redact, should_hide_value_for_key
     from airflow.sdk.log import mask_secret
 except ImportError:  # Airflow 3.1
     from airflow.sdk.execution_time.secrets_masker import (  # type: ignore[no-redef]
+        _secrets_masker,
         mask_secret,
         redact,
         should_hide_value_for_key,
     )
+
+    def mask_locally(secret: Any, name: str | None = None) -> None:  # type: ignore[misc]
+        """Add ``secret`` to this process's masker only."""
+        _secrets_masker().add_mask(secret, name)
+
 
 __all__ = [
     "AirflowFailException",
@@ -56,6 +65,7 @@ __all__ = [
     "Stats",
     "conf",
     "connection_form_widgets",
+    "mask_locally",
     "mask_secret",
     "redact",
     "should_hide_value_for_key",

@@ -9,44 +9,81 @@ they are read. What the provider itself hands to Airflow (the dry run's return v
 event, a failure message, the job's log lines through ``MaskedLog``) goes through ``redact``
 first, so it is masked whatever the logging configuration (``dag.test()`` logs without
 Airflow's masking processor).
+
+In a triggerer the rule is stricter (docs/architecture.md, "The triggerer is shared"): no
+synchronous Task SDK call from a trigger or a thread it starts, since the trigger runner's
+channel to its supervisor is shared by every trigger of the process. A trigger reads its job's
+secrets on a pool thread (``job_secrets``, a plain store read) and registers them on the loop
+(``amask_secrets``): in this process's masker, which ``redact`` and ``MaskedLog`` use, and,
+with the async ``asend``, in the supervisor's, which masks the task log (the runner sends its
+log lines unmasked; the supervisor redacts them).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from airflow_provider_torchx._compat import mask_secret, redact, should_hide_value_for_key
+from airflow_provider_torchx._compat import mask_locally, mask_secret, redact, should_hide_value_for_key
 from airflow_provider_torchx.core.specs import AppDef
 
-__all__ = ["MaskedLog", "redact", "register_app_secrets", "register_job_secrets"]
+__all__ = ["MaskedLog", "amask_secrets", "app_secrets", "job_secrets", "redact", "register_app_secrets"]
 
 log = logging.getLogger(__name__)
 
 
+def app_secrets(app: AppDef) -> list[tuple[str, str]]:
+    """``(name, value)`` of every sensitive env value of every role of ``app``."""
+    return [
+        (key, value)
+        for role in app.roles
+        for key, value in role.env.items()
+        if value and should_hide_value_for_key(key)
+    ]
+
+
 def register_app_secrets(app: AppDef) -> int:
-    """Register the sensitive env values of every role of ``app`` with Airflow's masker;
-    return how many values were sensitive."""
-    count = 0
-    for role in app.roles:
-        for key, value in role.env.items():
-            if value and should_hide_value_for_key(key):
-                mask_secret(value, key)
-                count += 1
-    return count
+    """Register the sensitive env values of every role of ``app`` with Airflow's masker (a
+    task process: ``mask_secret`` also tells its supervisor); return how many there were."""
+    secrets = app_secrets(app)
+    for key, value in secrets:
+        mask_secret(value, key)
+    return len(secrets)
 
 
-def register_job_secrets(describe: Any, app_handle: str) -> None:
-    """Register the secrets of the submitted job ``app_handle`` (``describe``: a
-    ``Runner.describe``), for a process that did not build it (the triggerer). A job the
-    scheduler cannot describe has nothing to register; a failure is logged, not raised."""
+def job_secrets(describe: Callable[[str], AppDef | None], app_handle: str) -> list[tuple[str, str]]:
+    """The secrets of the submitted job ``app_handle`` (``describe``: a ``Runner.describe``),
+    for a process that did not build it (the triggerer); blocking, but no Task SDK call. A job
+    the scheduler cannot describe has none; a failure is logged, not raised."""
     try:
         app = describe(app_handle)
     except Exception as e:  # watching must go on; the worker registered them already
         log.warning("could not read the env of %s to mask its secrets: %s", app_handle, e)
+        return []
+    return app_secrets(app) if app is not None else []
+
+
+async def amask_secrets(secrets: Sequence[tuple[str, str]]) -> None:
+    """Register ``secrets`` (``(name, value)``) from a triggerer's event loop: in this process's
+    masker, then in the supervisor's with a ``MaskSecret`` sent with ``asend`` (never the
+    synchronous ``send``). Without an async channel (``dag.test()`` runs the trigger in the
+    task's own process, which masks what it logs) the local masker is all there is. A message
+    the supervisor refuses is logged; watching goes on."""
+    for key, value in secrets:
+        mask_locally(value, key)
+    from airflow.sdk.execution_time import task_runner
+
+    asend = getattr(getattr(task_runner, "SUPERVISOR_COMMS", None), "asend", None)
+    if asend is None or not secrets:
         return
-    if app is not None:
-        register_app_secrets(app)
+    from airflow.sdk.execution_time.comms import MaskSecret
+
+    for key, value in secrets:
+        try:
+            await asend(MaskSecret(value=value, name=key))
+        except Exception as e:
+            log.warning("could not register the secret %s with the triggerer's supervisor: %s", key, e)
 
 
 class MaskedLog:

@@ -250,13 +250,18 @@ class JobWatcher(JobWatch):
 
     async def status_async(self) -> AppStatus | None:
         """The job's status without holding a thread: from the scheduler's own thread
-        (``Runner.status_future``), read at once when cheap, else on the watch pool."""
+        (``Runner.status_future``), read at once when cheap (a side-effect-free read), else on
+        the watch pool. A job that ended unrecorded is settled on the pool (``finalize``)."""
         future = self.runner.status_future(self.app_handle)
         if future is not None:
-            return await asyncio.wrap_future(future)
-        if self.runner.capabilities(parse_app_handle(self.app_handle).scheduler_backend).cheap_status:
-            return self.runner.status(self.app_handle)
-        return await run_blocking(self.runner.status, self.app_handle)
+            status = await asyncio.wrap_future(future)
+        elif self.runner.capabilities(parse_app_handle(self.app_handle).scheduler_backend).cheap_status:
+            status = self.runner.status(self.app_handle)
+        else:
+            return await run_blocking(self.current_status)
+        if status is not None and status.is_terminal():
+            return await run_blocking(self.runner.finalize, self.app_handle) or status
+        return status
 
     async def stream_async(self, status: AppStatus | None, budget: float | None = None) -> bool:
         """``stream`` for the event loop: reads on the watch pool, logs on the loop
@@ -369,5 +374,5 @@ def flush_logs(
     watcher = JobWatcher(
         runner, str(event["app_handle"]), log, stream_logs=True, position=position, cursor_file=cursor_file
     )
-    watcher.stream(runner.status(watcher.app_handle))
+    watcher.stream(watcher.current_status())
     return watcher.position

@@ -188,7 +188,8 @@ def _format_app(app: AppDef, show_secrets: bool = False) -> str:
 
 
 def _status_or_fail(runner: Runner, handle: str) -> AppStatus:
-    status = runner.status(handle)
+    """The job's status; a job that ended unrecorded (its supervisor died) is settled first."""
+    status = runner.finalize(handle) or runner.status(handle)
     if status is None:
         raise _NoSuchJobError(handle)
     return status

@@ -15,6 +15,11 @@ observed failure)", with the rank, exit code and traceback) in its log. The loca
 ``TORCHELASTIC_ERROR_FILE`` for every replica (``error.json`` beside its logs); elsewhere (AWS
 Batch: the file stays in the container) the summary in the replica's log is what there is.
 
+A rank that recorded nothing (no ``record``, or killed by a signal: a C++ abort) still wrote its
+last words to stderr, which its node shares with its sibling ranks and torchrun: the root cause
+then carries the node's stderr lines from before torchrun reported the failure (torchrun's own
+log lines left out), and takes the exception and frames of a Python traceback among them.
+
 Guarantees of ``find_root_cause``:
 
 1. Never raises for unreadable or malformed files and logs: it returns None instead (the
@@ -22,11 +27,13 @@ Guarantees of ``find_root_cause``:
 2. Of several failed replicas, the one whose error is oldest wins (ties: the status' order),
    as torchrun picks its root cause among its workers.
 3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
-   replica whose lines the caller passes).
+   replica whose lines the caller passes), and of a local replica ``SUMMARY_LINES`` lines of its
+   stderr.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core.logstream import last_lines
+from airflow_provider_torchx.core.schedulers.api import Stream
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, parse_app_handle
 
 if TYPE_CHECKING:
@@ -50,12 +58,20 @@ FRAMES = 3
 #: How many failed replicas are examined, and how many of their last log lines.
 MAX_REPLICAS = 8
 SUMMARY_LINES = 200
+#: How many of the node's last stderr lines a root cause shows, and the most characters of each.
+STDERR_LINES, STDERR_WIDTH = 10, 300
 
 _ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
+_NO_RECORD = "the worker recorded no traceback"
 _NO_TRACEBACK = "To enable traceback see"
 _FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
 _RANK = re.compile(r"^(?P<rank>-?\d+)")
 _BORDER = re.compile(r"^\s*=+\s*$")
+#: A line of torchrun's own log (glog form: level, date, time, pid, source).
+_AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ (?P<pid>\d+) \S+\.py:\d+\] ")
+#: torchrun's line on a failed worker: where its failure report starts.
+_WORKER_FAILED = "failed (exitcode: "
+_PY_TRACEBACK = "Traceback (most recent call last):"
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,8 @@ class RootCause:
     exit_code: int | None = None
     frames: tuple[str, ...] = ()
     timestamp: float | None = None
+    #: The last lines the failing rank's node wrote to stderr (``node_stderr``).
+    stderr: tuple[str, ...] = ()
 
     def format(self) -> str:
         """``Root cause (rank 1, replica trainer/0): RuntimeError: boom`` and the last frames."""
@@ -83,9 +101,43 @@ class RootCause:
             if part
         )
         head = f"Root cause ({where}): {self.error}"
-        if not self.frames:
-            return head
-        return head + "\n  Last frames of its traceback:\n" + "\n".join(f"  {line}" for line in self.frames)
+        if self.frames:
+            return head + "\n  Last frames of its traceback:\n" + "\n".join(f"  {line}" for line in self.frames)
+        if self.stderr:
+            return head + "\n  Last lines of its node's stderr:\n" + "\n".join(f"  {line}" for line in self.stderr)
+        return head
+
+
+def node_stderr(lines: Sequence[str]) -> list[str]:
+    """What the ranks of a node wrote to stderr before torchrun reported the failure: the
+    non-blank lines of ``lines`` (the node's stderr, or its whole log) before torchrun's last
+    ``failed (exitcode: ...)`` line, without torchrun's own log lines. Empty when ``lines``
+    hold no such report."""
+    lines = [line.rstrip("\r\n") for line in lines]
+    reports = [
+        (i, m["pid"]) for i, line in enumerate(lines) if (m := _AGENT_LINE.match(line)) and _WORKER_FAILED in line
+    ]
+    if not reports:
+        return []
+    end, agent = reports[-1]
+    return [line for line in lines[:end] if line.strip() and not ((m := _AGENT_LINE.match(line)) and m["pid"] == agent)]
+
+
+def with_node_stderr(cause: RootCause, stderr: Sequence[str]) -> RootCause:
+    """``cause`` with the node's last stderr lines; a cause that recorded no traceback takes the
+    exception and frames of the last Python traceback the node printed."""
+    if not stderr:
+        return cause
+    shown = tuple(
+        line if len(line) <= STDERR_WIDTH else line[:STDERR_WIDTH] + " ..." for line in stderr[-STDERR_LINES:]
+    )
+    cause = dataclasses.replace(cause, stderr=shown)
+    starts = [i for i, line in enumerate(stderr) if line.strip() == _PY_TRACEBACK]
+    if cause.frames or not starts or not cause.error.startswith(_NO_RECORD):
+        return cause
+    traceback = "\n".join(stderr[starts[-1] :])
+    error = _exception_line(traceback)
+    return dataclasses.replace(cause, error=error or cause.error, frames=last_frames(traceback)) if error else cause
 
 
 def last_frames(traceback: str, n: int = FRAMES) -> tuple[str, ...]:
@@ -168,10 +220,7 @@ def parse_torchrun_summary(lines: Sequence[str], replica: str) -> RootCause | No
     code = _RANK.match(fields.get("exitcode", ""))
     text = "\n".join(traceback).strip()
     if text.startswith(_NO_TRACEBACK) or not text:
-        error = (
-            "the worker recorded no traceback: decorate its main function with "
-            "torch.distributed.elastic.multiprocessing.errors.record"
-        )
+        error = _NO_RECORD + ": decorate its main function with torch.distributed.elastic.multiprocessing.errors.record"
         frames: tuple[str, ...] = ()
     else:
         error = _exception_line(text) or text.splitlines()[-1].strip()
@@ -205,6 +254,24 @@ def _replica_root_cause(
     replica = f"{rep.role}/{rep.id}"
     if tail is None:
         tail = last_lines(runner, app_handle, rep.role, rep.id, SUMMARY_LINES)
+    stderr = node_stderr(_stderr_tail(runner, app_handle, rep) if local else tail)
+    cause = _recorded_cause(runner, app_handle, rep, local, tail, replica)
+    return with_node_stderr(cause, stderr) if cause is not None else None
+
+
+def _stderr_tail(runner: Runner, app_handle: str, rep: ReplicaStatus) -> list[str]:
+    """The last ``SUMMARY_LINES`` lines of a local replica's stderr (empty if unreadable)."""
+    try:
+        lines = runner.log_lines(app_handle, rep.role, rep.id, streams=Stream.STDERR)
+        return list(collections.deque(lines, maxlen=SUMMARY_LINES))
+    except (ValueError, NotImplementedError, OSError):
+        return []
+
+
+def _recorded_cause(
+    runner: Runner, app_handle: str, rep: ReplicaStatus, local: bool, tail: Sequence[str], replica: str
+) -> RootCause | None:
+    """The cause from torchrun's summary in ``tail`` and the replica's error file."""
     summary = parse_torchrun_summary(tail, replica)
     written = _local_error_file(runner, app_handle, rep) if local else None
     found = parse_error_file(written[0], replica) if written else None

@@ -202,6 +202,14 @@ class JobWatch:
             if not keep_reading(batch, status, started, budget):
                 return batch.more and not status.is_terminal()
 
+    def current_status(self) -> AppStatus | None:
+        """The job's status now (None: no such job); one that ended without its scheduler
+        recording it is settled first (``Runner.finalize``). Blocking."""
+        status = self.runner.status(self.app_handle)
+        if status is not None and status.is_terminal():
+            return self.runner.finalize(self.app_handle) or status
+        return status
+
     def wait(
         self,
         poll_interval: float,
@@ -226,7 +234,7 @@ class JobWatch:
                     self.app_handle, wait_interval=pause, timeout=pause, cancel_on_signal=cancel_on_signal
                 )
             else:
-                status = self.runner.status(self.app_handle)
+                status = self.current_status()
             backlog = self.stream(status, budget=poll_interval)
             if status is None or status.is_terminal():
                 return status

@@ -267,6 +267,13 @@ class Runner:
         sched, app_id = self._scheduler_app_id(app_handle)
         return _app_status(sched.describe(app_id))
 
+    def finalize(self, app_handle: str) -> AppStatus | None:
+        """Settle an app that ended without its scheduler recording it (``Scheduler.finalize``:
+        a local job whose supervisor died is stopped and recorded); its status then, or None
+        when there was nothing to settle. Blocking: never on an event loop."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return _app_status(sched.finalize(app_id))
+
     def status_future(self, app_handle: str) -> concurrent.futures.Future[AppStatus | None] | None:
         """The app's status as a future the scheduler resolves from a thread of its own
         (``Scheduler.describe_future``); None: call ``status`` instead. Never blocks."""
@@ -349,8 +356,10 @@ class Runner:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self.status(app_handle)
-            if status is None or status.is_terminal():
+            if status is None:
                 return status
+            if status.is_terminal():
+                return self.finalize(app_handle) or status
             pause = wait_interval
             if deadline is not None:
                 remaining = deadline - time.monotonic()

@@ -7,6 +7,7 @@ poller; ``close_runners`` closes and forgets them. How a job is watched lives in
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,6 +42,17 @@ class TorchXSettings:
         return (self.scheduler, self.session_name, self.aws_conn_id, self.region_name)
 
 
+@dataclass(frozen=True)
+class PrefetchedConnection:
+    """The Airflow connection ``conn_id`` as fetched already (``connection``; None: not
+    defined), so that the hook builds its boto3 session with no Task SDK call of its own: a
+    trigger fetches it on the loop (``aget_connection``), while the session is built on a pool
+    or poller thread."""
+
+    conn_id: str
+    connection: Any | None
+
+
 def default_deferrable() -> bool:
     """``[operators] default_deferrable`` (Airflow's config, as this version exposes it)."""
     return bool(conf.getboolean("operators", "default_deferrable", fallback=False))
@@ -54,6 +66,13 @@ def _extra_value(extra: Mapping[str, Any], key: str) -> Any:
 
 _RUNNERS: dict[tuple[str, str, str | None, str | None], Runner] = {}
 _RUNNERS_LOCK = threading.Lock()
+
+
+def has_runner(key: tuple[str, str, str | None, str | None]) -> bool:
+    """Whether the shared runner of ``key`` (``TorchXSettings.runner_key``) is built already
+    (its boto3 session factory is bound then: a hook's ``aws_connection`` no longer matters)."""
+    with _RUNNERS_LOCK:
+        return key in _RUNNERS
 
 
 def invalidate_runner(key: tuple[str, str, str | None, str | None]) -> None:
@@ -79,7 +98,8 @@ class TorchXHook(BaseHook):
 
     Explicit ``scheduler``, ``session_name``, ``aws_conn_id`` and ``region_name`` win over the
     connection's. With a ``scheduler`` given, a missing connection (or ``torchx_conn_id=None``)
-    is fine: defaults are used, so a local run needs no connection at all.
+    is fine: defaults are used, so a local run needs no connection at all. ``aws_connection``:
+    the connection ``aws_conn_id`` fetched already (see ``PrefetchedConnection``).
     """
 
     conn_name_attr = "torchx_conn_id"
@@ -106,9 +126,11 @@ class TorchXHook(BaseHook):
         session_name: str | None = None,
         aws_conn_id: str | None = None,
         region_name: str | None = None,
+        aws_connection: PrefetchedConnection | None = None,
     ) -> None:
         super().__init__()
         self.torchx_conn_id = torchx_conn_id
+        self.aws_connection = aws_connection
         self._overrides = {
             "scheduler": scheduler,
             "session_name": session_name,
@@ -181,7 +203,11 @@ class TorchXHook(BaseHook):
                     settings.aws_conn_id,
                 )
             else:
-                return AwsBaseHook(aws_conn_id=settings.aws_conn_id, region_name=settings.region_name).get_session()
+                aws = AwsBaseHook(aws_conn_id=settings.aws_conn_id, region_name=settings.region_name)
+                prefetched = self.aws_connection
+                if prefetched is not None and prefetched.conn_id == settings.aws_conn_id:
+                    aws.get_connection = functools.partial(_prefetched, prefetched)  # no lookup on this thread
+                return aws.get_session()
         import boto3
 
         return boto3.Session(region_name=settings.region_name)
@@ -223,6 +249,13 @@ class TorchXHook(BaseHook):
             return True, self.get_runner().check_settings(self.settings.scheduler, self.resolve_cfg())
         except Exception as e:
             return False, f"{type(e).__name__}: {e}"
+
+
+def _prefetched(prefetched: PrefetchedConnection, conn_id: str) -> Any:
+    """``BaseHook.get_connection`` answered from ``prefetched``."""
+    if prefetched.connection is None:
+        raise AirflowNotFoundException(f"The conn_id `{conn_id}` isn't defined")
+    return prefetched.connection
 
 
 def hook_for_handle(torchx_conn_id: str | None, app_handle: str) -> TorchXHook:

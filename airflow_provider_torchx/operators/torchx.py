@@ -314,6 +314,7 @@ class TorchXRunOperator(BaseOperator):
         handles += [app.app_handle for app in runner.list(scheduler, cfg, labels) if app.app_handle not in handles]
         candidates = []
         for handle in handles:
+            runner.finalize(handle)  # a job whose supervisor died is stopped before it is judged
             desc = runner.describe_app(handle)
             if desc is None or not labels_match(desc.labels, labels):
                 continue

@@ -88,7 +88,7 @@ class TorchXJobSensor(BaseSensorOperator):
                 position=cursor_file.load() if self.stream_logs else None,
                 cursor_file=cursor_file,
             )
-        status = self._watcher.runner.status(self.app_handle)
+        status = self._watcher.current_status()
         self._watcher.stream(status, budget=float(self.poke_interval))
         if status is not None and not status.is_terminal():
             self.log.info("%s is %s", self.app_handle, status.state.name)

@@ -18,17 +18,19 @@ instance is still deferred (a triggerer restart) or not (marked failed or succes
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import parse_app_handle
-from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
-from airflow_provider_torchx.masking import MaskedLog, redact, register_job_secrets
+from airflow_provider_torchx.hooks.torchx import PrefetchedConnection, TorchXHook, TorchXSettings, has_runner
+from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
@@ -165,7 +167,29 @@ class TorchXJobTrigger(BaseTrigger):
             },
         )
 
-    def _runner(self) -> Runner:
+    async def _aws_connection(self) -> PrefetchedConnection | None:
+        """The connection ``aws_conn_id`` fetched on the loop with the Task SDK's async
+        ``aget_connection``, for the hook to build its boto3 session from on the pool (where
+        the synchronous lookup must not run); None when the Amazon provider, which alone reads
+        it, is not installed, there is no ``aws_conn_id`` or the shared runner that would use it
+        is built already; also when it cannot be fetched this way (``dag.test()``'s in-process
+        channel has no async form): the hook then looks it up itself, as a task would."""
+        if not self.aws_conn_id or importlib.util.find_spec("airflow.providers.amazon") is None:
+            return None
+        parsed = parse_app_handle(self.app_handle)
+        if has_runner((parsed.scheduler_backend, parsed.session_name, self.aws_conn_id, self.region_name)):
+            return None
+        from airflow.sdk import BaseHook
+
+        try:
+            return PrefetchedConnection(self.aws_conn_id, await BaseHook.aget_connection(self.aws_conn_id))
+        except AirflowNotFoundException:
+            return PrefetchedConnection(self.aws_conn_id, None)
+        except Exception as e:
+            self.log.warning("could not fetch connection %r on the loop: %s: %s", self.aws_conn_id, type(e).__name__, e)
+            return None
+
+    def _runner(self, aws_connection: PrefetchedConnection | None) -> Runner:
         parsed = parse_app_handle(self.app_handle)
         hook = TorchXHook(
             None,
@@ -173,13 +197,13 @@ class TorchXJobTrigger(BaseTrigger):
             session_name=parsed.session_name,
             aws_conn_id=self.aws_conn_id,
             region_name=self.region_name,
+            aws_connection=aws_connection,
         )
         return hook.get_runner()
 
-    def _watcher(self) -> JobWatcher:
+    def _watcher(self, aws_connection: PrefetchedConnection | None) -> JobWatcher:
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
-        runner = self._runner()
-        register_job_secrets(runner.describe, self.app_handle)  # this process did not build the app
+        runner = self._runner(aws_connection)
         given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
         cursor_file = cursor_file_for(runner, self.app_handle, self.identity) if self.identity else None
         saved = cursor_file.load() if cursor_file is not None and self.stream_logs else None
@@ -220,7 +244,10 @@ class TorchXJobTrigger(BaseTrigger):
             if wrong_host:
                 yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": wrong_host})
                 return
-            watcher = await run_blocking(self._watcher)
+            watcher = await run_blocking(self._watcher, await self._aws_connection())
+            # This process did not build the app: read its secrets on the pool, register them
+            # on the loop (never a synchronous Task SDK call), before its first line is logged.
+            await amask_secrets(await run_blocking(job_secrets, watcher.runner.describe, self.app_handle))
             event = await watcher.watch(self.poll_interval, self.deadline, self.started_at)
             self._final_event_fired = True
             yield TriggerEvent(redact(event))
@@ -269,7 +296,7 @@ class TorchXJobTrigger(BaseTrigger):
         await self._cancel()
 
     async def _cancel(self) -> None:
-        runner = await run_blocking(self._runner)
+        runner = await run_blocking(self._runner, await self._aws_connection())
         await run_blocking(runner.cancel, self.app_handle)
 
     async def on_kill(self) -> None:

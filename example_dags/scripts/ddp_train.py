@@ -5,8 +5,15 @@ each prints the sum. Run it with ``torchrun`` (``dist.spmd --script ddp_train.py
 ``--crash-rank R --crash-step S``: rank R exits 1 before step S (to see a failure handled);
 with ``--crash-raises`` it raises ``RuntimeError`` instead, which ``record`` (on ``main``) writes
 to torchrun's error file: the task's error then starts with it (the root cause); with
+``--crash-aborts`` it writes a line to stderr and aborts (SIGABRT, as a C++ error does), which
+leaves no error file: the root cause then shows the node's last stderr lines; with
 ``--crash-once FILE`` only while FILE does not exist (it is created), so a retry passes.
 ``--hold``: after the all-reduce, wait until the job is stopped.
+
+The process ends with ``os._exit`` once the group is destroyed (see ``end``): gloo's worker
+threads outlive ``destroy_process_group``, and one that lets go of its last all-reduce while
+the interpreter shuts down aborts the rank (SIGABRT, ``terminate called without an active
+exception``; docs/troubleshooting.md).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ def main() -> None:
     parser.add_argument("--crash-step", type=int, default=1)
     parser.add_argument("--crash-once", default=None)
     parser.add_argument("--crash-raises", action="store_true")
+    parser.add_argument("--crash-aborts", action="store_true")
     parser.add_argument("--hold", action="store_true")
     args = parser.parse_args()
 
@@ -44,6 +52,10 @@ def main() -> None:
             say(f"rank {rank} crashing at step {step}")
             if args.crash_raises:
                 raise RuntimeError(f"boom on rank {rank}")
+            if args.crash_aborts:
+                sys.stderr.write(f"rank {rank}: corrupt shard, aborting\n")
+                sys.stderr.flush()
+                os.abort()
             sys.exit(1)
         x = torch.randn(16, 8)
         loss = ((model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()
@@ -67,6 +79,20 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
+def end() -> None:
+    """Leave without the interpreter's teardown. In torch 2.13 the gloo process group's worker
+    threads (``pt_gloo_runloop``) keep running after ``destroy_process_group``; a worker drops
+    its reference to the last finished all-reduce a moment after the rank saw it complete, and
+    dropping a tensor that Python also knows takes the GIL. If the interpreter is finalising
+    by then, taking the GIL ends the thread in a way C++ cannot unwind, and the rank aborts
+    (seen in core dumps: ``AsyncAllreduceWork::~AsyncAllreduceWork`` -> ``decref_pyobject`` ->
+    ``take_gil`` -> ``pthread_exit`` -> ``std::terminate`` while the main thread is in
+    ``Py_FinalizeEx``). It happens more often on a loaded machine."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _crash_now(marker: str | None) -> bool:
     if marker is None:
         return True
@@ -79,3 +105,4 @@ def _crash_now(marker: str | None) -> bool:
 
 if __name__ == "__main__":
     main()
+    end()

@@ -21,6 +21,9 @@ from airflow_provider_torchx.watch import cursor_file_for
 from tests.airflow.helpers import gated_app, gated_lines, wait_until
 from tests.fixtures.airflow import assert_lines_once
 
+#: Every trigger here talks to a stand-in of the triggerer's channel that fails a synchronous send.
+pytestmark = pytest.mark.usefixtures("triggerer_channel")
+
 IDENTITY = {
     "airflow.dag_id": "dag",
     "airflow.task_id": "task",

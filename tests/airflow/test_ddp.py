@@ -1,7 +1,8 @@
 """Real PyTorch DDP through ``TorchXRunOperator``, with the test venv's ``torchrun``
 (``scripts/torch-venv.sh``; these tests fail without it), on 2 nodes (gloo, CPU). In
 ``dag.test()``: 2 x 2 ranks succeed with every rank's lines in the task log once; a rank
-exiting 1 fails the job fast, naming its replica and exit code, and leaves no process behind;
+aborting (SIGABRT) fails the job fast, naming its replica, with the rank's last stderr lines
+under the root cause, and leaves no process behind;
 ``max_retries=1`` runs the job again. ``on_kill`` (how Airflow stops a task) cancels a job
 whose ranks all run and stops every one of them. A DDP job costs about 20 s here (``import
 torch`` in every process): each case runs in one mode only, the failure cases on 2 x 1."""
@@ -22,7 +23,7 @@ from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from tests.airflow.helpers import wait_until
 from tests.fixtures.airflow import assert_lines_once
-from tests.fixtures.torch import DDP_SCRIPT, torch_job_env
+from tests.fixtures.torch import DDP_SCRIPT, ddp_failure, torch_job_env
 
 pytestmark = [pytest.mark.airflow, pytest.mark.torch, pytest.mark.usefixtures("torch_venv")]
 
@@ -64,7 +65,7 @@ def rank_lines(out: str, text: str) -> list[str]:
 
 def test_ddp_succeeds_with_every_ranks_lines_once(run_dag: Any) -> None:
     dag_run, out = run_dag("torchx_test_ddp", deferrable=True)
-    assert dag_run.state == "success", out[-4000:]
+    assert dag_run.state == "success", ddp_failure(out)
     assert_lines_once(out, all_reduce_lines(4), ordered=False)
     for r in range(4):
         for step in range(3):
@@ -72,12 +73,20 @@ def test_ddp_succeeds_with_every_ranks_lines_once(run_dag: Any) -> None:
     assert len(set(re.findall(rf"\[{ROLE}/(\d)\] rank \d of 4", out))) == 2  # from both nodes
 
 
-def test_a_rank_exiting_1_fails_the_job_fast_naming_its_replica(run_dag: Any) -> None:
+def test_a_rank_aborting_fails_the_job_fast_with_its_last_stderr_lines(run_dag: Any) -> None:
     dag_run, out = run_dag("torchx_test_ddp_crash", deferrable=False)
     assert dag_run.state == "failed"
     crashed = re.findall(rf"\[{ROLE}/(\d)\] rank 1 crashing at step 2", out)
     assert len(crashed) == 1, out[-4000:]
     assert f"failed replica {ROLE}/{crashed[0]}, exit code 1" in out, out[-4000:]
+    root = re.search(
+        rf"Root cause \(rank 1, replica {ROLE}/{crashed[0]}, exit code -6\): Signal 6 \(SIGABRT\) received by PID \d+\n"
+        r"  Last lines of its node's stderr:\n(?:  .*\n)*?  rank 1: corrupt shard, aborting\n",
+        out,
+    )
+    assert root, ddp_failure(out)
+    assert "torch/distributed/run.py" not in root[0], root[0]  # torchrun's own lines are left out
+    assert "left behind" not in out, ddp_failure(out)  # torchrun and its ranks stopped, none escaped
     job_dir = job_dir_of(submitted(out))
     state = store.read_json(job_dir / store.STATE)
     # Far below any collective or rendezvous timeout: the other rank did not wait in its all-reduce.
@@ -87,7 +96,7 @@ def test_a_rank_exiting_1_fails_the_job_fast_naming_its_replica(run_dag: Any) ->
 
 def test_max_retries_runs_the_job_again(run_dag: Any) -> None:
     dag_run, out = run_dag("torchx_test_ddp_retry", deferrable=True)
-    assert dag_run.state == "success", out[-4000:]
+    assert dag_run.state == "success", ddp_failure(out)
     assert len(rank_lines(out, "rank 1 crashing at step 1")) == 1, out[-4000:]
     state = store.read_json(job_dir_of(submitted(out)) / store.STATE)
     assert state["state"] == "SUCCEEDED" and state["num_restarts"] == 1, state

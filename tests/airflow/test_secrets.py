@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.airflow.dags.torchx_test_dags import SECRET
+from tests.fixtures.triggerer import TriggererChannel
 
 pytestmark = pytest.mark.airflow
 
@@ -61,20 +62,30 @@ def test_registered_env_secrets_are_redacted() -> None:
     assert seen == [("%s and %s", "***", 3)]
 
 
-def test_the_triggerer_registers_the_secrets_of_the_job_it_watches(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_triggerer_reads_the_secrets_of_the_job_it_watches(caplog: pytest.LogCaptureFixture) -> None:
     from airflow_provider_torchx.core.specs import AppDef, Role
-    from airflow_provider_torchx.masking import redact, register_job_secrets
+    from airflow_provider_torchx.masking import job_secrets
 
     secret = "from-the-job-record-0123"
-    app = AppDef("a", roles=[Role("r", entrypoint="true", env={"HF_TOKEN": secret})])
-    register_job_secrets({"local_cwd://s/a-1": app}.get, "local_cwd://s/a-1")
-    assert redact(f"got {secret}") == "got ***"
+    app = AppDef("a", roles=[Role("r", entrypoint="true", env={"HF_TOKEN": secret, "PLAIN": "x-0123456"})])
+    assert job_secrets({"local_cwd://s/a-1": app}.get, "local_cwd://s/a-1") == [("HF_TOKEN", secret)]
 
     def broken(handle: str) -> AppDef:
         raise OSError("store unreadable")
 
-    register_job_secrets(broken, "local_cwd://s/a-2")  # watching goes on
+    assert job_secrets(broken, "local_cwd://s/a-2") == []  # watching goes on
     assert "could not read the env of local_cwd://s/a-2" in caplog.text
+
+
+def test_secrets_registered_from_the_loop_reach_both_maskers(triggerer_channel: TriggererChannel) -> None:
+    import asyncio
+
+    from airflow_provider_torchx.masking import amask_secrets, redact
+
+    secret = "registered-on-the-loop-0123"
+    asyncio.run(amask_secrets([("HF_TOKEN", secret)]))
+    assert redact(f"got {secret}") == "got ***"
+    assert [(m.name, m.value) for m in triggerer_channel.sent_of("MaskSecret")] == [("HF_TOKEN", secret)]
 
 
 def test_a_value_from_a_sensitive_variable_is_masked(run_dag: Any) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
+import threading
 import time
 from typing import Any
 
@@ -14,20 +16,24 @@ from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from tests.fixtures.airflow import assert_lines_once
+from tests.fixtures.triggerer import TriggererChannel
+
+#: Every trigger here talks to a stand-in of the triggerer's channel that fails a synchronous send.
+pytestmark = pytest.mark.usefixtures("triggerer_channel")
 
 CLASSPATH = "airflow_provider_torchx.triggers.torchx.TorchXJobTrigger"
 
 
-def sh_app(script: str, num_replicas: int = 1) -> AppDef:
-    return AppDef(
-        name="trig",
-        roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", script], num_replicas=num_replicas)],
-    )
+def sh_app(script: str, num_replicas: int = 1, env: dict[str, str] | None = None) -> AppDef:
+    role = Role(name="w", image="local", entrypoint="sh", args=["-c", script], num_replicas=num_replicas, env=env or {})
+    return AppDef(name="trig", roles=[role])
 
 
-def submit(local_jobs: tuple[Runner, list[str]], script: str, num_replicas: int = 1) -> str:
+def submit(
+    local_jobs: tuple[Runner, list[str]], script: str, num_replicas: int = 1, env: dict[str, str] | None = None
+) -> str:
     runner, handles = local_jobs
-    handle = runner.run(sh_app(script, num_replicas), "local_cwd")
+    handle = runner.run(sh_app(script, num_replicas, env), "local_cwd")
     handles.append(handle)
     return handle
 
@@ -97,6 +103,104 @@ def test_success_streams_every_line_once(
     assert event["status"] == "success" and event["app_handle"] == handle and event["state"] == "SUCCEEDED"
     assert set(event["log_cursors"]) == {"w/0", "w/1"}
     assert_lines_once(out, [f"[w/{k}] n {k} {i}" for k in (0, 1) for i in range(1, 5)])
+
+
+def test_secrets_are_registered_on_the_loop_never_synchronously(
+    local_jobs: tuple[Runner, list[str]], triggerer_channel: TriggererChannel, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The job's secret env values reach the supervisor as ``MaskSecret`` through ``asend`` (a
+    synchronous ``send`` fails the test: see ``tests/fixtures/triggerer.py``), and the trigger's
+    own masker hides them in what it logs and in its event."""
+    password, token = "pw-for-the-trigger-0123", "hf-token-for-the-trigger-4567"
+    env = {"MY_PASSWORD": password, "HF_TOKEN": token, "PLAIN": "plain-value-89"}
+    handle = submit(local_jobs, 'echo "got $MY_PASSWORD $HF_TOKEN $PLAIN"; exit 3', env=env)
+    (event,) = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2))
+    out = capfd.readouterr().out
+    masked = {(m.name, m.value) for m in triggerer_channel.sent_of("MaskSecret")}
+    assert masked == {("MY_PASSWORD", password), ("HF_TOKEN", token)}, triggerer_channel.sent
+    assert event["status"] == "failed" and event["tail"] == ["got *** *** plain-value-89"], event
+    assert "[w/0] got *** *** plain-value-89" in out
+    assert password not in out + json.dumps(event) and token not in out + json.dumps(event)
+
+
+def test_a_job_whose_supervisor_died_is_reaped_on_the_pool_never_on_the_loop(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trigger reads the job's status on the loop (``cheap_status``): for a job whose
+    supervisor died that read is side-effect free, and the reaping (``finalize``: a ``/proc``
+    scan, kills, the store write) runs on the watch pool."""
+    from airflow_provider_torchx.core.schedulers.local import procfs, store
+
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "echo up; sleep 300")
+    deadline = time.monotonic() + 30
+    while getattr(runner.status(handle), "state", None) != AppState.RUNNING:
+        assert time.monotonic() < deadline, runner.status(handle)
+        time.sleep(0.05)
+    job_dir = runner.sidecar_dir(handle)
+    assert job_dir is not None
+    sup = json.loads((job_dir / store.SUPERVISOR).read_text())
+    assert procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGKILL)
+    reaped_on: list[str] = []
+    real_kill_job = procfs.kill_job
+
+    def kill_job(*args: Any, **kwargs: Any) -> Any:
+        reaped_on.append(threading.current_thread().name)
+        return real_kill_job(*args, **kwargs)
+
+    monkeypatch.setattr(procfs, "kill_job", kill_job)
+    (event,) = run_trigger(TorchXJobTrigger(handle, poll_interval=0.2))
+    assert event["status"] == "failed" and "died before the job ended; its replicas were stopped" in event["message"]
+    assert reaped_on and all(name.startswith("torchx-watch") for name in reaped_on), reaped_on
+    assert json.loads((job_dir / store.STATE).read_text())["state"] == "FAILED"  # recorded
+
+
+def test_the_aws_connection_is_fetched_on_the_loop_and_the_session_built_without_a_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the Amazon provider, the hook builds the Batch scheduler's boto3 session on a pool or
+    poller thread, where ``AwsBaseHook`` would look ``aws_conn_id`` up synchronously: the trigger
+    fetches it on the loop (``aget_connection``) and the hook answers the lookup from it. The
+    Amazon hook is stood in for by what we rely on: ``get_session`` calls ``get_connection``."""
+    import importlib.machinery
+    import sys
+    import types
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow.sdk import BaseHook
+
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+    class AwsBaseHook(BaseHook):
+        def __init__(self, aws_conn_id: str | None, region_name: str | None) -> None:
+            super().__init__()
+            self.aws_conn_id = aws_conn_id
+
+        def get_session(self) -> tuple[str, Any]:
+            return "session", self.get_connection(str(self.aws_conn_id))
+
+    for name in ("airflow.providers.amazon", "airflow.providers.amazon.aws.hooks.base_aws"):
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        module.AwsBaseHook = AwsBaseHook  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, name, module)
+    fetched: list[str] = []
+    connection = object()
+
+    async def aget_connection(cls: type, conn_id: str) -> Any:
+        asyncio.get_running_loop()
+        fetched.append(conn_id)
+        return connection
+
+    monkeypatch.setattr(BaseHook, "aget_connection", classmethod(aget_connection))
+    trigger = TorchXJobTrigger("aws_batch://torchx/q:j", aws_conn_id="aws_test", region_name="eu-west-1")
+    prefetched = asyncio.run(trigger._aws_connection())
+    assert fetched == ["aws_test"]
+    hook = TorchXHook(
+        None, scheduler="aws_batch", aws_conn_id="aws_test", region_name="eu-west-1", aws_connection=prefetched
+    )
+    with ThreadPoolExecutor(1) as pool:  # as the watch pool or the Batch poller would
+        assert pool.submit(hook.boto3_session).result() == ("session", connection)
 
 
 def test_resumes_from_cursors(local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]) -> None:

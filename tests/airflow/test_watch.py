@@ -178,6 +178,7 @@ def run_triggers(
     return asyncio.run(main())
 
 
+@pytest.mark.usefixtures("triggerer_channel")
 def test_100_local_triggers_need_no_default_executor(local_jobs: tuple[Runner, list[str]]) -> None:
     runner, handles = local_jobs
     for n in range(100):
@@ -189,6 +190,7 @@ def test_100_local_triggers_need_no_default_executor(local_jobs: tuple[Runner, l
         assert replica_lines(trigger._log.lines) == [f"job {n}"]
 
 
+@pytest.mark.usefixtures("triggerer_channel")
 @pytest.mark.docker
 def test_100_batch_triggers_need_no_default_executor(aws_env: str, batch_queue: str) -> None:
     """100 Batch jobs kept PENDING (each depends on a job that never ends), watched by 100
@@ -208,7 +210,7 @@ def test_100_batch_triggers_need_no_default_executor(aws_env: str, batch_queue: 
         batch.submit_job(jobDefinition=arn, dependsOn=[{"jobId": "never-finishes"}], **job.submit_request())
         handles.append(f"aws_batch://torchx/{queue_name(batch_queue)}:{job.name}")
     triggers = [TorchXJobTrigger(h, poll_interval=1.0, stream_logs=False) for h in handles]
-    runner = triggers[0]._runner()
+    runner = triggers[0]._runner(None)
 
     def cancel_all() -> None:  # in parallel: each cancel waits for a poller round
         with ThreadPoolExecutor(max_workers=len(handles)) as pool:
@@ -253,6 +255,7 @@ def test_third_party_scheduler_defers_streams_and_senses(acme: Path, run_dag: An
         assert len(found) == 2, out[-3000:]
 
 
+@pytest.mark.usefixtures("triggerer_channel")
 def test_third_party_scheduler_cancel_on_kill(acme: Path) -> None:
     from airflow_provider_torchx.hooks.torchx import TorchXHook
 

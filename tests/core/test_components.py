@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -123,8 +125,8 @@ def test_spmd_single_node_uses_localhost() -> None:
     assert (app.name, role.name, role.num_replicas, role.entrypoint) == ("spmd", "train", 1, "sh")
     assert role.args == [
         "-c",
-        "torchrun --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint localhost:0 "
-        "--rdzv_id ${app_id} train.py --lr 0.1 'a b'",
+        "export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; exec torchrun --nnodes 1 --nproc_per_node 2 "
+        "--rdzv_backend c10d --rdzv_endpoint localhost:0 --rdzv_id ${app_id} train.py --lr 0.1 'a b'",
     ]
     assert role.port_map == {"c10d": 29500}
     assert role.env == {}
@@ -160,9 +162,23 @@ def test_spmd_multi_node_reads_rank0_env_through_the_shell() -> None:
     assert role.resource.capabilities == {"instanceType": "g5.xlarge"}
     rendered = macros.Values(img_root="", app_id="job-1", replica_id="2", rank0_env="MASTER_ADDR").apply(role)
     assert rendered.args[1] == (
-        "torchrun --nnodes 3 --nproc_per_node 4 --rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:1234 "
-        "--rdzv_id job-1 -m pkg.train"
+        "export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; exec torchrun --nnodes 3 --nproc_per_node 4 "
+        "--rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:1234 --rdzv_id job-1 -m pkg.train"
     )
+
+
+def test_spmd_omp_threads_default_to_the_cpus_of_each_process_unless_set() -> None:
+    (role,) = get_app("dist.spmd", ["-j", "2x4", "--cpu", "10", "--script", "t.py"]).roles
+    rendered = macros.Values(img_root="", app_id="job-1", replica_id="0", rank0_env="MASTER_ADDR").apply(role)
+    for env, threads in (({}, "2"), ({"OMP_NUM_THREADS": "7"}, "7")):
+        done = subprocess.run(
+            ["sh", "-c", rendered.args[1].split("; exec ")[0] + '; echo "$OMP_NUM_THREADS"'],
+            env={"PATH": os.environ["PATH"], **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert done.stdout.strip() == threads, (env, done)
 
 
 @pytest.mark.parametrize("j", ["0x2", "2x0", "x2", "2x", "abc", "1x2x3", "-1"])

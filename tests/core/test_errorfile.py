@@ -12,10 +12,13 @@ import pytest
 
 from airflow_provider_torchx.core.errorfile import (
     ERROR_FILE_ENV,
+    RootCause,
     find_root_cause,
     last_frames,
+    node_stderr,
     parse_error_file,
     parse_torchrun_summary,
+    with_node_stderr,
 )
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
@@ -160,3 +163,72 @@ def test_summary_whose_indentation_was_stripped_by_the_log_pipeline() -> None:
     cause = parse_torchrun_summary(lines, "trainer/0")
     assert cause is not None and (cause.error, cause.rank) == ("RuntimeError: boom on rank 3", 3)
     assert cause.frames[-2:] == ('File "/app/train.py", line 12, in step', '  raise RuntimeError("boom on rank 3")')
+
+
+#: A node's stderr (2 ranks) where local rank 1 aborted at exit, as torchrun 2.13 leaves it.
+ABORTED = [
+    "W1201 07:56:57.196000 11357 torch/distributed/run.py:874] ",
+    "W1201 07:56:57.196000 11357 torch/distributed/run.py:874] *****************************************",
+    "W1201 07:56:57.196000 11357 torch/distributed/run.py:874] Setting OMP_NUM_THREADS environment variable ...",
+    "W1201 07:56:57.196000 11357 torch/distributed/run.py:874] *****************************************",
+    "[W1201 07:57:01.100000 11440 ProcessGroupGloo.cpp:516] a warning of rank 1",
+    "terminate called without an active exception",
+    "Fatal Python error: Aborted",
+    "",
+    "Thread 0x00007f85f968bb80 (most recent call first):",
+    "",
+    "Extension modules: numpy._core._multiarray_umath, torch._C" + ", torch._C._nn" * 40 + " (total: 42)",
+    "W1201 07:57:08.542000 11357 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 11437 "
+    "closing signal SIGTERM",
+    "E1201 07:57:08.659000 11357 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -6) "
+    "local_rank: 1 (pid: 11440) of binary: /venv/bin/python",
+    "Traceback (most recent call last):",
+    '  File "/venv/bin/torchrun", line 8, in <module>',
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+]
+
+
+def test_node_stderr_is_what_the_ranks_wrote_before_torchruns_report() -> None:
+    lines = node_stderr([line + "\n" for line in ABORTED])
+    assert lines[:3] == [
+        "[W1201 07:57:01.100000 11440 ProcessGroupGloo.cpp:516] a warning of rank 1",
+        "terminate called without an active exception",
+        "Fatal Python error: Aborted",
+    ]
+    assert lines[-1].startswith("Extension modules:") and len(lines) == 5
+    assert node_stderr(ABORTED[:11]) == []  # no report of torchrun: nothing is guessed
+
+
+def test_a_signalled_rank_shows_its_nodes_last_stderr_lines() -> None:
+    summary = _summary("Signal 6 (SIGABRT) received by PID 11440")
+    cause = find_root_cause_of_lines(ABORTED + summary)
+    assert cause is not None
+    text = cause.format()
+    assert text.startswith(
+        "Root cause (rank 3, replica trainer/0, exit code 1): Signal 6 (SIGABRT) received by PID 11440\n"
+        "  Last lines of its node's stderr:\n"
+        "  [W1201 07:57:01.100000 11440 ProcessGroupGloo.cpp:516] a warning of rank 1\n"
+        "  terminate called without an active exception\n"
+    ), text
+    assert text.splitlines()[-1].endswith(" ...") and len(text.splitlines()[-1]) < 320  # a long line is cut
+
+
+def test_an_unrecorded_python_traceback_on_stderr_is_the_root_cause() -> None:
+    stderr = [
+        "rank 2 loading shard 17",
+        *CALLSTACK.replace("RuntimeError: boom on rank 3", "ValueError: shard 17 is corrupt").splitlines(),
+        "E1201 07:57:08.659000 900 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) "
+        "local_rank: 0 (pid: 901) of binary: /venv/bin/python",
+    ]
+    cause = find_root_cause_of_lines(
+        stderr + _summary("To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html")
+    )
+    assert cause is not None and cause.error == "ValueError: shard 17 is corrupt"
+    assert cause.frames[-2:] == ('File "/app/train.py", line 12, in step', '  raise RuntimeError("boom on rank 3")')
+    assert "Last frames of its traceback" in cause.format()
+
+
+def find_root_cause_of_lines(lines: list[str]) -> RootCause | None:
+    """The root cause of a replica whose (combined) log is ``lines``, as for AWS Batch."""
+    cause = parse_torchrun_summary(lines, "trainer/0")
+    return with_node_stderr(cause, node_stderr(lines)) if cause else None

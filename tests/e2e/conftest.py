@@ -2,7 +2,9 @@
 whose DAGs folder holds ``tests/e2e/dags/`` (helpers in ``live.py``). Each is shared by the
 tests of one module and stopped after them, so two deployments never load the machine at once.
 
-- ``live_airflow``: a deployment for the local scheduler.
+- ``live_airflow``: a deployment for the local scheduler, with a ``torchx`` connection
+  (``torchx_e2e_local``) and a Variable (``torchx_e2e_setting``: ``E2E_SETTING``) that the
+  secrets DAG's templates read.
 - ``live_airflow_users``: the same with real logins (an admin and a viewer), for the UI tests.
 - ``live_airflow_batch``: one whose workers and triggerer reach the moto server (and, through
   it, the Docker engine), with the ``torchx_batch`` connection given as
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.deployment import AirflowDeployment
-from tests.e2e.live import E2E_DAGS, LiveAirflow, LiveBatch
+from tests.e2e.live import E2E_DAGS, E2E_SETTING, LiveAirflow, LiveBatch
 from tests.fixtures.aws import FAKE_CREDS, REGION, MotoServer
 
 
@@ -47,7 +49,11 @@ def _deployment(
 @pytest.fixture(scope="module")
 def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
     """A live Airflow deployment for local-scheduler jobs."""
-    with _deployment(tmp_path_factory.mktemp("live-airflow"), {}) as live:
+    env = {
+        "AIRFLOW_CONN_TORCHX_E2E_LOCAL": json.dumps({"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}),
+        "AIRFLOW_VAR_TORCHX_E2E_SETTING": E2E_SETTING,
+    }
+    with _deployment(tmp_path_factory.mktemp("live-airflow"), env) as live:
         yield live
 
 

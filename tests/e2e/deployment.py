@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -254,6 +255,16 @@ class AirflowDeployment:
             raise TimeoutError(f"{err}; it is {ti['state']!r}; its log ends:\n{tail}") from None
         return result
 
+    def deferrals_taken_in(self, run_id: str) -> set[int]:
+        """The map indexes of the run whose first try's exit (a deferral, say) the scheduler has
+        taken in (its "Received executor event" line). A trigger that fires before that makes
+        the scheduler fail the resumed task on the stale event (apache/airflow#72716)."""
+        pattern = re.compile(
+            r"Received executor event with state success for task instance "
+            rf"TaskInstanceKey\(.*run_id='{re.escape(run_id)}', try_number=1, map_index=(-?\d+)\)"
+        )
+        return {int(m[1]) for m in pattern.finditer(self.component_log("scheduler"))}
+
     def _known_races(self, run_id: str) -> str:
         """The scheduler's complaint when it failed a resumed deferred task because of a stale
         executor event (apache/airflow#72716, open for 3.3.x), for failure messages."""
@@ -287,9 +298,18 @@ class AirflowDeployment:
             raise
         return entry["value"]
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> list[str]:
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Every task instance of the run (mapped ones one by one), as the API shows them."""
+        found: list[dict[str, Any]] = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=1000")[
+            "task_instances"
+        ]
+        return found
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> list[str]:
         """The events (messages) of one try's task log, as the UI reads them."""
         path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}?full_content=true"
+        if map_index >= 0:
+            path += f"&map_index={map_index}"
         content = self.api("GET", path)["content"]
         if isinstance(content, str):
             return content.splitlines()

@@ -27,6 +27,8 @@ from airflow_provider_torchx.core.specs import AppStatus, parse_app_handle
 from tests.e2e.deployment import AirflowDeployment, wait_until
 
 E2E_DAGS = sorted((Path(__file__).parent / "dags").glob("*.py"))
+#: The value of the Variable ``torchx_e2e_setting`` of ``live_airflow`` (a job's ``MY_PASSWORD``).
+E2E_SETTING = "e2e-variable-password-5mK9"
 REPLICA_LINE = re.compile(r"^\[sh/(\d+)\] r\d+ line \d+$")
 #: What the triggerer logs into the task log once it runs the task's trigger.
 TRIGGER_STARTED = re.compile(r"^trigger .+ starting$")

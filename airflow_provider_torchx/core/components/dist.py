@@ -55,11 +55,17 @@ def spmd(
     """Runs a script or module on NODES nodes with PROCS processes each, through torchrun
     (single program, multiple data: the DDP/FSDP way).
 
-    Every node runs ``torchrun`` under ``sh -c``; the nodes meet at node 0 (c10d rendezvous on
-    ``rdzv_port``), whose address the shell reads from the scheduler's ``rank0_env`` variable.
+    Every node runs ``torchrun`` under ``sh -c`` (``exec``: the replica's process is torchrun
+    itself, so a stop's SIGTERM reaches it and the job waits for it to shut its workers down);
+    the nodes meet at node 0 (c10d rendezvous on ``rdzv_port``), whose address the shell reads
+    from the scheduler's ``rank0_env`` variable.
     Without ``rdzv_port`` the port is ``$TORCHX_PORT_C10D`` where the scheduler sets it (the
     local scheduler gives each job a free one, so multi-node jobs run side by side), else
     29500. A single node rendezvouses on localhost with a free port.
+
+    ``OMP_NUM_THREADS`` defaults to the node's CPUs divided by its processes (at least 1),
+    unless it is set (``env``, or the environment the replica inherits): torchrun would set it
+    to 1 and print a warning into every node's log.
 
     Args:
         script_args: arguments passed on to the script or module
@@ -92,7 +98,11 @@ def spmd(
     # whose name the scheduler substitutes for ``rank0_env``.
     port = f"$${{{port_env(_RDZV)}:-{_DEFAULT_PORT}}}" if rdzv_port is None else str(rdzv_port)
     endpoint = "localhost:0" if nodes == 1 else f"$${macros.rank0_env}:{port}"
+    resource = replica_resource(cpu, gpu, memMB, h)
+    omp_threads = max(1, int(resource.cpu) // procs)
     cmd = [
+        f"export OMP_NUM_THREADS=$${{OMP_NUM_THREADS:-{omp_threads}}};",
+        "exec",
         "torchrun",
         f"--nnodes {nodes}",
         f"--nproc_per_node {procs}",
@@ -112,7 +122,7 @@ def spmd(
                 env={**(DEBUG_ENV if debug else {}), **(env or {})},
                 num_replicas=nodes,
                 max_retries=max_retries,
-                resource=replica_resource(cpu, gpu, memMB, h),
+                resource=resource,
                 port_map={_RDZV: _DEFAULT_PORT if rdzv_port is None else rdzv_port},
                 mounts=role_mounts(mounts),
             )

@@ -216,6 +216,18 @@ class Scheduler(abc.ABC, Generic[T]):
         3. May block for one round trip to the scheduler.
         """
 
+    def finalize(self, app_id: str) -> DescribeAppResponse | None:
+        """Settle a job that ended without its scheduler recording the end (a local job whose
+        supervisor died): stop what is left of it and record the end; return its description
+        then, or None when there was nothing to settle (the default: the backend records
+        every end itself).
+
+        1. ``describe`` already reports such a job as ended; this is what acts on it.
+        2. Blocks (may scan processes, kill and write): call it off any event loop, from
+           whoever acts on a job's end (``Runner.wait``, a watcher's outcome, ``cancel``).
+        """
+        return None
+
     def describe_future(self, app_id: str) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
         """What ``describe`` would return, as a future resolved by a thread of the scheduler's
         own, so that many waiters (an event loop's tasks) hold no thread while they wait.
@@ -321,13 +333,15 @@ class Scheduler(abc.ABC, Generic[T]):
     def cancel(self, app_id: str) -> None:
         """Ask the scheduler to stop the app; it ends CANCELLED asynchronously.
 
-        1. Idempotent: an unknown or already terminal app is logged and left alone.
+        1. Idempotent: an unknown or already terminal app is logged and left alone (an app that
+           ended unrecorded is finalised: ``finalize``).
         2. Returns once the request was made; does not wait for the app to end.
         """
         desc = self.describe(app_id)
         if desc is None:
             log.info("cancel: no app %s on %s; nothing to do", app_id, self.backend)
         elif desc.state.is_terminal():
+            self.finalize(app_id)
             log.info("cancel: app %s is already %s; nothing to do", app_id, desc.state.name)
         else:
             self._cancel_existing(app_id)

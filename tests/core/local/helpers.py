@@ -21,13 +21,14 @@ def sh_app(*scripts: str, name: str = "app", **role_kwargs: object) -> AppDef:
 
 
 def wait_done(sched: LocalScheduler, app_id: str, timeout: float = 30.0) -> DescribeAppResponse:
-    """Wait for the job to be terminal (event-driven through ``wait_for_change``)."""
+    """Wait for the job to be terminal (event-driven through ``wait_for_change``), then settle
+    it as ``Runner.wait`` does (``finalize``: a job whose supervisor died is stopped)."""
     deadline = time.monotonic() + timeout
     while True:
         desc = sched.describe(app_id)
         assert desc is not None
         if desc.state.is_terminal():
-            return desc
+            return sched.finalize(app_id) or desc
         assert time.monotonic() < deadline, f"{app_id} still {desc.state} after {timeout} s"
         sched.wait_for_change(app_id, min(5.0, deadline - time.monotonic()))
 

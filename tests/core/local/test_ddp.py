@@ -12,7 +12,7 @@ from airflow_provider_torchx.core.components.dist import spmd
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler
 from airflow_provider_torchx.core.specs import AppState
 from tests.core.local.helpers import wait_done
-from tests.fixtures.torch import DDP_SCRIPT, torch_job_env
+from tests.fixtures.torch import DDP_SCRIPT, nodes_stderr, torch_job_env
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("torch_venv")]
 
@@ -25,7 +25,7 @@ def test_two_multi_node_ddp_jobs_at_once_both_succeed(sched: LocalScheduler) -> 
     for app_id in app_ids:
         desc = wait_done(sched, app_id, timeout=240)
         logs = "\n".join(line for k in (0, 1) for line in sched.log_iter(app_id, "ddp_train", k))
-        assert desc.state == AppState.SUCCEEDED, (desc.msg, logs[-3000:])
+        assert desc.state == AppState.SUCCEEDED, (desc.msg, nodes_stderr(sched.job_dir(app_id)), logs[-3000:])
         for r in range(4):
             assert len(re.findall(rf"^rank {r} of 4: all_reduce sum 6$", logs, re.MULTILINE)) == 1, logs[-3000:]
         native = sched.describe_native(app_id)

@@ -123,7 +123,9 @@ def test_reads_work_on_a_full_store_and_report_a_dead_supervisor(
     filler = fill(tiny)
     kill_supervisor(sched, app_id)
 
-    desc = sched.describe(app_id)  # reported...
+    desc = sched.describe(app_id)  # reported (describe writes nothing)...
+    assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg
+    desc = sched.finalize(app_id)  # ...and the finaliser, which stops the job, cannot record it
     assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg
     assert "not recorded" in desc.msg and "No space left on device" in desc.msg, desc.msg
     state = json.loads((sched.job_dir(app_id) / store.STATE).read_text())
@@ -146,7 +148,7 @@ def test_reads_work_on_a_full_store_and_report_a_dead_supervisor(
     assert temp_files(tiny) == []
 
     filler.unlink()
-    desc = create_cwd_scheduler("test").describe(app_id)  # the next reader records it
+    desc = create_cwd_scheduler("test").finalize(app_id)  # the next finaliser records it
     assert desc is not None and desc.state == AppState.FAILED and "not recorded" not in desc.msg
     assert json.loads((sched.job_dir(app_id) / store.STATE).read_text())["state"] == "FAILED"
 
@@ -177,12 +179,14 @@ def test_a_read_only_store_gives_clear_errors_and_reads_still_work(
 
     kill_supervisor(writer, app_id)
     desc = reader.describe(app_id)
+    assert desc is not None and desc.state == AppState.FAILED and "not recorded" not in desc.msg
+    desc = reader.finalize(app_id)
     assert desc is not None and desc.state == AppState.FAILED and "not recorded" in desc.msg
     assert [(a.app_id, a.state) for a in reader.list()] == [(app_id, AppState.FAILED)]
     code, out, err = run_cli(capsys, "status", handle)
     assert code == 0 and "FAILED" in out, err
     assert temp_files(rw_dir) == []
-    desc = writer.describe(app_id)  # a reader that can write records it
+    desc = writer.finalize(app_id)  # a finaliser that can write records it
     assert desc is not None and desc.state == AppState.FAILED
     assert json.loads((writer.job_dir(app_id) / store.STATE).read_text())["state"] == "FAILED"
 
@@ -353,15 +357,16 @@ def test_orphans_of_a_killed_supervisor_are_gone_within_one_sweep(sched: LocalSc
         assert time.monotonic() < deadline, state_file.read_text()
         time.sleep(0.05)
     kill_supervisor(sched, app_id)
+    before = state_file.read_text()
+    desc = sched.describe(app_id)  # reported at once, side-effect free: nothing stopped or written
+    assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg
+    assert _token_processes(token) and state_file.read_text() == before
     t0 = time.monotonic()
-    interval = 1.0
-    desc = sched.describe(app_id)
-    while desc is not None and not desc.state.is_terminal():  # a waiter, as Runner.wait is
-        sched.wait_for_change(app_id, interval)
-        desc = sched.describe(app_id)
+    desc = sched.finalize(app_id)  # what a waiter (Runner.wait) does with that end: one sweep
+    swept = time.monotonic() - t0
     assert desc is not None and desc.state == AppState.FAILED
     assert not _token_processes(token)
-    assert time.monotonic() - t0 < interval
+    assert swept < 1.0
     named = re.search(r"stopped (\d+) process\(es\) left outside the replicas: (.*)", desc.msg)
     assert named and int(named[1]) >= 2 and named[2].count("(sleep)") >= 2, desc.msg
 
@@ -371,6 +376,29 @@ def test_processes_left_at_the_end_are_named_in_the_status(sched: LocalScheduler
     desc = wait_done(sched, app_id)
     assert desc.state == AppState.SUCCEEDED
     assert "stopped 1 process(es) left behind by the replicas" in desc.msg and "(sleep)" in desc.msg, desc.msg
+
+
+def test_a_daemon_of_a_replica_that_ended_is_named_when_the_job_fails(sched: LocalScheduler, mark: str) -> None:
+    app_id = sched.submit(sh_app("setsid sleep 300 & exit 0", "sleep 0.5; exit 3"))
+    desc = wait_done(sched, app_id)
+    assert desc.state == AppState.FAILED
+    assert "stopped 1 process(es) left behind by the replicas" in desc.msg and "(sleep)" in desc.msg, desc.msg
+
+
+def test_a_stop_waits_for_the_stopped_trees_and_names_none_of_them(
+    sched: LocalScheduler, mark: str, tmp_path: Path
+) -> None:
+    """Replica 0's shell dies of the stop's SIGTERM at once while its child (as torchrun under
+    ``sh -c``) still shuts down: the job waits for that child, which is no leftover."""
+    ready, cleaned = tmp_path / "ready", tmp_path / "cleaned"
+    inner = f"trap 'sleep 0.5; touch {cleaned}; exit 0' TERM; touch {ready}; sleep 30 & wait"
+    app_id = sched.submit(
+        sh_app(f'sh -c "{inner}"; echo never', f"while [ ! -e {ready} ]; do sleep 0.05; done; exit 3")
+    )
+    desc = wait_done(sched, app_id)
+    assert desc.state == AppState.FAILED
+    assert desc.msg == "role 'r1' replica 0 exited with code 3", desc.msg
+    assert cleaned.exists(), "the stopped child was killed before it had shut down"
 
 
 # ------------------------------------------------------------------ modes and states

@@ -182,5 +182,5 @@ def test_a_job_of_another_host_in_a_shared_store_is_reported_not_judged(sched: L
     assert time.monotonic() - t0 >= 0.15
     record["host"] = socket.gethostname()
     request.write_text(json.dumps(record))
-    desc = create_cwd_scheduler("local").describe(app_id)
+    desc = create_cwd_scheduler("local").finalize(app_id)  # back on its host: judged and stopped
     assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg

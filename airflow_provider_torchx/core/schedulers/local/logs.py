@@ -148,7 +148,11 @@ class LogIterator:
         self.should_tail = should_tail
 
     def _terminal(self) -> bool:
+        """Whether the app ended; one whose supervisor died is stopped first (``finalize``), so
+        that what its replicas wrote is all there for the last read."""
         desc = self.scheduler.describe(self.app_id)
+        if desc is not None and desc.state.is_terminal():
+            self.scheduler.finalize(self.app_id)
         return desc is None or desc.state.is_terminal()
 
     def __iter__(self) -> Iterator[str]:

@@ -9,6 +9,7 @@ honoured; logs are also readable through a resumable cursor (``read_log``).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -334,9 +335,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 self._cache.popitem(last=False)
 
     def _state(self, app_id: str, rec: dict[str, Any]) -> dict[str, Any]:
-        """The job's ``state.json``. A job whose supervisor died (or never started) is
-        finalised here: what is left of it is killed and it is recorded FAILED (CANCELLED if a
-        cancel was requested)."""
+        """The job's ``state.json``; for a job whose supervisor died (or never started) and
+        whose end is not recorded, the end ``finalize`` would record (``orphaned``), read only:
+        nothing is stopped or written here, so describing stays a few small file reads (an
+        event loop may call it)."""
         with self._cache_lock:
             cached = self._cache.get(app_id)
         if cached is not None and cached[1] is not None:
@@ -353,68 +355,60 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 return _PENDING_STATE
             st = _read_entry(app_id, job_dir / store.STATE, _check_state)  # it may have ended just now
             if st is None or st["state"] not in _TERMINAL_NAMES:
-                st = self._finalize_orphan(job_dir, rec, st, sup)
-                if st.get("unrecorded"):
-                    return st  # not cached: a later reader records it
+                return {**_orphan_end(job_dir, st, sup), "orphaned": True}  # not cached: finalize records it
         self._remember(app_id, rec, st)
         return st
 
-    def _finalize_orphan(
-        self, job_dir: Path, rec: dict[str, Any], st: dict[str, Any] | None, sup: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        """Stop what is left of a job whose supervisor is gone and record its end. Every
-        process of the job is killed: the replicas and the other processes the supervisor
-        recorded (``tracked``), the members of its session, their descendants and whatever
-        carries the job marker; those found only by the marker or the record (they had left
-        the replicas' trees) are named in the message. When the store cannot be written, the
-        end is reported all the same (``unrecorded``) and a later reader records it."""
-        st = dict(st or _PENDING_STATE)
-        replicas = st.get("replicas") or {}
+    def finalize(self, app_id: str) -> DescribeAppResponse | None:
+        """The supervisor-death finaliser, the one place that reaps a local job: when the
+        job's supervisor died (or never started) before it recorded the end, stop what is left
+        of the job and record its end. Every process of the job is killed: the replicas and the
+        other processes the supervisor recorded (``tracked``), the members of its session,
+        their descendants and whatever carries the job marker; those found only by the marker
+        or the record (they had left the replicas' trees) are named in the message. When the
+        store cannot be written, the end is reported all the same (``not recorded``) and a
+        later ``finalize`` records it.
+
+        Blocking (a ``/proc`` scan, kills, a store write): never on an event loop. Returns the
+        job's description once finalised, None when there was nothing to do (no such job, or
+        one still supervised or already recorded as ended)."""
+        rec = self._record(app_id)
+        if rec is None or not self._state(app_id, rec).get("orphaned"):
+            return None
+        job_dir = Path(self.store.job_dir(app_id))
+        st = _read_entry(app_id, job_dir / store.STATE, _check_state)
+        sup = _read_entry(app_id, job_dir / store.SUPERVISOR, _check_supervisor)
+        replicas = (st or {}).get("replicas") or {}
         reps_ids = {(r["pid"], r["start"]) for rs in replicas.values() for r in rs if r.get("pid") and r.get("start")}
-        tracked = {(p, t) for p, t in st.get("tracked") or []}
+        tracked = {(p, t) for p, t in (st or {}).get("tracked") or []}
         # The dead supervisor's session is the job's unless its pid now names another process
         # (the kernel does not reuse a pid while a session of that id has members).
         sid = sup["pid"] if sup and procfs.proc_info(sup["pid"]) is None else None
         killed = procfs.kill_job(sid, reps_ids | tracked, env_marker=store.job_marker(job_dir))
-        cancelled = (job_dir / store.CANCEL).exists()
-        final = "CANCELLED" if cancelled else "FAILED"
-        for reps in replicas.values():
-            for r in reps:
-                if r["state"] not in _TERMINAL_NAMES:
-                    r["state"] = final
-        if cancelled:
-            why = "cancelled by request (the supervisor ended before it could record it)"
-        elif sup is None:
-            why = f"the supervisor did not start within {SUPERVISOR_START_TIMEOUT:.0f} s"
-        else:
-            why = f"the supervisor (pid {sup['pid']}) died before the job ended; its replicas were stopped"
-            last = _last_words(job_dir / store.SUPERVISOR_LOG)
-            if last:
-                why += f"; its last words: {last}"
-        strays = [p for p in killed if (p.pid, p.start) not in reps_ids]
-        if strays:
-            shown = ", ".join(f"{p.pid} ({p.comm})" for p in strays[:10])
-            more = f" and {len(strays) - 10} more" if len(strays) > 10 else ""
-            why += f"; stopped {len(strays)} process(es) left outside the replicas: {shown}{more}"
-        st.update(state=final, msg=why, ended=time.time(), replicas=replicas)
+        end = _orphan_end(job_dir, st, sup, [p for p in killed if (p.pid, p.start) not in reps_ids])
         try:
-            store.write_json_atomic(job_dir / store.STATE, st)
+            store.write_json_atomic(job_dir / store.STATE, end)
         except OSError as e:
             err = store.store_error(self.store.root, f"record the end of {job_dir.name!r}", e)
             log.warning("%s (reported, not recorded)", err)
-            st.update(msg=f"{why} (not recorded: {err})", unrecorded=True)
-        return st
+            return self._describe(app_id, rec, {**end, "msg": f"{end['msg']} (not recorded: {err})"})
+        self._remember(app_id, rec, end)
+        return self._describe(app_id, rec, end)
 
     # ------------------------------------------------------------------ observe
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """The job's state, replicas (pid-checked, so a dead supervisor is noticed; each
         replica's ``msg`` names its GPUs from the ledger), failure or waiting message, restarts,
-        labels, roles and whether a cancel was requested; None if unknown."""
+        labels, roles and whether a cancel was requested; None if unknown. Side-effect free:
+        a job whose supervisor died is reported ended, and ``finalize`` stops and records it."""
         rec = self._record(app_id)
         if rec is None:
             return None
-        st = self._state(app_id, rec)
+        return self._describe(app_id, rec, self._state(app_id, rec))
+
+    def _describe(self, app_id: str, rec: dict[str, Any], st: dict[str, Any]) -> DescribeAppResponse:
+        """The description of the job of record ``rec`` in state ``st``."""
         replicas = st.get("replicas") or {}
         statuses = []
         unstarted = _unstarted_replica(st["state"])
@@ -491,7 +485,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     "state": st["state"],
                     "ended": st.get("ended"),
                 }
-                if st["state"] in _TERMINAL_NAMES and not st.get("unrecorded"):
+                if st.get("orphaned"):  # reported ended, not recorded: finalize records it
+                    entry["orphaned"] = True
+                elif st["state"] in _TERMINAL_NAMES:
                     learned[app_id] = entry
             found[app_id] = entry
         if learned:
@@ -506,6 +502,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         wanted = {s.upper() for s in states}
         cutoff = time.time() - older_than
         summaries = self.summaries()
+        for app_id, entry in summaries.items():
+            if entry.get("orphaned"):  # stop what is left of it and record its end first
+                done = self.finalize(app_id)
+                if done is None or "not recorded" in done.msg:
+                    entry["state"] = "UNKNOWN"  # not prunable this time
+                else:
+                    entry.update(state=done.state.name, ended=done.ended)
         chosen = sorted(
             (entry.get("ended") or entry["created"], app_id)
             for app_id, entry in summaries.items()
@@ -546,7 +549,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     labels=dict(entry["labels"]),
                     created=entry["created"],
                 )
-                if entry["state"] in _TERMINAL_NAMES:
+                if entry["state"] in _TERMINAL_NAMES and not entry.get("orphaned"):
                     ended[app_id] = resp
             found.append(resp)
         return sorted(found, key=lambda r: (r.created or 0.0, r.app_id))
@@ -787,6 +790,40 @@ def _unstarted_replica(app_state: str) -> dict[str, Any]:
     if app_state not in _TERMINAL_NAMES:
         return {"state": "PENDING"}
     return {"state": app_state, "msg": f"never started: the job ended {app_state} before this replica ran"}
+
+
+def _orphan_end(
+    job_dir: Path, st: dict[str, Any] | None, sup: dict[str, Any] | None, strays: list[procfs.ProcInfo] | None = None
+) -> dict[str, Any]:
+    """The end of a job whose supervisor is gone (``sup``; None: it never started), from its
+    last ``state.json`` (``st``): every unfinished replica FAILED, or CANCELLED when a cancel
+    was requested, and why. ``strays``: the processes outside the replicas that ``finalize``
+    stopped (None: nothing was stopped yet, as ``describe`` reports it)."""
+    st = copy.deepcopy(st or _PENDING_STATE)
+    replicas = st.get("replicas") or {}
+    cancelled = (job_dir / store.CANCEL).exists()
+    final = "CANCELLED" if cancelled else "FAILED"
+    for reps in replicas.values():
+        for r in reps:
+            if r["state"] not in _TERMINAL_NAMES:
+                r["state"] = final
+    if cancelled:
+        why = "cancelled by request (the supervisor ended before it could record it)"
+    elif sup is None:
+        why = f"the supervisor did not start within {SUPERVISOR_START_TIMEOUT:.0f} s"
+    else:
+        why = f"the supervisor (pid {sup['pid']}) died before the job ended"
+        if strays is not None:
+            why += "; its replicas were stopped"
+        last = _last_words(job_dir / store.SUPERVISOR_LOG)
+        if last:
+            why += f"; its last words: {last}"
+    if strays:
+        shown = ", ".join(f"{p.pid} ({p.comm})" for p in strays[:10])
+        more = f" and {len(strays) - 10} more" if len(strays) > 10 else ""
+        why += f"; stopped {len(strays)} process(es) left outside the replicas: {shown}{more}"
+    st.update(state=final, msg=why, ended=time.time(), replicas=replicas)
+    return st
 
 
 def _last_words(path: Path) -> str:

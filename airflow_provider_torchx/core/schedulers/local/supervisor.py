@@ -48,6 +48,8 @@ _STREAMS = ("stdout", "stderr")
 _DRAIN_TIMEOUT = 1.0
 #: How often the descendants that are not replicas are recorded (seconds).
 _TRACK_INTERVAL = 1.0
+#: How often a stop checks whether the stopped trees' last processes have exited (seconds).
+_WIND_DOWN_POLL = 0.05
 #: The most rounds of the end-of-job sweep (each kills every descendant found).
 _SWEEP_ROUNDS = 200
 #: Space kept in the job directory for the last ``state.json``: this plus this per replica.
@@ -325,12 +327,35 @@ class Supervisor:
         """SIGTERM the targets' process trees (and the whole session if ``session``); they
         get SIGKILL once the grace period is over."""
         running = [r for r in targets if r.running]
+        if self.kill_at is None:  # no stop under way: every orphan now outlived its replica
+            self.note_escaped()
         for r in running:
             r.stopping = True
         self.kill_session = self.kill_session or session
         if running or session:
             self.signal_job(running, signal.SIGTERM, session)
             self.kill_at = time.monotonic() + self.grace
+
+    def note_escaped(self) -> None:
+        """Remember in ``strays`` the processes that escaped a replica's tree: the orphans the
+        supervisor adopted (as the subreaper) from replicas that ended on their own, with their
+        descendants. Called before a stop, so that the processes a stop orphans (the
+        ``torchrun`` of an ``sh -c`` killed by the SIGTERM torchrun is still handling) are
+        never counted."""
+        replicas = {r.pid for r in self.replicas if r.running}
+        escaped: set[int] = set()
+        for p in procfs.descendants(self.pid):  # parents come before their children
+            if (p.ppid == self.pid and p.pid not in replicas) or p.ppid in escaped:
+                escaped.add(p.pid)
+                self.strays[(p.pid, p.start)] = p.comm
+
+    def winding_down(self) -> bool:
+        """Whether a stop is under way and, every replica having ended, processes of the
+        stopped trees are still exiting (they get the rest of the grace period)."""
+        if self.kill_at is None or any(x.running for x in self.replicas):
+            return False
+        _reap_adopted()
+        return bool(procfs.children(self.pid))
 
     def signal_job(self, targets: list[_Replica], sig: int, session: bool) -> None:
         roots = [r.ident for r in targets if r.ident]
@@ -427,7 +452,7 @@ class Supervisor:
                 self.launch(x)
         if self.final is None and all(x.state == "SUCCEEDED" for x in self.replicas):
             self.final = "SUCCEEDED"
-        if not any(x.running for x in self.replicas):
+        if not any(x.running for x in self.replicas) and not self.winding_down():
             self.kill_at = None
 
     # ------------------------------------------------------------------ main loop
@@ -475,11 +500,13 @@ class Supervisor:
                     self.dirty = False
                 except OSError:  # a full or read-only store: next round; record_end keeps the end
                     pass
-            if self.final is not None and not any(x.running for x in self.replicas):
+            if self.final is not None and not any(x.running for x in self.replicas) and self.kill_at is None:
                 break
             wake_at = self.tracked_at + _TRACK_INTERVAL
             if self.kill_at is not None:
                 wake_at = min(wake_at, self.kill_at)
+                if not any(x.running for x in self.replicas):  # orphans exit without a wake-up
+                    wake_at = min(wake_at, time.monotonic() + _WIND_DOWN_POLL)
             for fd, _ in self.poller.poll(max(0, int((wake_at - time.monotonic()) * 1000) + 1)):
                 if fd in self.handlers:
                     self.handlers[fd]()
@@ -493,7 +520,10 @@ class Supervisor:
         return 0
 
     def finish(self) -> None:
-        """Kill what is left of the job, drain the pipes, write the final state."""
+        """Kill what is left of the job, drain the pipes, write the final state. Without a
+        stop, whatever is left escaped the replicas' trees (they all ended): it is named."""
+        if not self.kill_session:
+            self.note_escaped()
         self.sweep()
         deadline = time.monotonic() + _DRAIN_TIMEOUT
         while any(r.pipes for r in self.replicas) and time.monotonic() < deadline:
@@ -534,8 +564,7 @@ class Supervisor:
         """SIGKILL every descendant, round after round, until none is left (as the subreaper,
         every process of the job that is left is one), at most ``_SWEEP_ROUNDS`` rounds. A
         round can miss a process forked while it walked the tree; the next finds it, re-parented
-        to us. Those killed that were not replicas are remembered in ``strays``."""
-        replicas = {r.ident for r in self.replicas}
+        to us."""
         for _ in range(_SWEEP_ROUNDS):
             _reap_adopted()
             kids = procfs.children(self.pid)
@@ -543,9 +572,7 @@ class Supervisor:
                 break
             if not kids:
                 return
-            left = procfs.descendants(self.pid)
-            procfs.signal_all(left, signal.SIGKILL)
-            self.strays.update(((p.pid, p.start), p.comm) for p in left if (p.pid, p.start) not in replicas)
+            procfs.signal_all(procfs.descendants(self.pid), signal.SIGKILL)
             time.sleep(0.001)
         self.signal_job([], signal.SIGKILL, session=True)  # the kernel does not list children
 
