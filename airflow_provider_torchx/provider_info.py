@@ -96,6 +96,15 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "60",
                         "default": "30",
                     },
+                    "retain_finished": {
+                        "description": "Remove local jobs (their records and logs in the job store) that "
+                        "ended longer ago than this duration (s, m, h, d or w: 30d), checked at most hourly "
+                        "when a task submits a local job; empty keeps every job (docs/operators.md).",
+                        "version_added": None,
+                        "type": "string",
+                        "example": "30d",
+                        "default": "",
+                    },
                 },
             }
         },

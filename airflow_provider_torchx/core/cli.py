@@ -35,12 +35,13 @@ from typing import Any, TextIO
 
 from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.components import get_app, get_component, list_components
+from airflow_provider_torchx.core.durations import parse_duration
 from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
 from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Stream
-from airflow_provider_torchx.core.schedulers.local.store import CorruptEntryError
+from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError, CorruptEntryError
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ DEFAULT_SCHEDULER = "local_cwd"
 CANCEL_WAIT_SECONDS = 30.0
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SYSTEM = 3
+#: ``list`` shows this many of the newest jobs unless given ``--all``.
+LIST_DEFAULT_LIMIT = 100
 _LOG_TARGET = re.compile(r"^(?P<handle>[^/:]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<k>\d+))?)?$")
 
 
@@ -167,6 +170,23 @@ def _parser() -> argparse.ArgumentParser:
     list_cmd.add_argument("-cfg", "--scheduler_args", action="append", default=[], metavar="K=V[,K=V...]")
     list_cmd.add_argument("--label", action="append", type=_label, default=[], metavar="K=V", help="filter")
     _add_json(list_cmd)
+    list_cmd.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every job (default: the newest {LIST_DEFAULT_LIMIT}; a note counts the rest)",
+    )
+
+    prune = sub("prune", "remove ended jobs of the local job store (never a live one) and report the space freed")
+    prune.add_argument("--older-than", required=True, metavar="DURATION", help="ended this long ago: 30d, 12h, 90m")
+    prune.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        choices=[s.name for s in AppState if s.is_terminal()],
+        type=str.upper,
+        help="only jobs that ended in this state (repeatable; default: any)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
 
     sub("runopts", "print the run options of every (or one) scheduler").add_argument(
         "scheduler", nargs="?", default=None
@@ -403,6 +423,10 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
     if not apps and not args.json:
         _err(f"no jobs on {args.scheduler}")
         return EXIT_OK
+    hidden = 0 if args.all else max(0, len(apps) - LIST_DEFAULT_LIMIT)
+    if hidden:
+        apps = apps[hidden:]  # oldest first: the newest are at the end
+        _err(f"{hidden} older job(s) not shown: `{PROG} list --all` shows every job")
     if args.json:
         _out(json.dumps(jobviews.list_dict(apps), indent=2))
         return EXIT_OK
@@ -427,6 +451,27 @@ def _timing(runner: Runner, handle: str) -> str | None:
     end = desc.ended if desc.ended is not None else time.time()
     running = "" if desc.ended is not None else " so far"
     return f"  Started: {jobviews.when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
+
+
+def _prune(args: argparse.Namespace) -> int:
+    """``prune``: the local store's ended jobs older than ``--older-than`` (both local
+    schedulers share the store), one line each, then the total."""
+    from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
+
+    older_than = parse_duration(args.older_than, "--older-than")
+    sched = create_cwd_scheduler("torchx")
+    pruned = sched.prune(older_than, args.state, dry_run=args.dry_run)
+    for app_id, size in pruned:
+        _out(f"{app_id}  {_megabytes(size)}")
+    verb = "would remove" if args.dry_run else "removed"
+    freed = "would free" if args.dry_run else "freed"
+    total = sum(size for _, size in pruned)
+    _out(f"{verb} {len(pruned)} ended job(s) of {sched.store.root}; {freed} {_megabytes(total)}")
+    return EXIT_OK
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
 
 
 def _runopts(runner: Runner, args: argparse.Namespace) -> int:
@@ -485,8 +530,12 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         if status.is_terminal():
             _out(f"{handle}: already {status.state.name}; nothing to cancel")
         else:
-            runner.cancel(handle, reason=_cancel_reason("cancel"))
-            _out(f"{handle}: cancel requested")
+            try:
+                runner.cancel(handle, reason=_cancel_reason("cancel"))
+            except CancelNotRecordedError as err:  # delivered all the same
+                _out(f"{handle}: cancel requested ({err})")
+            else:
+                _out(f"{handle}: cancel requested")
     else:
         runner.delete(handle)
         _out(f"{handle}: deleted")
@@ -503,6 +552,8 @@ def _dispatch(runner: Runner, args: argparse.Namespace) -> int:
         return _list(runner, args)
     if command == "runopts":
         return _runopts(runner, args)
+    if command == "prune":
+        return _prune(args)
     if command == "builtins":
         return _builtins(args)
     return _handle_command(runner, args)

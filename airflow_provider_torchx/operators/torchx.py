@@ -33,6 +33,7 @@ from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLin
 from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.orphans import DISOWNED_XCOM
+from airflow_provider_torchx.retention import apply_retention
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
 from airflow_provider_torchx.watch import (
@@ -271,6 +272,7 @@ class TorchXRunOperator(BaseOperator):
                 return request_dict(rendered)
             handle = runner.schedule(info)
             self.log.info("Submitted %s", handle)
+            apply_retention(scheduler, self.log)  # [torchx] retain_finished; off by default
             cursor_file = cursor_file_for(runner, handle, labels)
             position = LogPosition()
             cursor_file.save(position)  # "watched by this task instance, not reported yet"

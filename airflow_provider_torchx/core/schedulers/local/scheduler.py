@@ -48,7 +48,7 @@ from airflow_provider_torchx.core.schedulers.local.images import (
     ImageProvider,
     LocalDirectoryImageProvider,
 )
-from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, read_lines
+from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, UnsafeLogFileError, open_log, read_lines
 from airflow_provider_torchx.core.schedulers.local.request import (
     PopenRequest,
     ReplicaParam,
@@ -138,6 +138,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self._cache: OrderedDict[str, tuple[dict[str, Any], dict[str, Any] | None]] = OrderedDict()
         # Watchers of many threads (a triggerer's pool, sensors) share one instance.
         self._cache_lock = threading.Lock()
+        # app id -> what ``list`` answers for an ended job (it never changes).
+        self._ended_listed: dict[str, ListAppResponse] = {}
 
     # ------------------------------------------------------------------ submit
 
@@ -459,32 +461,101 @@ class LocalScheduler(Scheduler[PopenRequest]):
         info._scheduler = rec["backend"]
         return info
 
+    def summaries(self) -> dict[str, dict[str, Any]]:
+        """What a listing shows of every job of the store (any local backend): app id ->
+        ``{"backend", "name", "labels", "created", "state", "ended"}``. Ended jobs come from
+        the store's index (``store.FINISHED_INDEX``); only the others' files are read, and
+        those found ended are added to it. Corrupt entries are skipped (logged)."""
+        index = self.store.finished()
+        present = set(self.store.app_ids())
+        found, learned = {}, {}
+        for app_id in present:
+            entry = index.get(app_id)
+            if not isinstance(entry, dict) or entry.get("state") not in _TERMINAL_NAMES:
+                try:
+                    rec = self._record(app_id)
+                    if rec is None:
+                        continue
+                    st = self._state(app_id, rec)
+                except store.CorruptEntryError as e:
+                    log.warning("list: skipping %s", e)
+                    continue
+                entry = {
+                    "backend": rec["backend"],
+                    "name": rec["app_name"],
+                    "labels": rec["labels"],
+                    "created": rec["created"],
+                    "state": st["state"],
+                    "ended": st.get("ended"),
+                }
+                if st.get("orphaned"):  # reported ended, not recorded: finalize records it
+                    entry["orphaned"] = True
+                elif st["state"] in _TERMINAL_NAMES:
+                    learned[app_id] = entry
+            found[app_id] = entry
+        if learned:
+            self.store.record_finished(learned, present)
+        return found
+
+    def prune(self, older_than: float, states: Iterable[str] = (), dry_run: bool = False) -> list[tuple[str, int]]:
+        """Remove the jobs of the store (any local backend) that ended more than ``older_than``
+        seconds ago, in one of ``states`` if given (never a job that has not ended; logs under
+        a ``log_dir`` option stay); ``dry_run``: remove nothing. Returns ``(app_id, bytes on
+        disk)`` per job, oldest first; ``StoreError`` if the store cannot be written."""
+        wanted = {s.upper() for s in states}
+        cutoff = time.time() - older_than
+        summaries = self.summaries()
+        for app_id, entry in summaries.items():
+            if entry.get("orphaned"):  # stop what is left of it and record its end first
+                done = self.finalize(app_id)
+                if done is None or "not recorded" in done.msg:
+                    entry["state"] = "UNKNOWN"  # not prunable this time
+                else:
+                    entry.update(state=done.state.name, ended=done.ended)
+        chosen = sorted(
+            (entry.get("ended") or entry["created"], app_id)
+            for app_id, entry in summaries.items()
+            if entry["state"] in _TERMINAL_NAMES
+            and (not wanted or entry["state"] in wanted)
+            and (entry.get("ended") or entry["created"]) <= cutoff
+        )
+        pruned = []
+        for _, app_id in chosen:
+            size = self.store.disk_usage(app_id)
+            if not dry_run:
+                with self._cache_lock:
+                    self._cache.pop(app_id, None)
+                self.store.remove(app_id)
+            pruned.append((app_id, size))
+        if pruned and not dry_run:
+            self.store.record_finished({}, set(summaries) - {app_id for app_id, _ in pruned})
+        return pruned
+
     def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
         """Every job of this backend in the store (any session) whose labels include every
-        ``labels`` pair, oldest first."""
+        ``labels`` pair, oldest first (from ``summaries``; the answers for ended jobs are
+        built once per process and shared: read them, do not change them)."""
         found = []
-        for app_id in self.store.app_ids():
-            try:
-                rec = self._record(app_id)
-                if rec is None or rec["backend"] != self.backend or not labels_match(rec["labels"], labels):
-                    continue
-                st = self._state(app_id, rec)
-            except store.CorruptEntryError as e:
-                log.warning("list: skipping %s", e)
+        ended = self._ended_listed
+        summaries = self.summaries()
+        for gone in ended.keys() - summaries.keys():  # deleted since
+            del ended[gone]
+        for app_id, entry in summaries.items():
+            if entry["backend"] != self.backend or (labels and not labels_match(entry["labels"], labels)):
                 continue
-            found.append(
-                (
-                    rec["created"],
-                    ListAppResponse(
-                        app_id=app_id,
-                        state=AppState[st["state"]],
-                        name=rec["app_name"],
-                        labels=dict(rec["labels"]),
-                        created=rec["created"],
-                    ),
+            resp = ended.get(app_id)
+            if resp is None:
+                resp = ListAppResponse(
+                    app_id=app_id,
+                    state=AppState[entry["state"]],
+                    name=entry["name"],
+                    labels=dict(entry["labels"]),
+                    created=entry["created"],
                 )
-            )
-        return [resp for _, resp in sorted(found, key=lambda x: x[0])]
+                if entry["state"] in _TERMINAL_NAMES and not entry.get("orphaned"):
+                    ended[app_id] = resp
+            found.append(resp)
+        return sorted(found, key=lambda r: (r.created or 0.0, r.app_id))
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block until the job's supervisor exits (the job is over) or ``timeout`` passes,
@@ -519,9 +590,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     # ------------------------------------------------------------------ logs
 
-    def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | str | None) -> tuple[str, str]:
-        """``(stream name, path)`` of a replica's log; raises for unknown app, role, replica or
-        stream."""
+    def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | str | None) -> tuple[str, str, str]:
+        """``(stream name, path, the job's log directory)`` of a replica's log (every read stays
+        in that directory, ``logs.open_log``); raises for unknown app, role, replica or stream."""
         rec = self._record(app_id)
         if rec is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
@@ -536,7 +607,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             stream = Stream(streams or Stream.COMBINED)
         except ValueError:
             raise ValueError(f"streams: {streams!r} is not one of {', '.join(s.value for s in Stream)}") from None
-        return stream.value, params[k][stream.value]
+        return stream.value, params[k][stream.value], rec["log_dir"]
 
     def read_log(
         self,
@@ -550,13 +621,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         """Whole lines of replica ``k`` of ``role_name`` after ``cursor`` (a JSON byte offset;
         None: the start), at most ``max_lines``. ``eof`` once the job is terminal and the
         whole log was returned. Default stream: combined. Never blocks."""
-        stream, path = self._log_file(app_id, role_name, k, streams)
+        stream, path, root = self._log_file(app_id, role_name, k, streams)
         offset = 0
         if cursor is not None:
             try:
                 parsed = json.loads(cursor)
-                offset = int(parsed["offset"])
-                ok = parsed.get("stream") == stream and offset >= 0
+                offset = parsed["offset"]
+                ok = parsed.get("stream") == stream and type(offset) is int and 0 <= offset < 1 << 62
             except (ValueError, TypeError, KeyError):
                 ok = False
             if not ok:
@@ -564,7 +635,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         rec = self._record(app_id)
         assert rec is not None
         final = self._state(app_id, rec)["state"] in _TERMINAL_NAMES
-        lines, offset, more = read_lines(path, offset, final, max_lines)
+        lines, offset, more = read_lines(path, offset, final, max_lines, root=root)
         return LogChunk(lines=lines, cursor=json.dumps({"stream": stream, "offset": offset}), eof=final and not more)
 
     def log_iter(
@@ -582,33 +653,48 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ``regex``; with ``should_tail`` it follows until the job is terminal and drained.
         ``since``/``until`` are ignored with a warning (local logs carry no timestamps), as in
         TorchX. Unknown app: ``UnknownAppError``; unknown role/replica: ``ValueError``."""
-        _, path = self._log_file(app_id, role_name, k, streams)
+        _, path, root = self._log_file(app_id, role_name, k, streams)
         if since or until:
             warnings.warn(
                 "since/until are ignored by the local scheduler: all log lines are returned", UserWarning, stacklevel=2
             )
-        return filter_regex(regex, LogIterator(app_id, path, self, should_tail))
+        return filter_regex(regex, LogIterator(app_id, path, self, should_tail, root=root))
 
     # ------------------------------------------------------------------ stop
 
     def _cancel_existing(self, app_id: str, reason: str | None) -> None:
         """Record the cancel (with the grace period and ``reason``) and SIGTERM the supervisor, which
         SIGTERMs every process of the job, SIGKILLs them after the grace period and records
-        CANCELLED. Returns at once."""
+        CANCELLED. Returns at once. When the store cannot be written, the supervisor is
+        signalled all the same and ``CancelNotRecordedError`` says so (``StoreError`` if there
+        was no supervisor to signal either)."""
         job_dir = self.job_dir(app_id)
         rec = self._record(app_id)
         if rec is not None and not _on_this_host(rec):
             raise RuntimeError(f"cancel: app {app_id!r} runs on host {rec['host']!r}; cancel it from there")
+        unrecorded = None
         try:
             store.write_json_atomic(
                 job_dir / store.CANCEL,
                 {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid(), "reason": reason},
             )
         except OSError as e:
-            raise store.store_error(self.store.root, f"record the cancel of {app_id!r}", e) from None
+            unrecorded = store.store_error(self.store.root, f"record the cancel of {app_id!r}", e)
         sup = _read_entry(app_id, job_dir / store.SUPERVISOR, _check_supervisor)
-        if sup is not None and sup.get("boot") == procfs.boot_id():
-            procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
+        signalled = (
+            sup is not None
+            and sup.get("boot") == procfs.boot_id()
+            and procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
+        )
+        if unrecorded is None:
+            return
+        if not signalled:
+            raise unrecorded
+        raise store.CancelNotRecordedError(
+            unrecorded.errno,
+            f"{unrecorded}; its supervisor was signalled: the job stops and is recorded CANCELLED "
+            "once the store can be written again",
+        )
 
     def delete(self, app_id: str) -> None:
         """Cancel the job if it runs, then remove it from the store. A corrupt entry (one that
@@ -775,12 +861,16 @@ def _orphan_end(
 
 
 def _last_words(path: Path) -> str:
-    """The last non-empty line of the end of ``path`` (the supervisor's log), shortened."""
+    """The last non-empty line of the end of ``path`` (the supervisor's log in the job's
+    directory, read as the logs are: ``logs.open_log``), shortened."""
     try:
-        with open(path, "rb") as f:
+        fd = open_log(str(path), str(path.parent))
+        if fd is None:
+            return ""
+        with open(fd, "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - _LAST_WORDS_BYTES))
             tail = f.read().decode("utf-8", "replace")
-    except OSError:
+    except (OSError, UnsafeLogFileError):
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""
