@@ -2,7 +2,7 @@
 # Set up everything the tests need (virtualenv, PyTorch's and the browser's own venvs, Docker
 # engine, local registry, busybox image), lint and type-check, run the whole test suite on the
 # pinned Airflow 3.3.2, then the Airflow tests and the live local-deployment tests (but the
-# PyTorch ones) again on Airflow 3.1.8 and 3.2.2 (each line in its own venv with its own
+# PyTorch ones) and the orphaned-jobs tests again on Airflow 3.1.8 (its own venv and
 # constraints: scripts/test-airflow-line.sh; the pre-3.3 cancel-while-deferred path). Services
 # are stopped on exit.
 set -euo pipefail
