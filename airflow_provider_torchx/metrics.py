@@ -2,7 +2,8 @@
 OpenTelemetry, as the deployment configured ``[metrics]``; nothing at all when metrics are
 off: the client is then a no-op).
 
-Every metric is tagged with the scheduler, the app name, the DAG and the task. Plain StatsD
+Every usage metric is tagged with the scheduler, the app name, the DAG and the task;
+``torchx.job.orphan_cancelled`` with the scheduler, the DAG, the task and the reason. Plain StatsD
 carries no tags: they reach the wire with ``statsd_influxdb_enabled``, DogStatsD
 (``statsd_datadog_enabled``) or OpenTelemetry.
 """
@@ -20,6 +21,8 @@ QUEUE_WAIT = "torchx.job.queue_wait"
 GPU_HOURS = "torchx.job.gpu_hours"
 VCPU_HOURS = "torchx.job.vcpu_hours"
 ATTEMPTS = "torchx.job.attempts"
+#: A counter: a job cancelled because it outlived its task instance (``reaper.py``).
+ORPHAN_CANCELLED = "torchx.job.orphan_cancelled"
 
 
 def emit_usage_metrics(usage: Usage, *, scheduler: str, app_name: str, dag_id: str, task_id: str) -> None:
@@ -35,3 +38,10 @@ def emit_usage_metrics(usage: Usage, *, scheduler: str, app_name: str, dag_id: s
     if usage.vcpu_hours is not None:
         Stats.gauge(VCPU_HOURS, usage.vcpu_hours, tags=tags)
     Stats.gauge(ATTEMPTS, len(usage.attempts), tags=tags)
+
+
+def emit_orphan_cancelled(*, scheduler: str, dag_id: str, task_id: str, reason: str) -> None:
+    """Count a job cancelled for outliving its task instance, tagged with why (the decision
+    table's reason: ``task_failed``, ``dag_run_deleted``, ``superseded``, ...)."""
+    tags = {"scheduler": scheduler, "dag": dag_id, "task": task_id, "reason": reason}
+    Stats.incr(ORPHAN_CANCELLED, tags=tags)

@@ -66,7 +66,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "config": {
             "torchx": {
-                "description": "Options of the TorchX provider's watching path (see docs/architecture.md).",
+                "description": "Options of the TorchX provider's watching path and of its orphaned-jobs reaper "
+                "(see docs/architecture.md).",
                 "options": {
                     "watch_threads": {
                         "description": "Size of the thread pool, one per process, that runs the watchers' "
@@ -76,7 +77,34 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "integer",
                         "example": "16",
                         "default": "8",
-                    }
+                    },
+                    "cancel_orphaned_jobs": {
+                        "description": "Cancel a job once its task instance is in a state from which no try "
+                        "will adopt it (failed, success, skipped, removed, upstream_failed, its DAG run ended or "
+                        "deleted, its new try submitted another job): the listeners and the scheduler's "
+                        "reconciling loop (docs/architecture.md, Orphaned jobs).",
+                        "version_added": None,
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
+                    "orphan_grace": {
+                        "description": "Seconds the reconciling loop waits after a task instance (or its DAG "
+                        "run) ended before it cancels the task's job (a task cleared at once keeps it).",
+                        "version_added": None,
+                        "type": "float",
+                        "example": "60",
+                        "default": "30",
+                    },
+                    "retain_finished": {
+                        "description": "Remove local jobs (their records and logs in the job store) that "
+                        "ended longer ago than this duration (s, m, h, d or w: 30d), checked at most hourly "
+                        "when a task submits a local job; empty keeps every job (docs/operators.md).",
+                        "version_added": None,
+                        "type": "string",
+                        "example": "30d",
+                        "default": "",
+                    },
                 },
             }
         },

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -53,6 +54,11 @@ FAILURE_TAIL_LINES = 20
 EMIT_CHUNK = 200
 #: The cursor file is saved at least this often (seconds) while a backlog is being logged.
 SAVE_EVERY = 1.0
+#: Pauses before reading a status again when the change descriptor fired but the status read
+#: just after still shows the job live (a cancel records the end after the supervisor died).
+SETTLE_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8)
+#: A job's progress line is logged when what it says changes, else at most this often (seconds).
+PROGRESS_EVERY = 60.0
 #: Seconds the trigger's last logged lines get to reach the task log before its event (at most
 #: the poll interval): the triggerer closes that log when the event is yielded.
 LOG_SETTLE = 2.0
@@ -98,11 +104,27 @@ async def run_blocking(fn: Callable[..., R], *args: Any) -> R:
 # ---------------------------------------------------------------------- small helpers
 
 
-def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: float | None = None) -> str:
-    """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
-    scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``) and ``; log 40s
-    behind`` when the log read lags by a second or more (a shared CloudWatch budget with many
-    jobs watched)."""
+async def wait_readable(fd: int, timeout: float) -> bool:
+    """Wait on the running loop until ``fd`` is readable or ``timeout`` seconds passed; whether
+    it became readable (a loop that cannot watch descriptors just sleeps: False)."""
+    loop = asyncio.get_running_loop()
+    ready = asyncio.Event()
+    try:
+        loop.add_reader(fd, ready.set)
+    except (NotImplementedError, OSError, ValueError):
+        await asyncio.sleep(timeout)
+        return False
+    try:
+        await asyncio.wait_for(ready.wait(), timeout)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+
+
+def replica_counts(status: AppStatus) -> dict[str, int]:
+    """How many replicas of the job are running, done and pending."""
     counts = {"running": 0, "done": 0, "pending": 0}
     for role in status.roles:
         for rep in role.replicas:
@@ -112,10 +134,40 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: 
                 counts["running"] += 1
             else:
                 counts["pending"] += 1
-    parts = ", ".join(f"{n} {what}" for what, n in counts.items())
+    return counts
+
+
+def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: float | None = None) -> str:
+    """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
+    scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``) and ``; log 40s
+    behind`` when the log read lags by a second or more (a shared CloudWatch budget with many
+    jobs watched)."""
+    parts = ", ".join(f"{n} {what}" for what, n in replica_counts(status).items())
     why = f"; {status.msg}" if status.msg and not status.is_terminal() else ""
     lag = f"; log {behind_s:.0f}s behind" if behind_s is not None and behind_s >= 1.0 else ""
     return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}{lag}"
+
+
+class ProgressNotes:
+    """When a watcher logs a job's progress line: when what the line says of the job changes
+    (its state, replica counts, the scheduler's message), else at most every ``every``
+    seconds. With thousands of jobs watched, a line per job per poll was most of a
+    triggerer's work for a trigger; ``clock`` (monotonic seconds) is injectable for tests."""
+
+    def __init__(self, every: float = PROGRESS_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.clock = clock
+        self._said: tuple[Any, ...] | None = None
+        self._at = 0.0
+
+    def due(self, status: AppStatus) -> bool:
+        """Whether to log ``status``'s progress line now (then it counts as logged)."""
+        said = (status.state, tuple(replica_counts(status).values()), status.msg)
+        now = self.clock()
+        if said == self._said and now - self._at < self.every:
+            return False
+        self._said, self._at = said, now
+        return True
 
 
 def identity_labels(context: Context) -> dict[str, str]:
@@ -242,8 +294,11 @@ class JobWatcher(JobWatch):
         """Wait in this thread for the job's end (or ``deadline``), streaming and logging a
         progress line every ``poll_interval``; return the outcome event."""
 
+        notes = ProgressNotes()
+
         def progress(status: AppStatus) -> None:
-            self.log.info(progress_line(self.app_handle, status, time.time() - started_at, self.behind_s))
+            if notes.due(status):
+                self.log.info(progress_line(self.app_handle, status, time.time() - started_at, self.behind_s))
 
         status = self.wait(poll_interval, deadline, on_poll=progress)
         if status is None or status.is_terminal():
@@ -263,8 +318,41 @@ class JobWatcher(JobWatch):
             status = self.runner.status(self.app_handle)
         else:
             return await run_blocking(self.current_status)
+        return await self._settled(status)
+
+    async def _settled(self, status: AppStatus | None) -> AppStatus | None:
+        """``status``, or for an ended job what settling it on the pool says (``finalize``)."""
         if status is not None and status.is_terminal():
             return await run_blocking(self.runner.finalize, self.app_handle) or status
+        return status
+
+    async def next_status_async(self, poll_interval: float, limit: float | None) -> AppStatus | None:
+        """The job's status one poll on. Where the scheduler answers futures, its next
+        scheduled look (``Runner.status_future`` with a period): the scheduler sets the rhythm,
+        so the job is looked at every ``poll_interval`` whatever this watcher's own latency,
+        and the first look that sees the end answers at once. Else after sleeping a poll.
+        Else after a poll, cut short when the scheduler's change descriptor
+        (``Runner.change_fd``; local jobs: the supervisor's pidfd) becomes readable, so that
+        a local job's end is seen at once. Raises ``TimeoutError`` once ``limit`` seconds
+        passed without an answer (the future path; the other one returns a status then)."""
+        future = self.runner.status_future(self.app_handle, poll_interval)
+        if future is not None:
+            return await self._settled(await asyncio.wait_for(asyncio.wrap_future(future), limit))
+        pause = max(0.0, poll_interval if limit is None else min(poll_interval, limit))
+        fd = self.runner.change_fd(self.app_handle)
+        if fd is None:
+            await asyncio.sleep(pause)
+            return await self.status_async()
+        try:
+            changed = await wait_readable(fd, pause)
+        finally:
+            os.close(fd)
+        status = await self.status_async()
+        for delay in SETTLE_DELAYS if changed else ():
+            if status is None or status.is_terminal():
+                break
+            await asyncio.sleep(delay)  # the end's record may be written just after the change
+            status = await self.status_async()
         return status
 
     async def stream_async(self, status: AppStatus | None, budget: float | None = None) -> bool:
@@ -300,20 +388,22 @@ class JobWatcher(JobWatch):
 
     async def watch(self, poll_interval: float, deadline: float | None, started_at: float | None) -> dict[str, Any]:
         """Follow the job on the running loop until it ends or ``deadline`` passes; return
-        the outcome event. Logs a progress line every ``poll_interval``.
+        the outcome event. Looks every ``poll_interval`` (``next_status_async``), at once
+        while a log backlog remains; logs progress lines as ``ProgressNotes`` says.
 
         The round that finds the job terminal (or the deadline passed) logs nothing: the
         triggerer closes the task's trigger log as soon as the event is yielded, and a line
         logged just before would land in the triggerer's own log. The event carries the
         position reached, and the resumed task's ``flush_logs`` logs the rest into the task
         log; the last lines logged here had ``LOG_SETTLE`` seconds to arrive before the event."""
-        next_note = time.monotonic() + poll_interval
+        notes = ProgressNotes()
         settle = min(poll_interval, LOG_SETTLE)
         settled_at = 0.0  # when every line logged so far has had ``settle`` seconds to arrive
+        timed_out = False
+        status = await self.status_async()
         while True:
-            status = await self.status_async()
             now = time.time()
-            if status is None or status.is_terminal() or (deadline is not None and now >= deadline):
+            if status is None or status.is_terminal() or timed_out or (deadline is not None and now >= deadline):
                 await asyncio.sleep(max(settled_at - time.monotonic(), 0.0))
                 if status is not None and not status.is_terminal():
                     return self.timeout_event(status)
@@ -322,13 +412,16 @@ class JobWatcher(JobWatch):
             backlog = await self.stream_async(status, budget=poll_interval)
             if self.position.seq != seq:
                 settled_at = time.monotonic() + settle
-            if time.monotonic() >= next_note:
+            if notes.due(status):
                 self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s))
-                next_note = time.monotonic() + poll_interval
                 settled_at = time.monotonic() + settle
-            if not backlog:
-                pause = poll_interval if deadline is None else min(poll_interval, deadline - now)
-                await asyncio.sleep(max(pause, 0.0))
+            if backlog:
+                status = await self.status_async()
+                continue
+            try:
+                status = await self.next_status_async(poll_interval, None if deadline is None else deadline - now)
+            except TimeoutError:
+                timed_out = True
 
     # ------------------------------------------------------------------ outcome
 

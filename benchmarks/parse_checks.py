@@ -1,7 +1,8 @@
 """What the parse-time checks of ``TorchXRunOperator``'s literal arguments cost a DAG file.
 
 In fresh interpreters (interleaved, several times) the script imports the operator module,
-then times the first ``TorchXRunOperator(component=..., scheduler="local_cwd", cfg={...})``
+then times the first ``TorchXRunOperator(component=..., component_args={...}, scheduler="local_cwd",
+cfg={...})``
 (one-time costs: resolving components, reading entry points) and the mean of the next 100,
 once with the checks and once with them switched off (the reference, same run). It prints the
 medians, the differences and the ratios.
@@ -26,7 +27,9 @@ if {unchecked}:
     mod.check_literal_arguments = lambda **kwargs: None
 def make(i):
     cfg = {{"log_dir": "/l"}}
-    return mod.TorchXRunOperator(task_id=f"t{{i}}", component="utils.echo", scheduler="local_cwd", cfg=cfg)
+    return mod.TorchXRunOperator(
+        task_id=f"t{{i}}", component="utils.echo", component_args={{"msg": "hi"}}, scheduler="local_cwd", cfg=cfg
+    )
 t = time.perf_counter(); make(0); first = time.perf_counter() - t
 t = time.perf_counter()
 for i in range(1, 101):

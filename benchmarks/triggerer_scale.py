@@ -1,5 +1,5 @@
-"""N deferred jobs in one triggerer: ``TorchXJobTrigger`` side by side with the Amazon
-provider's ``BatchJobTrigger`` on the same moto server, plus 200 deferred local jobs.
+"""N deferred jobs in triggerers: ``TorchXJobTrigger`` side by side with the Amazon provider's
+``BatchJobTrigger`` on the same moto server, plus deferred local jobs.
 
 A triggerer runs every trigger's ``run()`` generator on one asyncio loop; so does each
 contender here, in a process of its own (ours from the project's ``.venv``; the Amazon
@@ -10,8 +10,10 @@ and ``apache-airflow-providers-amazon[aiobotocore]``, about 2.5 min; never the p
    by our scheduler and kept PENDING by a dependency that never finishes.
 2. Each contender runs N triggers (``poll_interval``/``waiter_delay`` = ``--poll``), a 50 ms
    sleeper measuring the loop's lag and a neighbour trigger timing ``asyncio.to_thread(noop)``
-   every 0.5 s. After a warm-up (and, for ours, once every trigger looked its app id up:
-   ``ListJobs`` by name, once per job in a fresh process; the time is printed as start-up) it
+   every 0.5 s. Our triggers carry the job id (``native_id``, as ``TorchXJobTrigger.for_job``
+   builds them); ``--old-kwargs`` builds them without it, as the previous release's stored
+   kwargs do (each looks its job up by name: ``ListJobs``, once per job in a fresh process; the
+   steady phase then waits for those look-ups, printed as start-up). After a warm-up it
    measures a steady phase: CPU % of one core (process time / wall time), RSS, AWS calls/s
    (counted from the moto server's request log, by path).
 3. Then every job is terminated (``TerminateJob``, one after the other); the time from each
@@ -19,10 +21,22 @@ and ``apache-airflow-providers-amazon[aiobotocore]``, about 2.5 min; never the p
    exactly one event.
 4. The same for ``--local`` deferred local jobs (``sleep``), ended by ``Runner.cancel``.
 
-    .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
+Modes besides that steady one (each keeps the Amazon side in the same run, on its own jobs):
 
-``--n 2000`` is the big case; ``--quick`` shortens the phases; ``--no-amazon`` / ``--no-local``
-/ ``--no-batch`` skip parts. Not run by CI. Prints a table and the load average.
+- ``--fresh S``: a fresh triggerer: the jobs end S seconds after the contender started its
+  triggers (no warm-up); it prints the Batch calls made from the process's start to the jobs'
+  end (goal: at most N/100 + 20, no per-job look-up) and the events' delays.
+- ``--two``: two triggerers split the N triggers; after a warm-up the second one is stopped
+  (SIGTERM: its triggers are cancelled, as a triggerer's shutdown does) and a fresh one takes
+  its triggers (the same kwargs); then every job ends. Every trigger must fire exactly one
+  event over the three processes, and no job may be cancelled by a contender.
+
+    .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
+        [--fresh 5] [--two] [--old-kwargs]
+
+``--n 2000`` is the big case (``--n 5000`` the capacity-raised one); ``--quick`` shortens the
+phases; ``--no-amazon`` / ``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a
+table and the load average.
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -72,12 +87,16 @@ def say(**fields: Any) -> None:
     _PROTOCOL.flush()
 
 
-def make_triggers(kind: str, targets: list[str], poll: float) -> list[Any]:
-    """The contender's triggers, one per job (``targets``: app handles or Batch job ids)."""
+def make_triggers(kind: str, targets: list[str], native_ids: list[str | None], poll: float) -> list[Any]:
+    """The contender's triggers, one per job (``targets``: app handles or Batch job ids; ours
+    carry ``native_ids``, the Batch job ids, unless None: kwargs of the previous release)."""
     if kind == "ours":
         from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 
-        return [TorchXJobTrigger(t, region_name=REGION, poll_interval=poll) for t in targets]
+        return [
+            TorchXJobTrigger(t, region_name=REGION, poll_interval=poll, native_id=job_id)
+            for t, job_id in zip(targets, native_ids, strict=True)
+        ]
     from airflow.providers.amazon.aws.triggers.batch import BatchJobTrigger
 
     return [
@@ -88,12 +107,14 @@ def make_triggers(kind: str, targets: list[str], poll: float) -> list[Any]:
     ]
 
 
-async def contend(
-    kind: str, targets: list[str], poll: float, warmup: float, steady: float, wait_end: float, go_file: str
-) -> None:
-    """Run the triggers as a triggerer does and report the figures (see the module docstring)."""
+async def contend(kind: str, targets: list[str], native_ids: list[str | None], args: argparse.Namespace) -> None:
+    """Run the triggers as a triggerer does and report the figures (see the module docstring).
+    The steady phase lasts ``args.steady`` seconds, or until ``args.end_file`` exists; SIGTERM
+    stops the process as a triggerer's shutdown does (every trigger's task cancelled)."""
     loop = asyncio.get_running_loop()
-    triggers = make_triggers(kind, targets, poll)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    triggers = make_triggers(kind, targets, native_ids, args.poll)
     events: dict[int, list[tuple[float, str]]] = {i: [] for i in range(len(triggers))}
     lags: list[float] = []
     neighbour: list[float] = []
@@ -106,6 +127,8 @@ async def contend(
                 payload = getattr(event, "payload", event)
                 status = payload.get("status") if isinstance(payload, dict) else str(payload)
                 events[i].append((time.time(), str(status)))
+        except asyncio.CancelledError:
+            raise
         except Exception as err:  # a trigger that raises ends its task with an error event
             events[i].append((time.time(), f"raised {type(err).__name__}"))
 
@@ -126,28 +149,36 @@ async def contend(
                 neighbour.append(time.perf_counter() - t0)
             await asyncio.sleep(0.5)
 
+    async def until(seconds: float, done: Any) -> None:
+        """Sleep ``seconds`` (or until ``done()``), waking early on SIGTERM."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not stop.is_set() and not done():
+            await asyncio.sleep(0.2)
+
     helpers = [asyncio.create_task(sleeper()), asyncio.create_task(neighbour_trigger())]
     tasks = [asyncio.create_task(drive(i, t)) for i, t in enumerate(triggers)]
-    await asyncio.sleep(warmup)
-    while not os.path.exists(go_file):  # the orchestrator says when every trigger is started
-        await asyncio.sleep(0.5)
+    say(mark="started", t=time.time())
+    await until(args.warmup, lambda: False)
+    await until(float("inf"), lambda: os.path.exists(args.go_file))  # every trigger started
     phase["measure"] = True
     say(mark="steady-start", t=time.time())
     cpu0, wall0 = time.process_time(), time.monotonic()
     rss: list[float] = []
-    while time.monotonic() - wall0 < steady:
+    while time.monotonic() - wall0 < args.steady and not stop.is_set():
+        if args.end_file and os.path.exists(args.end_file):
+            break
         await asyncio.sleep(1.0)
         rss.append(rss_mb())
     cpu = (time.process_time() - cpu0) / (time.monotonic() - wall0) * 100
     steady_lags, steady_neighbour = list(lags), list(neighbour)
-    say(mark="steady-end", t=time.time())
-    # The orchestrator now ends every job; wait for the events.
-    deadline = time.monotonic() + wait_end
-    while time.monotonic() < deadline and not all(t.done() for t in tasks):
-        await asyncio.sleep(0.2)
+    if not stop.is_set():
+        say(mark="steady-end", t=time.time())
+        # The orchestrator now ends every job; wait for the events.
+        await until(args.wait_end, lambda: all(t.done() for t in tasks))
     stuck = [time.perf_counter() - t0 for t0 in inflight]
     for task in [*tasks, *helpers]:
         task.cancel()
+    await asyncio.gather(*tasks, *helpers, return_exceptions=True)
     say(
         result={
             "cpu": cpu,
@@ -157,6 +188,7 @@ async def contend(
             "neighbour": steady_neighbour,
             "neighbour_all": neighbour + stuck,
             "events": {targets[i]: ev for i, ev in events.items()},
+            "stopped": stop.is_set(),
         }
     )
 
@@ -170,8 +202,8 @@ def contender_main(args: argparse.Namespace) -> None:
     log_fd = os.open(args.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log_fd, 1)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout)
-    targets = json.loads(Path(args.targets).read_text())
-    asyncio.run(contend(args.contender, targets, args.poll, args.warmup, args.steady, args.wait_end, args.go_file))
+    spec = json.loads(Path(args.targets).read_text())
+    asyncio.run(contend(args.contender, spec["targets"], spec["native_ids"], args))
 
 
 # ---------------------------------------------------------------------- orchestrator
@@ -247,95 +279,121 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def run_contender(
-    python: str,
-    kind: str,
-    targets: list[str],
-    args: argparse.Namespace,
-    work: Path,
-    env: dict[str, str],
-    end_jobs: Any,
-    moto: MotoLog | None,
-    lookups: int = 0,
-) -> dict[str, Any]:
-    """Run one contender; its steady phase starts after the warm-up once the moto server saw
-    ``lookups`` ListJobs calls; ``end_jobs()`` (called after the steady phase) ends every job
-    and returns ``{target: end time}``. Returns the figures."""
-    targets_file = work / f"{kind}-{len(targets)}-targets.json"
-    go_file = work / f"{kind}-{len(targets)}-go"
-    targets_file.write_text(json.dumps(targets))
-    cmd = [
-        python,
-        str(Path(__file__).resolve()),
-        "--contender",
-        kind,
-        "--targets",
-        str(targets_file),
-        "--poll",
-        str(args.poll),
-        "--warmup",
-        str(args.warmup),
-        "--steady",
-        str(args.steady),
-        "--wait-end",
-        str(args.wait_end),
-        "--log-file",
-        str(work / f"{kind}-{len(targets)}.log"),
-        "--go-file",
-        str(go_file),
-    ]
-    started = time.monotonic()
-    before = moto.calls() if moto else collections.Counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
-    startup: list[float] = []
+class Contender:
+    """One contender process (``--contender``): started at once; its protocol lines are read
+    on a thread of their own, each mark recorded with the time and the moto server's calls."""
 
-    def start_steady_phase() -> None:
-        """The steady phase starts once every trigger had its first status: ours first looks
-        each app id up (``ListJobs`` by name, once per job in a fresh process)."""
-        while proc.poll() is None:
-            looked_up = (moto.calls() - before)["/v1/listjobs"] if moto else 0
+    def __init__(
+        self,
+        python: str,
+        kind: str,
+        tag: str,
+        targets: list[str],
+        native_ids: list[str | None],
+        args: argparse.Namespace,
+        work: Path,
+        env: dict[str, str],
+        moto: MotoLog | None,
+        *,
+        warmup: float,
+        steady: float,
+        go: bool,
+    ) -> None:
+        self.kind, self.tag, self.moto, self.targets = kind, tag, moto, targets
+        targets_file = work / f"{tag}-targets.json"
+        targets_file.write_text(json.dumps({"targets": targets, "native_ids": native_ids}))
+        self.go_file = work / f"{tag}-go"
+        self.end_file = work / f"{tag}-end"
+        if go:
+            self.go_file.touch()
+        cmd = [python, str(Path(__file__).resolve()), "--contender", kind, "--targets", str(targets_file)]
+        cmd += ["--poll", str(args.poll), "--warmup", str(warmup), "--steady", str(steady)]
+        cmd += ["--wait-end", str(args.wait_end), "--log-file", str(work / f"{tag}.log")]
+        cmd += ["--go-file", str(self.go_file), "--end-file", str(self.end_file)]
+        self.before = moto.calls() if moto else collections.Counter()
+        self.started = time.monotonic()
+        self.startup = float("nan")
+        self.marks: dict[str, tuple[float, collections.Counter[str]]] = {}
+        self.result: dict[str, Any] = {}
+        self._cond = threading.Condition()
+        self._done = False
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if not line.startswith("@@ "):
+                print(f"  [{self.tag}] {line.rstrip()}", flush=True)
+                continue
+            msg = json.loads(line[3:])
+            with self._cond:
+                if "mark" in msg:
+                    calls = self.moto.calls() if self.moto else collections.Counter()
+                    self.marks[msg["mark"]] = (time.monotonic(), calls)
+                elif "result" in msg:
+                    self.result = msg["result"]
+                self._cond.notify_all()
+        self.proc.wait()
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def wait_mark(self, name: str) -> None:
+        """Block until the contender reported mark ``name`` (raises if it exited first)."""
+        with self._cond:
+            while name not in self.marks and not self._done:
+                self._cond.wait(1.0)
+            if name not in self.marks:
+                raise RuntimeError(f"{self.tag} exited (exit {self.proc.returncode}) before {name!r}")
+
+    def go_after_lookups(self, lookups: int) -> None:
+        """Start the steady phase once the moto server saw ``lookups`` ListJobs calls (our
+        triggers without a job id look each one up, once per job in a fresh process)."""
+        while self.proc.poll() is None:
+            looked_up = (self.moto.calls() - self.before)["/v1/listjobs"] if self.moto else 0
             if looked_up >= lookups:
-                startup.append(time.monotonic() - started)
-                go_file.touch()
+                self.startup = time.monotonic() - self.started
+                self.go_file.touch()
                 return
             time.sleep(1.0)
 
-    watcher = threading.Thread(target=start_steady_phase, daemon=True)
-    watcher.start()
-    assert proc.stdout is not None
-    marks: dict[str, tuple[float, collections.Counter[str]]] = {}
-    ends: dict[str, float] = {}
-    result: dict[str, Any] = {}
-    for line in proc.stdout:
-        if not line.startswith("@@ "):
-            print(f"  [{kind}] {line.rstrip()}", flush=True)
-            continue
-        msg = json.loads(line[3:])
-        if "mark" in msg:
-            marks[msg["mark"]] = (time.monotonic(), moto.calls() if moto else collections.Counter())
-            if msg["mark"] == "steady-end":
-                ends = end_jobs()
-        elif "result" in msg:
-            result = msg["result"]
-            if moto:
-                ended = moto.calls() - marks["steady-end"][1]
-                ended.subtract({"/v1/terminatejob": len(ends)})  # the orchestrator's own calls
-                calls = ", ".join(f"{path} {n}" for path, n in ended.most_common() if n)
-                print(f"  {kind}: AWS calls from the end of the jobs to the last event: {calls or 'none'}", flush=True)
-    proc.wait()
-    if not result:
-        raise RuntimeError(f"{kind} contender failed (exit {proc.returncode}); see {work}")
-    (t0, c0), (t1, c1) = marks["steady-start"], marks["steady-end"]
+    def finish(self) -> dict[str, Any]:
+        """Wait for the process; its result."""
+        self._reader.join()
+        if not self.result:
+            raise RuntimeError(f"{self.tag} contender failed (exit {self.proc.returncode})")
+        return self.result
+
+
+def own_calls(calls: collections.Counter[str], ended: int) -> collections.Counter[str]:
+    """The moto server's calls less the orchestrator's ``ended`` TerminateJob calls."""
+    out = collections.Counter(calls)
+    out.subtract({"/v1/terminatejob": ended})
+    return +out
+
+
+def figures(
+    c: Contender, ends: dict[str, float], events: dict[str, list[tuple[float, str]]] | None = None
+) -> dict[str, Any]:
+    """The table row of contender ``c`` (``events``: its triggers' events, when they span
+    several processes: a restarted triggerer's)."""
+    result = c.result
+    events = result["events"] if events is None else events
+    (t0, c0), (t1, c1) = c.marks["steady-start"], c.marks["steady-end"]
     steady_calls = c1 - c0
-    if moto:
+    if c.moto:
         rates = ", ".join(f"{path} {n / (t1 - t0):.1f}/s" for path, n in steady_calls.most_common())
-        print(f"  {kind}: AWS calls in the steady phase: {rates or 'none'}", flush=True)
+        print(f"  {c.tag}: AWS calls in the steady phase: {rates or 'none'}", flush=True)
+        to_end = ", ".join(f"{path} {n}" for path, n in (c1 - c.before).most_common())
+        print(f"  {c.tag}: AWS calls from its start to the end of the jobs: {to_end or 'none'}", flush=True)
     delays, counts = [], []
-    for target, evs in result["events"].items():
+    for target, evs in events.items():
         counts.append(len(evs))
         if evs and target in ends:
             delays.append(evs[0][0] - ends[target])
-    statuses = sorted({s for evs in result["events"].values() for _, s in evs})
+    statuses = sorted({s for evs in events.values() for _, s in evs})
     return {
         "cpu": result["cpu"],
         "rss": result["rss"],
@@ -345,20 +403,89 @@ def run_contender(
         "nb_p99": pct(result["neighbour"], 99) * 1000,
         "nb_p99_all": pct(result["neighbour_all"], 99) * 1000,
         "nb_calls": len(result["neighbour_all"]),
-        "calls_s": sum(steady_calls.values()) / (t1 - t0) if moto else float("nan"),
+        "calls_s": sum(steady_calls.values()) / (t1 - t0) if c.moto else float("nan"),
+        "calls_to_end": sum((c1 - c.before).values()) if c.moto else float("nan"),
         "ev_p50": pct(delays, 50),
         "ev_p95": pct(delays, 95),
         "ev_max": max(delays, default=float("nan")),
-        "events": f"{sum(1 for c in counts if c == 1)}/{len(counts)} one event"
-        + (f", {sum(1 for c in counts if c == 0)} none" if any(c == 0 for c in counts) else "")
-        + (f", {sum(1 for c in counts if c > 1)} more" if any(c > 1 for c in counts) else ""),
+        "events": f"{sum(1 for n in counts if n == 1)}/{len(counts)} one event"
+        + (f", {sum(1 for n in counts if n == 0)} none" if any(n == 0 for n in counts) else "")
+        + (f", {sum(1 for n in counts if n > 1)} more" if any(n > 1 for n in counts) else ""),
         "statuses": ",".join(statuses),
-        "startup": startup[0] if startup else float("nan"),
+        "startup": c.startup,
     }
 
 
-def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> dict[str, dict[str, Any]]:
-    """Both contenders over ``args.n`` PENDING Batch jobs each on one moto server."""
+def end_and_collect(contenders: list[Contender], end_jobs: Any) -> dict[str, float]:
+    """Once every contender reported the end of its steady phase, end every job
+    (``end_jobs``); wait for the contenders' results; return each target's end time."""
+    for c in contenders:
+        c.wait_mark("steady-end")
+    before = contenders[0].moto.calls() if contenders[0].moto else None
+    ends: dict[str, float] = end_jobs()
+    for c in contenders:
+        c.finish()
+    if before is not None and contenders[0].moto:
+        ended = own_calls(contenders[0].moto.calls() - before, len(ends))
+        calls = ", ".join(f"{path} {n}" for path, n in ended.most_common())
+        names = "+".join(c.tag for c in contenders)
+        print(f"  {names}: AWS calls from the end of the jobs to the last event: {calls or 'none'}", flush=True)
+    return ends
+
+
+def one_triggerer(
+    spawn: Any, targets: list[str], native_ids: list[str | None], args: argparse.Namespace, end_jobs: Any
+) -> list[tuple[str, dict[str, Any]]]:
+    """The steady mode (warm-up, steady phase, then the jobs end) or, with ``--fresh S``, a
+    fresh triggerer whose jobs end S seconds after its triggers started."""
+    if args.fresh is not None:
+        c = spawn("fresh", targets, native_ids, warmup=0.0, steady=args.fresh, go=True)
+    else:
+        c = spawn("steady", targets, native_ids, warmup=args.warmup, steady=args.steady, go=False)
+        lookups = sum(1 for i in native_ids if i is None) if c.moto else 0  # Batch triggers without a job id
+        if lookups:
+            threading.Thread(target=c.go_after_lookups, args=(lookups,), daemon=True).start()
+        else:
+            c.go_file.touch()
+    ends = end_and_collect([c], end_jobs)
+    return [("", figures(c, ends))]
+
+
+def two_triggerers(
+    spawn: Any, targets: list[str], native_ids: list[str | None], args: argparse.Namespace, end_jobs: Any
+) -> list[tuple[str, dict[str, Any]]]:
+    """Two triggerers split the triggers; the second is stopped in the middle of the steady
+    phase and a fresh one takes its triggers; then every job ends (see the module docstring)."""
+    half = len(targets) // 2
+    forever = 1e9  # the steady phases end when the orchestrator says (their end files)
+    a = spawn("A", targets[:half], native_ids[:half], warmup=args.warmup, steady=forever, go=True)
+    b = spawn("B", targets[half:], native_ids[half:], warmup=args.warmup, steady=forever, go=True)
+    a.wait_mark("steady-start")
+    b.wait_mark("steady-start")
+    time.sleep(1.5 * args.poll)
+    restarted_at = time.monotonic()
+    b.proc.send_signal(signal.SIGTERM)
+    b.finish()
+    b2 = spawn("B2", targets[half:], native_ids[half:], warmup=0.0, steady=forever, go=True)
+    b2.wait_mark("steady-start")
+    time.sleep(max(2 * args.poll, 20.0))  # the fresh one is up to speed: its first looks are done
+    print(f"  B stopped, B2 watching for {time.monotonic() - restarted_at:.0f}s before the jobs end", flush=True)
+    a.end_file.touch()
+    b2.end_file.touch()
+    ends = end_and_collect([a, b2], end_jobs)
+    if a.moto:
+        whole = own_calls(a.moto.calls() - a.before, len(ends))
+        cancels = whole["/v1/canceljob"] + whole["/v1/terminatejob"]
+        print(f"  CancelJob/TerminateJob calls by the contenders over the whole run: {cancels}", flush=True)
+    b_events = {t: b.result["events"][t] + b2.result["events"][t] for t in targets[half:]}
+    return [
+        (" A (its neighbour restarted)", figures(a, ends)),
+        (" B2 (fresh, took B's triggers)", figures(b2, ends, b_events)),
+    ]
+
+
+def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Each contender over ``args.n`` PENDING Batch jobs of its own on one moto server."""
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(HERE))
     import boto3
@@ -367,7 +494,8 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
     os.environ.update(FAKE_CREDS, AWS_DEFAULT_REGION=REGION)
     os.environ.pop("AWS_ENDPOINT_URL", None)
     moto_proc, url, moto = start_moto(work)
-    out: dict[str, dict[str, Any]] = {}
+    rows: list[tuple[str, dict[str, Any]]] = []
+    names = {"ours": "TorchXJobTrigger", "amazon": "Amazon BatchJobTrigger"}
     try:
         queue = setup_queue(url)
         t0 = time.monotonic()
@@ -381,6 +509,7 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
             pairs = jobs[kind]
             ids = [job_id for _, job_id in pairs]
             targets = [f"aws_batch://bench/{app_id}" for app_id, _ in pairs] if kind == "ours" else ids
+            native_ids: list[str | None] = [None if args.old_kwargs else i for i in ids]
             by_id = dict(zip(ids, targets, strict=True))
 
             def end_jobs(by_id: dict[str, str] = by_id) -> dict[str, float]:
@@ -391,16 +520,29 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
                 return ends
 
             python = sys.executable if kind == "ours" else amazon_python()
-            print(f"running {kind} over {args.n} Batch jobs ...", flush=True)
-            lookups = args.n if kind == "ours" else 0
-            out[kind] = run_contender(python, kind, targets, args, work, env, end_jobs, moto, lookups)
+
+            def spawn(
+                tag: str,
+                targets: list[str],
+                native_ids: list[str | None],
+                python: str = python,
+                kind: str = kind,
+                **kw: Any,
+            ) -> Contender:
+                return Contender(python, kind, f"{kind}-{tag}", targets, native_ids, args, work, env, moto, **kw)
+
+            mode = "two triggerers" if args.two else f"fresh, jobs end {args.fresh:g}s in" if args.fresh else "steady"
+            print(f"running {kind} over {args.n} Batch jobs ({mode}) ...", flush=True)
+            run = two_triggerers if args.two else one_triggerer
+            label = f"{names[kind]}{' (old kwargs)' if kind == 'ours' and args.old_kwargs else ''}, {args.n} Batch"
+            rows += [(label + suffix, row) for suffix, row in run(spawn, targets, native_ids, args, end_jobs)]
     finally:
         moto_proc.terminate()
         moto_proc.wait(timeout=30)
-    return out
+    return rows
 
 
-def local_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def local_phase(args: argparse.Namespace, work: Path) -> list[tuple[str, dict[str, Any]]]:
     """Our trigger over ``args.local`` deferred local jobs (``sleep``), ended by cancel."""
     os.environ["AIRFLOW_TORCHX_STATE_DIR"] = str(work / "store")
     sys.path.insert(0, str(REPO))
@@ -421,8 +563,15 @@ def local_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     env = {**os.environ, "AIRFLOW_HOME": str(work / "airflow-home"), "PYTHONPATH": str(REPO)}
     env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+    def spawn(tag: str, targets: list[str], native_ids: list[str | None], **kw: Any) -> Contender:
+        return Contender(sys.executable, "ours", f"local-{tag}", targets, native_ids, args, work, env, None, **kw)
+
     try:
-        return run_contender(sys.executable, "ours", handles, args, work, env, end_jobs, None)
+        print(f"running ours over {len(handles)} local jobs ...", flush=True)
+        run = two_triggerers if args.two else one_triggerer
+        rows = run(spawn, handles, [None] * len(handles), args, end_jobs)
+        return [(f"TorchXJobTrigger, {args.local} local{suffix}", row) for suffix, row in rows]
     finally:
         for handle in handles:
             runner.cancel(handle)
@@ -431,19 +580,23 @@ def local_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def table(rows: list[tuple[str, dict[str, Any]]], poll: float) -> None:
     head = (
         "| contender | CPU % of a core | RSS MB | loop lag p99 ms | neighbour to_thread p99 ms "
-        "| AWS calls/s | event after end p50 / p95 / max s | events | start-up s |"
+        "| AWS calls/s | AWS calls to the jobs' end | event after end p50 / p95 / max s | events | start-up s |"
     )
     print(head)
-    print("|" + " --- |" * 9)
+    print("|" + " --- |" * 10)
     for name, r in rows:
         print(
             f"| {name} | {r['cpu']:.1f} | {r['rss']:.0f} | "
             f"{r['lag_p99']:.1f} (whole run: {r['lag_p99_all']:.0f}, max {r['lag_max']:.0f}) | "
-            f"{r['nb_p99']:.1f} (whole run: {r['nb_p99_all']:.0f}; {r['nb_calls']} calls) | {r['calls_s']:.1f} | "
+            f"{r['nb_p99']:.1f} (whole run: {r['nb_p99_all']:.0f}; {r['nb_calls']} calls) | "
+            f"{r['calls_s']:.1f} | {r['calls_to_end']:.0f} | "
             f"{r['ev_p50']:.1f} / {r['ev_p95']:.1f} / {r['ev_max']:.1f} | {r['events']} ({r['statuses']}) | "
             f"{r['startup']:.0f} |"
         )
-    print(f"goals (poll {poll:g} s): event p95 <= {poll + 5:g} s, loop lag p99 < 50 ms, neighbour p99 < 50 ms")
+    print(
+        f"goals (poll {poll:g} s): steady event p95 <= {0.6 * poll + 1:g} s; fresh: p95 <= {poll + 5:g} s and "
+        "<= N/100 + 20 calls to the end; loop lag p99 < 50 ms, neighbour p99 < 50 ms"
+    )
 
 
 def main() -> None:
@@ -455,6 +608,9 @@ def main() -> None:
     parser.add_argument("--no-amazon", action="store_true")
     parser.add_argument("--no-batch", action="store_true")
     parser.add_argument("--no-local", action="store_true")
+    parser.add_argument("--fresh", type=float, help="a fresh triggerer: the jobs end this many seconds after it starts")
+    parser.add_argument("--two", action="store_true", help="two triggerers, the second restarted in the middle")
+    parser.add_argument("--old-kwargs", action="store_true", help="our triggers without the job id (look-ups)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs of each contender)")
     # contender mode (internal)
     parser.add_argument("--contender", choices=["ours", "amazon"])
@@ -464,6 +620,7 @@ def main() -> None:
     parser.add_argument("--wait-end", type=float)
     parser.add_argument("--log-file")
     parser.add_argument("--go-file")
+    parser.add_argument("--end-file")
     args = parser.parse_args()
     if args.contender:
         contender_main(args)
@@ -477,11 +634,9 @@ def main() -> None:
     try:
         if not args.no_batch:
             contenders = ["ours"] + ([] if args.no_amazon else ["amazon"])
-            got = batch_phase(args, work, contenders)
-            names = {"ours": "TorchXJobTrigger", "amazon": "Amazon BatchJobTrigger"}
-            rows += [(f"{names[k]}, {args.n} Batch", got[k]) for k in contenders]
+            rows += batch_phase(args, work, contenders)
         if not args.no_local and args.local:
-            rows.append((f"TorchXJobTrigger, {args.local} local", local_phase(args, work)))
+            rows += local_phase(args, work)
     finally:
         print(f"load after: {os.getloadavg()}", flush=True)
         if rows:

@@ -2,8 +2,9 @@
 # Set up everything the tests need (virtualenv, PyTorch's and the browser's own venvs, Docker
 # engine, local registry, busybox image), lint and type-check, run the whole test suite on the
 # pinned Airflow 3.3.2, then the Airflow tests and the live local-deployment tests (but the
-# PyTorch ones) again on Airflow 3.1.8 (its own venv and constraints: the pre-3.3
-# cancel-while-deferred path). Services are stopped on exit.
+# PyTorch ones) and the orphaned-jobs tests again on Airflow 3.1.8 (its own venv and
+# constraints: scripts/test-airflow-line.sh; the pre-3.3 cancel-while-deferred path). Services
+# are stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,4 +18,4 @@ source .ci/state/services.env
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/python -m pytest tests "$@"
-bash scripts/test-airflow31.sh tests/airflow tests/e2e/test_live_local.py -m "not torch"
+bash scripts/test-airflow31.sh tests/airflow tests/e2e/test_live_local.py tests/e2e/test_live_orphans.py -m "not torch"

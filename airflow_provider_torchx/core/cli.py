@@ -4,7 +4,9 @@ without Airflow (the same core the operator uses).
 Exit codes: 0 success (also when the reader of the output went away, as ``| head`` does); 1
 the job FAILED or was CANCELLED, or no such job; 2 a usage or validation error (the message
 goes to stderr, without a traceback); 3 the system refused (a full or read-only job store: the
-message names the path and the cause); 128 + the signal number when SIGINT or SIGTERM
+message names the path and the cause; an AWS setup error: no region or credentials, expired
+or rejected credentials, access denied, an unknown queue, an unreachable endpoint: one line
+saying what to set); 128 + the signal number when SIGINT or SIGTERM
 interrupted an attached ``run --wait`` (the job is cancelled first).
 
 ``dryrun`` and ``describe`` print the values of secret env vars (``core/masking.py``) as
@@ -14,27 +16,32 @@ interrupted an attached ``run --wait`` (the job is cancelled first).
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
-import dataclasses
+import getpass
+import json
 import logging
 import os
-import pprint
 import re
 import signal
+import socket
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
 
+from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.components import get_app, get_component, list_components
-from airflow_provider_torchx.core.errors import ComponentError, SignalException, UnknownAppError
+from airflow_provider_torchx.core.durations import parse_duration
+from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
 from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
 from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.schedulers.api import Stream
-from airflow_provider_torchx.core.schedulers.local.store import CorruptEntryError
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Stream
+from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError, CorruptEntryError
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,8 @@ DEFAULT_SCHEDULER = "local_cwd"
 CANCEL_WAIT_SECONDS = 30.0
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SYSTEM = 3
+#: ``list`` shows this many of the newest jobs unless given ``--all``.
+LIST_DEFAULT_LIMIT = 100
 _LOG_TARGET = re.compile(r"^(?P<handle>[^/:]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<k>\d+))?)?$")
 
 
@@ -90,6 +99,16 @@ def _add_submit_args(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
+def _add_json(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--json", action="store_true", help="print one JSON document (keys: docs/cli.md)")
+
+
 def _add_show_secrets(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--show-secrets",
@@ -127,6 +146,8 @@ def _parser() -> argparse.ArgumentParser:
     ):
         handle_cmd = sub(name, help_text)
         handle_cmd.add_argument("app_handle", help="scheduler://session/app_id")
+        if name in ("status", "describe"):
+            _add_json(handle_cmd)
         if name == "describe":
             _add_show_secrets(handle_cmd)
 
@@ -134,7 +155,11 @@ def _parser() -> argparse.ArgumentParser:
     log_cmd.add_argument(
         "target", metavar="HANDLE[/ROLE[/K]]", help="a job handle, optionally narrowed to a role and replica"
     )
-    log_cmd.add_argument("-t", "--tail", action="store_true", help="follow the logs until the job ends")
+    shown = log_cmd.add_mutually_exclusive_group()
+    shown.add_argument("-t", "--tail", action="store_true", help="follow the logs until the job ends")
+    shown.add_argument(
+        "-n", "--lines", type=_positive_int, default=None, metavar="N", help="only the last N lines of each replica"
+    )
     log_cmd.add_argument("--regex", default=None, help="only lines matching this regular expression")
     log_cmd.add_argument(
         "--streams", choices=[s.value for s in Stream], default=None, help="which output (default: the scheduler's)"
@@ -144,6 +169,24 @@ def _parser() -> argparse.ArgumentParser:
     list_cmd.add_argument("-s", "--scheduler", default=DEFAULT_SCHEDULER, help=f"default: {DEFAULT_SCHEDULER}")
     list_cmd.add_argument("-cfg", "--scheduler_args", action="append", default=[], metavar="K=V[,K=V...]")
     list_cmd.add_argument("--label", action="append", type=_label, default=[], metavar="K=V", help="filter")
+    _add_json(list_cmd)
+    list_cmd.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every job (default: the newest {LIST_DEFAULT_LIMIT}; a note counts the rest)",
+    )
+
+    prune = sub("prune", "remove ended jobs of the local job store (never a live one) and report the space freed")
+    prune.add_argument("--older-than", required=True, metavar="DURATION", help="ended this long ago: 30d, 12h, 90m")
+    prune.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        choices=[s.name for s in AppState if s.is_terminal()],
+        type=str.upper,
+        help="only jobs that ended in this state (repeatable; default: any)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
 
     sub("runopts", "print the run options of every (or one) scheduler").add_argument(
         "scheduler", nargs="?", default=None
@@ -161,13 +204,44 @@ def _out(text: str = "", stream: TextIO | None = None) -> None:
     print(text, file=stream or sys.stdout, flush=True)
 
 
+def _cancel_reason(command: str) -> str:
+    """Who cancels: ``airflow-torchx COMMAND by USER@HOST`` (the job's message names it, and
+    a task watching the job knows the cancel is not its own)."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (some containers)
+        user = f"uid {os.getuid()}"
+    return f"airflow-torchx {command} by {user}@{socket.gethostname()}"
+
+
+def _show_warning(message: Warning | str, *args: object, **kwargs: object) -> None:
+    """A Python warning as one line ``warning: ...`` on stderr (no source file or line)."""
+    _err("warning: " + " ".join(str(message).split()))
+
+
 def _err(text: str) -> None:
     _out(text, sys.stderr)
 
 
-def _format_app(app: AppDef, show_secrets: bool = False) -> str:
-    text = pprint.pformat(dataclasses.asdict(app if show_secrets else mask_tree(app)), sort_dicts=False, width=110)
+def _format_app(
+    app: AppDef, show_secrets: bool = False, desc: DescribeAppResponse | None = None, as_json: str | None = None
+) -> str:
+    """The app (with the job's status when ``desc`` is given) as plain lines, or as the JSON
+    of ``describe --json`` for the handle ``as_json``; secret env values masked unless
+    ``show_secrets``."""
+    shown = app if show_secrets else mask_tree(app)
+    if as_json is not None and desc is not None:
+        text = json.dumps(jobviews.describe_dict(as_json, shown, desc), indent=2)
+    else:
+        text = jobviews.describe_text(shown, desc)
     return text if show_secrets else redact(text, secret_values(app))
+
+
+def _described(runner: Runner, handle: str) -> DescribeAppResponse:
+    desc = runner.describe_app(handle)
+    if desc is None:
+        raise _NoSuchJobError(handle)
+    return desc
 
 
 def _status_or_fail(runner: Runner, handle: str) -> AppStatus:
@@ -272,7 +346,7 @@ def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float
 def _cancelled(runner: Runner, handle: str, sig: SignalException, previous: dict[Any, Any]) -> int:
     for sig_num, handler in previous.items():  # a second Ctrl-C stops waiting for the cancel
         signal.signal(sig_num, handler)
-    runner.cancel(handle)  # idempotent: Runner.wait may have cancelled already
+    runner.cancel(handle, reason=_cancel_reason(f"run --wait ({sig.sigval.name})"))  # Runner.wait may have already
     _err(f"{handle}: {sig.sigval.name} received, cancelling the job")
     try:
         final = runner.wait(handle, wait_interval=1, timeout=CANCEL_WAIT_SECONDS, cancel_on_signal=False)
@@ -320,9 +394,8 @@ def _log(runner: Runner, args: argparse.Namespace) -> int:
 
     def show(role_name: str, k: int) -> None:
         try:
-            for line in runner.log_lines(
-                handle, role_name, k, regex=args.regex, should_tail=args.tail, streams=streams
-            ):
+            lines = runner.log_lines(handle, role_name, k, regex=args.regex, should_tail=args.tail, streams=streams)
+            for line in collections.deque(lines, maxlen=args.lines) if args.lines else lines:
                 text = line.rstrip("\n")
                 with lock:
                     _out(f"[{role_name}/{k}] {text}" if prefixed else text)
@@ -347,10 +420,20 @@ def _log(runner: Runner, args: argparse.Namespace) -> int:
 def _list(runner: Runner, args: argparse.Namespace) -> int:
     cfg = runner.cfg_from_str(args.scheduler, *args.scheduler_args)
     apps = runner.list(args.scheduler, cfg, dict(args.label))
-    if not apps:
+    if not apps and not args.json:
         _err(f"no jobs on {args.scheduler}")
         return EXIT_OK
-    rows = [(a.app_handle, a.state.name, _when(a.created), _airflow_task(a.labels), a.name) for a in apps]
+    hidden = 0 if args.all else max(0, len(apps) - LIST_DEFAULT_LIMIT)
+    if hidden:
+        apps = apps[hidden:]  # oldest first: the newest are at the end
+        _err(f"{hidden} older job(s) not shown: `{PROG} list --all` shows every job")
+    if args.json:
+        _out(json.dumps(jobviews.list_dict(apps), indent=2))
+        return EXIT_OK
+    rows = [
+        (a.app_handle, a.state.name, jobviews.when(a.created), jobviews.airflow_task(a.labels) or "-", a.name)
+        for a in apps
+    ]
     widths = [max(len(row[i]) for row in [_LIST_HEADER, *rows]) for i in range(4)]
     for row in [_LIST_HEADER, *rows]:
         _out("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)) + f"  {row[4]}")
@@ -360,28 +443,35 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
 _LIST_HEADER = ("APP HANDLE", "STATE", "SUBMITTED", "AIRFLOW TASK", "NAME")
 
 
-def _when(epoch: float | None) -> str:
-    """A local time ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if epoch else "-"
-
-
-def _airflow_task(labels: dict[str, str]) -> str:
-    """``dag_id.task_id[map_index]`` of a job an Airflow task launched (from its labels); ``-``."""
-    dag_id, task_id = labels.get("airflow.dag_id"), labels.get("airflow.task_id")
-    if not (dag_id and task_id):
-        return "-"
-    map_index = labels.get("airflow.map_index", "-1")
-    return f"{dag_id}.{task_id}" + (f"[{map_index}]" if map_index not in ("", "-1") else "")
-
-
 def _timing(runner: Runner, handle: str) -> str | None:
     """``Started: ...; duration: 12s`` (so far, while it runs) of a job that started."""
     desc = runner.describe_app(handle)
-    if desc is None or desc.started is None:
-        return None
+    if desc is None or desc.started is None or desc.state in (AppState.SUBMITTED, AppState.PENDING):
+        return None  # a PENDING job has not started (a local one waiting for GPUs has a supervisor)
     end = desc.ended if desc.ended is not None else time.time()
     running = "" if desc.ended is not None else " so far"
-    return f"  Started: {_when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
+    return f"  Started: {jobviews.when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
+
+
+def _prune(args: argparse.Namespace) -> int:
+    """``prune``: the local store's ended jobs older than ``--older-than`` (both local
+    schedulers share the store), one line each, then the total."""
+    from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
+
+    older_than = parse_duration(args.older_than, "--older-than")
+    sched = create_cwd_scheduler("torchx")
+    pruned = sched.prune(older_than, args.state, dry_run=args.dry_run)
+    for app_id, size in pruned:
+        _out(f"{app_id}  {_megabytes(size)}")
+    verb = "would remove" if args.dry_run else "removed"
+    freed = "would free" if args.dry_run else "freed"
+    total = sum(size for _, size in pruned)
+    _out(f"{verb} {len(pruned)} ended job(s) of {sched.store.root}; {freed} {_megabytes(total)}")
+    return EXIT_OK
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
 
 
 def _runopts(runner: Runner, args: argparse.Namespace) -> int:
@@ -422,7 +512,9 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         runner.delete(handle)  # a corrupt job can only be deleted
         _out(f"{handle}: deleted")
         return EXIT_OK
-    if args.command == "status":
+    if args.command == "status" and args.json:
+        _out(json.dumps(jobviews.status_dict(handle, _described(runner, handle)), indent=2))
+    elif args.command == "status":
         _out(status.format())
         timing = _timing(runner, handle)
         if timing:
@@ -431,15 +523,19 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         app = runner.describe(handle)
         if app is None:
             raise _NoSuchJobError(handle)
-        _out(_format_app(app, args.show_secrets))
-        if status.usage is not None:
+        _out(_format_app(app, args.show_secrets, _described(runner, handle), handle if args.json else None))
+        if status.usage is not None and not args.json:
             _out(status.usage.format())
     elif args.command == "cancel":
         if status.is_terminal():
             _out(f"{handle}: already {status.state.name}; nothing to cancel")
         else:
-            runner.cancel(handle)
-            _out(f"{handle}: cancel requested")
+            try:
+                runner.cancel(handle, reason=_cancel_reason("cancel"))
+            except CancelNotRecordedError as err:  # delivered all the same
+                _out(f"{handle}: cancel requested ({err})")
+            else:
+                _out(f"{handle}: cancel requested")
     else:
         runner.delete(handle)
         _out(f"{handle}: deleted")
@@ -456,6 +552,8 @@ def _dispatch(runner: Runner, args: argparse.Namespace) -> int:
         return _list(runner, args)
     if command == "runopts":
         return _runopts(runner, args)
+    if command == "prune":
+        return _prune(args)
     if command == "builtins":
         return _builtins(args)
     return _handle_command(runner, args)
@@ -469,11 +567,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        with get_runner() as runner:
+        with get_runner() as runner, warnings.catch_warnings():
+            warnings.showwarning = _show_warning
             return _dispatch(runner, args)
     except (_NoSuchJobError, UnknownAppError) as err:
         _err(f"{PROG}: no such job: {err}")
         return EXIT_JOB_FAILED
+    except SchedulerSetupError as err:  # AWS region, credentials, permissions, queue, endpoint
+        _err(f"{PROG}: error: {err}")
+        return EXIT_SYSTEM
     except ValueError as err:
         _err(f"{PROG}: error: {err}")
         return EXIT_USAGE

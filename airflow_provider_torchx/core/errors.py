@@ -38,6 +38,24 @@ class ComponentError(ValueError):
     """A component cannot be found or its arguments do not fit its signature."""
 
 
+class SchedulerSetupError(RuntimeError):
+    """The scheduler cannot be used as this host is set up: no region or credentials, expired
+    or rejected credentials, a missing permission or queue, an unreachable endpoint. The
+    message is one line saying what to set (the CLI exits 3). ``transient``: a retry may
+    succeed with nothing changed here (an endpoint that could not be reached, credentials
+    that a refresh renews), so a task retries; otherwise it fails without retry."""
+
+    transient: bool = False
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class UnknownQueueError(InvalidRunConfigError, SchedulerSetupError):
+    """A scheduler's queue (``cfg`` or the app id's) does not exist."""
+
+
 class AppStatusError(Exception):
     """Raised by ``AppStatus.raise_for_status()`` for an app that did not succeed."""
 

@@ -9,9 +9,11 @@ lazily, so importing the runner never imports a backend's client library.
 
 from __future__ import annotations
 
+import builtins
 import concurrent.futures
 import copy
 import logging
+import os
 import signal
 import threading
 import time
@@ -274,11 +276,13 @@ class Runner:
         sched, app_id = self._scheduler_app_id(app_handle)
         return _app_status(sched.finalize(app_id))
 
-    def status_future(self, app_handle: str) -> concurrent.futures.Future[AppStatus | None] | None:
+    def status_future(
+        self, app_handle: str, period: float | None = None
+    ) -> concurrent.futures.Future[AppStatus | None] | None:
         """The app's status as a future the scheduler resolves from a thread of its own
-        (``Scheduler.describe_future``); None: call ``status`` instead. Never blocks."""
-        sched, app_id = self._scheduler_app_id(app_handle)
-        described = sched.describe_future(app_id)
+        (``Scheduler.describe_future``: ``period`` asks for its next scheduled look); None:
+        call ``status`` instead. Never blocks."""
+        described = self.describe_app_future(app_handle, period)
         if described is None:
             return None
         out: concurrent.futures.Future[AppStatus | None] = concurrent.futures.Future()
@@ -293,6 +297,14 @@ class Runner:
         out.add_done_callback(cancelled)
         described.add_done_callback(done)
         return out
+
+    def describe_app_future(
+        self, app_handle: str, period: float | None = None
+    ) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
+        """``describe_app`` as a future (``Scheduler.describe_future``); None: call
+        ``describe_app`` instead. Never blocks."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.describe_future(app_id) if period is None else sched.describe_future(app_id, period)
 
     def describe(self, app_handle: str) -> AppDef | None:
         """The app rebuilt from what the scheduler keeps (completeness varies), or None."""
@@ -310,6 +322,23 @@ class Runner:
         or None if it does not know it."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.describe(app_id)
+
+    def native_id(self, app_handle: str) -> str | None:
+        """The scheduler's own id of the app, for a watcher elsewhere (``Scheduler.native_id``);
+        may block for one look-up."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.native_id(app_id)
+
+    def adopt_native_id(self, app_handle: str, native_id: str) -> None:
+        """Tell the scheduler the app's own id (``Scheduler.adopt_native_id``). Never blocks."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        sched.adopt_native_id(app_id, native_id)
+
+    def change_fd(self, app_handle: str) -> int | None:
+        """A descriptor readable when the app may have changed (``Scheduler.change_fd``); the
+        caller closes it. None: poll."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.change_fd(app_id)
 
     def sidecar_dir(self, app_handle: str) -> Path | None:
         """Where watchers may keep their own files beside the job (``Scheduler.sidecar_dir``);
@@ -343,9 +372,9 @@ class Runner:
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             return self._wait(app_handle, wait_interval, timeout)
-        except SignalException:
+        except SignalException as e:
             log.warning("cancelling %s: the waiting process was interrupted", app_handle)
-            self.cancel(app_handle)
+            self.cancel(app_handle, reason=f"the waiting process (pid {os.getpid()}) got {e.sigval.name}")
             raise
         finally:
             for sig, handler in previous.items():
@@ -373,6 +402,13 @@ class Runner:
     ) -> list[ListAppResponse]:
         """The apps on ``scheduler`` carrying every ``labels`` pair, with their handles."""
         apps = self._scheduler(scheduler).list(cfg, labels)
+        for app in apps:
+            app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
+        return apps
+
+    def list_live(self, scheduler: str, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
+        """The apps on ``scheduler`` that have not ended (``Scheduler.list_live``), with their handles."""
+        apps = self._scheduler(scheduler).list_live(cfg)
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
@@ -413,10 +449,11 @@ class Runner:
 
     # ------------------------------------------------------------------ stop
 
-    def cancel(self, app_handle: str) -> None:
-        """Ask for the app to stop; it ends CANCELLED asynchronously. Idempotent."""
+    def cancel(self, app_handle: str, *, reason: str | None = None) -> None:
+        """Ask for the app to stop; it ends CANCELLED asynchronously. Idempotent. ``reason``
+        (who or what asks) is recorded where the scheduler can (``Scheduler.cancel``)."""
         sched, app_id = self._scheduler_app_id(app_handle)
-        sched.cancel(app_id)
+        sched.cancel(app_id, reason=reason)
 
     def stop(self, app_handle: str) -> None:
         """Deprecated alias of ``cancel``."""

@@ -482,6 +482,9 @@ class ReplicaStatus:
     structured_error_msg: str = ""
     exit_code: int | None = None
     msg: str = ""
+    #: The host devices the scheduler gave the replica (GPUs ``"4,5"``, as in
+    #: ``CUDA_VISIBLE_DEVICES``); empty when it assigned none.
+    devices: str = ""
 
 
 @dataclass
@@ -533,7 +536,8 @@ class AppStatus:
                 for rep in role.replicas:
                     code = f" (exit {rep.exit_code})" if rep.exit_code is not None else ""
                     host = f"@{rep.hostname}" if rep.hostname else ""
-                    reps.append(f"{role.role}[{rep.id}]{host}:{rep.state.name}{code}")
+                    devices = f" (GPUs {rep.devices})" if rep.devices else ""
+                    reps.append(f"{role.role}[{rep.id}]{host}:{rep.state.name}{code}{devices}")
                 lines.append("  " + " ".join(reps))
         if self.msg:
             lines.append("Msg: " + self.msg.replace("\n", "\n     "))

@@ -3,13 +3,15 @@ what its dry run returns.
 
 ``check_literal_arguments`` runs in the operator's ``__init__``, so a DAG whose literal
 (non-templated) arguments are wrong fails to import, naming the problem: an unknown component
-or scheduler, an invalid ``app=``, an unknown or mistyped run option of a local scheduler.
+or scheduler, an unknown or mistyped argument of a builtin component, an invalid ``app=``, an
+unknown or mistyped run option of a local scheduler.
 DAG parsing is a hot path: nothing here imports a scheduler backend or calls a cloud API
 (a component name is resolved among the builtins and the entry points' names; a
 ``file.py:fn`` component is left to the task, which loads it).
 
 ``fail_without_retry`` turns the errors that cannot change on a retry (unknown component,
-scheduler or connection, bad run option, invalid spec, missing queue) into
+scheduler or connection, bad run option, invalid spec, missing queue, no AWS credentials or
+region, access denied: ``SchedulerSetupError`` unless ``transient``) into
 ``AirflowFailException``: the task fails at once, with one message and no chained
 exception. Transient errors (throttling, a lost connection) pass through and are retried.
 """
@@ -32,6 +34,7 @@ from airflow_provider_torchx.core.errors import (
     InvalidRunConfigError,
     InvalidSpecError,
     MalformedAppHandleError,
+    SchedulerSetupError,
     UnknownSchedulerError,
 )
 from airflow_provider_torchx.core.runner import SCHEDULER_ENTRY_POINT_GROUP
@@ -70,8 +73,13 @@ def _entry_point_names(group: str) -> frozenset[str]:
 
 
 @functools.cache
+def _builtin_components() -> dict[str, components.Component]:
+    """The builtin components, made once per process (each keeps its parsed signature)."""
+    return components.builtin_components()
+
+
 def _builtin_component_names() -> frozenset[str]:
-    return frozenset(components.builtin_components())
+    return frozenset(_builtin_components())
 
 
 def check_component(name: str) -> None:
@@ -82,6 +90,16 @@ def check_component(name: str) -> None:
     if name in _builtin_component_names() or any(name == ep or name.startswith(ep + ".") for ep in registered):
         return
     components.get_component(name)
+
+
+def check_component_args(name: str, args: Any) -> None:
+    """Unknown names (with the closest ones) and mistyped literal values in ``component_args``
+    of a builtin component raise its ``ComponentError``; templated values, missing arguments
+    (a connection may give defaults) and other components (loading them costs) are left to the
+    task."""
+    component = _builtin_components().get(name)
+    if component is not None and isinstance(args, list | Mapping):
+        component.check_args(args, lambda value: isinstance(value, str) and not is_literal(value))
 
 
 def check_scheduler(name: str) -> None:
@@ -110,7 +128,12 @@ def check_cfg(scheduler: str, cfg: Mapping[str, Any] | str) -> None:
 
 
 def check_literal_arguments(
-    *, app: AppDef | None, component: str | None, scheduler: str | None, cfg: Mapping[str, Any] | str | None
+    *,
+    app: AppDef | None,
+    component: str | None,
+    scheduler: str | None,
+    cfg: Mapping[str, Any] | str | None,
+    component_args: Any = None,
 ) -> None:
     """Check what can be checked cheaply when the DAG is parsed (see the module docstring);
     raise the core's ``ValueError`` naming the field."""
@@ -118,6 +141,7 @@ def check_literal_arguments(
         validate_app(app)
     if component is not None and is_literal(component) and ":" not in component:
         check_component(component)
+        check_component_args(component, component_args)
     if scheduler is not None and is_literal(scheduler):
         check_scheduler(scheduler)
         if cfg is not None:
@@ -142,6 +166,10 @@ def fail_without_retry(component: str | None = None) -> Iterator[None]:
         yield
     except CONFIG_ERRORS as e:
         raise AirflowFailException(f"{type(e).__name__}: {short_message(e, component)}") from None
+    except SchedulerSetupError as e:  # no credentials or region, access denied: not a retry's to fix
+        if e.transient:
+            raise
+        raise AirflowFailException(f"{type(e).__name__}: {e}") from None
 
 
 def request_dict(text: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
 
+from airflow_provider_torchx._compat import AirflowFailException
+from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.schedulers.api import labels_match
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
@@ -29,6 +32,8 @@ from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable,
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
+from airflow_provider_torchx.orphans import DISOWNED_XCOM
+from airflow_provider_torchx.retention import apply_retention
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
 from airflow_provider_torchx.watch import (
@@ -144,6 +149,8 @@ class TorchXRunOperator(BaseOperator):
     :param cancel_on_kill: cancel the job when the task is killed (worker; deferred on Airflow >= 3.3)
     :param reattach_on_retry: a retried task adopts its still-running job instead of submitting
     :param timeout: bound on the wait (also deferred); on timeout the job is cancelled
+    :param retry_after_outside_cancel: retry the task after a cancel from outside it (the CLI,
+        the UI's jobs page, AWS by hand); by default such a cancel fails the task without retry
     """
 
     template_fields: Sequence[str] = ("component_args", "app_name", "env", "cfg")
@@ -170,6 +177,7 @@ class TorchXRunOperator(BaseOperator):
         cancel_on_kill: bool = True,
         reattach_on_retry: bool = True,
         timeout: timedelta | float | None = None,
+        retry_after_outside_cancel: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -182,7 +190,9 @@ class TorchXRunOperator(BaseOperator):
             raise TypeError(f"app: expected an AppDef, got {type(app).__name__}")
         if poll_interval <= 0:
             raise ValueError(f"poll_interval: {poll_interval!r} must be > 0 seconds")
-        check_literal_arguments(app=app, component=component, scheduler=scheduler, cfg=cfg)
+        check_literal_arguments(
+            app=app, component=component, scheduler=scheduler, cfg=cfg, component_args=component_args
+        )
         self.app = app
         self.component = component
         self.component_args = component_args if component_args is not None else []
@@ -199,6 +209,7 @@ class TorchXRunOperator(BaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self.reattach_on_retry = reattach_on_retry
         self.timeout = timeout
+        self.retry_after_outside_cancel = retry_after_outside_cancel
         self.app_handle: str | None = None
         self._runner: Runner | None = None
         #: The ended job's usage summary (``core/usage.py``) and final state, once the task reported it.
@@ -250,13 +261,18 @@ class TorchXRunOperator(BaseOperator):
         app = self.build_app()
         register_app_secrets(app)  # before anything is logged
         if adopted is None:
-            info = runner.dryrun(app, scheduler, cfg, labels=labels)
+            with warnings.catch_warnings(record=True) as caught:  # into the task log, once
+                warnings.simplefilter("always")
+                info = runner.dryrun(app, scheduler, cfg, labels=labels)
+            for warning in caught:
+                self.log.warning("%s", warning.message)
             if self.dryrun:
                 rendered = str(redact(str(info)))
                 self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, rendered)
                 return request_dict(rendered)
             handle = runner.schedule(info)
             self.log.info("Submitted %s", handle)
+            apply_retention(scheduler, self.log)  # [torchx] retain_finished; off by default
             cursor_file = cursor_file_for(runner, handle, labels)
             position = LogPosition()
             cursor_file.save(position)  # "watched by this task instance, not reported yet"
@@ -268,6 +284,8 @@ class TorchXRunOperator(BaseOperator):
         _remember_job(context, handle, reported=False)
         context["ti"].xcom_push(key="app_handle", value=handle)
         self._persist_links(context, runner, handle)
+        if not self.wait_for_completion or not self.cancel_on_kill:
+            context["ti"].xcom_push(key=DISOWNED_XCOM, value=handle)  # not to be cancelled with the task
         if not self.wait_for_completion:
             return self._report_success(context, cursor_file, position, handle)
         wait_seconds = self._wait_seconds()
@@ -365,14 +383,19 @@ class TorchXRunOperator(BaseOperator):
         if event["status"] == "success":
             self.log.info("TorchX job %s SUCCEEDED", handle)
             return self._report_success(context, cursor_file, position, handle)
+        assert self._runner is not None
         if event["status"] == "timeout":
-            assert self._runner is not None
-            self._runner.cancel(handle)
-            raise AirflowException(
-                f"TorchX job {handle} did not end within {self._wait_seconds():.0f}s "
-                f"(still {event.get('state')}); cancelled it"
+            within = f"did not end within {self._wait_seconds():.0f}s"
+            self._runner.cancel(handle, reason=task_cancel_reason(self.dag_id, self.task_id, f"timeout ({within})"))
+            raise AirflowException(f"TorchX job {handle} {within} (still {event.get('state')}); cancelled it")
+        message = redact(failure_message(event))
+        who = None if self.retry_after_outside_cancel else outside_canceller(self._runner.describe_app(handle))
+        if who:
+            raise AirflowFailException(
+                f"{message}\nThe job was cancelled from outside this task, by {redact(who)}: not retried "
+                "(retry_after_outside_cancel=True retries after such a cancel)"
             )
-        raise AirflowException(redact(failure_message(event)))
+        raise AirflowException(message)
 
     def _report_success(self, context: Context, cursor_file: CursorFile, position: LogPosition, handle: str) -> str:
         """Mark the job as reported by a try (so a later clear submits a new one) and return it."""
@@ -396,7 +419,7 @@ class TorchXRunOperator(BaseOperator):
         """Cancel the job when the task is killed (worker mode, ``cancel_on_kill``)."""
         if self.cancel_on_kill and self.app_handle and self._runner is not None:
             self.log.info("Task killed: cancelling %s", self.app_handle)
-            self._runner.cancel(self.app_handle)
+            self._runner.cancel(self.app_handle, reason=task_cancel_reason(self.dag_id, self.task_id, "killed"))
 
     # ------------------------------------------------------------------ OpenLineage (lineage.py)
 

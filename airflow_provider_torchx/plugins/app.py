@@ -1,16 +1,20 @@
 """The TorchX web app the api-server mounts under ``/torchx``: a jobs page, a job page and the
 JSON API they read, behind Airflow's auth manager.
 
-Who may do what follows the task instances the jobs belong to (their ``airflow.dag_id`` label):
-seeing a job or its log needs read access to the DAG's task instances, cancelling it edit
-access (the rights that let a user mark the task failed). A job started outside Airflow (no DAG
-label) is checked against DAGs in general.
+Who may do what follows the task instances the jobs belong to (their ``airflow.dag_id`` label
+and the DAG's team): seeing a job or its log needs read access to the DAG's task instances,
+cancelling it edit access (the rights that let a user mark the task failed), decided by
+``access.py`` as Airflow's own routes decide; a job of no DAG needs the right on every DAG.
+Everything sent is masked (``secrets.py``); cancelling needs a JSON body and, with the cookie
+only, the same origin.
 
 API guarantees:
 1. Every answer is JSON; an error is ``{"detail": message}``: 401 without a valid token, 403
-   without the rights (naming the user, the DAG and the right), 400 for a bad handle, role,
-   replica or cursor (naming it), 404 for a job the scheduler does not know; never a traceback.
-2. ``GET api/jobs`` lists what the user may read, with ``errors`` per unreachable source.
+   without the rights (naming the user, the DAG and the right) or for a refused cookie-only
+   request (naming why), 400 for a bad handle, role, replica, cursor or any malformed value
+   (naming it), 404 for a job the scheduler does not know; never a traceback.
+2. ``GET api/jobs`` lists what the user may read, one page at a time (newest first, ``next``
+   the cursor of the following page), with ``errors`` per unreachable source.
 3. ``GET api/log`` returns one page of a replica's log after the given cursor and the cursor to
    continue from, so a page polling it shows each line once.
 4. ``POST api/cancel`` asks the scheduler to stop the job (idempotent) and returns its state.
@@ -18,127 +22,111 @@ API guarantees:
 
 from __future__ import annotations
 
-import inspect
 import logging
+import secrets as _random
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel
 
+from airflow_provider_torchx.cancels import ui_cancel_reason
 from airflow_provider_torchx.core.errors import UnknownAppError
-from airflow_provider_torchx.plugins import jobs
+from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError
+from airflow_provider_torchx.plugins import access, jobs
+from airflow_provider_torchx.plugins.access import EDIT, READ, PageUser, User
+from airflow_provider_torchx.plugins.secrets import Masker, job_secrets
 
 log = logging.getLogger(__name__)
 
-_READ, _EDIT = "GET", "PUT"
-_RIGHTS = {_READ: "read", _EDIT: "edit"}
+#: What the pages may load and who may frame them (Airflow's own task tab does, same origin).
+_CSP = (
+    "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'self'"
+)
+#: Sent with every answer: no MIME sniffing, no framing by another origin.
+_HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "SAMEORIGIN", "Referrer-Policy": "same-origin"}
 
 
-class _LoginRequiredError(Exception):
-    """An HTML page was asked for without a valid login."""
+class CancelRequest(BaseModel):
+    """The body of ``POST api/cancel``."""
+
+    handle: str
+    conn_id: str | None = None
 
 
-def _auth_manager() -> Any:
-    from airflow.api_fastapi.app import get_auth_manager
-
-    return get_auth_manager()
-
-
-def _token(request: Request) -> str | None:
-    """The JWT of the request: an ``Authorization: Bearer`` header (API clients) or the cookie
-    Airflow's UI logs in with."""
-    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
-
-    header = request.headers.get("authorization", "")
-    if header[:7].lower() == "bearer ":
-        return header[7:].strip()
-    cookie: str | None = request.cookies.get(COOKIE_NAME_JWT_TOKEN)
-    return cookie
-
-
-async def current_user(request: Request) -> Any:
-    """The logged-in Airflow user (the auth manager decodes the token); 401 otherwise."""
-    from jwt import InvalidTokenError
-
-    token = _token(request)
-    if not token:
-        raise HTTPException(401, "not authenticated: log in to Airflow, or send 'Authorization: Bearer <token>'")
-    try:
-        user = _auth_manager().get_user_from_token(token)
-        if inspect.isawaitable(user):
-            user = await user
-    except InvalidTokenError as err:
-        raise HTTPException(401, f"not authenticated: the token is invalid or expired ({err})") from None
-    return user
-
-
-async def page_user(request: Request) -> Any:
-    """``current_user`` for the HTML pages: without a login, redirect to Airflow's."""
-    try:
-        return await current_user(request)
-    except HTTPException as err:
-        if err.status_code == 401:
-            raise _LoginRequiredError() from None
-        raise
-
-
-User = Annotated[Any, Depends(current_user)]
-PageUser = Annotated[Any, Depends(page_user)]
-
-
-def _allowed(user: Any, dag_id: str | None, method: str) -> bool:
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
-
-    return bool(
-        _auth_manager().is_authorized_dag(
-            method=method, access_entity=DagAccessEntity.TASK_INSTANCE, details=DagDetails(id=dag_id), user=user
-        )
-    )
-
-
-def _require(user: Any, dag_id: str | None, method: str, what: str) -> None:
-    """403 unless ``user`` has ``method`` rights on the task instances of ``dag_id``."""
-    if not _allowed(user, dag_id, method):
-        dag = f"DAG {dag_id!r}" if dag_id else "DAGs (the job has no DAG)"
-        raise HTTPException(
-            403, f"{user.get_name()!r} may not {what}: needs {_RIGHTS[method]} rights on the task instances of {dag}"
-        )
-
-
-def _job(user: Any, handle: str, conn_id: str | None, method: str, what: str) -> tuple[Any, Any]:
-    """``(runner, describe response)`` of the job ``handle``, checked for ``user``."""
+def _job(user: Any, handle: str, conn_id: str | None, method: str, what: str) -> tuple[Any, Any, Masker]:
+    """``(runner, describe response, masker of its secrets)`` of the job ``handle``, checked
+    for ``user``."""
     runner = jobs.runner_for(handle, conn_id)
     desc = jobs.describe(runner, handle)
-    _require(user, desc.labels.get(jobs.IDENTITY_LABELS["dag_id"]), method, what)
-    return runner, desc
+    access.require(user, desc.labels.get(jobs.IDENTITY_LABELS["dag_id"]), method, what)
+    return runner, desc, Masker(job_secrets(desc.roles))
 
 
 def _page() -> HTMLResponse:
+    nonce = _random.token_urlsafe(16)
     html = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
-    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+    html = html.replace("<script>", f'<script nonce="{nonce}">').replace("<style>", f'<style nonce="{nonce}">')
+    return HTMLResponse(
+        html, headers={"Cache-Control": "no-store", "Content-Security-Policy": _CSP.format(nonce=nonce)}
+    )
+
+
+def _masked_error(status: int, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": Masker().text(detail)}, status_code=status)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """One line per bad value: where it is, what was given and what is allowed."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("query", "body"))
+        given = f"{err['input']!r}: " if err.get("input") is not None and err.get("type") != "missing" else ""
+        kind = "body" if err.get("loc", ("",))[0] == "body" else "query parameter"
+        parts.append(f"{kind} {where or 'body'!r}: {given}{err.get('msg', 'invalid')}")
+    return "; ".join(parts)
 
 
 def create_app() -> FastAPI:
-    """The app the plugin registers (mounted by the api-server under ``/torchx``)."""
-    app = FastAPI(title="TorchX jobs", description=__doc__, docs_url=None, redoc_url=None)
+    """The app the plugin registers (mounted by the api-server under ``/torchx``). No
+    ``openapi.json``: the API is described in ``docs/ui.md``, not served to anyone."""
+    app = FastAPI(title="TorchX jobs", description=__doc__, docs_url=None, redoc_url=None, openapi_url=None)
 
-    @app.exception_handler(_LoginRequiredError)
-    async def login(request: Request, exc: _LoginRequiredError) -> Response:
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        response = await call_next(request)
+        for name, value in _HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    @app.exception_handler(access.LoginRequiredError)
+    async def login(request: Request, exc: access.LoginRequiredError) -> Response:
         return RedirectResponse(_login_url(str(request.url)))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        return _masked_error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> Response:
+        return _masked_error(400, _validation_message(exc))
 
     @app.exception_handler(UnknownAppError)
     async def unknown_job(request: Request, exc: UnknownAppError) -> Response:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
+        return _masked_error(404, str(exc))
 
     @app.exception_handler(ValueError)
     async def bad_input(request: Request, exc: ValueError) -> Response:
-        return JSONResponse({"detail": str(exc)}, status_code=400)
+        return _masked_error(400, str(exc))
 
     @app.exception_handler(Exception)
     async def failure(request: Request, exc: Exception) -> Response:
         log.exception("TorchX UI: %s %s failed", request.method, request.url.path)
-        return JSONResponse({"detail": f"{type(exc).__name__}: {exc}"}, status_code=500)
+        return _masked_error(500, f"{type(exc).__name__}: {exc}")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def jobs_page(user: PageUser) -> HTMLResponse:
@@ -155,48 +143,52 @@ def create_app() -> FastAPI:
         task_id: str | None = None,
         run_id: str | None = None,
         state: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=jobs.MAX_PAGE)] = jobs.DEFAULT_PAGE,
+        cursor: str | None = None,
     ) -> dict[str, Any]:
-        """The jobs the host can see that the user may read, filtered by identity and state."""
+        """One page (newest first) of the jobs the host can see that the user may read,
+        filtered by identity and state; ``next`` is the cursor of the following page."""
         found = jobs.list_jobs({"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "state": state})
-        readable: dict[str | None, bool] = {}
-        rows = []
-        for row in found.jobs:
-            dag = row.labels.get(jobs.IDENTITY_LABELS["dag_id"])
-            if dag not in readable:
-                readable[dag] = _allowed(user, dag, _READ)
-            if readable[dag]:
-                rows.append(row.as_json())
-        return {"jobs": rows, "errors": found.errors}
+        dag_label = jobs.IDENTITY_LABELS["dag_id"]
+        readable = access.allowed_dags(user, {row.labels.get(dag_label) for row in found.jobs}, READ)
+        rows = [row for row in found.jobs if row.labels.get(dag_label) in readable]
+        page, after = jobs.page_after(rows, cursor, limit)
+        return Masker().tree({"jobs": [row.as_json() for row in page], "next": after, "errors": found.errors})
 
     @app.get("/api/job")
     def get_job(user: User, handle: Annotated[str, Query()], conn_id: str | None = None) -> dict[str, Any]:
         """One job: state, failure reason, roles, replicas, console URL."""
-        _, desc = _job(user, handle, conn_id, _READ, "see this job")
+        _, desc, masker = _job(user, handle, conn_id, READ, "see this job")
         details = jobs.job_details(handle, conn_id, desc)
-        details["can_cancel"] = _allowed(user, details["dag_id"], _EDIT)
-        return details
+        details["can_cancel"] = access.allowed(user, details["dag_id"], EDIT)
+        return masker.tree(details)
 
     @app.get("/api/log")
     def get_log(
         user: User,
         handle: Annotated[str, Query()],
         role: Annotated[str, Query()],
-        replica: int = 0,
+        replica: Annotated[int, Query(ge=0)] = 0,
         cursor: str | None = None,
         conn_id: str | None = None,
     ) -> dict[str, Any]:
         """One page of replica ``replica`` of ``role``'s log after ``cursor``."""
-        runner, _ = _job(user, handle, conn_id, _READ, "read this job's log")
-        return jobs.read_log(runner, handle, role, replica, cursor)
+        runner, _, masker = _job(user, handle, conn_id, READ, "read this job's log")
+        chunk = jobs.read_log(runner, handle, role, replica, cursor)
+        return chunk | {"lines": masker.lines(chunk["lines"])}
 
-    @app.post("/api/cancel", status_code=202)
-    def cancel(user: User, handle: Annotated[str, Query()], conn_id: str | None = None) -> dict[str, Any]:
+    @app.post("/api/cancel", status_code=202, dependencies=[Depends(access.require_intent)])
+    def cancel(user: User, body: CancelRequest) -> dict[str, Any]:
         """Ask the scheduler to stop the job; it ends CANCELLED (the task fails)."""
-        runner, desc = _job(user, handle, conn_id, _EDIT, "cancel this job")
+        runner, desc, _ = _job(user, body.handle, body.conn_id, EDIT, "cancel this job")
+        answer = {"handle": body.handle, "state": desc.state.name, "cancel_requested": not desc.state.is_terminal()}
         if not desc.state.is_terminal():
-            log.info("TorchX UI: %s cancels %s", user.get_name(), handle)
-            runner.cancel(handle)
-        return {"handle": handle, "state": desc.state.name, "cancel_requested": not desc.state.is_terminal()}
+            log.info("TorchX UI: %s cancels %s", user.get_name(), body.handle)
+            try:
+                runner.cancel(body.handle, reason=ui_cancel_reason(user.get_name()))
+            except CancelNotRecordedError as err:  # delivered all the same
+                answer["msg"] = str(err)
+        return answer
 
     return app
 
@@ -204,7 +196,7 @@ def create_app() -> FastAPI:
 def _login_url(next_url: str) -> str:
     """Airflow's login page, coming back to ``next_url``."""
     try:
-        url: str = _auth_manager().get_url_login(next_url=next_url)
+        url: str = access.auth_manager().get_url_login(next_url=next_url)
     except TypeError:  # an auth manager without next_url
-        url = _auth_manager().get_url_login()
+        url = access.auth_manager().get_url_login()
     return url

@@ -14,13 +14,23 @@ Guarantees:
    unknown job ``UnknownAppError``; the messages name the handle.
 3. No ``file://`` URL leaves this module (a local job's log directory means nothing in a
    browser on another machine).
+4. Listing costs the same with one open page or many: one listing per filters answers every
+   caller and is renewed in the background (``list_jobs``), and a local store's ended jobs
+   are read from its index (``core/schedulers/local/store.py``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import functools
+import json
+import logging
+import math
 import os
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,10 +42,19 @@ from airflow_provider_torchx.core.specs import Role, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.links.torchx import job_page_url
 
+log = logging.getLogger(__name__)
+
 #: Identity labels the operator puts on each job, and the filter names the UI uses for them.
 IDENTITY_LABELS = {"dag_id": "airflow.dag_id", "task_id": "airflow.task_id", "run_id": "airflow.run_id"}
 #: At most this many lines per log request (the page asks again with the cursor).
 LOG_PAGE_LINES = 1000
+#: Jobs per page of the list: by default, and at most.
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
+#: How long one listing answers every page asking with the same filters before it is renewed
+#: (in the background), and how long one nobody asks for is kept.
+LIST_REUSE_S, LIST_FORGET_S = 2.0, 60.0
+_LIST_LOCK = threading.Lock()
+_LISTED: dict[Any, _Listing] = {}
 _CONN_ENV_PREFIX = "AIRFLOW_CONN_"
 
 
@@ -49,6 +68,11 @@ class JobRow:
     state: str
     conn_id: str | None
     labels: dict[str, str] = field(default_factory=dict)
+    #: Why the job outlived its task instance (it is cancelled soon, or never when
+    #: ``[torchx] cancel_orphaned_jobs`` is off); None: it did not.
+    orphaned: str | None = None
+    #: When the job was submitted (epoch seconds; None: unknown): the list's order.
+    created: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         identity = {key: self.labels.get(label) for key, label in IDENTITY_LABELS.items()}
@@ -61,8 +85,14 @@ class JobRow:
             "conn_id": self.conn_id,
             **identity,
             "map_index": self.labels.get("airflow.map_index"),
-            "url": job_page_url(self.handle, self.conn_id),
+            "created": self.created,
+            "url": _job_page_url(self.handle, self.conn_id),
+            "orphaned": self.orphaned,
         }
+
+
+#: The job page's URL of a handle (reads ``[api] base_url``, which does not change in a process).
+_job_page_url = functools.lru_cache(maxsize=65536)(job_page_url)
 
 
 @dataclass
@@ -105,25 +135,72 @@ def host_bound_schedulers() -> tuple[str, ...]:
     return tuple(names)
 
 
-def _sources() -> Iterable[tuple[str | None, TorchXHook]]:
+def _sources(connections: Iterable[str]) -> Iterable[tuple[str | None, TorchXHook]]:
     """``(conn_id, hook)`` for each place to list jobs: the host-bound schedulers (no
-    connection), then every ``torchx`` connection."""
+    connection), then every ``torchx`` connection of ``connections``."""
     for scheduler in host_bound_schedulers():
         yield None, TorchXHook(None, scheduler=scheduler)
-    for conn_id in torchx_connection_ids():
+    for conn_id in connections:
         yield conn_id, TorchXHook(conn_id)
 
 
 def list_jobs(filters: Mapping[str, str | None]) -> JobList:
     """Every job the host can see whose identity labels match ``filters`` (``dag_id``,
     ``task_id``, ``run_id``; empty values ignored) and whose state is ``filters["state"]`` if
-    given; newest first per source. A connection of a host-bound scheduler adds nothing (its
-    jobs are listed once, without it)."""
+    given; newest first (by submission time, then handle). A connection of a host-bound
+    scheduler adds nothing (its jobs are listed once, without it).
+
+    One listing serves every caller with the same filters and connections (pages poll every
+    5 s): younger than ``LIST_REUSE_S`` it is the answer; older, it is still the answer while
+    one background thread lists again, so no caller waits for a walk of the store but the
+    first (guarantee 4). A listing nobody asked for in ``LIST_FORGET_S`` is dropped."""
+    connections = tuple(torchx_connection_ids())
+    key = (tuple(sorted((k, v or "") for k, v in filters.items())), connections)
+    with _LIST_LOCK:
+        now = time.monotonic()
+        for stale in [k for k, entry in _LISTED.items() if now - entry.asked >= LIST_FORGET_S]:
+            del _LISTED[stale]
+        entry = _LISTED.get(key)
+        if entry is not None:
+            entry.asked = now
+            if now - entry.at >= LIST_REUSE_S and not entry.refreshing:
+                entry.refreshing = True
+                threading.Thread(target=_refresh, args=(key, filters, connections), daemon=True).start()
+            return entry.found
+    found = _list_jobs(filters, connections)
+    with _LIST_LOCK:
+        _LISTED[key] = _Listing(found, time.monotonic(), time.monotonic())
+    return found
+
+
+@dataclass
+class _Listing:
+    found: JobList
+    at: float
+    asked: float
+    refreshing: bool = False
+
+
+def _refresh(key: Any, filters: Mapping[str, str | None], connections: tuple[str, ...]) -> None:
+    try:
+        found = _list_jobs(dict(filters), connections)
+    except Exception:  # the old listing stays; the next caller tries again
+        log.exception("TorchX UI: listing the jobs failed")
+        with _LIST_LOCK:
+            if key in _LISTED:
+                _LISTED[key].refreshing = False
+        return
+    with _LIST_LOCK:
+        asked = _LISTED[key].asked if key in _LISTED else time.monotonic()
+        _LISTED[key] = _Listing(found, time.monotonic(), asked)
+
+
+def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...]) -> JobList:
     want = {label: filters[key] for key, label in IDENTITY_LABELS.items() if filters.get(key)}
     state = (filters.get("state") or "").upper()
     rows: dict[str, JobRow] = {}
     errors: dict[str, str] = {}
-    for conn_id, hook in _sources():
+    for conn_id, hook in _sources(connections):
         try:
             scheduler = hook.settings.scheduler
             if conn_id and scheduler in host_bound_schedulers():
@@ -136,9 +213,63 @@ def list_jobs(filters: Mapping[str, str | None]) -> JobList:
             if any(app.labels.get(k) != v for k, v in want.items()) or (state and app.state.name != state):
                 continue
             rows.setdefault(
-                app.app_handle, JobRow(app.app_handle, scheduler, app.name, app.state.name, conn_id, dict(app.labels))
+                app.app_handle,
+                JobRow(
+                    app.app_handle,
+                    scheduler,
+                    app.name,
+                    app.state.name,
+                    conn_id,
+                    dict(app.labels),
+                    created=app.created,
+                ),
             )
-    return JobList(list(rows.values()), errors)
+    listed = sorted(rows.values(), key=sort_key, reverse=True)
+    mark_orphans(listed)
+    return JobList(listed, errors)
+
+
+def sort_key(row: JobRow) -> tuple[float, str]:
+    """Where ``row`` stands in the list (descending)."""
+    return (row.created or 0.0, row.handle)
+
+
+def page_after(rows: list[JobRow], cursor: str | None, limit: int) -> tuple[list[JobRow], str | None]:
+    """The ``limit`` rows after ``cursor`` (None: from the newest) of ``rows`` (sorted newest
+    first) and the cursor of the next page (None: this was the last). A cursor that is not one
+    this function returned raises ``ValueError`` naming it."""
+    start = 0
+    if cursor:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)))
+            key = (float(data["created"]), str(data["handle"]))
+            if not math.isfinite(key[0]):
+                raise ValueError("not finite")
+        except (ValueError, TypeError, KeyError, binascii.Error):
+            raise ValueError(f"cursor: {cursor!r} is not a cursor api/jobs returned") from None
+        start = next((i for i, row in enumerate(rows) if sort_key(row) < key), len(rows))
+    page = rows[start : start + limit]
+    if start + limit >= len(rows):
+        return page, None
+    last = sort_key(page[-1])
+    token = json.dumps({"created": last[0], "handle": last[1]}).encode()
+    return page, base64.urlsafe_b64encode(token).decode().rstrip("=")
+
+
+def mark_orphans(rows: list[JobRow]) -> None:
+    """Set ``orphaned`` on the live rows whose task instance ended (``reaper.orphans_among``)."""
+    from airflow_provider_torchx.core.specs import AppState
+    from airflow_provider_torchx.orphans import identity_of
+    from airflow_provider_torchx.reaper import LiveJob, orphans_among
+
+    live = [
+        LiveJob(r.handle, r.scheduler, r.conn_id, AppState[r.state], r.labels, r.created)
+        for r in rows
+        if not AppState[r.state].is_terminal() and identity_of(r.labels) is not None
+    ]
+    found = orphans_among(live) if live else {}
+    for row in rows:
+        row.orphaned = found.get(row.handle)
 
 
 def runner_for(app_handle: str, conn_id: str | None) -> Runner:

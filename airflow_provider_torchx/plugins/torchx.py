@@ -13,6 +13,8 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_provider_torchx import reaper
+
 #: Where the api-server mounts the app (the operator's job link points under it).
 URL_PREFIX = "/torchx"
 
@@ -21,6 +23,8 @@ class TorchXPlugin(AirflowPlugin):
     """TorchX jobs in Airflow's UI."""
 
     name = "torchx"
+    #: Cancels the jobs that outlive their task instance (``reaper.py``).
+    listeners = [reaper]
     external_views = [
         {"name": "TorchX Jobs", "href": f"{URL_PREFIX}/", "url_route": "torchx", "category": "browse"},
         {

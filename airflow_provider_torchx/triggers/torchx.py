@@ -19,6 +19,7 @@ instance is still deferred (a triggerer restart) or not (marked failed or succes
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import socket
 from collections.abc import AsyncIterator, Mapping
@@ -27,11 +28,16 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_torchx.cancels import task_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.runner import Runner
-from airflow_provider_torchx.core.specs import parse_app_handle
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import PrefetchedConnection, TorchXHook, TorchXSettings, has_runner
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
+from airflow_provider_torchx.metrics import emit_orphan_cancelled
+from airflow_provider_torchx.orphans import Verdict, task_name
+from airflow_provider_torchx.reaper import start_decision
 from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
@@ -70,6 +76,13 @@ async def task_instance_state(identity: Mapping[str, str]) -> str | None:
     return None if state is None else str(getattr(state, "value", state))
 
 
+def _app_of(described: DescribeAppResponse | BaseException | None, app_handle: str) -> AppDef | None:
+    """The app of a description (``Runner.describe``'s answer), or what describing raised."""
+    if isinstance(described, BaseException):
+        raise described
+    return None if described is None else AppDef(name=described.app_id, roles=described.roles)
+
+
 class TorchXJobTrigger(BaseTrigger):
     """Waits for the job ``app_handle`` to end (see the module docstring).
 
@@ -80,6 +93,9 @@ class TorchXJobTrigger(BaseTrigger):
     host a local job runs on, ``started_at`` (epoch seconds) dates the progress lines' elapsed
     time. ``cancel_on_kill``: cancel the job when Airflow kills the deferred task (marked
     failed or success, cleared); never on a triggerer restart, never in ``cleanup()``.
+    ``native_id``: the scheduler's own id of the job (``Runner.native_id``; AWS Batch: the
+    job id), so that a fresh triggerer finds the job without a look-up per trigger; a
+    trigger serialised without it (an older release) looks the job up as before.
     """
 
     def __init__(
@@ -97,6 +113,7 @@ class TorchXJobTrigger(BaseTrigger):
         host: str | None = None,
         started_at: float | None = None,
         cancel_on_kill: bool = False,
+        native_id: str | None = None,
     ) -> None:
         super().__init__()
         self.app_handle = app_handle
@@ -111,6 +128,7 @@ class TorchXJobTrigger(BaseTrigger):
         self.host = host
         self.started_at = started_at
         self.cancel_on_kill = cancel_on_kill
+        self.native_id = native_id
         self._final_event_fired = False
 
     @classmethod
@@ -131,7 +149,8 @@ class TorchXJobTrigger(BaseTrigger):
         """The trigger a task defers to (the operator and the sensor both build it here), from
         what the job's scheduler declares (``Scheduler.capabilities``): the AWS settings for
         one that uses an AWS session; this host for a host-bound one, so that a triggerer
-        elsewhere says so instead of watching nothing. ``position``: where the task log stands."""
+        elsewhere says so instead of watching nothing; the job's native id (may look it up once,
+        here in the worker). ``position``: where the task log stands."""
         capabilities = runner.capabilities(parse_app_handle(app_handle).scheduler_backend)
         return cls(
             app_handle,
@@ -146,6 +165,7 @@ class TorchXJobTrigger(BaseTrigger):
             host=socket.gethostname() if capabilities.host_bound else None,
             started_at=started_at,
             cancel_on_kill=cancel_on_kill,
+            native_id=runner.native_id(app_handle),
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -165,6 +185,7 @@ class TorchXJobTrigger(BaseTrigger):
                 "host": self.host,
                 "started_at": self.started_at,
                 "cancel_on_kill": self.cancel_on_kill,
+                "native_id": self.native_id,
             },
         )
 
@@ -191,6 +212,7 @@ class TorchXJobTrigger(BaseTrigger):
             return None
 
     def _runner(self, aws_connection: PrefetchedConnection | None) -> Runner:
+        """The shared runner, told the job's native id when the trigger carries one (blocks)."""
         parsed = parse_app_handle(self.app_handle)
         hook = TorchXHook(
             None,
@@ -200,7 +222,10 @@ class TorchXJobTrigger(BaseTrigger):
             region_name=self.region_name,
             aws_connection=aws_connection,
         )
-        return hook.get_runner()
+        runner = hook.get_runner()
+        if self.native_id:
+            runner.adopt_native_id(self.app_handle, self.native_id)
+        return runner
 
     def _watcher(self, aws_connection: PrefetchedConnection | None) -> JobWatcher:
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
@@ -225,6 +250,17 @@ class TorchXJobTrigger(BaseTrigger):
             cursor_file=cursor_file,
         )
 
+    async def _job_secrets(self, runner: Runner) -> list[tuple[str, str]]:
+        """The job's secrets (``masking.job_secrets``) from its description, awaited on the
+        loop where the scheduler answers futures: a fresh triggerer's triggers then share the
+        status poller's first round instead of holding a watch-pool thread each for one round;
+        read on the pool otherwise."""
+        future = runner.describe_app_future(self.app_handle)
+        if future is None:
+            return await run_blocking(job_secrets, runner.describe, self.app_handle)
+        (described,) = await asyncio.gather(asyncio.wrap_future(future), return_exceptions=True)
+        return job_secrets(functools.partial(_app_of, described), self.app_handle)
+
     def _wrong_host(self) -> str | None:
         """Why this triggerer cannot watch the job: it runs on another host than the job of a
         host-bound scheduler (``host`` is only set for those)."""
@@ -245,10 +281,12 @@ class TorchXJobTrigger(BaseTrigger):
             if wrong_host:
                 yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": wrong_host})
                 return
+            if self.cancel_on_kill and self.identity:
+                await self._cancel_if_orphaned()
             watcher = await run_blocking(self._watcher, await self._aws_connection())
-            # This process did not build the app: read its secrets on the pool, register them
-            # on the loop (never a synchronous Task SDK call), before its first line is logged.
-            await amask_secrets(await run_blocking(job_secrets, watcher.runner.describe, self.app_handle))
+            # This process did not build the app: read its secrets, register them on the loop
+            # (never a synchronous Task SDK call), before its first line is logged.
+            await amask_secrets(await self._job_secrets(watcher.runner))
             event = await watcher.watch(self.poll_interval, self.deadline, self.started_at)
             self._final_event_fired = True
             yield TriggerEvent(redact(event))
@@ -296,9 +334,37 @@ class TorchXJobTrigger(BaseTrigger):
         self.log.info("Task is no longer deferred (now %s): cancelling %s", state, self.app_handle)
         await self._cancel()
 
-    async def _cancel(self) -> None:
+    async def _cancel_if_orphaned(self) -> None:
+        """On start: a task marked (failed, success, ...) before this trigger ran gets no
+        ``on_kill``; if its state is not ``deferred`` any more and the orphans table
+        (``orphans.decide``) says so, cancel the job now. An unreadable state changes nothing."""
+        try:
+            assert self.identity is not None
+            state = await task_instance_state(self.identity)
+        except Exception as e:
+            self.log.debug("could not read the task instance's state on start: %s: %s", type(e).__name__, e)
+            return
+        if state == "deferred":
+            return
+        decision = start_decision(self.identity, state)
+        if decision.verdict == Verdict.CANCEL:
+            self.log.info(
+                "Task is no longer deferred (now %s): cancelling %s: %s", state, self.app_handle, decision.detail
+            )
+            await self._cancel(reason=decision.detail)
+            emit_orphan_cancelled(
+                scheduler=parse_app_handle(self.app_handle).scheduler_backend,
+                dag_id=self.identity["airflow.dag_id"],
+                task_id=self.identity["airflow.task_id"],
+                reason=str(decision.reason),
+            )
+
+    async def _cancel(self, reason: str | None = None) -> None:
         runner = await run_blocking(self._runner, await self._aws_connection())
-        await run_blocking(runner.cancel, self.app_handle)
+        if reason is None:
+            identity = self.identity or {}
+            reason = task_cancel_reason(identity.get("airflow.dag_id"), identity.get("airflow.task_id"), "killed")
+        await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
 
     async def on_kill(self) -> None:
         """Cancel the job when the deferred task is killed (Airflow >= 3.3 calls this), unless
@@ -306,4 +372,4 @@ class TorchXJobTrigger(BaseTrigger):
         if not self.cancel_on_kill or self._final_event_fired:
             return
         self.log.info("Task killed while deferred: cancelling %s", self.app_handle)
-        await self._cancel()
+        await self._cancel(reason=f"{task_name(self.identity or {})} was killed while deferred")

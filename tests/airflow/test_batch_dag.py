@@ -5,6 +5,7 @@ reattaches to its single-node job by its identity."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from typing import Any
 from urllib.parse import quote
@@ -16,11 +17,12 @@ try:
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import TaskDeferred  # type: ignore[attr-defined,no-redef]
 
+from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.watch import identity_labels
-from tests.airflow.helpers import FakeTI
+from tests.airflow.helpers import FakeTI, wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.docker]
 
@@ -111,3 +113,36 @@ def test_retry_reattaches_to_its_single_node_job_by_identity(batch_conn: str) ->
     assert status is not None and status.state == AppState.SUCCEEDED
     native = runner.describe_native(first)
     assert native is not None and native.request.job_def["type"] == "container"
+
+
+def test_a_terminatejob_by_hand_fails_the_task_without_retry_naming_its_reason(batch_conn: str) -> None:
+    import boto3
+
+    app = AppDef(
+        "byhand",
+        roles=[
+            Role("main", image="busybox:local", entrypoint="sh", args=["-c", "sleep 60"], resource=Resource(1, 0, 64))
+        ],
+    )
+    batch, stopped = boto3.client("batch"), []
+
+    def terminate_once_running() -> None:
+        handle = wait_until(lambda: op.app_handle, timeout=60, what="the submit")
+        runner = get_runner()
+        wait_until(lambda: runner.status(handle).state == AppState.RUNNING, timeout=60, what="the job to run")  # type: ignore[union-attr]
+        name = handle.rsplit(":", 1)[1]
+        jobs = batch.list_jobs(jobQueue=batch_conn, filters=[{"name": "JOB_NAME", "values": [name]}])["jobSummaryList"]
+        batch.terminate_job(jobId=jobs[0]["jobId"], reason="stopped by ops: disk full")
+        stopped.append(jobs[0]["jobId"])
+
+    op = TorchXRunOperator(
+        task_id="task", app=app, scheduler="aws_batch", cfg={"queue": batch_conn}, poll_interval=0.5, deferrable=False
+    )
+    thread = threading.Thread(target=terminate_once_running, daemon=True)
+    thread.start()
+    with pytest.raises(AirflowFailException, match="cancelled from outside this task, by a CancelJob/TerminateJob"):
+        op.execute({"ti": FakeTI(run_id=f"byhand__{uuid.uuid4().hex[:12]}")})  # type: ignore[arg-type]
+    thread.join(5)
+    assert stopped
+    status = get_runner().status(str(op.app_handle))
+    assert status is not None and status.state == AppState.FAILED and "stopped by ops: disk full" in status.msg

@@ -71,14 +71,19 @@ def run_to_end(trigger: TorchXJobTrigger) -> list[dict[str, Any]]:
 
 
 class TaskStates:
-    """A stand-in for the Task SDK's ``get_task_states``: answers ``answer`` (a state, or an
-    exception to raise) for any task instance and records the calls."""
+    """A stand-in for the Task SDK's ``get_task_states``: the trigger's check when it starts
+    (``started``) finds the task deferred, as a triggerer does; later calls (``calls``) are
+    answered ``answer`` (a state, or an exception to raise) for any task instance."""
 
     def __init__(self) -> None:
         self.answer: Any = "deferred"
+        self.started: list[tuple[str, str, str, int]] = []
         self.calls: list[tuple[str, str, str, int]] = []
 
     async def __call__(self, dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, Any]:
+        if not self.started:
+            self.started.append((dag_id, task_id, run_id, map_index))
+            return {run_id: {task_id: "deferred"}}
         self.calls.append((dag_id, task_id, run_id, map_index))
         if isinstance(self.answer, Exception):
             raise self.answer

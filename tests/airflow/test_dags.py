@@ -3,7 +3,9 @@ waiting modes; the task output must hold every replica line exactly once."""
 
 from __future__ import annotations
 
+import getpass
 import re
+import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -129,10 +131,20 @@ def test_config_error_fails_the_task_without_retries(run_dag: Any) -> None:
     dag_run, out = run_dag("torchx_test_config_error")
     ti = dag_run.get_task_instance("misspelled")
     assert (str(ti.state), ti.try_number) == ("failed", 1), out[-3000:]
-    assert out.count("unknown argument 'mgs'") == 1, out[-3000:]
+    assert out.count("unrecognized arguments: --mgs") == 1, out[-3000:]
     assert "`airflow-torchx builtins utils.echo` prints the component's arguments" in out
     assert "usage:" not in out and "The above exception was the direct cause" not in out
     assert "XCom not found" not in out
+
+
+def test_a_cancel_from_outside_fails_the_task_without_retry_unless_asked(run_dag: Any) -> None:
+    dag_run, out = run_dag("torchx_test_outside_cancel")
+    tries = {ti.task_id: (str(ti.state), ti.try_number) for ti in dag_run.get_task_instances()}
+    assert tries == {"worker": ("failed", 1), "deferred": ("failed", 1), "retried": ("failed", 2)}, out[-3000:]
+    by = f"airflow-torchx cancel by {getpass.getuser()}@{socket.gethostname()}"
+    outside = f"The job was cancelled from outside this task, by {by}: not retried"
+    assert out.count(outside) == 2, out[-3000:]
+    assert out.count(f"ended CANCELLED: cancelled by request: {by}") == 4, out[-3000:]
 
 
 BAD_DAG = """
@@ -152,13 +164,16 @@ with DAG(dag_id="bad", schedule=None, start_date=datetime(2024, 1, 1)):
         ('component="utils.ehco", scheduler="local_cwd"', "unknown component 'utils.ehco'. Did you mean utils.echo or"),
         ('component="utils.echo", scheduler="local_cdw"', "unknown scheduler 'local_cdw'; known: "),
         ('component="utils.echo", scheduler="local_cwd", cfg={"log_dri": "/tmp"}', "Did you mean 'log_dir'?"),
+        ('component="utils.echo", component_args={"mgs": "hi"}', "unknown argument 'mgs'; arguments: msg, image"),
+        ('component="dist.spmd", component_args=["--scirpt", "t.py"]', "--scirpt. Did you mean '--script'"),
+        ('component="dist.spmd", component_args={"cpu": "two"}', "--cpu: 'two' is not a valid int"),
         (
             'app=AppDef(name="a", roles=[Role(name="r", image="i", entrypoint="x", '
             "resource=Resource(cpu=-5, gpu=0, memMB=1024))])",
             "roles[0].resource.cpu: -5",
         ),
     ],
-    ids=["component", "scheduler", "cfg", "app"],
+    ids=["component", "scheduler", "cfg", "args-dict", "args-list", "args-type", "app"],
 )
 def test_literal_mistakes_are_import_errors_of_the_dag(
     airflow_env: AirflowEnv, tmp_path: Path, arguments: str, error: str

@@ -14,9 +14,12 @@ import pytest
 from airflow.exceptions import AirflowFailException
 from botocore.exceptions import ClientError
 
-from airflow_provider_torchx.core.errors import UnknownSchedulerError
+from airflow_provider_torchx.cancels import outside_canceller
+from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownSchedulerError
 from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from airflow_provider_torchx.hooks.torchx import close_runners
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.operators.checks import fail_without_retry
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator, identity_labels
@@ -83,6 +86,32 @@ def test_on_kill_cancels_only_when_asked(local_jobs: tuple[Runner, list[str]], c
     status = runner.wait(handle, wait_interval=0.2, timeout=2 if not cancel_on_kill else 30, cancel_on_signal=False)
     assert status is not None
     assert (status.state == AppState.CANCELLED) is cancel_on_kill
+    if cancel_on_kill:  # a cancel of the task's own making, not one from outside
+        desc = runner.describe_app(handle)
+        assert desc is not None and desc.cancel_reason == "Airflow task adhoc_airflow.t: killed"
+        assert outside_canceller(desc) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "requested", "reason", "who"),
+    [
+        (AppState.CANCELLED, True, "airflow-torchx cancel by alice@box", "airflow-torchx cancel by alice@box"),
+        (AppState.CANCELLED, True, "Airflow task d.t: timeout (did not end within 5s)", None),
+        (AppState.CANCELLED, True, None, "a cancel request through the scheduler (who asked was not recorded)"),
+        (
+            AppState.FAILED,
+            False,
+            "a TerminateJob on AWS Batch outside airflow-torchx: ops",
+            "a TerminateJob on AWS Batch outside airflow-torchx: ops",
+        ),
+        (AppState.FAILED, False, None, None),
+        (AppState.SUCCEEDED, True, "airflow-torchx cancel by alice@box", None),
+    ],
+    ids=["cli", "own-timeout", "unrecorded", "batch-by-hand", "failed", "succeeded"],
+)
+def test_who_cancelled_from_outside(state: AppState, requested: bool, reason: str | None, who: str | None) -> None:
+    desc = DescribeAppResponse(state=state, cancel_requested=requested, cancel_reason=reason)
+    assert outside_canceller(desc) == who
 
 
 def test_links_point_at_the_job_page_and_a_web_console_only() -> None:
@@ -170,9 +199,12 @@ def test_templated_values_are_left_to_the_task() -> None:
 
 
 def test_bad_input_at_run_time_fails_without_retry_and_submits_nothing() -> None:
+    """(Templated arguments are only checked when the task runs.)"""
     ti = FakeTI()
     ti.run_id = "bad-input-at-run-time"
-    op = TorchXRunOperator(task_id="task", scheduler="local_cwd", component="utils.echo", component_args=["--nope"])
+    op = TorchXRunOperator(
+        task_id="task", scheduler="local_cwd", component="utils.echo", component_args=["--nope", "{{ ds }}"]
+    )
     with pytest.raises(AirflowFailException, match="nope") as raised:
         op.execute({"ti": ti})  # type: ignore[arg-type]
     assert raised.value.__cause__ is None and raised.value.__suppress_context__  # one message, not a chain
@@ -195,6 +227,34 @@ def test_only_errors_a_retry_cannot_fix_skip_the_retries() -> None:
             raise transient
 
 
+def test_no_aws_credentials_at_submit_fail_the_task_without_retry(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(key, value)
+    close_runners()  # no runner whose clients other tests made with credentials
+    op = TorchXRunOperator(
+        task_id="t", component="utils.echo", component_args=["--image", "busybox"], scheduler="aws_batch", cfg="queue=q"
+    )
+    try:
+        with pytest.raises(
+            AirflowFailException, match=r"^SchedulerSetupError: AWS: no usable credentials .*AWS_PROFILE"
+        ):
+            op.execute({"ti": FakeTI()})  # type: ignore[arg-type]
+    finally:
+        close_runners()  # nor leave one without credentials to the next tests
+    expired = SchedulerSetupError("AWS: the credentials expired", transient=True)  # a refresh may renew them
+    with pytest.raises(SchedulerSetupError), fail_without_retry():
+        raise expired
+
+
 def test_sensor_resume_logs_the_final_state_like_the_operator(capfd: pytest.CaptureFixture[str]) -> None:
     handle = "local_cwd://torchx/done-1"
     sensor = TorchXJobSensor(task_id="s", app_handle=handle, stream_logs=False)
@@ -215,3 +275,22 @@ def test_sensor_resume_raises_by_event_kind() -> None:
     failed = {"status": "failed", "app_handle": handle, "message": "it broke", "tail": ["a", "b"]}
     with pytest.raises(AirflowException, match="it broke\nLast 2 log lines:\na\nb"):
         sensor.execute_complete({}, failed)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cfg", "warning"),
+    [
+        (1, {}, "auto_set_cuda_visible_devices is off: the replicas of 'g' (asking for GPUs) see every GPU"),
+        (2, {"auto_set_cuda_visible_devices": True}, "app 'g' requests 2 GPUs but this host has 1; CUDA_VISIBLE"),
+    ],
+    ids=["shared", "over-ask"],
+)
+def test_a_gpu_job_seeing_every_gpu_warns_once_in_the_task_log(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, gpus: int, cfg: dict[str, Any], warning: str
+) -> None:
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0")  # a 1-GPU host, as far as the ledger knows
+    app = AppDef("g", roles=[Role("g", image="local", entrypoint="true", resource=Resource(1, gpus, 64))])
+    op = TorchXRunOperator(task_id="t", app=app, scheduler="local_cwd", cfg=cfg, poll_interval=0.2, deferrable=False)
+    op.execute({"ti": FakeTI(run_id=f"gpu-warning-{gpus}")})  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert (out + err).count(warning) == 1, out + err

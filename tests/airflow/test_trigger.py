@@ -65,6 +65,7 @@ def test_serialize_is_exact_and_round_trips() -> None:
         "host": None,
         "started_at": 1_899_999_000.0,
         "cancel_on_kill": True,
+        "native_id": "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
     }
     trigger = TorchXJobTrigger(**kwargs)
     assert trigger.serialize() == (CLASSPATH, kwargs)
@@ -89,8 +90,18 @@ def test_serialize_defaults() -> None:
             "host": None,
             "started_at": None,
             "cancel_on_kill": False,
+            "native_id": None,
         },
     )
+
+
+def test_a_trigger_serialised_by_the_previous_release_still_loads() -> None:
+    """Kwargs without ``native_id`` (what triggers deferred before it carried one stored)
+    build a trigger that looks its job up by name, as before; it serialises with the field."""
+    old = {k: v for k, v in TorchXJobTrigger("aws_batch://torchx/q:a-1").serialize()[1].items() if k != "native_id"}
+    trigger = TorchXJobTrigger(**old)
+    assert trigger.native_id is None
+    assert trigger.serialize() == (CLASSPATH, {**old, "native_id": None})
 
 
 def test_success_streams_every_line_once(
@@ -258,6 +269,39 @@ def test_on_kill_after_the_final_event_does_nothing(local_jobs: tuple[Runner, li
     assert status is not None and not status.is_terminal()
 
 
+@pytest.mark.parametrize(("state", "cancelled"), [("failed", True), ("success", True), ("deferred", False)])
+def test_a_trigger_started_after_its_task_ended_cancels_at_once(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch, state: str, cancelled: bool
+) -> None:
+    """A task marked before its trigger ran gets no on_kill: the trigger reads the task's state
+    when it starts (the Task SDK's answer stubbed here; the live path is in
+    tests/e2e/test_live_orphans.py) and cancels the job when it is no longer deferred."""
+    from airflow_provider_torchx.triggers import torchx as triggers
+
+    async def task_state(identity: dict[str, str]) -> str:
+        return state
+
+    monkeypatch.setattr(triggers, "task_instance_state", task_state)
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 60")
+    identity = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+    trigger = TorchXJobTrigger(
+        handle,
+        poll_interval=0.2,
+        identity=identity,
+        cancel_on_kill=True,
+        deadline=time.time() + (20 if cancelled else 1),
+    )
+    (event,) = run_trigger(trigger)
+    desc = runner.describe_app(handle)
+    assert desc is not None
+    if cancelled:
+        assert event["status"] == "failed" and desc.state == AppState.CANCELLED, (event, desc)
+        assert desc.cancel_reason == f"task d.t of run r ended {state}", desc
+    else:
+        assert event["status"] == "timeout" and not desc.cancel_requested, (event, desc)
+
+
 def test_local_job_on_another_host_is_an_error_event() -> None:
     (event,) = run_trigger(TorchXJobTrigger("local_cwd://torchx/x-1", host="some-other-host"))
     assert event["status"] == "error"
@@ -326,3 +370,18 @@ def test_resumed_task_flushes_only_what_the_event_did_not_cover(local_jobs: tupl
     quiet = ListLog()
     flush_logs(runner, {"app_handle": handle, "log_cursors": None}, quiet)  # not streaming: nothing
     assert quiet.lines == []
+
+
+def test_a_local_jobs_end_is_seen_at_once_not_a_poll_later(local_jobs: tuple[Runner, list[str]]) -> None:
+    """The trigger waits on the supervisor's pidfd on the loop between polls: the event comes
+    when the job ends, not up to ``poll_interval`` (a minute here) later."""
+    handle = submit(local_jobs, "sleep 1; echo done")
+    trigger = TorchXJobTrigger(handle, poll_interval=60, host=socket.gethostname())
+
+    async def first_event() -> dict[str, Any]:
+        return (await asyncio.wait_for(anext(trigger.run()), timeout=45)).payload
+
+    started = time.monotonic()
+    event = asyncio.run(first_event())
+    assert event["status"] == "success"
+    assert time.monotonic() - started < 45  # a poll would be 60 s

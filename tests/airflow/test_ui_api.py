@@ -147,7 +147,7 @@ def test_job_shows_roles_and_replicas(client: Any, auth: Any, jobs: dict[str, st
         ({"handle": "not a handle"}, 400, "app_handle: 'not a handle' is not of the form"),
         ({"handle": "nosuch://torchx/x-1"}, 400, "unknown scheduler 'nosuch'"),
         ({"handle": "local_cwd://torchx/no-such-job"}, 404, "no job 'local_cwd://torchx/no-such-job'"),
-        ({}, 422, "handle"),
+        ({}, 400, "'handle': Field required"),
     ],
 )
 def test_bad_and_unknown_handles_get_a_clear_error(
@@ -155,7 +155,8 @@ def test_bad_and_unknown_handles_get_a_clear_error(
 ) -> None:
     for method, path in (("GET", "/api/job"), ("GET", "/api/log"), ("POST", "/api/cancel")):
         query = {**params, "role": "worker"} if path == "/api/log" else params
-        resp = client.request(method, path, params=query, headers=_headers(auth, "admin"))
+        sent = {"json": query} if method == "POST" else {"params": query}
+        resp = client.request(method, path, headers=_headers(auth, "admin"), **sent)
         assert resp.status_code == status, (path, resp.text)
         assert message in json.dumps(resp.json()["detail"]), (path, resp.text)
         assert "Traceback" not in resp.text
@@ -181,18 +182,19 @@ def test_log_pages_follow_the_cursor(client: Any, auth: Any, jobs: dict[str, str
 def test_only_users_with_edit_rights_cancel(client: Any, auth: Any, jobs: dict[str, str], local_jobs: Any) -> None:
     runner: Runner = local_jobs[0]
     handle = jobs["live"]
-    denied = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "viewer"))
+    denied = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "viewer"))
     assert denied.status_code == 403, denied.text
     assert denied.json()["detail"] == (
         "'ann-viewer' may not cancel this job: needs edit rights on the task instances of DAG 'ui_live'"
     )
     assert not runner.describe_app(handle).cancel_requested  # type: ignore[union-attr]
 
-    resp = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "user"))
+    resp = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user"))
     assert resp.status_code == 202 and resp.json()["cancel_requested"], resp.text
     status = runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
     assert status is not None and status.state == AppState.CANCELLED
-    again = client.post("/api/cancel", params={"handle": handle}, headers=_headers(auth, "user")).json()
+    assert status.msg.startswith("cancelled by request: the Airflow UI's TorchX jobs page, by ann-user"), status.msg
+    again = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user")).json()
     assert again == {"handle": handle, "state": "CANCELLED", "cancel_requested": False}
 
 
@@ -238,8 +240,99 @@ def test_batch_jobs_through_their_connection(
         job = client.get("/api/job", params=params, headers=admin).json()
         assert job["console_url"].startswith("https://us-east-1.console.aws.amazon.com/batch/"), job
         assert [r["name"] for r in job["roles"]] == ["worker"] and job["dag_id"] == "ui_batch"
-        assert client.post("/api/cancel", params=params, headers=admin).status_code == 202
+        assert client.post("/api/cancel", json=params, headers=admin).status_code == 202
         status = hook.get_runner().wait(handle, wait_interval=1, timeout=60, cancel_on_signal=False)
         assert status is not None and status.is_terminal() and status.state != AppState.SUCCEEDED, status
     finally:
         hook.get_runner().cancel(handle)
+
+
+def _listed_once(client: Any, auth: Any, ready: Any, timeout: float = 60) -> dict[str, Any]:
+    """The jobs list (by handle) once ``ready(jobs)`` holds: the list is a listing renewed in
+    the background, so a change shows a moment later."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = {j["handle"]: j for j in client.get("/api/jobs", headers=_headers(auth, "viewer")).json()["jobs"]}
+        if ready(listed):
+            return listed
+        assert time.monotonic() < deadline, f"the list never showed the change: {sorted(listed)}"
+        time.sleep(0.2)
+
+
+def test_a_live_job_whose_task_instance_ended_is_listed_as_orphaned(
+    client: Any, auth: Any, jobs: dict[str, str]
+) -> None:
+    """A running job labelled with a DAG that exists and a DAG run that does not (deleted):
+    the list marks it orphaned with the reason, until it is cancelled; other jobs are not."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagbundle import DagBundleModel
+    from airflow.utils.session import create_session
+
+    from airflow_provider_torchx.core.runner import get_runner
+
+    runner = get_runner()
+    orphan = runner.run(_app(120), "local_cwd", labels=_identity("ui_orphaned", run_id="deleted-run"))
+    with create_session() as session:
+        session.add(DagBundleModel(name="ui-orphans"))
+    with create_session() as session:
+        session.add(DagModel(dag_id="ui_orphaned", fileloc="/nowhere/ui_orphaned.py", bundle_name="ui-orphans"))
+    try:
+        listed = _listed_once(client, auth, lambda jobs: orphan in jobs)  # the listing is renewed in the background
+        assert listed[orphan]["orphaned"] == "task ui_orphaned.train of run deleted-run: the DAG run was deleted"
+        assert listed[jobs["live"]]["orphaned"] is None, "a job whose labels name no known DAG is not judged"
+        assert listed[jobs["done"]]["orphaned"] is None
+        runner.cancel(orphan)
+        runner.wait(orphan, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+        listed = _listed_once(client, auth, lambda jobs: jobs[orphan]["state"] == "CANCELLED")
+        assert listed[orphan]["orphaned"] is None
+    finally:
+        runner.delete(orphan)
+        with create_session() as session:
+            session.query(DagModel).filter(DagModel.dag_id == "ui_orphaned").delete()
+            session.query(DagBundleModel).filter(DagBundleModel.name == "ui-orphans").delete()
+
+
+def test_the_list_pages_newest_first_with_a_cursor(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    viewer = _headers(auth, "viewer")
+    everything = client.get("/api/jobs", params={"task_id": "train"}, headers=viewer).json()
+    assert everything["next"] is None and len(everything["jobs"]) >= 2
+    created = [j["created"] for j in everything["jobs"]]
+    assert created == sorted(created, reverse=True), "newest first"
+    seen, cursor = [], None
+    while True:
+        params = {"task_id": "train", "limit": 1} | ({"cursor": cursor} if cursor else {})
+        page = client.get("/api/jobs", params=params, headers=viewer).json()
+        assert len(page["jobs"]) == 1, page
+        seen.append(page["jobs"][0]["handle"])
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert seen == [j["handle"] for j in everything["jobs"]], "each job once, in order"
+    for params, named in (
+        ({"cursor": "bm90IGEgY3Vyc29y"}, "cursor: 'bm90IGEgY3Vyc29y' is not a cursor api/jobs returned"),
+        ({"limit": 0}, "query parameter 'limit': '0'"),
+        ({"limit": "many"}, "query parameter 'limit': 'many'"),
+    ):
+        resp = client.get("/api/jobs", params=params, headers=viewer)
+        assert resp.status_code == 400 and named in resp.json()["detail"], resp.text
+
+
+def test_one_listing_serves_every_page_and_is_renewed_in_the_background(jobs: dict[str, str], local_jobs: Any) -> None:
+    """Many open pages cost one walk of the store per ``LIST_REUSE_S``, and no page waits for
+    the renewal: a new job shows a moment later."""
+    import time
+
+    from airflow_provider_torchx.plugins import jobs as ui_jobs
+
+    first = ui_jobs.list_jobs({"task_id": "train"})
+    assert ui_jobs.list_jobs({"task_id": "train"}) is first
+    runner, handles = local_jobs
+    handles.append(runner.run(_app(0), "local_cwd", labels=_identity("ui_new")))
+    time.sleep(ui_jobs.LIST_REUSE_S)
+    assert ui_jobs.list_jobs({"task_id": "train"}) is first, "the old listing answers while it is renewed"
+    deadline = time.monotonic() + 60
+    while handles[0] not in {row.handle for row in ui_jobs.list_jobs({"task_id": "train"}).jobs}:
+        assert time.monotonic() < deadline, "the listing was never renewed"
+        time.sleep(0.1)

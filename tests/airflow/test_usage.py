@@ -186,3 +186,24 @@ def test_works_without_the_openlineage_provider(airflow_env: AirflowEnv) -> None
     handle, attempts, loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert handle.startswith("local_cwd://") and attempts == 1
     assert loaded == []
+
+
+def test_an_orphan_cancel_is_counted_with_its_reason(statsd_listener: socket.socket) -> None:
+    """``torchx.job.orphan_cancelled`` through Airflow's stats client (a fresh process: the
+    client reads ``[metrics]`` once), tagged with the scheduler, DAG, task and reason."""
+    env = {
+        **os.environ,
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd_listener.getsockname()[1]),
+        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+        "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
+    }
+    code = (
+        "from airflow_provider_torchx.metrics import emit_orphan_cancelled; "
+        "emit_orphan_cancelled(scheduler='local_cwd', dag_id='acc', task_id='job', reason='task_failed')"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True, timeout=120)
+    lines = received(statsd_listener)
+    want = "airflow.torchx.job.orphan_cancelled,scheduler=local_cwd,dag=acc,task=job,reason=task_failed:1|c"
+    assert want in lines, lines

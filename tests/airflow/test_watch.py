@@ -390,3 +390,30 @@ def test_runner_cache_can_be_invalidated_and_closed() -> None:
     assert second is not first
     close_runners()
     assert second._schedulers == {} and hook.get_runner() is not second
+
+
+def test_progress_lines_when_the_job_changes_and_once_a_minute_otherwise() -> None:
+    from airflow_provider_torchx.core.specs import AppStatus, ReplicaStatus, RoleStatus
+    from airflow_provider_torchx.watch import ProgressNotes
+
+    now = [0.0]
+    notes = ProgressNotes(every=60.0, clock=lambda: now[0])
+
+    def status(state: AppState, msg: str = "") -> AppStatus:
+        return AppStatus(state, msg=msg, roles=[RoleStatus("w", [ReplicaStatus(0, state, "w", "")])])
+
+    said = []
+    for t, s in [
+        (0, status(AppState.PENDING)),  # the first status: logged
+        (10, status(AppState.PENDING)),
+        (20, status(AppState.PENDING, "waiting for 4 GPUs")),  # the scheduler's message changed
+        (30, status(AppState.PENDING, "waiting for 4 GPUs")),
+        (40, status(AppState.RUNNING)),  # state and replica counts changed
+        (90, status(AppState.RUNNING)),
+        (100, status(AppState.RUNNING)),  # a minute since the last line
+        (110, status(AppState.RUNNING)),
+    ]:
+        now[0] = t
+        if notes.due(s):
+            said.append(t)
+    assert said == [0, 20, 40, 100]

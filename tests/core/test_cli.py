@@ -3,6 +3,7 @@ scheduler (in-process for most, as a real subprocess for signals)."""
 
 from __future__ import annotations
 
+import json
 import queue
 import re
 import signal
@@ -82,8 +83,8 @@ def test_dryrun_prints_app_and_request(capsys: pytest.CaptureFixture[str]) -> No
         assert code == 0
         app_part, _, request_part = out.partition("=== SCHEDULER REQUEST ===")
         assert app_part.startswith("=== APPLICATION ===")
-        assert "'args': ['-c', 'print(1)']" in app_part
-        assert "'TORCHX_JOB_ID': 'local_cwd://torchx/${app_id}'" in app_part
+        assert "  command: python -c 'print(1)'\n" in app_part
+        assert "  env: TORCHX_JOB_ID=local_cwd://torchx/${app_id}" in app_part
         assert '"print(1)"' in request_part
     assert jobs() == []
 
@@ -94,10 +95,10 @@ def test_run_options_stop_at_the_component(capsys: pytest.CaptureFixture[str]) -
         capsys, "dryrun", "-s", "local_cwd", "utils.sh", "--num_replicas", "2", "echo", "--wait", "-s"
     )
     assert code == 0
-    assert "'args': ['-c', 'echo --wait -s']" in out and "'num_replicas': 2" in out
+    assert "  command: sh -c 'echo --wait -s'\n" in out and "Role sh: 2 replicas\n" in out
     # --help among the command's words is the command's, not a request for the usage
     code, out, _ = run_cli(capsys, "dryrun", "-s", "local_cwd", "utils.sh", "grep", "--help")
-    assert code == 0 and "'args': ['-c', 'grep --help']" in out
+    assert code == 0 and "  command: sh -c 'grep --help'\n" in out
 
 
 def test_runopts(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,10 +125,13 @@ def test_runopts(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "utils.ehco"], "unknown component 'utils.ehco'. Did you mean utils.echo"),
         (["run", "utils.echo", "--num_replicas", "x"], "--num_replicas: 'x' is not a valid int"),
         (["run", "utils.python"], "-m/-c/--script: give exactly one of them"),
+        (["run", "dist.spmd", "--scirpt", "train.py"], "unrecognized arguments: --scirpt. Did you mean '--script'"),
         (["dryrun", "utils.echo", "--num_replicas", "0"], "num_replicas=0; must be an int > 0"),
         (["status", "not-a-handle"], "app_handle: 'not-a-handle' is not of the form scheduler://session/app_id"),
         (["log", "local_cwd:/x"], "is not of the form scheduler://session/app_id"),
         (["list", "-s", "local_cwd", "-cfg", "x=1"], "cfg: unknown option 'x'"),
+        (["log", "-n", "0", "local_cwd://torchx/x"], "argument -n/--lines: '0' is not a whole number >= 1"),
+        (["log", "-n", "3", "--tail", "local_cwd://torchx/x"], "argument -t/--tail: not allowed with argument -n"),
     ],
 )
 def test_usage_errors_exit_2_without_traceback(
@@ -162,7 +166,7 @@ def test_run_wait_success_and_inspect(capsys: pytest.CaptureFixture[str]) -> Non
     code, out, _ = run_cli(capsys, "status", handle)
     assert code == 0 and "State: SUCCEEDED" in out and "sh[1]@localhost:SUCCEEDED (exit 0)" in out
     code, out, _ = run_cli(capsys, "describe", handle)
-    assert code == 0 and "'num_replicas': 2" in out
+    assert code == 0 and "Role sh: 2 replicas\n" in out
     assert "Usage:" in out and "Attempts: 2" in out and "sh[1] #1:" in out and "exit 0" in out
 
     code, out, _ = run_cli(capsys, "log", handle)
@@ -170,6 +174,8 @@ def test_run_wait_success_and_inspect(capsys: pytest.CaptureFixture[str]) -> Non
     assert out.splitlines() == ["[sh/0] out 0", "[sh/0] err 0", "[sh/1] out 1", "[sh/1] err 1"]
     assert run_cli(capsys, "log", f"{handle}/sh/1")[1] == "out 1\nerr 1\n"
     assert run_cli(capsys, "log", "--streams", "stderr", f"{handle}/sh")[1] == "[sh/0] err 0\n[sh/1] err 1\n"
+    assert run_cli(capsys, "log", "-n", "1", handle)[1] == "[sh/0] err 0\n[sh/1] err 1\n"  # the last line of each
+    assert run_cli(capsys, "log", "--lines", "1", "--regex", "out", f"{handle}/sh/1")[1] == "out 1\n"
     # --tail follows the replicas side by side: per-replica order only
     tailed = run_cli(capsys, "log", "--regex", "out", "--tail", handle)[1]
     assert sorted(tailed.splitlines()) == ["[sh/0] out 0", "[sh/1] out 1"]
@@ -304,3 +310,103 @@ def test_list_shows_submit_time_and_airflow_task_and_status_the_timing(capsys: p
     started = re.search(r"\n  Started: (\S+ \S+); duration: (\d+)s\n", out)
     assert code == 0 and started, out
     assert 1 <= int(started.group(2)) <= 30
+
+
+GPU_COMPONENT = """
+from airflow_provider_torchx.core.specs import AppDef, Resource, RetryPolicy, Role
+
+def gpus() -> AppDef:
+    script = 'echo "${replica_id} sees $CUDA_VISIBLE_DEVICES"; sleep 60'
+    role = Role("g", image="local", entrypoint="sh", args=["-c", script], num_replicas=2,
+                resource=Resource(1, 2, 64), max_retries=1, retry_policy=RetryPolicy.REPLICA,
+                env={"API_TOKEN": "s3cret-value-123"})
+    return AppDef("gpus", roles=[role])
+"""
+
+
+def test_describe_status_and_list_readable_and_json_with_each_replicas_gpus(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1,2,3")  # a 4-GPU host, as far as the ledger knows
+    (tmp_path / "gpus.py").write_text(GPU_COMPONENT)
+    cfg = ["-s", "local_cwd", "-cfg", "auto_set_cuda_visible_devices=True"]
+    code, out, err = run_cli(capsys, "run", *cfg, "--label", "team=ml", f"{tmp_path}/gpus.py:gpus")
+    assert code == 0, err
+    handle = only_handle(out)
+    deadline = time.monotonic() + 60
+    while (status := get_runner().status(handle)) is None or status.state != AppState.RUNNING:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    code, out, _ = run_cli(capsys, "describe", handle)
+    assert code == 0 and "<" not in out and "RetryPolicy" not in out and "s3cret" not in out, out
+    assert "  resource: 1 CPU, 2 GPUs, 64 MiB\n  retries: 1 (policy REPLICA)\n" in out, out
+    assert f"  command: sh -c '{GPU_COMPONENT.split(chr(39))[1]}'\n" in out, out
+    assert "  g[0]@localhost RUNNING GPUs 0,1\n  g[1]@localhost RUNNING GPUs 2,3" in out, out
+    code, out, _ = run_cli(capsys, "status", handle)
+    assert "g[0]@localhost:RUNNING (GPUs 0,1) g[1]@localhost:RUNNING (GPUs 2,3)" in out, out
+    code, out, _ = run_cli(capsys, "status", "--json", handle)
+    status_json = json.loads(out)
+    assert set(status_json) == set(STATUS_KEYS) and status_json["state"] == "RUNNING"
+    replicas = status_json["roles"][0]["replicas"]
+    assert [(r["id"], r["state"], r["devices"]) for r in replicas] == [(0, "RUNNING", "0,1"), (1, "RUNNING", "2,3")]
+    assert set(replicas[0]) == {"id", "state", "hostname", "exit_code", "msg", "devices"}
+    code, out, _ = run_cli(capsys, "describe", "--json", handle)
+    described = json.loads(out)
+    assert set(described) == {"handle", "app", "status"} and described["status"] == status_json
+    (role,) = described["app"]["roles"]
+    assert (role["retry_policy"], role["resource"]["gpu"], role["env"]["API_TOKEN"]) == ("REPLICA", 2, "***")
+    code, out, _ = run_cli(capsys, "list", "--json", "-s", "local_cwd")
+    (job,) = json.loads(out)["jobs"]
+    assert job == {
+        "handle": handle,
+        "state": "RUNNING",
+        "name": "gpus",
+        "submitted": job["submitted"],
+        "airflow_task": None,
+        "labels": {"team": "ml"},
+    }
+    assert code == 0 and isinstance(job["submitted"], float)
+    assert run_cli(capsys, "cancel", handle)[0] == 0
+    ended = get_runner().wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    assert ended is not None and ended.state == AppState.CANCELLED
+
+
+#: The keys of ``status --json`` (docs/cli.md, "JSON output").
+STATUS_KEYS = (
+    "handle", "state", "terminal", "num_restarts", "msg", "structured_error_msg", "ui_url", "started", "ended",
+    "cancel_requested", "cancel_reason", "labels", "roles", "usage",
+)  # fmt: skip
+
+
+ONE_GPU_COMPONENT = """
+from airflow_provider_torchx.core.specs import AppDef, Resource, Role
+
+def gpu(replicas: int = 1) -> AppDef:
+    role = Role("g", image="local", entrypoint="sleep", args=["60"], num_replicas=replicas, resource=Resource(1, 1, 64))
+    return AppDef("gpu", roles=[role])
+"""
+
+
+def test_warnings_are_one_line_counts_singular_and_a_pending_job_shows_no_start(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0")  # a 1-GPU host, as far as the ledger knows
+    (tmp_path / "gpu.py").write_text(ONE_GPU_COMPONENT)
+    cfg = ["-s", "local_cwd", "-cfg", "auto_set_cuda_visible_devices=True"]
+    code, _, err = run_cli(capsys, "dryrun", *cfg, f"{tmp_path}/gpu.py:gpu", "--replicas", "2")
+    assert code == 0
+    assert err == (
+        "warning: auto_set_cuda_visible_devices: app 'gpu' requests 2 GPUs but this host has 1; "
+        "CUDA_VISIBLE_DEVICES is not set\n"
+    ), err
+    holder = only_handle(run_cli(capsys, "run", *cfg, f"{tmp_path}/gpu.py:gpu")[1])
+    waiting = only_handle(run_cli(capsys, "run", *cfg, f"{tmp_path}/gpu.py:gpu")[1])
+    deadline = time.monotonic() + 60
+    while "waiting for 1 GPU, 0 free, held by" not in (out := run_cli(capsys, "status", waiting)[1]):
+        assert time.monotonic() < deadline, out
+        time.sleep(0.2)
+    assert "State: PENDING" in out and "Started:" not in out, out
+    for handle in (waiting, holder):
+        assert run_cli(capsys, "cancel", handle)[0] == 0
+        ended = get_runner().wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+        assert ended is not None and ended.state == AppState.CANCELLED

@@ -240,6 +240,9 @@ def test_bad_defaults(defaults: dict[str, str], pattern: str) -> None:
         (["--num_replicas"], r"--num_replicas: expected one argument"),
         (["--help"], r"unrecognized arguments: --help"),
         ({"nope": 1}, r"unknown argument 'nope'; arguments: msg, image, num_replicas"),
+        ({"mgs": "hi"}, r"unknown argument 'mgs'; arguments: msg, image, num_replicas\. Did you mean 'msg'\?"),
+        (["--mgs", "hi"], r"unrecognized arguments: --mgs hi\. Did you mean '--msg'"),
+        (["--mgs=hi"], r"unrecognized arguments: --mgs=hi\. Did you mean '--msg'"),
         ({"num_replicas": 2.5}, r"--num_replicas: 2.5 is a float; expected int"),
         ({"num_replicas": True}, r"--num_replicas: True is a bool; expected int"),
         ({"msg": None}, r"--msg: None is a NoneType; expected str"),
@@ -427,3 +430,17 @@ def test_component_errors_are_never_system_exit() -> None:
     for args in (["--help"], ["-h"], ["--num_replicas"]):
         with pytest.raises(ComponentError):
             get_app("utils.echo", args)
+
+
+def test_check_args_is_bind_without_the_call_and_leaves_templates_and_missing_ones() -> None:
+    spmd = get_component("dist.spmd")
+    templated = lambda v: isinstance(v, str) and "{{" in v  # noqa: E731
+    with pytest.raises(ComponentError, match=r"unrecognized arguments: --scirpt\. Did you mean '--script'"):
+        spmd.check_args(["--scirpt", "train.py"], templated)
+    with pytest.raises(ComponentError, match=r"unknown argument 'scirpt'.*Did you mean 'script'\?"):
+        spmd.check_args({"scirpt": "{{ params.script }}"}, templated)  # the name is checked, not the value
+    with pytest.raises(ComponentError, match=r"--cpu: 'two' is not a valid int"):
+        spmd.check_args({"cpu": "two"}, templated)
+    spmd.check_args({"j": "{{ params.nodes }}x2", "script": "t.py"}, templated)  # a templated value
+    spmd.check_args(["-j", "{{ params.j }}", "--nope"], templated)  # a list with a template: left to bind
+    get_component("utils.echo").check_args({}, templated)  # missing arguments: a connection may give them

@@ -70,6 +70,7 @@ class FakeScheduler(Scheduler[dict[str, Any]]):
         self.scheduled: list[dict[str, Any]] = []
         self.built: list[tuple[str, str | None, dict[str, CfgVal]]] = []
         self.cancelled: list[str] = []
+        self.reasons: list[str | None] = []
         self.deleted: list[str] = []
         self.waits: list[float] = []
         self.sigterm_handler_at_schedule: object = None
@@ -146,8 +147,9 @@ class FakeScheduler(Scheduler[dict[str, Any]]):
         else:
             super().wait_for_change(app_id, timeout)
 
-    def _cancel_existing(self, app_id: str) -> None:
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
         self.cancelled.append(app_id)
+        self.reasons.append(reason)
         self.script[app_id] = [AppState.CANCELLED]
 
     def _delete_existing(self, app_id: str) -> None:
@@ -451,10 +453,10 @@ def test_logs(runner: Runner) -> None:
 def test_cancel_is_idempotent(runner: Runner, factory: Factory) -> None:
     handle = runner.run(_app(), "fake", CFG)
     app_id = parse_app_handle(handle).app_id
-    runner.cancel(handle)
+    runner.cancel(handle, reason="a test")
     runner.cancel(handle)  # already CANCELLED: nothing more happens
     runner.cancel(f"fake://{SESSION}/no-such-app")
-    assert factory.sched.cancelled == [app_id]
+    assert (factory.sched.cancelled, factory.sched.reasons) == ([app_id], ["a test"])
     status = runner.status(handle)
     assert status is not None and status.state == AppState.CANCELLED
 

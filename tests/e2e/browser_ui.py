@@ -10,9 +10,17 @@ Scenario, on one running job of a DAG (two replicas printing ``r<k> line <i>`` e
 1. the jobs page, filtered by the DAG, lists the job; its page shows both replicas and log
    lines arriving while the job runs;
 2. the task page's "TorchX Job" link opens that job page, and its "TorchX" tab lists the job;
-3. a viewer sees the Cancel button disabled and the plugin's API answers its cancel with 403;
+3. a viewer sees the Cancel button disabled and the plugin's API answers its cancel (sent as
+   the page sends it) with 403;
 4. an admin's Cancel stops the job: the page shows CANCELLED.
 Screenshots of the two pages go to ``screenshots`` when given.
+
+Scenario ``csrf`` (``tests/e2e/test_ui_security.py``): log in as Airflow's login page does (the
+``_token`` cookie set from JavaScript), then open each page of ``attackers`` (another site,
+another port of the same site), which posts a cancel through a form and through a no-cors
+fetch; report each answer's status and detail. Then open the jobs page with api/jobs
+answering 6 s late, filter twice meanwhile, and report how many calls were ever in flight at
+once.
 """
 
 from __future__ import annotations
@@ -37,6 +45,24 @@ ARGS = [
     "--no-first-run",
 ]
 TIMEOUT_MS = 60_000
+#: Makes every answer of api/jobs arrive 6 s late (longer than the page's poll interval) and
+#: counts the calls and the most in flight at once.
+SLOW_JOBS_API = """
+window.__calls = 0; window.__inflight = 0; window.__max = 0;
+const realFetch = window.fetch;
+window.fetch = async (...args) => {
+  if (!String(args[0]).includes("api/jobs")) return realFetch(...args);
+  window.__calls++; window.__inflight++; window.__max = Math.max(window.__max, window.__inflight);
+  try { const resp = await realFetch(...args); await new Promise((r) => setTimeout(r, 6000)); return resp; }
+  finally { window.__inflight--; }
+};
+"""
+#: The cancel the job page sends (same origin, JSON), sent from a viewer's page.
+VIEWER_CANCEL = """async (handle) => {
+  const resp = await fetch("api/cancel", {method: "POST", headers: {"Content-Type": "application/json"},
+                                          body: JSON.stringify({handle})});
+  return [resp.status, (await resp.json()).detail];
+}"""
 
 
 def context_for(browser: Browser, base_url: str, token: str) -> BrowserContext:
@@ -71,7 +97,7 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             admin.wait_for_url(re.compile(r"/torchx/job\?handle="))
             admin.locator("#replicas tr").nth(1).wait_for()
             seen["replicas"] = [tr.inner_text().split("\t")[:3] for tr in admin.locator("#replicas tr").all()]
-            admin.wait_for_function("document.querySelector('#log').innerText.includes('line')")
+            admin.wait_for_function("() => document.querySelector('#log').innerText.includes('line')")
             first = log_lines(admin)
             started = time.monotonic()
             admin.wait_for_function(
@@ -107,8 +133,7 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             viewer.goto(admin.url)
             viewer.locator("#replicas tr").first.wait_for()
             seen["viewer_cancel_disabled"] = viewer.locator("#cancel").is_disabled()
-            resp = viewer.request.post(f"{base}/torchx/api/cancel?handle={spec['handle_q']}")
-            seen["viewer_cancel_status"], seen["viewer_cancel_detail"] = resp.status, resp.json().get("detail")
+            seen["viewer_cancel_status"], seen["viewer_cancel_detail"] = viewer.evaluate(VIEWER_CANCEL, handle)
 
             # 4. the admin cancels from the page
             admin.locator("#cancel").click()
@@ -124,11 +149,48 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             browser.close()
 
 
+def csrf(spec: dict[str, Any], seen: dict[str, Any]) -> None:
+    base = spec["base_url"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            ctx = browser.new_context()
+            ctx.set_default_timeout(TIMEOUT_MS)
+            page = ctx.new_page()
+            page.goto(f"{base}/torchx/api/jobs")
+            page.evaluate("token => { document.cookie = '_token=' + token + '; path=/'; }", spec["token"])
+            for name, url in spec["attackers"].items():
+                attempts: dict[str, Any] = {}
+                for how, action in (("form", "document.getElementById('f').submit()"), ("fetch", "attack()")):
+                    page.goto(url)
+                    with page.expect_response(lambda r: "/torchx/api/cancel" in r.url) as answer:
+                        page.evaluate(action)
+                    resp = answer.value
+                    try:
+                        detail = resp.json().get("detail")
+                    except Exception:  # an opaque answer has no body to read
+                        detail = None
+                    attempts[how] = {"status": resp.status, "detail": detail}
+                seen[name] = attempts
+
+            # the jobs page keeps one call in flight, however slow the answers
+            slow = ctx.new_page()
+            slow.add_init_script(SLOW_JOBS_API)
+            slow.goto(f"{base}/torchx/")
+            slow.wait_for_function("() => window.__calls >= 1")  # functions: the page's CSP forbids eval
+            for _ in range(2):  # filter twice while the first call is out
+                slow.locator("#filters button[type=submit]").click()
+            slow.wait_for_function("() => window.__calls >= 3", timeout=90_000)
+            seen["jobs_calls"], seen["jobs_max_in_flight"] = slow.evaluate("[window.__calls, window.__max]")
+        finally:
+            browser.close()
+
+
 def main() -> None:
     spec = json.load(sys.stdin)
     seen: dict[str, Any] = {}
     try:
-        run(spec, seen)
+        (csrf if spec.get("scenario") == "csrf" else run)(spec, seen)
     except Exception as err:
         seen["error"] = f"{type(err).__name__}: {err}"
     json.dump(seen, sys.stdout)

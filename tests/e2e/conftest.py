@@ -5,6 +5,8 @@ tests of one module and stopped after them, so two deployments never load the ma
 - ``live_airflow``: a deployment for the local scheduler, with a ``torchx`` connection
   (``torchx_e2e_local``) and a Variable (``torchx_e2e_setting``: ``E2E_SETTING``) that the
   secrets DAG's templates read.
+- ``live_airflow_heartbeat``: a deployment for local jobs with a 20 s task heartbeat timeout
+  (worker lost).
 - ``live_airflow_users``: the same with real logins (an admin and a viewer), for the UI tests.
 - ``live_airflow_batch``: one whose workers and triggerer reach the moto server (and, through
   it, the Docker engine), with the ``torchx_batch`` connection given as
@@ -54,6 +56,20 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirfl
         "AIRFLOW_VAR_TORCHX_E2E_SETTING": E2E_SETTING,
     }
     with _deployment(tmp_path_factory.mktemp("live-airflow"), env) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def live_airflow_heartbeat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
+    """A live deployment for local jobs whose scheduler fails a task instance 20 s after its
+    last heartbeat (the worker-lost tests)."""
+    env = {
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+        # A task process parses its DAG file first: allow for a loaded 2-core machine (30 s default).
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+    }
+    with _deployment(tmp_path_factory.mktemp("live-airflow-heartbeat"), env) as live:
         yield live
 
 

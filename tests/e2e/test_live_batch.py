@@ -3,10 +3,13 @@
 The DAG reads its queue from the ``torchx_batch`` connection (``AIRFLOW_CONN_TORCHX_BATCH``):
 a deferred job runs and succeeds with its output in the task log once; another, marked failed
 while deferred, is cancelled: Batch ends it with our cancel reason, TorchX reports CANCELLED and
-its container stops.
+its container stops; another, marked failed right after deferral (before its trigger may have
+started), is terminated within a minute with the task named in its reason.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -19,6 +22,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.docker]
 
 BATCH = "torchx_e2e_batch"
 CANCEL_WITHIN = 35
+#: A job ends within a minute of its task (docs/architecture.md, Orphaned jobs).
+ORPHAN_WITHIN = 60
 
 
 def test_batch_job_runs_deferred_and_succeeds(live_airflow_batch: LiveBatch) -> None:
@@ -54,3 +59,22 @@ def test_batch_job_marked_failed_while_deferred_is_cancelled(live_airflow_batch:
     assert status is not None and status.state == AppState.CANCELLED, status
     wait_until(lambda: not batch.running_containers(job_id), CANCEL_WITHIN, f"{job_id}'s container to stop")
     assert api.task_instance(BATCH, run_id, "job")["state"] == "failed"
+
+
+def test_batch_job_marked_failed_right_after_deferral_is_terminated_within_a_minute(
+    live_airflow_batch: LiveBatch,
+) -> None:
+    """Marked before its trigger may have started (Airflow then calls nothing on it): the
+    reaper's listener in the api-server terminates the job, with the reason, within a minute."""
+    batch, api = live_airflow_batch, live_airflow_batch.live.deployment
+    run_id = batch.live.trigger(BATCH, {"lines": 600, "pause": 1, "replicas": 1})
+    wait_until(lambda: api.task_instance(BATCH, run_id, "job")["state"] == "deferred", 180, "deferral", interval=0.2)
+    marked = time.time()
+    api.set_state(BATCH, run_id, "job", "failed")
+    handle = batch.live.app_handle(BATCH, run_id)
+    wait_until(lambda: batch.batch_job(handle)["status"] in ("SUCCEEDED", "FAILED"), ORPHAN_WITHIN, f"{handle} to end")
+    print(f"Batch job ended {time.time() - marked:.1f}s after its task was marked failed")
+    job = batch.batch_job(handle)
+    reason = job.get("statusReason", "")
+    assert job["status"] == "FAILED" and reason.startswith(CANCEL_REASON), job
+    assert f"task {BATCH}.job of run {run_id} was marked failed" in reason, reason

@@ -62,7 +62,6 @@ def test_jobs_page_job_page_link_and_cancel_in_a_browser(live_airflow_users: Liv
             "run_id": run_id,
             "task_id": "job",
             "handle": handle,
-            "handle_q": quote(handle, safe=""),
             "screenshots": os.environ.get(SCREENSHOTS_ENV),
         }
     )

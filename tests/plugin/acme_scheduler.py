@@ -2,9 +2,9 @@
 
 Each app is one replica of one role, run as ``sh -c`` in a new session with its output in a
 file; the job directory (under ``$ACME_JOBS_DIR``) holds the pid, the exit code and a cancel
-mark. It declares its capabilities (host-bound: its jobs are processes of this host) and
-leaves everything else to the contract's defaults (``read_log`` from ``log_iter``, status read
-on the watchers' thread pool).
+mark holding the cancel's reason. It declares its capabilities (host-bound: its jobs are
+processes of this host) and leaves everything else to the contract's defaults (``read_log``
+from ``log_iter``, status read on the watchers' thread pool).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
             return None
         request = json.loads((job / "request.json").read_text())
         code = int((job / "exit").read_text()) if (job / "exit").exists() else None
-        if (job / "cancelled").exists():
+        cancel = (job / "cancelled").read_text() if (job / "cancelled").exists() else None  # its reason
+        if cancel is not None:
             state = AppState.CANCELLED
         elif code is None:
             state = AppState.RUNNING
@@ -78,7 +79,8 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
             msg="" if code in (0, None) else f"main/0 exited with {code}",
             roles_statuses=[RoleStatus("main", [replica])],
             labels=dict(request["labels"]),
-            cancel_requested=(job / "cancelled").exists(),
+            cancel_requested=cancel is not None,
+            cancel_reason=cancel or None,
         )
 
     def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
@@ -98,9 +100,9 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
         path = self.root / app_id / "out.log"
         return path.read_text().splitlines(keepends=True) if path.exists() else []
 
-    def _cancel_existing(self, app_id: str) -> None:
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
         job = self.root / app_id
-        (job / "cancelled").touch()
+        (job / "cancelled").write_text(reason or "")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(int((job / "pid").read_text()), signal.SIGKILL)
 

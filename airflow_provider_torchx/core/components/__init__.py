@@ -24,13 +24,14 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
 from airflow_provider_torchx.core.errors import ComponentError
-from airflow_provider_torchx.core.runopts import as_type
+from airflow_provider_torchx.core.runopts import as_type, did_you_mean
 from airflow_provider_torchx.core.specs import AppDef
 
 __all__ = [
@@ -287,7 +288,7 @@ class Component:
         parser = self._parser(params)
         varargs_param = self._signature[1]
         varargs_name = varargs_param.name if varargs_param else None
-        try:
+        with self._usage_on_error(parser):
             if isinstance(args, Mapping):
                 given, varargs = self._from_dict(params, varargs_name, dict(args))
             elif isinstance(args, list | tuple) and all(isinstance(a, str) for a in args):
@@ -303,20 +304,56 @@ class Component:
                 else:
                     kwargs[p.name] = p.default
             app = self.fn(*varargs, **kwargs)
-        except ComponentError as err:
-            raise ComponentError(f"component {self.name}: {err}\n\n{parser.format_help()}") from err
         if not isinstance(app, AppDef):
             raise ComponentError(f"component {self.name}: returned {type(app).__name__}, not an AppDef")
         return app
+
+    def check_args(self, args: list[str] | Mapping[str, Any], templated: Callable[[Any], bool]) -> None:
+        """Check ``args`` as ``bind`` would, without calling the function (cheap enough for DAG
+        parsing): unknown arguments (with the closest names) and values of the wrong type
+        raise ``ComponentError`` with the usage text. Missing arguments pass (a connection's
+        ``component_defaults`` may give them), as do the values ``templated`` says are
+        templates; a list holding a template is left to ``bind``."""
+        params, varargs = self._signature
+        parser = self._default_parser
+        varargs_name = varargs.name if varargs else None
+        with self._usage_on_error(parser):
+            if isinstance(args, Mapping):
+                names = [p.name for p in params] + ([varargs_name] if varargs_name else [])
+                for key in args:  # templated values too: their names are literal
+                    if key not in names:
+                        raise _unknown_argument(key, names)
+                self._from_dict(params, varargs_name, {k: v for k, v in args.items() if not templated(v)})
+            elif all(isinstance(a, str) and not templated(a) for a in args):
+                self._from_list(parser, params, varargs_name, list(args))
+
+    @functools.cached_property
+    def _default_parser(self) -> _ArgumentParser:
+        """The parser of the function's own arguments and defaults (made once: DAG parsing
+        checks many tasks' arguments)."""
+        return self._parser(self._signature[0])
+
+    @contextmanager
+    def _usage_on_error(self, parser: _ArgumentParser) -> Iterator[None]:
+        """Re-raise a ``ComponentError`` naming the component, with its usage text."""
+        try:
+            yield
+        except ComponentError as err:
+            raise ComponentError(f"component {self.name}: {err}\n\n{parser.format_help()}") from err
 
     @staticmethod
     def _from_list(
         parser: _ArgumentParser, params: list[_Param], varargs_name: str | None, args: list[str]
     ) -> tuple[dict[str, Any], list[str]]:
         try:
-            ns = vars(parser.parse_args(args))
+            parsed, unknown = parser.parse_known_args(args)
         except argparse.ArgumentError as err:
             raise ComponentError(str(err)) from err
+        if unknown:
+            flag = next((u.partition("=")[0] for u in unknown if u.startswith("-")), "")
+            hint = did_you_mean(flag, [p.flag for p in params]) if flag else ""
+            raise ComponentError(f"unrecognized arguments: {' '.join(unknown)}.{hint}".rstrip("."))
+        ns = vars(parsed)
         rest: list[str] = ns.pop(varargs_name, []) if varargs_name else []
         if rest[:1] == ["--"]:
             rest = rest[1:]
@@ -339,9 +376,14 @@ class Component:
             elif key in by_name:
                 given[key] = by_name[key].check(value)
             else:
-                allowed = [*by_name, *([varargs_name] if varargs_name else [])]
-                raise ComponentError(f"unknown argument {key!r}; arguments: {', '.join(allowed) or '(none)'}")
+                raise _unknown_argument(key, [*by_name, *([varargs_name] if varargs_name else [])])
         return given, varargs
+
+
+def _unknown_argument(key: str, allowed: list[str]) -> ComponentError:
+    return ComponentError(
+        f"unknown argument {key!r}; arguments: {', '.join(allowed) or '(none)'}.{did_you_mean(key, allowed)}"
+    )
 
 
 class _ArgumentParser(argparse.ArgumentParser):

@@ -8,6 +8,7 @@ whether it blocks. The ``Runner`` only talks to backends through this contract.
 from __future__ import annotations
 
 import abc
+import builtins
 import concurrent.futures
 import enum
 import json
@@ -54,6 +55,9 @@ class DescribeAppResponse:
     labels: dict[str, str] = field(default_factory=dict)
     #: A cancel was requested through this scheduler (such a job is never adopted again).
     cancel_requested: bool = False
+    #: Who or what asked for the cancel, as given to ``cancel(reason=...)`` (None: no cancel
+    #: was requested, none was given, or the backend could not keep it).
+    cancel_reason: str | None = None
     #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
     usage: Usage | None = None
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
@@ -211,7 +215,8 @@ class Scheduler(abc.ABC, Generic[T]):
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """The app's state, roles and replica statuses, or None if there is no such app.
 
-        1. Never raises for an unknown app id (returns None).
+        1. Never raises for an unknown app id (returns None); a setup error of the scheduler
+           (no credentials, a queue that does not exist) raises ``SchedulerSetupError``.
         2. ``msg`` names the failed role/replica and its exit code or the scheduler's reason.
         3. May block for one round trip to the scheduler.
         """
@@ -228,7 +233,9 @@ class Scheduler(abc.ABC, Generic[T]):
         """
         return None
 
-    def describe_future(self, app_id: str) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
+    def describe_future(
+        self, app_id: str, period: float | None = None
+    ) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
         """What ``describe`` would return, as a future resolved by a thread of the scheduler's
         own, so that many waiters (an event loop's tasks) hold no thread while they wait.
 
@@ -236,8 +243,22 @@ class Scheduler(abc.ABC, Generic[T]):
            or an app it cannot resolve without a blocking call): then call ``describe``.
         2. The future fails with the exception ``describe`` would raise.
         3. A future the caller cancelled is left alone.
+        4. ``period`` None: a recent answer (the scheduler's cache or its next look). A
+           ``period``: the answer of the scheduler's next look at the app, one ``period`` after
+           its previous one (a watcher that asks again at once is looked at every ``period``,
+           on the scheduler's schedule, not its own), or of any earlier look that sees it ended.
         """
         return None
+
+    def native_id(self, app_id: str) -> str | None:
+        """The scheduler's own id of the app (AWS Batch: the job id), for a watcher in another
+        process to hand to ``adopt_native_id`` so that it finds the app without a look-up;
+        None (the default): the app id is all a watcher needs. May block for one look-up."""
+        return None
+
+    def adopt_native_id(self, app_id: str, native_id: str) -> None:
+        """Take ``native_id`` (what ``native_id`` returned in another process) as the app's
+        own id, so that watching it needs no look-up. Never blocks; the default ignores it."""
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
         """Check that jobs can be submitted with the resolved ``cfg`` (e.g. that a queue
@@ -263,6 +284,12 @@ class Scheduler(abc.ABC, Generic[T]):
         page.
         """
 
+    def list_live(self, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
+        """The apps of this scheduler that have not ended (whatever their labels), for a
+        caller that looks at every live job in rounds (the orphaned-jobs reaper). The default
+        filters ``list``; a backend that keeps ended jobs around (Batch) asks for live ones only."""
+        return [app for app in self.list(cfg) if not app.state.is_terminal()]
+
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block up to ``timeout`` seconds or until the app may have changed state.
 
@@ -270,6 +297,13 @@ class Scheduler(abc.ABC, Generic[T]):
         ``Runner.wait`` learn of the end at once whatever its poll interval.
         """
         time.sleep(max(0.0, timeout))
+
+    def change_fd(self, app_id: str) -> int | None:
+        """A file descriptor that becomes readable when the app may have changed state (at
+        least: when it ended), for an event loop to wait on (``loop.add_reader``) instead of
+        sleeping a whole poll; the caller closes it. Quick: never waits on a remote service.
+        None (the default): there is none, poll."""
+        return None
 
     def sidecar_dir(self, app_id: str) -> Path | None:
         """A directory beside the job where watchers (e.g. the Airflow trigger) may keep files
@@ -330,12 +364,15 @@ class Scheduler(abc.ABC, Generic[T]):
 
     # ------------------------------------------------------------------ stop
 
-    def cancel(self, app_id: str) -> None:
+    def cancel(self, app_id: str, *, reason: str | None = None) -> None:
         """Ask the scheduler to stop the app; it ends CANCELLED asynchronously.
 
         1. Idempotent: an unknown or already terminal app is logged and left alone (an app that
            ended unrecorded is finalised: ``finalize``).
         2. Returns once the request was made; does not wait for the app to end.
+        3. ``reason`` says who or what asks (e.g. ``airflow-torchx cancel by alice``); a
+           backend that can keep it records it with the request: ``describe`` then returns it
+           as ``cancel_reason`` and the ended app's ``msg`` names it.
         """
         desc = self.describe(app_id)
         if desc is None:
@@ -344,10 +381,12 @@ class Scheduler(abc.ABC, Generic[T]):
             self.finalize(app_id)
             log.info("cancel: app %s is already %s; nothing to do", app_id, desc.state.name)
         else:
-            self._cancel_existing(app_id)
+            self._cancel_existing(app_id, reason)
 
     @abc.abstractmethod
-    def _cancel_existing(self, app_id: str) -> None: ...
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+        """Request the stop of a known app that has not ended, recording ``reason`` where the
+        backend can (see ``cancel``)."""
 
     def delete(self, app_id: str) -> None:
         """Cancel the app if it runs, then remove what the scheduler keeps of it.

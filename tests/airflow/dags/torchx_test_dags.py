@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import datetime, timedelta
 
@@ -62,7 +63,7 @@ with DAG(dag_id="torchx_test_config_error", schedule=None, start_date=START, cat
     TorchXRunOperator(
         task_id="misspelled",
         component="utils.echo",
-        component_args={"mgs": "hello"},  # checked when the task runs: a retry cannot fix it
+        component_args=["--mgs", "{{ ds }}"],  # templated: checked when the task runs; a retry cannot fix it
         scheduler="local_cwd",
         retries=2,
         retry_delay=timedelta(0),
@@ -100,3 +101,21 @@ with DAG(dag_id="torchx_test_secret_variable", schedule=None, start_date=START, 
         scheduler="local_cwd",
         dryrun=True,
     )
+
+#: A job cancelled from outside its task, by the CLI, which the job itself runs.
+CLI = os.path.join(os.path.dirname(sys.executable), "airflow-torchx")
+CANCELS_ITSELF = f'echo cancelling; "{CLI}" cancel "$TORCHX_JOB_ID"; sleep 60'
+
+with DAG(dag_id="torchx_test_outside_cancel", schedule=None, start_date=START, catchup=False):
+    for task_id, deferrable, retry in (("worker", False, False), ("deferred", True, False), ("retried", False, True)):
+        TorchXRunOperator(
+            task_id=task_id,
+            component="utils.sh",
+            component_args=[CANCELS_ITSELF],
+            scheduler="local_cwd",
+            poll_interval=0.3,
+            deferrable=deferrable,
+            retry_after_outside_cancel=retry,
+            retries=1,
+            retry_delay=timedelta(0),
+        )

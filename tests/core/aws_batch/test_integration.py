@@ -23,7 +23,7 @@ import pytest
 from botocore.config import Config
 
 from airflow_provider_torchx.core.errorfile import find_root_cause
-from airflow_provider_torchx.core.errors import InvalidRunConfigError
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownQueueError
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler, BatchJob, create_scheduler
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, parse_app_handle
@@ -216,9 +216,10 @@ def test_single_node_cancel_ends_cancelled_and_leaves_no_container(
     while (desc := sched.describe(app_id)) is not None and desc.state != AppState.RUNNING:
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    sched.cancel(app_id)
+    sched.cancel(app_id, reason="airflow-torchx cancel by alice@box")
     desc, _ = wait_terminal(sched, app_id, timeout=30)
     assert desc.state == AppState.CANCELLED and desc.cancel_requested
+    assert desc.cancel_reason == "airflow-torchx cancel by alice@box" and "by alice@box" in desc.msg
     job_id = sched.poller.job_id(app_id)
     assert job_id and _containers_left(docker_engine, job_id) == []
 
@@ -288,6 +289,25 @@ def test_single_node_jobs_run_on_fargate_and_spot_queues_and_multinode_is_refuse
     assert len(batch.describe_job_definitions()["jobDefinitions"]) == defs_before
 
 
+def test_list_live_lists_the_jobs_that_have_not_ended(sched: AWSBatchScheduler, batch_queue: str) -> None:
+    """What the orphaned-jobs reaper lists each round: live jobs, with their labels; ended
+    ones are left out (Batch keeps them for days)."""
+    labels = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "live", "airflow.map_index": "-1"}
+    cfg = {"queue": batch_queue}
+    ended = sched.submit(
+        AppDef("ended", roles=[role("main", "echo done")]), cfg, labels={**labels, "airflow.run_id": "x"}
+    )
+    wait_terminal(sched, ended)
+    live = sched.submit(AppDef("live", roles=[role("main", "sleep 60")]), cfg, labels=labels)
+    try:
+        listed = {a.app_id: a for a in create_scheduler("elsewhere").list_live(cfg)}
+        assert live in listed and ended not in listed, listed
+        assert listed[live].labels == labels and not listed[live].state.is_terminal()
+        assert all(not a.state.is_terminal() for a in listed.values())
+    finally:
+        sched.cancel(live)
+
+
 def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_queue: str) -> None:
     labels = {
         "airflow.dag_id": "dag",
@@ -325,7 +345,8 @@ def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_qu
     assert batch.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"][0]["status"] == "INACTIVE"
     sched.delete(app_id)  # idempotent
     assert sched.describe(f"{batch_queue}:no-such-job") is None
-    assert sched.describe("no-such-queue:job") is None
+    with pytest.raises(UnknownQueueError, match="queue='no-such-queue' does not exist"):  # a setup error
+        sched.describe("no-such-queue:job")
     wait_terminal(sched, other)
 
 

@@ -3,6 +3,9 @@ in ``test_log_budget.py``; the moto-server run of the same poller is in ``test_i
 
 from __future__ import annotations
 
+import itertools
+import math
+import statistics
 import threading
 import time
 from typing import Any
@@ -15,6 +18,8 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     backoff_delays,
     call_with_retry,
     is_retryable,
+    next_round_at,
+    round_gap,
     shared_poller,
 )
 from tests.core.aws_batch.fakes import FakeBatch, client_error, mnp_job
@@ -172,3 +177,113 @@ def test_a_round_describes_only_the_ids_asked_for_since_the_last() -> None:
     poller.get(["a"], max_age=0)
     poller.get(["b", "c"], max_age=0)
     assert [kw["jobs"] for _, kw in batch.calls[calls:]] == [["a"], ["b", "c"]]
+
+
+# ---------------------------------------------------------------------- scheduled looks
+
+
+def test_round_gap_fills_a_call_within_an_eighth_of_the_period() -> None:
+    assert round_gap(rate=1000 / 10, min_period=10, min_interval=1.0) == 1.0  # 100 ids a round
+    assert round_gap(rate=500 / 10, min_period=10, min_interval=1.0) == 2.0  # 100 ids, 2 s apart
+    assert round_gap(rate=10 / 10, min_period=10, min_interval=1.0) == 2.5  # few jobs: a quarter period
+    assert round_gap(rate=5000 / 10, min_period=10, min_interval=1.0) == 1.0  # 5 calls a round
+    assert round_gap(rate=0.0, min_period=math.inf, min_interval=1.0) == 1.0
+
+
+def test_next_round_at() -> None:
+    # ids asked for at once: coalesce after the first ask, at least min_interval after the last round
+    assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=100.5, earliest_due=None) == 101.0
+    assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=103.0, earliest_due=None) == 103.05
+    # scheduled ids: from half a gap before the earliest due time, rounds a gap apart
+    assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=None, earliest_due=110.0) == 109.0
+    assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=None, earliest_due=100.5) == 102.0
+    assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=101.0, earliest_due=110.0) == 101.05
+    assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=None, earliest_due=None) is None
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class HandPoller(StatusPoller):
+    """A poller whose rounds the test runs by hand at the fake clock's times (no thread)."""
+
+    def _ensure_thread(self) -> None:
+        pass
+
+    def step(self, clock: FakeClock, seconds: float) -> None:
+        """Advance ``clock`` by ``seconds``, running each round when it is due (as the thread
+        would, waking on time)."""
+        end = clock.now + seconds
+        while (wake := self._next_round_at()) is not None and wake <= end:
+            clock.now = max(clock.now, wake)
+            self._round()
+        clock.now = end
+
+
+def follow(poller: StatusPoller, job_id: str, period: float, seen: dict[str, list[tuple[float, str]]]) -> None:
+    """A trigger's rhythm: on each answer, note it and ask for the next scheduled look."""
+
+    def answered(future: Any) -> None:
+        job = future.result()[job_id]
+        seen[job_id].append((poller.clock(), job["status"]))
+        if job["status"] not in ("SUCCEEDED", "FAILED"):
+            poller.request([job_id], period=period).add_done_callback(answered)
+
+    poller.request([job_id]).add_done_callback(answered)
+
+
+def test_scheduled_looks_keep_one_period_and_fill_their_calls() -> None:
+    """1,000 jobs followed at a 10 s period by watchers that joined over 10 s: the poller looks
+    at each job every 10 s on average (its watcher's latency does not add up), in rounds of
+    one full call a second; a job's end is seen by the first round that looks at it."""
+    clock = FakeClock()
+    batch = FakeBatch()
+    n, period = 1000, 10.0
+    for i in range(n):
+        batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}", status="PENDING")
+    poller = HandPoller(batch, clock=clock)
+    seen: dict[str, list[tuple[float, str]]] = {f"j{i}": [] for i in range(n)}
+    for tick in range(2000):  # 200 s in steps of 0.1 s
+        if tick < 100:
+            for i in range(n * tick // 100, n * (tick + 1) // 100):
+                follow(poller, f"j{i}", period, seen)
+        if tick == 1500:
+            ended = clock.now
+            for i in range(n):
+                batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}", status="SUCCEEDED")
+        poller.step(clock, 0.1)
+    steady = [c for c in batch.calls if c[0] == "describe_jobs"][30:140]  # ~110 s of steady rounds
+    assert all(len(kw["jobs"]) == 100 for _, kw in steady)
+    gaps = [b[0] - a[0] for looks in seen.values() for a, b in itertools.pairwise(looks[2:15])]
+    assert 9.9 <= statistics.mean(gaps) <= 10.1 and max(gaps) <= period + poller.gap()
+    calls_s = len([c for c in batch.calls if c[0] == "describe_jobs"]) / 200
+    assert calls_s <= 1.1
+    delays = sorted(looks[-1][0] - ended for looks in seen.values())
+    assert all(looks[-1][1] == "SUCCEEDED" for looks in seen.values())
+    assert delays[-1] <= period + poller.gap() / 2 + 0.2  # the first look after the end, no extra poll
+
+
+def test_any_round_that_looks_at_a_job_answers_its_scheduled_waiters() -> None:
+    """A waiter for a job's next scheduled look is answered by an earlier round that describes
+    the job for someone else (and so sees an end as soon as any round does)."""
+    clock = FakeClock()
+    batch = FakeBatch()
+    batch.jobs["j"] = mnp_job(job_id="j", status="RUNNING")
+    poller = HandPoller(batch, clock=clock)
+    first = poller.request(["j"])
+    poller.step(clock, 0.1)
+    assert first.result(timeout=0)["j"]["status"] == "RUNNING"
+    scheduled = poller.request(["j"], period=60.0)
+    batch.jobs["j"] = mnp_job(job_id="j", status="FAILED")
+    poller.step(clock, 3.0)
+    assert not scheduled.done()  # not due for a minute
+    other = poller.request(["j"], max_age=0)
+    poller.step(clock, 0.1)
+    assert other.result(timeout=0)["j"]["status"] == "FAILED"
+    assert scheduled.result(timeout=0)["j"]["status"] == "FAILED"
+    assert poller.request(["j"], period=60.0).result(timeout=0)["j"]["status"] == "FAILED"  # terminal: cached

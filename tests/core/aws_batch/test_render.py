@@ -373,6 +373,8 @@ def test_helpers() -> None:
     opts = sched().run_opts()
     assert [k for k, _ in opts] == [
         "queue",
+        "region",
+        "profile",
         "user",
         "image_repo",
         "privileged",

@@ -189,13 +189,35 @@ def test_list_pages_through_all_queues_and_filters_on_our_tags_and_labels() -> N
 def test_cancel_uses_canceljob_before_start_and_terminatejob_after(status: str, expected: str) -> None:
     batch = FakeBatch()
     batch.jobs["j1"] = mnp_job(status=status)
-    make(batch).cancel("q1:app-1")
+    make(batch).cancel("q1:app-1", reason="airflow-torchx cancel by alice")
     acted = [(n, kw) for n, kw in batch.calls if n in ("cancel_job", "terminate_job")]
     assert [n for n, _ in acted] == [expected]
-    assert acted[0][1]["reason"].startswith(CANCEL_REASON)
+    assert acted[0][1]["reason"] == f"{CANCEL_REASON} through aws_batch: airflow-torchx cancel by alice"
     assert batch.jobs["j1"]["tags"]["airflow-torchx/cancel-requested"] == "true"
     got = make(batch).describe("q1:app-1")
     assert got is not None and got.cancel_requested
+
+
+def test_the_cancel_reason_ours_or_given_to_a_terminate_by_hand_but_not_batchs_own() -> None:
+    ours = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch: the UI: bob")
+    bare = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch")
+    by_hand = mnp_job(status="FAILED", statusReason="stopped by ops: disk full")
+    batchs = [
+        mnp_job(status="FAILED", statusReason=reason)
+        for reason in ("Essential container in task exited", "Host EC2 (instance i-0ab) terminated.", "")
+    ]
+    running = mnp_job(status="RUNNING", statusReason="stopped by ops")
+    got = [describe_response("q1:app-1", job, {}, "us-east-1") for job in (ours, bare, by_hand, *batchs, running)]
+    assert [(d.state, d.cancel_reason) for d in got] == [
+        (AppState.CANCELLED, "the UI: bob"),
+        (AppState.CANCELLED, None),
+        (AppState.FAILED, "a CancelJob/TerminateJob on AWS Batch outside airflow-torchx: stopped by ops: disk full"),
+        (AppState.FAILED, None),
+        (AppState.FAILED, None),
+        (AppState.FAILED, None),
+        (AppState.RUNNING, None),
+    ]
+    assert "the UI: bob" in got[0].msg
 
 
 def test_cancel_that_races_the_start_terminates_and_terminal_jobs_are_left_alone() -> None:
@@ -531,3 +553,32 @@ def test_a_log_read_finds_streams_from_the_pollers_recent_entry_without_a_new_ro
     time.sleep(0.05)  # past the poller's min_interval: a plain describe would ask again
     assert sched.read_log("q1:app-1", "main", 0).lines == ["epoch 1\n"]
     assert sum(1 for name, _ in batch.calls if name == "describe_jobs") == rounds
+
+
+def test_a_watcher_given_the_job_id_makes_no_look_up() -> None:
+    """A fresh process (a restarted triggerer) told the job id (``adopt_native_id``, from the
+    trigger's kwargs) describes the job through the poller's future without ListJobs; without
+    it the job is found by name, as before, and ``native_id`` says what to carry."""
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(job_id="j1", name="app-1", status="RUNNING")
+    batch.jobs["j1"]["nodeProperties"]["nodeRangeProperties"][0]["container"]["environment"].append(
+        {"name": "HF_TOKEN", "value": "s3cret"}
+    )
+    sched = make(batch)
+    assert sched.describe_future("q1:app-1") is None  # job id unknown: describe it blocking
+    sched.adopt_native_id("q1:app-1", "j1")
+    future = sched.describe_future("q1:app-1")
+    assert future is not None
+    described = future.result(timeout=10)
+    assert described is not None and described.state == AppState.RUNNING
+    assert described.roles and described.roles[0].env["HF_TOKEN"] == "s3cret"  # what masking reads
+    assert "list_jobs" not in batch.names()
+    with pytest.raises(ValueError, match="native_id: '' is not a Batch job id of q1:app-1"):
+        sched.adopt_native_id("q1:app-1", "")
+
+    other = make(FakeBatch())
+    other.client.jobs["j2"] = mnp_job(job_id="j2", name="app-2")
+    assert other.native_id("q1:app-2") == "j2"  # found by name once (ListJobs) ...
+    assert other.client.names().count("list_jobs") == 1
+    assert other.native_id("q1:app-2") == "j2"  # ... then remembered
+    assert other.client.names().count("list_jobs") == 1

@@ -166,15 +166,11 @@ def test_a_read_only_store_gives_clear_errors_and_reads_still_work(
     reader = create_cwd_scheduler("test", state_dir=ro_dir)
     ro_root = f"{ro_dir}/local"
 
-    with pytest.raises(store.StoreError, match=f"job store {ro_root}: cannot record the cancel .*Read-only"):
-        reader.cancel(app_id)
     with pytest.raises(store.StoreError, match=f"job store {ro_root}: .*Read-only"):
         reader.submit(sh_app("true"))
-    with pytest.raises(store.StoreError, match="Read-only"):
-        reader.delete(app_id)
     monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(ro_dir))
     handle = f"local_cwd://test/{app_id}"
-    for argv in (("cancel", handle), ("delete", handle), ("run", "utils.sh", "true")):
+    for argv in (("run", "utils.sh", "true"),):
         code, out, err = run_cli(capsys, *argv)
         assert code == cli.EXIT_SYSTEM, (argv, out, err)
         assert ro_root in err and "Read-only file system" in err and "Traceback" not in err, (argv, err)
@@ -193,6 +189,49 @@ def test_a_read_only_store_gives_clear_errors_and_reads_still_work(
     desc = writer.finalize(app_id)  # a finaliser that can write records it
     assert desc is not None and desc.state == AppState.FAILED
     assert json.loads((writer.job_dir(app_id) / store.STATE).read_text())["state"] == "FAILED"
+
+
+def test_a_cancel_on_a_read_only_store_still_stops_the_job(
+    read_only: tuple[Path, Path], mark: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rw_dir, ro_dir = read_only
+    writer = create_cwd_scheduler("test", state_dir=rw_dir, cancel_grace_period=1.0)
+    app_id = writer.submit(sh_app("sleep 300"))
+    wait_running(writer, app_id)
+    replicas = _replica_processes(writer, app_id)
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(ro_dir))
+    code, out, err = run_cli(capsys, "cancel", f"local_cwd://test/{app_id}")
+    assert code == 0, (out, err)
+    assert f"job store {ro_dir}/local: cannot record the cancel of {app_id!r}: Read-only file system" in out
+    assert "its supervisor was signalled: the job stops and is recorded CANCELLED" in out, out
+    desc = wait_done(writer, app_id)
+    assert desc.state == AppState.CANCELLED and desc.msg.startswith("cancelled by request"), desc.msg
+    assert not [p for p in replicas if procfs.is_alive(*p)]
+
+
+def test_a_cancel_on_a_full_store_stops_the_job_and_is_recorded_once_writable(tiny: Path, mark: str) -> None:
+    sched = create_cwd_scheduler("test", state_dir=tiny, cancel_grace_period=1.0)
+    app_id = sched.submit(sh_app("sleep 300"))
+    wait_running(sched, app_id)
+    replicas = _replica_processes(sched, app_id)
+    (sched.job_dir(app_id) / ".reserve").unlink()  # no room kept for the last state either
+    filler = fill(tiny)
+    with pytest.raises(store.CancelNotRecordedError, match=r"No space left on device.*supervisor was signalled"):
+        sched.cancel(app_id)
+    deadline = time.monotonic() + 30
+    while [p for p in replicas if procfs.is_alive(*p)]:
+        assert time.monotonic() < deadline, "the cancel did not stop the job"
+        time.sleep(0.05)
+    assert json.loads((sched.job_dir(app_id) / store.STATE).read_text())["state"] == "RUNNING", "no room to record"
+    filler.unlink()
+    desc = wait_done(sched, app_id)
+    assert desc.state == AppState.CANCELLED and desc.msg.startswith("cancelled by request"), desc.msg
+    assert json.loads((sched.job_dir(app_id) / store.STATE).read_text())["state"] == "CANCELLED"
+
+
+def _replica_processes(sched: LocalScheduler, app_id: str) -> list[tuple[int, int]]:
+    state = json.loads((sched.job_dir(app_id) / store.STATE).read_text())
+    return [(r["pid"], r["start"]) for reps in state["replicas"].values() for r in reps]
 
 
 # ------------------------------------------------------------------ corrupt entries

@@ -43,7 +43,7 @@ def test_one_job_per_device_and_one_that_waits(sched: LocalScheduler, devices: l
     deadline = time.monotonic() + 30
     while True:
         descs = [sched.describe(a) for a in app_ids]
-        if [d.state for d in descs] == want and descs[-1].msg.startswith("waiting for 1 GPUs, 0 free, held by"):  # type: ignore[union-attr]
+        if [d.state for d in descs] == want and descs[-1].msg.startswith("waiting for 1 GPU, 0 free, held by"):  # type: ignore[union-attr]
             break
         assert time.monotonic() < deadline, descs
         time.sleep(0.05)

@@ -30,10 +30,12 @@ def test_cancel_kills_the_whole_tree_sigterm_then_sigkill(sched: LocalScheduler,
     wait_for_line(sched, app_id, "r0", "ready")
     assert len(marked_processes(mark)) >= 7  # supervisor + 4 replicas + children
     t0 = time.monotonic()
-    sched.cancel(app_id)
+    sched.cancel(app_id, reason="airflow-torchx cancel by alice")
     assert time.monotonic() - t0 < 2.0  # returns before the grace period is over
     desc = wait_done(sched, app_id)
     assert desc.state == AppState.CANCELLED and desc.cancel_requested
+    assert desc.cancel_reason == "airflow-torchx cancel by alice"
+    assert desc.msg.startswith("cancelled by request: airflow-torchx cancel by alice"), desc.msg
     assert all(r.state == AppState.CANCELLED for rs in desc.roles_statuses for r in rs.replicas)
     assert wait_gone(mark, 5.0) == []
     assert time.monotonic() - t0 < sched.cancel_grace_period + 5.0

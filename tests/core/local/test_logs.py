@@ -110,25 +110,25 @@ def test_unknown_app_role_replica_stream_and_cursor(sched: LocalScheduler) -> No
 def test_read_lines_edge_cases(tmp_path: Path) -> None:
     f = tmp_path / "log"
     f.write_bytes(b"a\nb\xff\nc")
-    assert read_lines(str(f), 0, final=False) == (["a\n", "b\ufffd\n"], 5, False)
-    assert read_lines(str(f), 5, final=True) == (["c\n"], 6, False)
-    assert read_lines(str(f), 0, final=True, max_lines=1) == (["a\n"], 2, True)
-    assert read_lines(str(f), 0, final=False, max_bytes=3) == (["a\n"], 2, True)
-    assert read_lines(str(tmp_path / "missing"), 0, final=True) == ([], 0, False)
+    assert read_lines(str(f), 0, final=False, root=str(tmp_path)) == (["a\n", "b\ufffd\n"], 5, False)
+    assert read_lines(str(f), 5, final=True, root=str(tmp_path)) == (["c\n"], 6, False)
+    assert read_lines(str(f), 0, final=True, max_lines=1, root=str(tmp_path)) == (["a\n"], 2, True)
+    assert read_lines(str(f), 0, final=False, max_bytes=3, root=str(tmp_path)) == (["a\n"], 2, True)
+    assert read_lines(str(tmp_path / "missing"), 0, final=True, root=str(tmp_path)) == ([], 0, False)
     f.write_bytes(b"abcdef\nx")  # a line longer than a read is not cut
-    assert read_lines(str(f), 0, final=False, max_bytes=2) == (["abcdef\n"], 7, False)
+    assert read_lines(str(f), 0, final=False, max_bytes=2, root=str(tmp_path)) == (["abcdef\n"], 7, False)
     f.write_bytes("progress\r50%\r100%\nsep\u2028x\n".encode())  # only "\n" ends a line
-    assert read_lines(str(f), 0, final=False)[0] == ["progress\r50%\r100%\n", "sep\u2028x\n"]
+    assert read_lines(str(f), 0, final=False, root=str(tmp_path))[0] == ["progress\r50%\r100%\n", "sep\u2028x\n"]
 
 
 def test_a_finished_log_reads_the_same_through_the_text_layer(tmp_path: Path) -> None:
     f = tmp_path / "log"
     f.write_bytes(b"progress\r50%\r\n" + "sep\u2028x\x85y\n".encode() + b"bad \xff\n\n")  # \xff: not UTF-8
-    lines = finished_lines(str(f))
+    lines = finished_lines(str(f), root=str(tmp_path))
     assert lines is not None
     assert (
         list(lines)
-        == read_lines(str(f), 0, final=True)[0]
+        == read_lines(str(f), 0, final=True, root=str(tmp_path))[0]
         == [
             "progress\r50%\r\n",
             "sep\u2028x\x85y\n",
@@ -137,13 +137,64 @@ def test_a_finished_log_reads_the_same_through_the_text_layer(tmp_path: Path) ->
         ]
     )
     f.write_bytes(b"a\nno newline")  # the chunked reader adds the last newline
-    assert finished_lines(str(f)) is None
-    assert finished_lines(str(tmp_path / "missing")) is None
+    assert finished_lines(str(f), root=str(tmp_path)) is None
+    assert finished_lines(str(tmp_path / "missing"), root=str(tmp_path)) is None
 
 
 def test_log_iterator_on_a_file(sched: LocalScheduler) -> None:
     app_id = sched.submit(sh_app("echo one; echo two"))
     wait_done(sched, app_id)
-    path = sched.describe_native(app_id).request.role_params["r0"][0].stdout  # type: ignore[union-attr]
+    request = sched.describe_native(app_id).request  # type: ignore[union-attr]
+    path = request.role_params["r0"][0].stdout
     assert path is not None
-    assert list(LogIterator(app_id, path, sched, should_tail=True)) == ["one\n", "two\n"]
+    assert list(LogIterator(app_id, path, sched, should_tail=True, root=request.log_dir)) == ["one\n", "two\n"]
+
+
+def test_a_swapped_log_is_refused_never_read(sched: LocalScheduler, tmp_path: Path) -> None:
+    """A replica that replaces its log with a symbolic link (or its directory with one, or the
+    log with a FIFO) gets a clear error from every reader; the target is never read."""
+    import os
+
+    from airflow_provider_torchx.core.schedulers.local.logs import UnsafeLogFileError
+
+    secret = tmp_path / "shadow"
+    secret.write_text("root:SECRET-HASH:19000\n")
+    outside = tmp_path / "elsewhere"
+    (outside / "0").mkdir(parents=True)
+    (outside / "0" / "combined.log").write_text("root:SECRET-HASH:19000\n")
+    script = "echo hello; sleep 300"
+    app_id = sched.submit(sh_app(script, num_replicas=3))
+    deadline = time.monotonic() + 30
+    while not all(sched.read_log(app_id, "r0", k).lines for k in range(3)):
+        assert time.monotonic() < deadline, "the replicas never printed"
+        time.sleep(0.05)
+    request = sched.describe_native(app_id).request  # type: ignore[union-attr]
+    logs = [request.role_params["r0"][k].combined for k in range(3)]
+    assert all(p is not None for p in logs)
+    os.unlink(logs[0])
+    os.symlink(secret, logs[0])  # the log itself
+    replica_dir = os.path.dirname(logs[1])  # the replica's directory
+    os.rename(replica_dir, replica_dir + ".old")
+    os.symlink(outside / "0", replica_dir)
+    os.unlink(logs[2])
+    os.mkfifo(logs[2])  # would block a plain open()
+    expected = ["symbolic link", "outside the job's log directory", "not a regular file"]
+    for k, why in enumerate(expected):
+        with pytest.raises(UnsafeLogFileError, match=why) as err:
+            sched.read_log(app_id, "r0", k)
+        assert "SECRET" not in str(err.value) and logs[k] in str(err.value)
+        with pytest.raises(UnsafeLogFileError, match=why):
+            list(sched.log_iter(app_id, "r0", k))
+    sched.cancel(app_id)
+    wait_done(sched, app_id)
+    with pytest.raises(UnsafeLogFileError, match="symbolic link"):  # a finished log: the fast path
+        list(sched.log_iter(app_id, "r0", 0))
+
+
+@pytest.mark.parametrize("offset", ["1e400", "1.5", "true", str(1 << 70), "-1"])
+def test_a_malformed_cursor_offset_is_a_value_error(sched: LocalScheduler, offset: str) -> None:
+    app_id = sched.submit(sh_app("echo a"))
+    wait_done(sched, app_id)
+    cursor = '{"stream": "combined", "offset": ' + offset + "}"
+    with pytest.raises(ValueError, match=r"cursor: .* is not a cursor read_log returned"):
+        sched.read_log(app_id, "r0", cursor=cursor)

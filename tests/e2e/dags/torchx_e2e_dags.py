@@ -70,3 +70,28 @@ with DAG(dag_id="torchx_e2e_ddp", schedule=None, start_date=START, catchup=False
         deferrable=True,
         poll_interval=1,
     )
+
+# The orphaned-jobs tests (test_live_orphans.py): long jobs (a job that outlives its task is seen
+# running), retries=0. Deferred tasks, one per way a user ends a task while it waits, and one
+# (kept) left alone through a triggerer restart; three marked right after deferral (a run of
+# their own); worker-mode tasks whose task process (oom) or task process and supervisor (lost)
+# the test kills; a deferred task whose DAG run is marked failed.
+ORPHAN_PARAMS = {"lines": 600, "pause": 1, "replicas": 1}
+ORPHAN_DAGS = {
+    "torchx_e2e_orphans": (True, ("marked_failed", "marked_success", "kept")),
+    "torchx_e2e_orphans_early": (True, ("early_1", "early_2", "early_3")),
+    "torchx_e2e_orphans_worker": (False, ("oom", "lost")),
+    "torchx_e2e_orphans_run": (True, ("job",)),
+}
+for orphan_dag_id, (orphan_deferrable, orphan_tasks) in ORPHAN_DAGS.items():
+    with DAG(dag_id=orphan_dag_id, schedule=None, start_date=START, catchup=False, params=ORPHAN_PARAMS):
+        for orphan_task in orphan_tasks:
+            TorchXRunOperator(
+                task_id=orphan_task,
+                component="utils.sh",
+                component_args=lines_args(),
+                scheduler="local_cwd",
+                deferrable=orphan_deferrable,
+                poll_interval=1,
+                retries=0,
+            )

@@ -98,8 +98,8 @@ def _check_fargate(app: AppDef, cfg: Mapping[str, Any], shm_size: int | None) ->
         res = role.resource
         if res.gpu > 0:
             raise InvalidSpecError(
-                f"{where}.resource.gpu: role {role.name!r} asks for {res.gpu} GPUs; Fargate has no GPUs: "
-                "use platform=EC2 with a GPU queue"
+                f"{where}.resource.gpu: role {role.name!r} asks for {res.gpu} GPU{'' if res.gpu == 1 else 's'}; "
+                "Fargate has no GPUs: use platform=EC2 with a GPU queue"
             )
         if res.capabilities.get(INSTANCE_TYPE):
             raise InvalidSpecError(

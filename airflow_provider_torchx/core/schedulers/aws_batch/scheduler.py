@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_torchx.core import workspace
-from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError, UnknownQueueError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     DescribeAppResponse,
@@ -41,6 +41,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     call_with_retry,
     shared_poller,
 )
+from airflow_provider_torchx.core.schedulers.aws_batch.setup_errors import translate_setup_errors, translated_iter
 from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
 
@@ -79,11 +80,26 @@ def _error_code(err: Exception) -> str:
     return str(response.get("Error", {}).get("Code", ""))
 
 
+@translate_setup_errors(
+    "submit_dryrun",
+    "schedule",
+    "describe",
+    "describe_native",
+    "list",
+    "cancel",
+    "delete",
+    "read_log",
+    "log_iter",
+    "check_settings",
+)
 class AWSBatchScheduler(Scheduler[render.BatchJob]):
     """Runs apps on AWS Batch; app ids are ``queue:job_name``.
 
     ``client`` (Batch), ``log_client`` (CloudWatch Logs), ``docker_client`` or a boto3
-    ``session`` may be injected; otherwise they are created on first use.
+    ``session`` may be injected; otherwise they are created on first use, from
+    ``session_factory``, else from ``region``/``profile`` (or the run options of those names,
+    given before the first AWS call) over boto3's default chain. AWS setup errors raise
+    ``SchedulerSetupError`` (``setup_errors.py``).
     """
 
     supports_workspace = True
@@ -97,8 +113,11 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         docker_client: Any | None = None,
         session: Any | None = None,
         session_factory: Callable[[], Any] | None = None,
+        region: str | None = None,
+        profile: str | None = None,
     ) -> None:
         super().__init__(BACKEND, session_name)
+        self._aws_region, self._aws_profile = region, profile
         self._client = client
         self._log_client = log_client
         self._docker_client = docker_client
@@ -116,8 +135,31 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         if self._session is None:
             import boto3
 
-            self._session = boto3.session.Session()
+            self._session = boto3.session.Session(region_name=self._aws_region, profile_name=self._aws_profile)
         return self._session
+
+    def _use_location(self, cfg: Mapping[str, CfgVal] | None) -> None:
+        """Take the run options ``region``/``profile`` for the clients of this instance when
+        none was made yet; once AWS is in use they must agree with it."""
+        region, profile = (cfg or {}).get("region"), (cfg or {}).get("profile")
+        if not region and not profile:
+            return
+        with self._lock:
+            if self._session is None and self._session_factory is None and self._client is None:
+                self._aws_region = str(region) if region else self._aws_region
+                self._aws_profile = str(profile) if profile else self._aws_profile
+                return
+        if region and region != self._region():
+            raise InvalidRunConfigError(
+                f"cfg: region={region!r}, but this scheduler already uses {self._region()} (from its connection, "
+                "AWS_DEFAULT_REGION or the profile): give the same region, or set it there instead"
+            )
+        used = self._boto_session().profile_name if self._session is not None else None
+        if profile and profile != used:
+            raise InvalidRunConfigError(
+                f"cfg: profile={profile!r}, but this scheduler already uses the profile {used!r} "
+                "(from its connection or AWS_PROFILE): give the same profile, or set it there instead"
+            )
 
     @property
     def client(self) -> Any:
@@ -156,6 +198,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     def _run_opts(self) -> runopts:
         opts = runopts()
         opts.add("queue", str, "Queue to schedule job in (name or ARN).", required=True)
+        opts.add("region", str, "AWS region (default: AWS_DEFAULT_REGION, the profile's or the connection's).")
+        opts.add("profile", str, "AWS profile of ~/.aws/config (default: AWS_PROFILE or boto3's default chain).")
         opts.add("user", str, "The username to tag the job with.", default=getpass.getuser())
         opts.add(
             "image_repo",
@@ -209,6 +253,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         return opts
 
     def _validate(self, app: AppDef, scheduler: str, cfg: dict[str, CfgVal]) -> None:
+        self._use_location(cfg)
         render.validate(app)
         options.resolve(app, cfg)
         render.queue_name(str(cfg["queue"]))
@@ -252,9 +297,9 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         )
         return AppDryRunInfo(job, render.BatchJob.format)
 
-    def _no_such_queue(self, queue: str) -> InvalidRunConfigError:
+    def _no_such_queue(self, queue: str) -> UnknownQueueError:
         names = sorted(q["jobQueueName"] for q in self._all_queues())
-        return InvalidRunConfigError(
+        return UnknownQueueError(
             f"cfg: queue={queue!r} does not exist in {self._region()}; existing queues: {', '.join(names) or '(none)'}"
         )
 
@@ -314,12 +359,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         known = poller.job_id(app_id)
         if known:
             return known
-        try:
-            summaries = self._list_jobs(queue, [{"name": "JOB_NAME", "values": [name]}])
-        except Exception as err:
-            if _error_code(err) == "ClientException":  # no such queue
-                return None
-            raise
+        summaries = self._list_jobs(queue, [{"name": "JOB_NAME", "values": [name]}])
         matches = sorted((s for s in summaries if s["jobName"] == name), key=lambda s: s.get("createdAt", 0))
         if not matches:
             return None
@@ -346,10 +386,14 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         ended = _ended_nodes(job)
         return self._response(app_id, job, self._nodes(job, ended) if job and ended else {})
 
-    def describe_future(self, app_id: str) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
-        """``describe`` answered by the shared poller's thread (its next round, or its cache);
-        None before this instance made its client or for an app whose job id this process has
-        not learnt yet (``describe`` does both, blocking)."""
+    def describe_future(
+        self, app_id: str, period: float | None = None
+    ) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
+        """``describe`` answered by the shared poller's thread (its next round, or its cache;
+        with ``period``, the job's next scheduled look: ``StatusPoller.request``); None before
+        this instance made its client (building an AWS session may block) or for an app whose
+        job id this process has not learnt yet (``describe`` does both, blocking;
+        ``adopt_native_id`` does both without a look-up)."""
         if self._client is None:
             return None
         job_id = self.poller.job_id(app_id)
@@ -371,8 +415,20 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             except BaseException as err:
                 settle(out, functools.partial(_reraise, err))
 
-        self.poller.request([job_id]).add_done_callback(on_job)
+        self.poller.request([job_id], period=period).add_done_callback(on_job)
         return out
+
+    def native_id(self, app_id: str) -> str | None:
+        """The Batch job id (remembered, else looked up by name with ListJobs: may block)."""
+        return self._job_id(app_id)
+
+    def adopt_native_id(self, app_id: str, native_id: str) -> None:
+        """Remember ``native_id`` as the job id of ``app_id`` (no call to AWS). Makes the
+        client if needed (building the AWS session may block, once per scheduler), so that
+        ``describe_future`` answers from then on."""
+        if not native_id:
+            raise ValueError(f"native_id: {native_id!r} is not a Batch job id of {app_id}")
+        self.poller.remember(app_id, native_id)
 
     def _response(
         self, app_id: str, job: dict[str, Any] | None, nodes: dict[int, dict[str, Any]]
@@ -409,6 +465,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
         """That the job queue ``cfg["queue"]`` exists and is ENABLED."""
+        self._use_location(cfg)
         queue = str(cfg.get("queue"))
         found = call_with_retry(self.client.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
         if not found:
@@ -456,15 +513,27 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             if not token:
                 return queues
 
-    def _list_jobs(self, queue: str, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every job summary of ``queue`` matching ``filters``, all pages."""
+    def _list_jobs(
+        self, queue: str, filters: list[dict[str, Any]] | None, job_status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every job summary of ``queue`` matching ``filters`` (or, without filters, in
+        ``job_status``), all pages."""
         out: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"jobQueue": queue, "filters": filters}
+            kwargs: dict[str, Any] = {"jobQueue": queue}
+            if filters:
+                kwargs["filters"] = filters
+            if job_status:
+                kwargs["jobStatus"] = job_status
             if token:
                 kwargs["nextToken"] = token
-            resp = call_with_retry(self.client.list_jobs, **kwargs)
+            try:
+                resp = call_with_retry(self.client.list_jobs, **kwargs)
+            except Exception as err:
+                if _error_code(err) == "ClientException":  # no such queue
+                    raise self._no_such_queue(queue) from None
+                raise
             out.extend(resp.get("jobSummaryList", []))
             token = resp.get("nextToken")
             if not token:
@@ -478,6 +547,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         Without labels, all jobs of the queues are listed (``AFTER_CREATED_AT`` makes
         ListJobs return every status) and described in batches of 100 to read their tags.
         """
+        self._use_location(cfg)
         want = dict(labels or {})
         if cfg and cfg.get("queue"):
             queues = [render.queue_name(str(cfg["queue"]))]
@@ -489,8 +559,30 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         for queue in queues:
             for s in self._list_jobs(queue, [name_filter or all_filter]):
                 summaries[s["jobId"]] = (queue, s)
+        return self._described(summaries, want)
+
+    def list_live(self, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
+        """This scheduler's jobs that have not ended, in the cfg's queue or in every queue:
+        ListJobs by each live status (so the queue's ended jobs, which Batch keeps for days,
+        are neither paged through nor described), then DescribeJobs per 100 for their tags."""
+        if cfg and cfg.get("queue"):
+            queues = [render.queue_name(str(cfg["queue"]))]
+        else:
+            queues = [q["jobQueueName"] for q in self._all_queues()]
+        summaries: dict[str, tuple[str, dict[str, Any]]] = {}
+        for queue in queues:
+            for job_status in status.LIVE_STATUSES:
+                for s in self._list_jobs(queue, None, job_status):
+                    summaries[s["jobId"]] = (queue, s)
+        return [app for app in self._described(summaries, {}) if not app.state.is_terminal()]
+
+    def _described(
+        self, summaries: Mapping[str, tuple[str, dict[str, Any]]], want: Mapping[str, str]
+    ) -> builtins.list[ListAppResponse]:
+        """The jobs of ``summaries`` (``{job id: (queue, summary)}``) that this scheduler
+        submitted and whose labels include ``want``, read with DescribeJobs per 100."""
         ids = sorted(summaries)
-        out: list[ListAppResponse] = []
+        out: builtins.list[ListAppResponse] = []
         for n in range(0, len(ids), 100):
             resp = call_with_retry(self.client.describe_jobs, jobs=ids[n : n + 100])
             for job in resp.get("jobs", []):
@@ -580,7 +672,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         _check_stream(streams)
         self._log_streams(app_id, role_name, k)  # unknown app/role/replica raise now, not on next()
         lines = self._follow(app_id, role_name, k, since, until, should_tail)
-        return filter_regex(regex, lines)
+        return translated_iter(filter_regex(regex, lines))
 
     def _follow(
         self,
@@ -618,12 +710,14 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     # ------------------------------------------------------------------ stop
 
-    def _cancel_existing(self, app_id: str) -> None:
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+        """Tag the job as cancelled, then CancelJob (not started) or TerminateJob (started)
+        with a reason of ours (``status.cancel_reason_text``) that carries ``reason``."""
         job = self._job(app_id)  # ``cancel`` described it just now: fresh enough
         if job is None or job is NOT_VISIBLE:
             log.info("cancel: job %s is not visible yet; nothing to cancel", app_id)
             return
-        job_id, reason = str(job["jobId"]), f"{status.CANCEL_REASON} through {self.backend}"
+        job_id, reason = str(job["jobId"]), status.cancel_reason_text(self.backend, reason)
         try:
             call_with_retry(self.client.tag_resource, resourceArn=job["jobArn"], tags={render.TAG_CANCEL: "true"})
         except Exception as err:  # the reason still records the request once Batch applies it
@@ -712,10 +806,13 @@ def create_scheduler(
     docker_client: Any | None = None,
     session: Any | None = None,
     session_factory: Callable[[], Any] | None = None,
+    region: str | None = None,
+    profile: str | None = None,
     **kwargs: object,
 ) -> AWSBatchScheduler:
     """The entry-point factory (unknown kwargs are ignored, as every factory does);
-    ``session_factory`` builds the boto3 session on first use when ``session`` is not given."""
+    ``session_factory`` builds the boto3 session on first use when ``session`` is not given,
+    else ``region``/``profile`` do."""
     return AWSBatchScheduler(
         session_name,
         client=client,
@@ -723,4 +820,6 @@ def create_scheduler(
         docker_client=docker_client,
         session=session,
         session_factory=session_factory,
+        region=region,
+        profile=profile,
     )

@@ -35,6 +35,50 @@ STATE_MAP: dict[str, AppState] = {
 }
 
 NOT_STARTED = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
+#: The Batch statuses of a job that has not ended (what ``list_live`` asks ListJobs for).
+LIVE_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+
+
+def cancel_reason_text(backend: str, reason: str | None) -> str:
+    """The reason this scheduler gives CancelJob/TerminateJob: ours (``CANCEL_REASON``),
+    then who or what asked (``reason``) when given."""
+    return f"{CANCEL_REASON} through {backend}" + (f": {reason}" if reason else "")
+
+
+#: How the reasons Batch itself gives a FAILED job begin (a failed or unstartable container,
+#: a timeout, a reclaimed host, a failed dependency, a queue's state time limit). A FAILED job
+#: with any other reason that is not ours was stopped by a CancelJob/TerminateJob from outside
+#: this scheduler (the console, the AWS CLI, a script), which takes its reason as given.
+BATCH_REASONS = (
+    "Essential container in task exited",
+    "Job attempt duration exceeded timeout",
+    "Host EC2",
+    "Dependent Job failed",
+    "Array Child Job failed",
+    "Task failed to start",
+    "Timeout waiting for network interface",
+    "CannotPullContainerError",
+    "CannotStartContainerError",
+    "CannotCreateContainerError",
+    "CannotInspectContainerError",
+    "ResourceInitializationError",
+    "OutOfMemoryError",
+    "MISCONFIGURATION:",
+    "CAPACITY:",
+)
+
+
+def cancel_reason(job: Mapping[str, Any]) -> str | None:
+    """Who or what cancelled the job: the reason given to ``cancel_reason_text``, or, for a
+    job stopped from outside this scheduler, the reason given there (see ``BATCH_REASONS``).
+    None: not cancelled, no reason given, or Batch has not applied the cancel yet."""
+    text = str(job.get("statusReason") or "")
+    if text.startswith(CANCEL_REASON):
+        return text[len(CANCEL_REASON) :].partition(": ")[2] or None  # after " through BACKEND: "
+    ours = (job.get("tags") or {}).get(TAG_CANCEL) == "true"
+    if job.get("status") == "FAILED" and text and not ours and not text.startswith(BATCH_REASONS):
+        return f"a CancelJob/TerminateJob on AWS Batch outside airflow-torchx: {text}"
+    return None
 
 
 def cancel_requested(job: Mapping[str, Any]) -> bool:
@@ -173,6 +217,7 @@ def describe_response(
         roles=roles,
         labels={k[len(TAG_LABEL) :]: v for k, v in tags.items() if k.startswith(TAG_LABEL)},
         cancel_requested=cancelled,
+        cancel_reason=cancel_reason(job),
         started=epoch_seconds(job.get("startedAt")),
         ended=epoch_seconds(job.get("stoppedAt")),
     )

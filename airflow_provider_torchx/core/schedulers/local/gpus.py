@@ -37,6 +37,11 @@ POLL_MS = 250
 _DETECTED: list[list[int]] = []
 
 
+def gpus_text(n: int) -> str:
+    """``1 GPU``, ``2 GPUs``."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
 def host_devices() -> list[int]:
     """The host's GPU indices: ``$AIRFLOW_TORCHX_LOCAL_GPUS`` if set, else those
     ``nvidia-smi -L`` lists, else one per entry of ``/proc/driver/nvidia/gpus`` (detection
@@ -135,12 +140,12 @@ def take(root: str, app_id: str, supervisor: dict[str, Any], plan: dict[str, Any
         if ahead:
             first = ahead[0]
             return None, (
-                f"waiting for {need} GPUs, {len(free)} free, behind {len(ahead)} earlier job(s) "
+                f"waiting for {gpus_text(need)}, {len(free)} free, behind {len(ahead)} earlier job(s) "
                 f"({first['app_id']} waits for {first['need']})"
             )
         if len(free) < need:
             by = ", ".join(f"{a} ({','.join(map(str, h['devices']))})" for a, h in holders.items())
-            return None, f"waiting for {need} GPUs, {len(free)} free, held by {by or 'nobody'}"
+            return None, f"waiting for {gpus_text(need)}, {len(free)} free, held by {by or 'nobody'}"
         holders[app_id] = {"devices": free[:need], "supervisor": supervisor}
         del queue[ids.index(app_id)]
         return free[:need], ""

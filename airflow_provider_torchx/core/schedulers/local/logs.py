@@ -1,11 +1,19 @@
 """Reading replica logs: whole lines from a byte offset (the resumable cursor), and
 ``LogIterator``, which follows a log file until its app is terminal (a finished log is
-iterated by Python's text layer itself, as fast as ``for line in open(path)``)."""
+iterated by Python's text layer itself, as fast as ``for line in open(path)``).
+
+Every read opens the file through ``open_log``, which stays inside the job's log directory: a
+log that a replica swapped for a symbolic link (to ``/etc/shadow``, say), a FIFO or a device, or
+whose directory now leads elsewhere, raises ``UnsafeLogFileError`` naming it; its target is
+never read. This holds for every reader (the UI, the trigger, the worker, the CLI).
+"""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
+import stat
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -29,20 +37,50 @@ _ONE_BYTE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
 _MULTI_BYTE_BREAKS = (b"\xc2\x85", b"\xe2\x80")
 
 
+class UnsafeLogFileError(ValueError):
+    """A log file that is not a regular file inside its job's log directory (a symbolic link,
+    a FIFO, a path through a swapped directory): it is not read."""
+
+
+def open_log(path: str, root: str) -> int | None:
+    """A file descriptor of ``path`` open for reading, or None when it does not exist; only a regular
+    file whose real path lies under ``root`` (the job's log directory) is opened, without
+    following a symbolic link in its last component; anything else raises
+    ``UnsafeLogFileError``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeLogFileError(f"log {path}: refused: it is a symbolic link, not the replica's log") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeLogFileError(f"log {path}: refused: it is not a regular file")
+        real, base = os.readlink(f"/proc/self/fd/{fd}"), os.path.realpath(root)
+        if not real.startswith(base.rstrip(os.sep) + os.sep):
+            raise UnsafeLogFileError(f"log {path}: refused: it leads outside the job's log directory {root}")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_lines(
-    path: str, offset: int, final: bool, max_lines: int | None = None, max_bytes: int = MAX_READ_BYTES
+    path: str, offset: int, final: bool, max_lines: int | None = None, max_bytes: int = MAX_READ_BYTES, *, root: str
 ) -> tuple[list[str], int, bool]:
-    """Whole lines of ``path`` from byte ``offset``: ``(lines, next offset, more to read)``.
+    """Whole lines of ``path`` (inside ``root``, see ``open_log``) from byte ``offset``:
+    ``(lines, next offset, more to read)``.
 
     Each line ends in ``"\\n"``. An unterminated last line is held back (the writer may not be
     done) unless ``final`` (the app is terminal), when it is returned with a newline. A
     missing file reads as empty. Bytes that are not UTF-8 are replaced.
     """
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
+    fd = open_log(path, root)
+    if fd is None:
         return [], offset, False
-    with f:
+    with open(fd, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         f.seek(offset)
         data = f.read(max_bytes)
@@ -79,15 +117,15 @@ def read_lines(
     return out, offset + cut, full or cut < available
 
 
-def finished_lines(path: str) -> Iterator[str] | None:
-    """Every line of a log nobody writes any more, iterated by the text layer itself (no
-    Python code runs per line; the file is closed once exhausted). None when the file is
-    missing or does not end in a newline: read it with ``read_lines`` then. Lines are not
-    cut (the supervisor already cuts them at 1 MiB)."""
-    try:
-        f = open(path, encoding="utf-8", errors="replace", newline="\n")  # noqa: SIM115 - closed at the end
-    except FileNotFoundError:
+def finished_lines(path: str, *, root: str) -> Iterator[str] | None:
+    """Every line of a log nobody writes any more (inside ``root``, see ``open_log``),
+    iterated by the text layer itself (no Python code runs per line; the file is closed once
+    exhausted). None when the file is missing or does not end in a newline: read it with
+    ``read_lines`` then. Lines are not cut (the supervisor already cuts them at 1 MiB)."""
+    fd = open_log(path, root)
+    if fd is None:
         return None
+    f = open(fd, encoding="utf-8", errors="replace", newline="\n")  # noqa: SIM115 - closed at the end
     size = os.fstat(f.fileno()).st_size
     if size and os.pread(f.fileno(), 1, size - 1) != b"\n":
         f.close()
@@ -96,12 +134,16 @@ def finished_lines(path: str) -> Iterator[str] | None:
 
 
 class LogIterator:
-    """The lines of one log file of app ``app_id``; with ``should_tail`` it follows the file
-    until the app is terminal (as ``scheduler.describe`` says) and everything was read."""
+    """The lines of one log file of app ``app_id`` (inside ``root``, its log directory); with
+    ``should_tail`` it follows the file until the app is terminal (as ``scheduler.describe``
+    says) and everything was read."""
 
-    def __init__(self, app_id: str, log_file: str, scheduler: Scheduler[Any], should_tail: bool = True) -> None:
+    def __init__(
+        self, app_id: str, log_file: str, scheduler: Scheduler[Any], should_tail: bool = True, *, root: str
+    ) -> None:
         self.app_id = app_id
         self.log_file = log_file
+        self.root = root
         self.scheduler = scheduler
         self.should_tail = should_tail
 
@@ -115,7 +157,7 @@ class LogIterator:
 
     def __iter__(self) -> Iterator[str]:
         final = self._terminal()  # checked before reading: what follows was all written
-        finished = finished_lines(self.log_file) if final else None
+        finished = finished_lines(self.log_file, root=self.root) if final else None
         if finished is not None:
             return finished
         return itertools.chain.from_iterable(self._chunks(final))  # cheaper per line than ``yield from``
@@ -123,7 +165,7 @@ class LogIterator:
     def _chunks(self, final: bool) -> Iterator[list[str]]:
         offset = 0
         while True:
-            lines, offset, more = read_lines(self.log_file, offset, final, max_bytes=ITER_READ_BYTES)
+            lines, offset, more = read_lines(self.log_file, offset, final, max_bytes=ITER_READ_BYTES, root=self.root)
             yield lines
             if more:
                 continue

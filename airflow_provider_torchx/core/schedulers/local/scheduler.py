@@ -48,7 +48,7 @@ from airflow_provider_torchx.core.schedulers.local.images import (
     ImageProvider,
     LocalDirectoryImageProvider,
 )
-from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, read_lines
+from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, UnsafeLogFileError, open_log, read_lines
 from airflow_provider_torchx.core.schedulers.local.request import (
     PopenRequest,
     ReplicaParam,
@@ -138,6 +138,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self._cache: OrderedDict[str, tuple[dict[str, Any], dict[str, Any] | None]] = OrderedDict()
         # Watchers of many threads (a triggerer's pool, sensors) share one instance.
         self._cache_lock = threading.Lock()
+        # app id -> what ``list`` answers for an ended job (it never changes).
+        self._ended_listed: dict[str, ListAppResponse] = {}
 
     # ------------------------------------------------------------------ submit
 
@@ -178,11 +180,11 @@ class LocalScheduler(Scheduler[PopenRequest]):
             _check_entrypoint(i, role, params[0])
             role_params[role.name] = params
             role_log_dirs[role.name] = dirs
-        gpu_plan = (
-            self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
-            if cfg.get("auto_set_cuda_visible_devices")
-            else None
-        )
+        gpu_plan = None
+        if cfg.get("auto_set_cuda_visible_devices"):
+            gpu_plan = self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
+        else:
+            _warn_shared_gpus(app)
         request = PopenRequest(
             app_id=app_id,
             log_dir=app_log_dir,
@@ -219,8 +221,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             return None
         if plan["need"] > len(devices):
             warnings.warn(
-                f"auto_set_cuda_visible_devices: app {app.name!r} requests {plan['need']} GPUs but this host has "
-                f"{len(devices)}; CUDA_VISIBLE_DEVICES is not set",
+                f"auto_set_cuda_visible_devices: app {app.name!r} requests {gpus.gpus_text(plan['need'])} but this "
+                f"host has {len(devices)}; CUDA_VISIBLE_DEVICES is not set",
                 UserWarning,
                 stacklevel=3,
             )
@@ -423,6 +425,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                             hostname="localhost",
                             exit_code=r.get("exit_code"),
                             msg=r.get("msg") or (f"GPUs {r['devices']}" if r.get("devices") else ""),
+                            devices=r.get("devices") or "",
                         )
                         for k, r in enumerate(reps)
                     ],
@@ -430,6 +433,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             )
         roles = [role_from_json(r) for r in rec["roles"]]
         state = AppState[st["state"]]
+        cancel = _read_entry(app_id, os.path.join(self.store.job_dir(app_id), store.CANCEL), _check_cancel)
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
@@ -439,7 +443,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             roles_statuses=statuses,
             roles=roles,
             labels=dict(rec["labels"]),
-            cancel_requested=os.path.exists(os.path.join(self.store.job_dir(app_id), store.CANCEL)),
+            cancel_requested=cancel is not None,
+            cancel_reason=(cancel or {}).get("reason"),
             usage=local_usage(rec, st, roles) if state.is_terminal() else None,
             started=st.get("started"),
             ended=st.get("ended"),
@@ -456,32 +461,101 @@ class LocalScheduler(Scheduler[PopenRequest]):
         info._scheduler = rec["backend"]
         return info
 
+    def summaries(self) -> dict[str, dict[str, Any]]:
+        """What a listing shows of every job of the store (any local backend): app id ->
+        ``{"backend", "name", "labels", "created", "state", "ended"}``. Ended jobs come from
+        the store's index (``store.FINISHED_INDEX``); only the others' files are read, and
+        those found ended are added to it. Corrupt entries are skipped (logged)."""
+        index = self.store.finished()
+        present = set(self.store.app_ids())
+        found, learned = {}, {}
+        for app_id in present:
+            entry = index.get(app_id)
+            if not isinstance(entry, dict) or entry.get("state") not in _TERMINAL_NAMES:
+                try:
+                    rec = self._record(app_id)
+                    if rec is None:
+                        continue
+                    st = self._state(app_id, rec)
+                except store.CorruptEntryError as e:
+                    log.warning("list: skipping %s", e)
+                    continue
+                entry = {
+                    "backend": rec["backend"],
+                    "name": rec["app_name"],
+                    "labels": rec["labels"],
+                    "created": rec["created"],
+                    "state": st["state"],
+                    "ended": st.get("ended"),
+                }
+                if st.get("orphaned"):  # reported ended, not recorded: finalize records it
+                    entry["orphaned"] = True
+                elif st["state"] in _TERMINAL_NAMES:
+                    learned[app_id] = entry
+            found[app_id] = entry
+        if learned:
+            self.store.record_finished(learned, present)
+        return found
+
+    def prune(self, older_than: float, states: Iterable[str] = (), dry_run: bool = False) -> list[tuple[str, int]]:
+        """Remove the jobs of the store (any local backend) that ended more than ``older_than``
+        seconds ago, in one of ``states`` if given (never a job that has not ended; logs under
+        a ``log_dir`` option stay); ``dry_run``: remove nothing. Returns ``(app_id, bytes on
+        disk)`` per job, oldest first; ``StoreError`` if the store cannot be written."""
+        wanted = {s.upper() for s in states}
+        cutoff = time.time() - older_than
+        summaries = self.summaries()
+        for app_id, entry in summaries.items():
+            if entry.get("orphaned"):  # stop what is left of it and record its end first
+                done = self.finalize(app_id)
+                if done is None or "not recorded" in done.msg:
+                    entry["state"] = "UNKNOWN"  # not prunable this time
+                else:
+                    entry.update(state=done.state.name, ended=done.ended)
+        chosen = sorted(
+            (entry.get("ended") or entry["created"], app_id)
+            for app_id, entry in summaries.items()
+            if entry["state"] in _TERMINAL_NAMES
+            and (not wanted or entry["state"] in wanted)
+            and (entry.get("ended") or entry["created"]) <= cutoff
+        )
+        pruned = []
+        for _, app_id in chosen:
+            size = self.store.disk_usage(app_id)
+            if not dry_run:
+                with self._cache_lock:
+                    self._cache.pop(app_id, None)
+                self.store.remove(app_id)
+            pruned.append((app_id, size))
+        if pruned and not dry_run:
+            self.store.record_finished({}, set(summaries) - {app_id for app_id, _ in pruned})
+        return pruned
+
     def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
         """Every job of this backend in the store (any session) whose labels include every
-        ``labels`` pair, oldest first."""
+        ``labels`` pair, oldest first (from ``summaries``; the answers for ended jobs are
+        built once per process and shared: read them, do not change them)."""
         found = []
-        for app_id in self.store.app_ids():
-            try:
-                rec = self._record(app_id)
-                if rec is None or rec["backend"] != self.backend or not labels_match(rec["labels"], labels):
-                    continue
-                st = self._state(app_id, rec)
-            except store.CorruptEntryError as e:
-                log.warning("list: skipping %s", e)
+        ended = self._ended_listed
+        summaries = self.summaries()
+        for gone in ended.keys() - summaries.keys():  # deleted since
+            del ended[gone]
+        for app_id, entry in summaries.items():
+            if entry["backend"] != self.backend or (labels and not labels_match(entry["labels"], labels)):
                 continue
-            found.append(
-                (
-                    rec["created"],
-                    ListAppResponse(
-                        app_id=app_id,
-                        state=AppState[st["state"]],
-                        name=rec["app_name"],
-                        labels=dict(rec["labels"]),
-                        created=rec["created"],
-                    ),
+            resp = ended.get(app_id)
+            if resp is None:
+                resp = ListAppResponse(
+                    app_id=app_id,
+                    state=AppState[entry["state"]],
+                    name=entry["name"],
+                    labels=dict(entry["labels"]),
+                    created=entry["created"],
                 )
-            )
-        return [resp for _, resp in sorted(found, key=lambda x: x[0])]
+                if entry["state"] in _TERMINAL_NAMES and not entry.get("orphaned"):
+                    ended[app_id] = resp
+            found.append(resp)
+        return sorted(found, key=lambda r: (r.created or 0.0, r.app_id))
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block until the job's supervisor exits (the job is over) or ``timeout`` passes,
@@ -495,7 +569,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             # Submitted a moment ago: the supervisor has not recorded itself yet.
             time.sleep(max(0.0, min(timeout, 0.05)))
             return
-        fd = procfs.open_if_same(sup["pid"], sup["start"]) if sup.get("boot") == procfs.boot_id() else None
+        fd = _open_supervisor(sup)
         if fd is None:
             return
         try:
@@ -505,11 +579,20 @@ class LocalScheduler(Scheduler[PopenRequest]):
         finally:
             os.close(fd)
 
+    def change_fd(self, app_id: str) -> int | None:
+        """A pidfd of the job's supervisor, readable once it exited (the job is over); None
+        for a job without a live supervisor on this host. A few small file reads."""
+        rec = self._record(app_id)
+        if rec is None or not _on_this_host(rec):
+            return None
+        sup = _read_entry(app_id, self.job_dir(app_id) / store.SUPERVISOR, _check_supervisor)
+        return None if sup is None else _open_supervisor(sup)
+
     # ------------------------------------------------------------------ logs
 
-    def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | str | None) -> tuple[str, str]:
-        """``(stream name, path)`` of a replica's log; raises for unknown app, role, replica or
-        stream."""
+    def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | str | None) -> tuple[str, str, str]:
+        """``(stream name, path, the job's log directory)`` of a replica's log (every read stays
+        in that directory, ``logs.open_log``); raises for unknown app, role, replica or stream."""
         rec = self._record(app_id)
         if rec is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
@@ -524,7 +607,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             stream = Stream(streams or Stream.COMBINED)
         except ValueError:
             raise ValueError(f"streams: {streams!r} is not one of {', '.join(s.value for s in Stream)}") from None
-        return stream.value, params[k][stream.value]
+        return stream.value, params[k][stream.value], rec["log_dir"]
 
     def read_log(
         self,
@@ -538,13 +621,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         """Whole lines of replica ``k`` of ``role_name`` after ``cursor`` (a JSON byte offset;
         None: the start), at most ``max_lines``. ``eof`` once the job is terminal and the
         whole log was returned. Default stream: combined. Never blocks."""
-        stream, path = self._log_file(app_id, role_name, k, streams)
+        stream, path, root = self._log_file(app_id, role_name, k, streams)
         offset = 0
         if cursor is not None:
             try:
                 parsed = json.loads(cursor)
-                offset = int(parsed["offset"])
-                ok = parsed.get("stream") == stream and offset >= 0
+                offset = parsed["offset"]
+                ok = parsed.get("stream") == stream and type(offset) is int and 0 <= offset < 1 << 62
             except (ValueError, TypeError, KeyError):
                 ok = False
             if not ok:
@@ -552,7 +635,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         rec = self._record(app_id)
         assert rec is not None
         final = self._state(app_id, rec)["state"] in _TERMINAL_NAMES
-        lines, offset, more = read_lines(path, offset, final, max_lines)
+        lines, offset, more = read_lines(path, offset, final, max_lines, root=root)
         return LogChunk(lines=lines, cursor=json.dumps({"stream": stream, "offset": offset}), eof=final and not more)
 
     def log_iter(
@@ -570,32 +653,48 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ``regex``; with ``should_tail`` it follows until the job is terminal and drained.
         ``since``/``until`` are ignored with a warning (local logs carry no timestamps), as in
         TorchX. Unknown app: ``UnknownAppError``; unknown role/replica: ``ValueError``."""
-        _, path = self._log_file(app_id, role_name, k, streams)
+        _, path, root = self._log_file(app_id, role_name, k, streams)
         if since or until:
             warnings.warn(
                 "since/until are ignored by the local scheduler: all log lines are returned", UserWarning, stacklevel=2
             )
-        return filter_regex(regex, LogIterator(app_id, path, self, should_tail))
+        return filter_regex(regex, LogIterator(app_id, path, self, should_tail, root=root))
 
     # ------------------------------------------------------------------ stop
 
-    def _cancel_existing(self, app_id: str) -> None:
-        """Record the cancel (with the grace period) and SIGTERM the supervisor, which
+    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+        """Record the cancel (with the grace period and ``reason``) and SIGTERM the supervisor, which
         SIGTERMs every process of the job, SIGKILLs them after the grace period and records
-        CANCELLED. Returns at once."""
+        CANCELLED. Returns at once. When the store cannot be written, the supervisor is
+        signalled all the same and ``CancelNotRecordedError`` says so (``StoreError`` if there
+        was no supervisor to signal either)."""
         job_dir = self.job_dir(app_id)
         rec = self._record(app_id)
         if rec is not None and not _on_this_host(rec):
             raise RuntimeError(f"cancel: app {app_id!r} runs on host {rec['host']!r}; cancel it from there")
+        unrecorded = None
         try:
             store.write_json_atomic(
-                job_dir / store.CANCEL, {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid()}
+                job_dir / store.CANCEL,
+                {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid(), "reason": reason},
             )
         except OSError as e:
-            raise store.store_error(self.store.root, f"record the cancel of {app_id!r}", e) from None
+            unrecorded = store.store_error(self.store.root, f"record the cancel of {app_id!r}", e)
         sup = _read_entry(app_id, job_dir / store.SUPERVISOR, _check_supervisor)
-        if sup is not None and sup.get("boot") == procfs.boot_id():
-            procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
+        signalled = (
+            sup is not None
+            and sup.get("boot") == procfs.boot_id()
+            and procfs.signal_if_same(sup["pid"], sup["start"], signal.SIGTERM)
+        )
+        if unrecorded is None:
+            return
+        if not signalled:
+            raise unrecorded
+        raise store.CancelNotRecordedError(
+            unrecorded.errno,
+            f"{unrecorded}; its supervisor was signalled: the job stops and is recorded CANCELLED "
+            "once the store can be written again",
+        )
 
     def delete(self, app_id: str) -> None:
         """Cancel the job if it runs, then remove it from the store. A corrupt entry (one that
@@ -627,6 +726,20 @@ class LocalScheduler(Scheduler[PopenRequest]):
         with self._cache_lock:
             self._cache.pop(app_id, None)
         self.store.remove(app_id)
+
+
+def _warn_shared_gpus(app: AppDef) -> None:
+    """Warn that the GPU roles of ``app`` (those not setting ``CUDA_VISIBLE_DEVICES``
+    themselves) will see every GPU of the host, as without ``auto_set_cuda_visible_devices``."""
+    roles = [r.name for r in app.roles if r.resource.gpu > 0 and "CUDA_VISIBLE_DEVICES" not in r.env]
+    if roles:
+        warnings.warn(
+            f"auto_set_cuda_visible_devices is off: the replicas of {', '.join(map(repr, roles))} (asking for GPUs) "
+            "see every GPU of the host, also those other jobs use; set the run option "
+            "auto_set_cuda_visible_devices=True to give each replica its own",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _read_entry(app_id: str, path: str | Path, check: Callable[[Any], str | None]) -> Any:
@@ -698,6 +811,13 @@ def _check_supervisor(sup: Any) -> str | None:
     return None
 
 
+def _check_cancel(cancel: Any) -> str | None:
+    """Why ``cancel`` is not a ``cancel.json`` (None: it is)."""
+    if not isinstance(cancel, dict) or not isinstance(cancel.get("reason"), str | None):
+        return "not an object whose 'reason' is a string or null"
+    return None
+
+
 def _unstarted_replica(app_state: str) -> dict[str, Any]:
     """The status of a replica the supervisor never started: PENDING while the job may still
     start it, else the job's end with a message saying it never ran."""
@@ -715,14 +835,14 @@ def _orphan_end(
     stopped (None: nothing was stopped yet, as ``describe`` reports it)."""
     st = copy.deepcopy(st or _PENDING_STATE)
     replicas = st.get("replicas") or {}
-    cancelled = (job_dir / store.CANCEL).exists()
-    final = "CANCELLED" if cancelled else "FAILED"
+    cancel = _read_entry(job_dir.name, job_dir / store.CANCEL, _check_cancel)
+    final = "CANCELLED" if cancel is not None else "FAILED"
     for reps in replicas.values():
         for r in reps:
             if r["state"] not in _TERMINAL_NAMES:
                 r["state"] = final
-    if cancelled:
-        why = "cancelled by request (the supervisor ended before it could record it)"
+    if cancel is not None:
+        why = f"{store.cancelled_msg(cancel)} (the supervisor ended before it could record it)"
     elif sup is None:
         why = f"the supervisor did not start within {SUPERVISOR_START_TIMEOUT:.0f} s"
     else:
@@ -741,15 +861,24 @@ def _orphan_end(
 
 
 def _last_words(path: Path) -> str:
-    """The last non-empty line of the end of ``path`` (the supervisor's log), shortened."""
+    """The last non-empty line of the end of ``path`` (the supervisor's log in the job's
+    directory, read as the logs are: ``logs.open_log``), shortened."""
     try:
-        with open(path, "rb") as f:
+        fd = open_log(str(path), str(path.parent))
+        if fd is None:
+            return ""
+        with open(fd, "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - _LAST_WORDS_BYTES))
             tail = f.read().decode("utf-8", "replace")
-    except OSError:
+    except (OSError, UnsafeLogFileError):
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+def _open_supervisor(sup: Mapping[str, Any]) -> int | None:
+    """A pidfd of the supervisor ``sup`` (its store entry) if it still runs, else None."""
+    return procfs.open_if_same(sup["pid"], sup["start"]) if sup.get("boot") == procfs.boot_id() else None
 
 
 def _on_this_host(rec: dict[str, Any]) -> bool:

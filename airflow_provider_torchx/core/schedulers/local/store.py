@@ -9,7 +9,15 @@ ids are unique across concurrent launchers. It holds JSON files, each written at
   by the supervisor itself, with the same content).
 - ``state.json``: the supervisor (and, once the supervisor is dead, any observer): app and
   replica states, pids, exit codes, restarts, message.
-- ``cancel.json``: whoever cancels: the request to stop, with its grace period.
+- ``cancel.json``: whoever cancels: the request to stop, with its grace period and who or what
+  asked (``reason``, may be null).
+
+Beside the jobs, ``<state dir>/local/.finished.json`` indexes the jobs that ended: for each,
+what a listing shows (backend, name, labels, submission time, final state, when it ended).
+None of it changes once a job has ended, so a listing reads the files of live jobs only; the
+index is a cache (whoever lists adds what it learned; a job missing from it is read from its
+files, an entry whose directory is gone is ignored), so a lost or stale write costs time, never
+correctness, and a store that cannot be written is listed all the same.
 
 Everything is created owner-only, whatever the umask. Store faults (a full or read-only
 filesystem) raise ``StoreError`` naming the store and the cause; a file that is not what its
@@ -38,6 +46,8 @@ STATE = "state.json"
 SUPERVISOR = "supervisor.json"
 CANCEL = "cancel.json"
 SUPERVISOR_LOG = "supervisor.log"
+#: The index of ended jobs (hidden: not an app id).
+FINISHED_INDEX = ".finished.json"
 
 #: Set in every replica's environment to the job directory, so that the job's processes can
 #: be found even after they left its session and lost their parent.
@@ -65,6 +75,12 @@ class StoreError(OSError):
         return str(self.strerror)
 
 
+class CancelNotRecordedError(StoreError):
+    """A cancel that could not be written to the store (full, read-only) but was delivered all
+    the same: the job's supervisor was signalled, stops the job and records it CANCELLED as
+    soon as the store can be written. The message says so."""
+
+
 class CorruptEntryError(ValueError):
     """A file of a job is not valid (not JSON, truncated, or not the shape its writer writes).
     ``app_id`` and ``path`` name the job and the file."""
@@ -72,6 +88,13 @@ class CorruptEntryError(ValueError):
     def __init__(self, app_id: str, path: StrPath, why: str) -> None:
         super().__init__(f"job {app_id!r}: {os.fspath(path)} is corrupt ({why}); delete the job or fix the file")
         self.app_id, self.path = app_id, os.fspath(path)
+
+
+def cancelled_msg(cancel: dict[str, Any] | None) -> str:
+    """An ended job's message after the cancel request ``cancel`` (``cancel.json``), naming
+    who or what asked when the request says."""
+    reason = (cancel or {}).get("reason")
+    return f"cancelled by request: {reason}" if reason else "cancelled by request"
 
 
 def store_error(root: StrPath, what: str, err: OSError) -> StoreError:
@@ -136,6 +159,8 @@ class JobStore:
     def __init__(self, state_dir: StrPath | None = None) -> None:
         base = os.path.abspath(os.path.expanduser(state_dir)) if state_dir else default_state_dir()
         self.root = os.path.join(base, "local")
+        # The parsed index and the (inode, mtime, size) it was read at: reread only when changed.
+        self._index: tuple[tuple[int, int, int], dict[str, Any]] | None = None
 
     def ensure(self) -> None:
         """Create the store (owner-only) if missing; ``StoreError`` if it cannot be."""
@@ -169,6 +194,54 @@ class JobStore:
         except FileNotFoundError:
             return
         yield from (n for n in names if is_valid_app_id(n))
+
+    def finished(self) -> dict[str, Any]:
+        """The index of ended jobs (app id -> summary); empty when missing or unreadable."""
+        path = os.path.join(self.root, FINISHED_INDEX)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return {}
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._index is not None and self._index[0] == key:
+            return self._index[1]
+        try:
+            index = read_json(path)
+        except (OSError, ValueError):
+            index = None
+        if not isinstance(index, dict):
+            index = {}
+        self._index = (key, index)
+        return index
+
+    def record_finished(self, entries: dict[str, Any], present: set[str]) -> None:
+        """Add ``entries`` to the index, dropping the jobs not in ``present`` (deleted); a store
+        that cannot be written keeps the old index (this is a cache)."""
+        index = {k: v for k, v in self.finished().items() if k in present}
+        index.update(entries)
+        try:
+            write_json_atomic(os.path.join(self.root, FINISHED_INDEX), index)
+        except OSError:
+            return
+        self._index = None
+
+    def disk_usage(self, app_id: str) -> int:
+        """Bytes the job's directory takes on disk (symbolic links not followed)."""
+        total, pending = 0, [self.job_dir(app_id)]
+        while pending:
+            try:
+                entries = list(os.scandir(pending.pop()))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+        return total
 
     def remove(self, app_id: str) -> None:
         """Delete the job's directory and everything in it, or the foreign entry of that name

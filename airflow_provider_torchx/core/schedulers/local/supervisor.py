@@ -55,6 +55,8 @@ _SWEEP_ROUNDS = 200
 #: Space kept in the job directory for the last ``state.json``: this plus this per replica.
 _RESERVE_BASE, _RESERVE_PER_REPLICA = 64 << 10, 512
 _RESERVE = ".reserve"
+#: The longest pause between tries to record the end in a store that refuses writes.
+_RECORD_RETRY_MAX_S = 5.0
 
 
 def supervisor_command(job_dir: str) -> list[str]:
@@ -436,9 +438,10 @@ class Supervisor:
     def progress(self) -> None:
         """Act on what changed: restarts due, a cancel, success, the end."""
         if self.cancel_requested and self.final is None:
-            self.final, self.msg = "CANCELLED", "cancelled by request"
+            cancel = store.read_json(os.path.join(self.dir, store.CANCEL))
+            self.final, self.msg = "CANCELLED", store.cancelled_msg(cancel)
             self.restart_group = []
-            self.grace = _cancel_grace(self.dir, self.grace)
+            self.grace = float((cancel or {}).get("grace", self.grace))
             self.stop([x for x in self.replicas if x.running], session=True)
         if self.restart_group and not any(x.running for x in self.restart_group):
             group, self.restart_group = self.restart_group, []
@@ -493,8 +496,11 @@ class Supervisor:
         while True:
             self.progress()
             if self.dirty:  # once per round of events: replicas often end together
-                self.write_state("RUNNING")
-                self.dirty = False
+                try:
+                    self.write_state("RUNNING")
+                    self.dirty = False
+                except OSError:  # a full or read-only store: next round; record_end keeps the end
+                    pass
             if self.final is not None and not any(x.running for x in self.replicas) and self.kill_at is None:
                 break
             wake_at = self.tracked_at + _TRACK_INTERVAL
@@ -540,7 +546,20 @@ class Supervisor:
             self.msg = f"{self.msg}; {left}" if self.msg else left
         self.tracked = []
         self.free_room()
-        self.write_state(self.final or "FAILED", ended=time.time())
+        self.record_end(self.final or "FAILED", time.time())
+
+    def record_end(self, state: str, ended: float) -> None:
+        """Write the final state; while the store refuses (full, read-only), try again, ever
+        less often (every process of the job is stopped already): a waiter learns of the end
+        once it is recorded."""
+        pause = 0.1
+        while True:
+            try:
+                self.write_state(state, ended=ended)
+                return
+            except OSError:
+                time.sleep(pause)
+                pause = min(pause * 2, _RECORD_RETRY_MAX_S)
 
     def sweep(self) -> None:
         """SIGKILL every descendant, round after round, until none is left (as the subreaper,
@@ -576,11 +595,6 @@ def _exit_text(role: str, idx: int, code: int) -> str:
         except ValueError:
             pass
     return f"role {role!r} replica {idx} exited with code {code}"
-
-
-def _cancel_grace(job_dir: str, default: float) -> float:
-    cancel = store.read_json(os.path.join(job_dir, store.CANCEL)) or {}
-    return float(cancel.get("grace", default))
 
 
 def main(job_dir: str) -> None:

@@ -1,0 +1,37 @@
+"""Who cancelled a job: the reasons the Airflow layer gives its own cancels, and how a task
+tells a cancel from outside (a person through the CLI, the UI's jobs page or AWS by hand)
+from one of its own making (its timeout, ``on_kill``). An outside cancel fails the task
+without retry (docs/behaviour.md, "Cancelling").
+"""
+
+from __future__ import annotations
+
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.specs import AppState
+
+#: How the reason of every cancel of a task's own making begins.
+TASK_CANCEL_PREFIX = "Airflow task "
+
+
+def task_cancel_reason(dag_id: str | None, task_id: str | None, what: str) -> str:
+    """The reason a task gives its own cancel of its job (``what``: timeout, killed, ...)."""
+    return f"{TASK_CANCEL_PREFIX}{dag_id}.{task_id}: {what}"
+
+
+def ui_cancel_reason(user: str) -> str:
+    """The reason of a cancel from the UI's jobs page by ``user``."""
+    return f"the Airflow UI's TorchX jobs page, by {user}"
+
+
+def outside_canceller(desc: DescribeAppResponse | None) -> str | None:
+    """Who or what cancelled the ended job ``desc`` from outside its task: the recorded
+    reason (a Batch job stopped by hand carries the reason given there); None when it was not
+    cancelled or the task cancelled it itself. A cancel requested through the scheduler with
+    no reason recorded is from outside: the task always gives one."""
+    if desc is None or desc.state not in (AppState.CANCELLED, AppState.FAILED):
+        return None
+    if desc.cancel_reason is None:
+        if desc.cancel_requested and desc.state == AppState.CANCELLED:
+            return "a cancel request through the scheduler (who asked was not recorded)"
+        return None
+    return None if desc.cancel_reason.startswith(TASK_CANCEL_PREFIX) else desc.cancel_reason

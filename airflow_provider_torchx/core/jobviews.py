@@ -1,0 +1,162 @@
+"""What the CLI shows of jobs: a readable form (no Python reprs) and a JSON form whose keys are
+documented in docs/cli.md ("JSON output") and kept stable, for ``status``, ``describe`` and
+``list``. Secrets in env vars are masked by the caller (``core/masking.py``) before they get here.
+"""
+
+from __future__ import annotations
+
+import enum
+import shlex
+import time
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse
+from airflow_provider_torchx.core.specs import AppDef, ReplicaStatus, Resource, Role
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-able data: dataclasses as dicts (a mount also names its ``type``),
+    enums as their values, tuples as lists."""
+    if is_dataclass(value) and not isinstance(value, type):
+        fields = {k: plain(getattr(value, k)) for k in asdict(value)}
+        return {"type": type(value).__name__, **fields} if type(value).__name__.endswith("Mount") else fields
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def replica_dict(rep: ReplicaStatus) -> dict[str, Any]:
+    """One replica's status: ``id``, ``state``, ``hostname``, ``exit_code``, ``msg``, ``devices``."""
+    return {
+        "id": rep.id,
+        "state": rep.state.name,
+        "hostname": rep.hostname,
+        "exit_code": rep.exit_code,
+        "msg": rep.msg or rep.structured_error_msg,
+        "devices": rep.devices or None,
+    }
+
+
+def status_dict(handle: str, desc: DescribeAppResponse) -> dict[str, Any]:
+    """``status --json``: the job's state and why, its replicas, times and usage."""
+    return {
+        "handle": handle,
+        "state": desc.state.name,
+        "terminal": desc.state.is_terminal(),
+        "num_restarts": desc.num_restarts,
+        "msg": desc.msg,
+        "structured_error_msg": desc.structured_error_msg,
+        "ui_url": desc.ui_url,
+        "started": desc.started,
+        "ended": desc.ended,
+        "cancel_requested": desc.cancel_requested,
+        "cancel_reason": desc.cancel_reason,
+        "labels": dict(desc.labels),
+        "roles": [{"role": rs.role, "replicas": [replica_dict(r) for r in rs.replicas]} for rs in desc.roles_statuses],
+        "usage": desc.usage.to_dict() if desc.usage is not None else None,
+    }
+
+
+def describe_dict(handle: str, app: AppDef, desc: DescribeAppResponse) -> dict[str, Any]:
+    """``describe --json``: the app as the scheduler keeps it and the job's status."""
+    return {"handle": handle, "app": plain(app), "status": status_dict(handle, desc)}
+
+
+def list_dict(apps: list[ListAppResponse]) -> dict[str, Any]:
+    """``list --json``: one entry per job."""
+    return {
+        "jobs": [
+            {
+                "handle": a.app_handle,
+                "state": a.state.name,
+                "name": a.name,
+                "submitted": a.created,
+                "airflow_task": airflow_task(a.labels),
+                "labels": dict(a.labels),
+            }
+            for a in apps
+        ]
+    }
+
+
+def airflow_task(labels: dict[str, str]) -> str | None:
+    """``dag_id.task_id[map_index]`` of a job an Airflow task launched (from its labels)."""
+    dag_id, task_id = labels.get("airflow.dag_id"), labels.get("airflow.task_id")
+    if not (dag_id and task_id):
+        return None
+    map_index = labels.get("airflow.map_index", "-1")
+    return f"{dag_id}.{task_id}" + (f"[{map_index}]" if map_index not in ("", "-1") else "")
+
+
+def count(n: int, noun: str) -> str:
+    """``1 GPU``, ``2 GPUs``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def resource_text(res: Resource) -> str:
+    """``2 CPUs, 1 GPU, 1024 MiB`` and the capabilities and devices asked for."""
+    parts = [count(res.cpu, "CPU"), count(res.gpu, "GPU"), f"{res.memMB} MiB"]
+    parts += [f"{k}={v}" for k, v in res.capabilities.items()]
+    parts += [f"device {k} x{v}" for k, v in res.devices.items()]
+    return ", ".join(parts)
+
+
+def replica_text(role: str, rep: ReplicaStatus) -> str:
+    """``trainer[0]@host RUNNING (exit 1) GPUs 0,1``."""
+    host = f"@{rep.hostname}" if rep.hostname else ""
+    code = f" (exit {rep.exit_code})" if rep.exit_code is not None else ""
+    devices = f" GPUs {rep.devices}" if rep.devices else ""
+    return f"{role}[{rep.id}]{host} {rep.state.name}{code}{devices}"
+
+
+def _role_text(role: Role, replicas: list[ReplicaStatus]) -> list[str]:
+    lines = [
+        f"Role {role.name}: {count(role.num_replicas, 'replica')}"
+        + (f" (at least {role.min_replicas})" if role.min_replicas is not None else ""),
+        f"  image: {role.image or '-'}",
+        f"  command: {shlex.join([role.entrypoint, *role.args])}",
+        f"  resource: {resource_text(role.resource)}",
+        f"  retries: {role.max_retries} (policy {role.retry_policy.value})",
+    ]
+    if any("${" in a for a in role.args):
+        lines.append("  (${...} macros are filled in per replica when the job runs)")
+    if role.env:
+        lines.append("  env: " + ", ".join(f"{k}={v}" for k, v in role.env.items()))
+    if role.port_map:
+        lines.append("  ports: " + ", ".join(f"{k}={v}" for k, v in role.port_map.items()))
+    for m in role.mounts:
+        fields = plain(m)
+        lines.append(f"  mount ({fields.pop('type')}): " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+    if role.workspace:
+        lines.append(f"  workspace: {role.workspace}")
+    if role.metadata:
+        lines.append("  metadata: " + ", ".join(f"{k}={v}" for k, v in role.metadata.items()))
+    for rep in replicas:
+        lines.append("  " + replica_text(role.name, rep) + (f": {rep.msg}" if rep.msg and not rep.devices else ""))
+    return lines
+
+
+def describe_text(app: AppDef, desc: DescribeAppResponse | None) -> str:
+    """``describe``: the app (its roles: image, command, resources, retries, env, ports,
+    mounts) and each replica's state and devices, as plain lines."""
+    replicas = {rs.role: rs.replicas for rs in (desc.roles_statuses if desc else [])}
+    lines = [f"App: {app.name}"]
+    if app.metadata:
+        lines.append("Metadata: " + ", ".join(f"{k}={v}" for k, v in app.metadata.items()))
+    if desc is not None:
+        lines.append(f"State: {desc.state.name}" + (f" ({desc.msg})" if desc.msg else ""))
+        if desc.labels:
+            lines.append("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(desc.labels.items())))
+    for role in app.roles:
+        lines += _role_text(role, replicas.get(role.name, []))
+    return "\n".join(lines)
+
+
+def when(epoch: float | None) -> str:
+    """A local time ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if epoch else "-"

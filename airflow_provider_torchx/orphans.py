@@ -1,0 +1,210 @@
+"""Which jobs outlived their task instance: the decision table, as one pure function.
+
+A job the operator submitted carries its task instance's identity as labels (``airflow.dag_id``,
+``airflow.task_id``, ``airflow.run_id``, ``airflow.map_index``; never the try number). Once that
+task instance is in a state from which no try will adopt the job, the job is an orphan and is
+cancelled; a job that a try will (or may) adopt is kept; when the task instance's state cannot be
+read, the question is asked again later. ``decide`` is the whole rule; the reaper
+(``reaper.py``) feeds it what it read from Airflow and the schedulers and applies its answer.
+Nothing here imports Airflow, so every row is a unit test (``tests/airflow/test_orphans.py``).
+
+The table (first matching row wins):
+
+================================================  ===========================================
+job / task instance                               verdict
+================================================  ===========================================
+no ``airflow.*`` identity labels                  keep (not Airflow's: CLI, other tools)
+job already ended                                 keep (nothing to cancel)
+state unreadable (API/DB down)                    later
+DAG unknown, or run found without this task       later (a label that names no task)
+DAG run deleted                                   cancel ``dag_run_deleted``
+its try disowned it (``wait_for_completion=       keep (the job is meant to outlive its task,
+False`` or ``cancel_on_kill=False``)              or never to be cancelled with it)
+task failed, success, skipped, removed,           cancel ``task_<state>`` (Airflow puts a task
+upstream_failed                                   with retries left in up_for_retry, and never
+                                                  retries one marked failed)
+DAG run failed / success (task in any other       cancel ``dag_run_failed`` / ``dag_run_success``
+state)
+task running/deferred/queued/scheduled/... and    cancel ``superseded`` (cleared; the new try
+a newer live job of the same task instance was    submitted another job instead of adopting
+created during the current try                    this one)
+up_for_retry, up_for_reschedule, scheduled,       keep (a try adopts it)
+queued, running, deferred, restarting, none
+any other state                                   later (unknown to this table)
+================================================  ===========================================
+
+A "cancel" row waits ``grace`` seconds from the task's (or run's) end before it cancels (a
+task marked failed and cleared again at once keeps its job), and is "keep" while
+``cancel_orphaned_jobs`` is off; in both cases the job is still reported as an orphan (the UI
+shows it so).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from airflow_provider_torchx.core.specs import AppState
+
+#: The labels naming a job's task instance (``watch.identity_labels`` sets them).
+IDENTITY_KEYS = ("airflow.dag_id", "airflow.task_id", "airflow.run_id", "airflow.map_index")
+#: The XCom key a try pushes when its job is not to end with the task: it returns while the
+#: job runs on (``wait_for_completion=False``) or it never cancels (``cancel_on_kill=False``).
+DISOWNED_XCOM = "torchx_disowned"
+#: Task instance states from which a try adopts (or may adopt) a live job; ``None`` is
+#: Airflow's "no state" (just cleared: its next try reattaches to the job).
+ADOPTING_STATES = frozenset(
+    {"up_for_retry", "up_for_reschedule", "scheduled", "queued", "running", "deferred", "restarting", None}
+)
+#: Task instance states in which a running try exists: only then can a newer job of the
+#: same task instance be that try's own (and an older one no try's).
+_ACTIVE_STATES = frozenset({"queued", "running", "deferred", "up_for_reschedule", "restarting"})
+#: Task instance states after which no try will run again (until someone clears it).
+ENDED_STATES = frozenset({"failed", "success", "skipped", "removed", "upstream_failed"})
+#: DAG run states after which none of its tasks will run again.
+ENDED_RUN_STATES = frozenset({"failed", "success"})
+
+
+class Verdict(enum.Enum):
+    """What to do with a job: leave it, cancel it, or look again next round."""
+
+    KEEP = "keep"
+    CANCEL = "cancel"
+    LATER = "later"
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What Airflow says of a job's task instance, read in one go.
+
+    ``dag_known``: the DAG exists; ``run_state``: its DAG run's state (None: no such run);
+    ``found``: the task instance exists in that run; ``state``: its state (None: no state);
+    ``try_number``: its current try; ``try_started_at``: when that try started (epoch
+    seconds; None: not yet); ``ended_at``: when the task instance, or else its run, ended;
+    ``marked``: a user set the state (the REST API or the UI), as far as the caller knows;
+    ``disowned``: the task's try said its job is not to end with it (``DISOWNED_XCOM``)."""
+
+    dag_known: bool
+    run_state: str | None
+    found: bool
+    state: str | None = None
+    try_number: int = 0
+    try_started_at: float | None = None
+    ended_at: float | None = None
+    marked: bool = False
+    disowned: bool = False
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A live job as the scheduler listed it. ``newest_sibling_created``: when the newest other
+    live job carrying the same identity was submitted (None: there is none)."""
+
+    state: AppState
+    labels: Mapping[str, str]
+    created: float | None = None
+    newest_sibling_created: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``verdict`` and, for an orphan (whatever the verdict), ``reason``: the metric tag
+    (``task_failed``, ``dag_run_deleted``, ``superseded``, ...) and ``detail``: the sentence
+    for the job's status message and the logs. ``why``: why it is kept or asked later."""
+
+    verdict: Verdict
+    reason: str | None = None
+    detail: str = ""
+    why: str = ""
+
+    @property
+    def orphaned(self) -> bool:
+        """Whether the job outlived its task instance (cancelled now or soon, or not at all
+        because cancelling is off)."""
+        return self.reason is not None
+
+
+def identity_of(labels: Mapping[str, str]) -> tuple[str, str, str, int] | None:
+    """``(dag_id, task_id, run_id, map_index)`` from a job's labels; None unless every
+    identity label is there and ``map_index`` is an integer (a job Airflow did not submit)."""
+    if any(not labels.get(key) for key in IDENTITY_KEYS):
+        return None
+    try:
+        map_index = int(labels["airflow.map_index"])
+    except ValueError:
+        return None
+    return labels["airflow.dag_id"], labels["airflow.task_id"], labels["airflow.run_id"], map_index
+
+
+def task_name(labels: Mapping[str, str]) -> str:
+    """``dag.task`` (``dag.task[i]`` when mapped) of run ``run``, for messages."""
+    ident = identity_of(labels)
+    if ident is None:
+        return "an unlabelled job"
+    dag_id, task_id, run_id, map_index = ident
+    mapped = f"[{map_index}]" if map_index >= 0 else ""
+    return f"task {dag_id}.{task_id}{mapped} of run {run_id}"
+
+
+def _orphan(task: TaskView, job: JobView) -> tuple[str, str] | None:
+    """``(reason, detail)`` when no try will adopt the job, else None."""
+    who = task_name(job.labels)
+    if task.run_state is None:
+        return "dag_run_deleted", f"{who}: the DAG run was deleted"
+    if task.state in ENDED_STATES:
+        return f"task_{task.state}", f"{who} {'was marked' if task.marked else 'ended'} {task.state}"
+    if task.run_state in ENDED_RUN_STATES:
+        verb = "was marked" if task.marked else "ended"
+        return f"dag_run_{task.run_state}", f"{who}: its DAG run {verb} {task.run_state}"
+    newer = job.newest_sibling_created
+    if (
+        task.state in _ACTIVE_STATES
+        and newer is not None
+        and (job.created is None or newer > job.created)
+        and task.try_started_at is not None
+        and newer >= task.try_started_at
+    ):
+        return "superseded", f"{who}: its try {task.try_number} submitted another job instead of adopting this one"
+    return None
+
+
+def decide(
+    task: TaskView | None,
+    job: JobView,
+    *,
+    enabled: bool,
+    grace: float,
+    now: float,
+    first_seen: float | None = None,
+) -> Decision:
+    """The decision table of the module docstring for one live ``job``.
+
+    ``task``: what Airflow says of its task instance, None when that could not be read;
+    ``enabled``: ``[torchx] cancel_orphaned_jobs``; ``grace``: ``[torchx] orphan_grace``
+    seconds, counted from ``task.ended_at``, else from ``first_seen`` (when the caller first
+    saw the job orphaned), else from ``now``."""
+    if identity_of(job.labels) is None:
+        return Decision(Verdict.KEEP, why="no Airflow task instance labels")
+    if job.state.is_terminal():
+        return Decision(Verdict.KEEP, why=f"already {job.state.name}")
+    if task is None:
+        return Decision(Verdict.LATER, why="the task instance's state could not be read")
+    if not task.dag_known:
+        return Decision(Verdict.LATER, why="its labels name no known DAG")
+    if task.run_state is not None and not task.found:
+        return Decision(Verdict.LATER, why="its labels name no task of that DAG run")
+    if task.disowned:
+        return Decision(Verdict.KEEP, why="its task disowned it (wait_for_completion=False or cancel_on_kill=False)")
+    orphan = _orphan(task, job)
+    if orphan is None:
+        if task.state in ADOPTING_STATES:
+            return Decision(Verdict.KEEP, why=f"task instance {task.state or 'has no state'}: a try adopts the job")
+        return Decision(Verdict.LATER, why=f"task instance state {task.state!r} is not in the table")
+    reason, detail = orphan
+    if not enabled:
+        return Decision(Verdict.KEEP, reason, detail, why="[torchx] cancel_orphaned_jobs is off")
+    since = task.ended_at if task.ended_at is not None else first_seen if first_seen is not None else now
+    if now - since < grace:
+        return Decision(Verdict.LATER, reason, detail, why=f"within the {grace:g}s grace period")
+    return Decision(Verdict.CANCEL, reason, detail)

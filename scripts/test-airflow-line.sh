@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Run tests on an older Airflow line than the pinned one (constraints.txt): 3.1 (the oldest
+# supported, with the pre-3.3 cancel-while-deferred path) or 3.2, each in its own virtualenv
+# .venv-airflowXY pinned by constraints-airflow-X.Y.txt. Idempotent: a venv is made once and
+# reinstalled only when its constraints or pyproject.toml change. Arguments after the line go
+# to pytest (default: tests/airflow). The Docker-marked tests need the services
+# (`bash scripts/services.sh start`; test.sh starts them).
+#
+#   scripts/test-airflow-line.sh 3.2 [PYTEST ARGS...]
+#   scripts/test-airflow-line.sh --freeze 3.2.2 'fastapi<0.137' 'svcs<26'   # (re)write constraints-airflow-3.2.txt
+#
+# --freeze makes the constraints file the way every one was made: `pip freeze` of a fresh venv
+# after `pip install "apache-airflow==VERSION" [EXTRA...] -e ".[test]"` (the editable package
+# left out). EXTRA: caps the line itself lacks: Airflow 3.2.2 breaks with fastapi >= 0.137 (a
+# pydantic discriminator error; 3.3 caps it) and with svcs >= 26 (its in-process execution API,
+# which dag.test uses, finds no 'svcs_registry').
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+usage="usage: $0 LINE [PYTEST ARGS...] | --freeze VERSION [EXTRA REQUIREMENT...] (lines: $(ls constraints-airflow-*.txt | sed 's/constraints-airflow-\(.*\)\.txt/\1/' | tr '\n' ' '))"
+
+if [ "${1:-}" = "--freeze" ]; then
+    version=${2:?$usage}
+    shift 2
+    line=${version%.*}
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    "$python" -m venv "$tmp/venv"
+    "$tmp/venv/bin/python" -m pip install --quiet --disable-pip-version-check "apache-airflow==$version" "$@" -e ".[test]"
+    extra=""
+    for req in "$@"; do extra+="\"$req\" "; done
+    {
+        echo "# Pins for the Airflow $line test environment (.venv-airflow${line/./}, scripts/test-airflow-line.sh $line): pip freeze"
+        echo "# of a Python $("$tmp/venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') venv after: pip install \"apache-airflow==$version\" $extra-e \".[test]\" (editable package left out)."
+        "$tmp/venv/bin/python" -m pip freeze --exclude-editable --disable-pip-version-check
+    } >"constraints-airflow-$line.txt"
+    echo "wrote constraints-airflow-$line.txt"
+    exit 0
+fi
+
+line=${1:?$usage}
+shift
+constraints=constraints-airflow-$line.txt
+[ -f "$constraints" ] || { echo "test-airflow-line: no $constraints; $usage" >&2; exit 2; }
+venv=.venv-airflow${line/./}
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+stamp="$venv/.installed"
+want=$(cat "$constraints" pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" -e ".[test]"
+    echo "$want" >"$stamp"
+fi
+"$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(not m.version("apache-airflow").startswith(sys.argv[1] + "."))' "$line" ||
+    { echo "test-airflow-line: $venv does not hold Airflow $line" >&2; exit 1; }
+[ "$#" -gt 0 ] || set -- tests/airflow
+exec "$venv/bin/python" -m pytest "$@"

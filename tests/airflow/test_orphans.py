@@ -1,0 +1,207 @@
+"""The orphaned-jobs decision table (``orphans.decide``): one test per row of its docstring,
+plus the setting and the grace period; the settings' checks; ``reaper.apply`` on real local
+jobs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide, identity_of, task_name
+
+NOW = 10_000.0
+LABELS = {"airflow.dag_id": "acc", "airflow.task_id": "job", "airflow.run_id": "r1", "airflow.map_index": "-1"}
+
+
+def task(state: str | None, run_state: str | None = "running", **kw: object) -> TaskView:
+    values: dict[str, object] = {"dag_known": True, "run_state": run_state, "found": True, "state": state}
+    values |= {"try_number": 1, "try_started_at": NOW - 300, "ended_at": NOW - 120}
+    values |= kw
+    return TaskView(**values)  # type: ignore[arg-type]
+
+
+def job(state: AppState = AppState.RUNNING, labels: dict[str, str] | None = None, **kw: object) -> JobView:
+    return JobView(state=state, labels=LABELS if labels is None else labels, created=NOW - 290, **kw)  # type: ignore[arg-type]
+
+
+def verdict_of(t: TaskView | None, j: JobView | None = None, **kw: object) -> Decision:
+    options: dict[str, object] = {"enabled": True, "grace": 30.0, "now": NOW} | kw
+    return decide(t, j or job(), **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "state", ["up_for_retry", "up_for_reschedule", "scheduled", "queued", "running", "deferred", "restarting"]
+)
+def test_a_state_a_try_adopts_from_keeps_the_job(state: str) -> None:
+    decision = verdict_of(task(state))
+    assert decision.verdict == Verdict.KEEP and not decision.orphaned, decision
+
+
+def test_no_state_keeps_the_job_its_next_try_adopts() -> None:
+    """Cleared: the task instance has no state until its new try is scheduled."""
+    decision = verdict_of(task(None, try_started_at=None, ended_at=None))
+    assert decision.verdict == Verdict.KEEP and not decision.orphaned, decision
+
+
+@pytest.mark.parametrize("state", ["failed", "success", "skipped", "removed", "upstream_failed"])
+def test_an_ended_task_cancels_its_job(state: str) -> None:
+    decision = verdict_of(task(state))
+    assert decision == Decision(Verdict.CANCEL, f"task_{state}", f"task acc.job of run r1 ended {state}")
+
+
+@pytest.mark.parametrize("state", ["success", "failed"])
+@pytest.mark.parametrize("run_state", ["running", "success", "failed"])
+def test_a_job_its_task_disowned_outlives_the_task(state: str, run_state: str) -> None:
+    """``wait_for_completion=False`` (the task succeeds while its job runs on, for a sensor) or
+    ``cancel_on_kill=False``: never cancelled with the task, marked or not."""
+    for marked in (False, True):
+        decision = verdict_of(task(state, run_state=run_state, disowned=True, marked=marked))
+        assert decision.verdict == Verdict.KEEP and not decision.orphaned, decision
+
+
+def test_a_state_a_user_set_reads_marked() -> None:
+    decision = verdict_of(task("failed", marked=True))
+    assert decision.detail == "task acc.job of run r1 was marked failed", decision
+    run = verdict_of(task(None, run_state="failed", marked=True))
+    assert run.detail == "task acc.job of run r1: its DAG run was marked failed", run
+
+
+@pytest.mark.parametrize("run_state", ["failed", "success"])
+def test_an_ended_dag_run_cancels_the_job_of_a_task_left_in_any_state(run_state: str) -> None:
+    decision = verdict_of(task("deferred", run_state=run_state))
+    assert decision.verdict == Verdict.CANCEL and decision.reason == f"dag_run_{run_state}", decision
+    assert decision.detail == f"task acc.job of run r1: its DAG run ended {run_state}"
+
+
+def test_a_deleted_dag_run_cancels_its_jobs() -> None:
+    decision = verdict_of(TaskView(dag_known=True, run_state=None, found=False), first_seen=NOW - 31)
+    assert decision.verdict == Verdict.CANCEL and decision.reason == "dag_run_deleted", decision
+
+
+def test_a_cleared_task_whose_new_try_submitted_another_job_cancels_the_old_one() -> None:
+    t = task("deferred", try_number=2, try_started_at=NOW - 60, ended_at=None)
+    decision = verdict_of(t, job(newest_sibling_created=NOW - 50), first_seen=NOW - 40)
+    assert decision.verdict == Verdict.CANCEL and decision.reason == "superseded", decision
+    assert "try 2 submitted another job" in decision.detail
+
+
+def test_the_newest_job_of_the_current_try_is_kept() -> None:
+    t = task("running", try_number=2, try_started_at=NOW - 60, ended_at=None)
+    newest = JobView(AppState.RUNNING, LABELS, created=NOW - 50, newest_sibling_created=NOW - 290)
+    assert verdict_of(t, newest).verdict == Verdict.KEEP
+
+
+def test_a_newer_job_from_before_the_current_try_does_not_supersede() -> None:
+    """Both jobs predate the try: it has not chosen yet (it adopts the live one or fails)."""
+    t = task("running", try_number=3, try_started_at=NOW - 10, ended_at=None)
+    assert verdict_of(t, job(newest_sibling_created=NOW - 100)).verdict == Verdict.KEEP
+
+
+def test_a_job_without_airflow_labels_is_never_touched() -> None:
+    for labels in ({}, {"team": "ml"}, {**LABELS, "airflow.map_index": "x"}, {**LABELS, "airflow.run_id": ""}):
+        decision = verdict_of(task("failed"), job(labels=labels))
+        assert decision.verdict == Verdict.KEEP and not decision.orphaned, (labels, decision)
+
+
+@pytest.mark.parametrize("state", [AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED])
+def test_an_ended_job_is_left_alone(state: AppState) -> None:
+    assert verdict_of(task("failed"), job(state)).verdict == Verdict.KEEP
+
+
+def test_an_unreadable_state_asks_again_later() -> None:
+    decision = verdict_of(None)
+    assert decision.verdict == Verdict.LATER and not decision.orphaned, decision
+
+
+def test_labels_naming_no_known_dag_ask_again_later() -> None:
+    decision = verdict_of(TaskView(dag_known=False, run_state=None, found=False))
+    assert decision.verdict == Verdict.LATER and not decision.orphaned, decision
+
+
+def test_labels_naming_no_task_of_the_run_ask_again_later() -> None:
+    decision = verdict_of(TaskView(dag_known=True, run_state="running", found=False))
+    assert decision.verdict == Verdict.LATER and not decision.orphaned, decision
+
+
+def test_a_state_outside_the_table_asks_again_later() -> None:
+    assert verdict_of(task("some_future_state")).verdict == Verdict.LATER
+
+
+def test_within_the_grace_period_an_orphan_waits() -> None:
+    decision = verdict_of(task("failed", ended_at=NOW - 10))
+    assert decision.verdict == Verdict.LATER and decision.reason == "task_failed", decision
+    assert verdict_of(task("failed", ended_at=NOW - 10), grace=10).verdict == Verdict.CANCEL
+
+
+def test_the_grace_period_counts_from_first_seen_without_an_end_date() -> None:
+    t = task("failed", ended_at=None)
+    assert verdict_of(t, first_seen=NOW - 5).verdict == Verdict.LATER
+    assert verdict_of(t, first_seen=NOW - 30).verdict == Verdict.CANCEL
+    assert verdict_of(t).verdict == Verdict.LATER  # first seen now
+
+
+def test_a_zero_grace_cancels_at_once() -> None:
+    assert verdict_of(task("success", ended_at=NOW), grace=0).verdict == Verdict.CANCEL
+
+
+def test_with_the_setting_off_an_orphan_is_kept_but_still_reported() -> None:
+    decision = verdict_of(task("failed"), enabled=False)
+    assert decision.verdict == Verdict.KEEP and decision.orphaned and decision.reason == "task_failed", decision
+
+
+def test_identity_and_names_of_mapped_tasks() -> None:
+    labels = {**LABELS, "airflow.map_index": "3"}
+    assert identity_of(labels) == ("acc", "job", "r1", 3)
+    assert task_name(labels) == "task acc.job[3] of run r1"
+    assert task_name(LABELS) == "task acc.job of run r1"
+
+
+def test_the_settings_are_declared_with_their_defaults_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_torchx.provider_info import get_provider_info
+    from airflow_provider_torchx.reaper import ReaperSettings, reaper_settings
+
+    options = get_provider_info()["config"]["torchx"]["options"]
+    assert (options["cancel_orphaned_jobs"]["type"], options["cancel_orphaned_jobs"]["default"]) == ("boolean", "True")
+    assert (options["orphan_grace"]["type"], options["orphan_grace"]["default"]) == ("float", "30")
+    assert reaper_settings() == ReaperSettings(enabled=True, grace=30.0)
+    monkeypatch.setenv("AIRFLOW__TORCHX__CANCEL_ORPHANED_JOBS", "False")
+    monkeypatch.setenv("AIRFLOW__TORCHX__ORPHAN_GRACE", "45")
+    assert reaper_settings() == ReaperSettings(enabled=False, grace=45.0)
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv("AIRFLOW__TORCHX__ORPHAN_GRACE", bad)
+        with pytest.raises(ValueError, match=rf"\[torchx\] orphan_grace: '{bad}'"):
+            reaper_settings()
+
+
+def test_apply_cancels_an_orphan_with_its_reason_and_leaves_the_others(local_jobs: tuple[Runner, list[str]]) -> None:
+    """``reaper.apply`` on real local jobs: the orphan ends CANCELLED with the table's sentence
+    as its cancel reason; the job a try adopts and the one still in its grace run on."""
+    from airflow_provider_torchx.reaper import LiveJob, ReaperSettings, apply
+
+    runner, handles = local_jobs
+    app = AppDef(name="reap", roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", "sleep 60"])])
+    runs = {name: {**LABELS, "airflow.run_id": name} for name in ("ended", "adopted", "in_grace")}
+    for labels in runs.values():
+        handles.append(runner.run(app, "local_cwd", labels=labels))
+    jobs = [
+        LiveJob(h, "local_cwd", None, AppState.RUNNING, labels, time.time())
+        for h, labels in zip(handles, runs.values(), strict=True)
+    ]
+    now = time.time()
+    views = {
+        ("acc", "job", "ended", -1): task("failed", ended_at=now - 31),
+        ("acc", "job", "adopted", -1): task("up_for_retry"),
+        ("acc", "job", "in_grace", -1): task("failed", ended_at=now - 5),
+    }
+    decisions = apply(jobs, views, settings=ReaperSettings(True, 30.0), now=now, where="test")
+    assert [d.verdict for _, d in decisions] == [Verdict.CANCEL, Verdict.KEEP, Verdict.LATER]
+    ended = runner.wait(handles[0], wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    assert ended is not None and ended.state == AppState.CANCELLED
+    desc = runner.describe_app(handles[0])
+    assert desc is not None and desc.cancel_reason == "task acc.job of run ended ended failed", desc
+    for handle in handles[1:]:
+        status = runner.describe_app(handle)
+        assert status is not None and not status.state.is_terminal() and not status.cancel_requested, status

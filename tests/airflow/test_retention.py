@@ -1,0 +1,65 @@
+"""``[torchx] retain_finished``: a task that submits a local job prunes the store's jobs that
+ended longer ago (never a live one), at most hourly; empty (the default) keeps everything."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
+from airflow_provider_torchx.retention import apply_retention
+from tests.core.local.helpers import sh_app, wait_done
+
+pytestmark = pytest.mark.airflow
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A private job store with one job that ended and one that runs."""
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(tmp_path / "state"))
+    sched = create_cwd_scheduler("torchx")
+    ended = sched.submit(sh_app("echo old"))
+    wait_done(sched, ended)
+    live = sched.submit(sh_app("sleep 300"))
+    time.sleep(1.1)  # the ended job is now older than 1 s
+    yield sched, ended, live
+    sched.cancel(live)
+    wait_done(sched, live)
+
+
+def _ids(sched: LocalScheduler) -> set[str]:
+    return {a.app_id for a in sched.list()}
+
+
+def test_a_task_prunes_what_ended_before_the_retention(
+    run_dag: Any, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sched, ended, live = store
+    monkeypatch.setenv("AIRFLOW__TORCHX__RETAIN_FINISHED", "1s")
+    dag_run, out = run_dag("torchx_local_echo", deferrable=False)
+    assert dag_run.state == "success", out[-3000:]
+    assert "TorchX retention: removed 1 job(s) that ended over 1s ago" in out, out[-3000:]
+    assert ended not in _ids(sched) and live in _ids(sched)
+
+    again = sched.submit(sh_app("echo newer"))
+    wait_done(sched, again)
+    time.sleep(1.1)
+    assert apply_retention("local_cwd") == 0, "at most one prune an hour"
+    assert again in _ids(sched)
+
+
+def test_off_by_default_and_a_bad_value_is_logged(
+    store: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sched, ended, live = store
+    monkeypatch.delenv("AIRFLOW__TORCHX__RETAIN_FINISHED", raising=False)
+    assert apply_retention("local_cwd") == 0 and ended in _ids(sched)
+    monkeypatch.setenv("AIRFLOW__TORCHX__RETAIN_FINISHED", "a month")
+    with caplog.at_level(logging.WARNING):
+        assert apply_retention("local_cwd") == 0
+    assert "[torchx] retain_finished: 'a month' is not a duration" in caplog.text
+    assert apply_retention("aws_batch") == 0 and {ended, live} <= _ids(sched)

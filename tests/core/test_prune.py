@@ -1,0 +1,123 @@
+"""The local job store at scale and its retention: listing reads only live jobs' files (ended
+ones come from the store's index), and ``airflow-torchx prune`` removes ended jobs, never a
+live one, reporting the space freed."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_torchx.core.cli import main
+from airflow_provider_torchx.core.schedulers.local import store
+from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
+from tests.core.local.helpers import sh_app, wait_done
+
+
+@pytest.fixture
+def sched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalScheduler]:
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(tmp_path / "state"))
+    s = create_cwd_scheduler("torchx")
+    yield s
+    for app in s.list():
+        if not app.state.is_terminal():
+            s.cancel(app.app_id)
+            wait_done(s, app.app_id)
+
+
+def _ended(sched: LocalScheduler, script: str = "echo done") -> str:
+    app_id = sched.submit(sh_app(script))
+    wait_done(sched, app_id)
+    return app_id
+
+
+def test_listing_reads_the_files_of_live_jobs_only(sched: LocalScheduler) -> None:
+    done, failed = _ended(sched), _ended(sched, "exit 3")
+    live = sched.submit(sh_app("sleep 300"))
+    assert {a.app_id: a.state.name for a in sched.list()} == {
+        done: "SUCCEEDED",
+        failed: "FAILED",
+        live: live_state(sched, live),
+    }
+    index = json.loads(Path(sched.store.root, store.FINISHED_INDEX).read_text())
+    assert set(index) == {done, failed}, "only ended jobs are indexed"
+    aside = Path(sched.store.root).parent
+    for app_id in (done, failed):  # an ended job's files are not read again, by any process
+        os.rename(Path(sched.store.job_dir(app_id), store.REQUEST), aside / app_id)
+    fresh = create_cwd_scheduler("torchx")
+    assert {a.app_id for a in fresh.list()} == {done, failed, live}
+    for app_id in (done, failed):
+        os.rename(aside / app_id, Path(sched.store.job_dir(app_id), store.REQUEST))
+    fresh.delete(failed)  # a deleted job leaves the listing though its entry is still indexed
+    assert {a.app_id for a in create_cwd_scheduler("torchx").list()} == {done, live}
+    Path(sched.store.root, store.FINISHED_INDEX).write_text("{not json")  # a broken index: the files
+    assert {a.app_id for a in create_cwd_scheduler("torchx").list()} == {done, live}
+
+
+def live_state(sched: LocalScheduler, app_id: str) -> str:
+    """The live job's state as ``describe`` reports it right now (PENDING or RUNNING)."""
+    desc = sched.describe(app_id)
+    assert desc is not None and not desc.state.is_terminal()
+    return desc.state.name
+
+
+def test_prune_removes_ended_jobs_only_and_reports_the_space(
+    sched: LocalScheduler, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done, failed = _ended(sched, "head -c 300000 /dev/zero"), _ended(sched, "exit 3")
+    live = sched.submit(sh_app("sleep 300"))
+
+    assert main(["prune", "--older-than", "1h"]) == 0, "nothing ended an hour ago"
+    assert capsys.readouterr().out.endswith("removed 0 ended job(s) of " + sched.store.root + "; freed 0.0 MB\n")
+
+    assert main(["prune", "--older-than", "0s", "--state", "failed", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{failed}  ") and "would remove 1 ended job(s)" in out, out
+    assert {a.app_id for a in sched.list()} == {done, failed, live}, "a dry run removes nothing"
+
+    time.sleep(0.01)
+    assert main(["prune", "--older-than", "0s"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert {line.split()[0] for line in lines[:-1]} == {done, failed}, out
+    freed = float(lines[-1].rsplit("freed ", 1)[1].split()[0])
+    assert "removed 2 ended job(s)" in lines[-1] and 0.6 <= freed < 1, out  # 300 kB in stdout and combined
+    assert [a.app_id for a in sched.list()] == [live], "the live job stays"
+    assert not os.path.exists(sched.store.job_dir(done))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--older-than", "30 days"], "--older-than: '30 days' is not a duration"),
+        (["--older-than", "30d", "--state", "running"], "invalid choice: 'RUNNING'"),
+        ([], "the following arguments are required: --older-than"),
+    ],
+)
+def test_prune_usage_errors_remove_nothing(
+    sched: LocalScheduler, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    done = _ended(sched)
+    assert main(["prune", *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert [a.app_id for a in sched.list()] == [done]
+
+
+def test_cli_list_shows_the_newest_unless_all(
+    sched: LocalScheduler, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_torchx.core import cli
+
+    first, second, third = (_ended(sched) for _ in range(3))
+    monkeypatch.setattr(cli, "LIST_DEFAULT_LIMIT", 2)
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert first not in out and second in out and third in out, out
+    assert "1 older job(s) not shown: `airflow-torchx list --all` shows every job" in err
+    assert main(["list", "--all"]) == 0
+    out, err = capsys.readouterr()
+    assert all(app_id in out for app_id in (first, second, third)) and err == ""
