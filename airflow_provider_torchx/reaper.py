@@ -397,9 +397,22 @@ def _wake_loop() -> bool:
 # ---------------------------------------------------------------------- what Airflow announces
 
 
+def _has_task_sdk_channel() -> bool:
+    """Whether this process talks to a Task SDK supervisor (a task process, a triggerer,
+    ``dag.test()``): not the api-server or the scheduler, whose announcements the reaper acts on.
+    A thread of ours must never use that channel (it is not thread-safe), and the reaping
+    thread's reads (connections, masking) would."""
+    task_runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    return getattr(task_runner, "SUPERVISOR_COMMS", None) is not None
+
+
 def _submit(fn: Callable[..., object], *args: Any) -> None:
-    """Run ``fn`` on the reaper's own thread (never the announcing component's)."""
+    """Run ``fn`` on the reaper's own thread (never the announcing component's); nothing in a
+    process with a Task SDK channel (the reconciling loop covers what is left there)."""
     global _announced
+    if _has_task_sdk_channel():
+        log.debug("orphaned jobs: not reaping from a process with a Task SDK channel")
+        return
     with _lock:
         if _announced is None:
             _announced = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchx-reaper-announced")

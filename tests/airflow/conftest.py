@@ -18,3 +18,16 @@ def local_jobs() -> Iterator[tuple[Runner, list[str]]]:
     yield runner, handles
     for handle in handles:
         runner.delete(handle)
+
+
+@pytest.fixture(autouse=True)
+def _reaper_done_after_each_test() -> Iterator[None]:
+    """What the orphaned-jobs listeners handed the reaper's thread (``dag.test()`` announces its
+    task instances' ends in this process) is finished within its test, never in the next one
+    (whose stand-in channel or jobs it would otherwise meet)."""
+    yield
+    from airflow_provider_torchx import reaper
+
+    if reaper._announced is not None:
+        reaper._announced.shutdown(wait=True)
+        reaper._announced = None

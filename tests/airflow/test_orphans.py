@@ -205,3 +205,17 @@ def test_apply_cancels_an_orphan_with_its_reason_and_leaves_the_others(local_job
     for handle in handles[1:]:
         status = runner.describe_app(handle)
         assert status is not None and not status.state.is_terminal() and not status.cancel_requested, status
+
+
+def test_no_reaping_thread_in_a_process_with_a_task_sdk_channel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task process, a triggerer or ``dag.test()`` (a Task SDK channel is set) starts no
+    reaping thread: its reads would use the channel from a thread of ours."""
+    from airflow.sdk.execution_time import task_runner
+
+    from airflow_provider_torchx import reaper
+
+    monkeypatch.setattr(reaper, "_announced", None)
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", object(), raising=False)
+    called: list[int] = []
+    reaper._submit(called.append, 1)
+    assert reaper._announced is None and called == []
