@@ -60,28 +60,6 @@ def test_deferred_job_lines_show_while_deferred_and_once_in_the_end(live_airflow
     assert live.job_state(live.app_handle(DEFERRED, run_id))["state"] == "SUCCEEDED"
 
 
-def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirflow) -> None:
-    live, api = live_airflow, live_airflow.deployment
-    run_id = live.trigger(DEFERRED, {"lines": 600, "pause": 1, "replicas": 2})
-    api.wait_for_state(DEFERRED, run_id, "job", {"deferred"})
-    handle = live.app_handle(DEFERRED, run_id)
-    live.wait_for_log(DEFERRED, run_id, "deferred")  # the trigger is watching the job
-    procs = live.job_processes(handle)
-    replicas = live.replica_processes(handle)
-    assert {p.pid for p in procs} >= {pid for pid, _ in replicas} and len(replicas) == 2, procs
-
-    api.set_state(DEFERRED, run_id, "job", "failed")
-    marked = time.monotonic()
-    try:
-        wait_until(lambda: not still_running(procs), CANCEL_WITHIN, "the job's processes to end")
-    except TimeoutError:
-        pytest.fail(f"still running {CANCEL_WITHIN}s after the task was marked failed: {still_running(procs)}")
-    assert not processes_of(live.job_dir(handle))
-    print(f"job processes gone {time.monotonic() - marked:.1f}s after marking the task failed")
-    assert live.job_state(handle)["state"] == "CANCELLED"
-    assert api.task_instance(DEFERRED, run_id, "job")["state"] == "failed"
-
-
 def test_triggerer_restart_keeps_the_job_and_logs_each_line_once(live_airflow: LiveAirflow) -> None:
     live, api = live_airflow, live_airflow.deployment
     run_id = live.trigger(DEFERRED, {"lines": 30, "pause": 1, "replicas": 2})
@@ -202,3 +180,28 @@ def test_ddp_on_two_nodes_succeeds_with_every_ranks_lines_once(live_airflow: Liv
     for r in range(4):
         steps = [e for e in events if re.match(rf"^\[ddp_train/[01]\] rank {r} step \d loss ", e)]
         assert len(steps) == 3, steps  # the script's 3 steps, each line once
+
+
+def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirflow) -> None:
+    """Runs last in this module: the marked task's trigger row is deleted while the trigger
+    still runs, and Airflow 3.1 on SQLite hands that trigger id to the next deferral, whose task
+    the old trigger's event then resumes (a later test's task left ``deferred`` early)."""
+    live, api = live_airflow, live_airflow.deployment
+    run_id = live.trigger(DEFERRED, {"lines": 600, "pause": 1, "replicas": 2})
+    api.wait_for_state(DEFERRED, run_id, "job", {"deferred"})
+    handle = live.app_handle(DEFERRED, run_id)
+    live.wait_for_log(DEFERRED, run_id, "deferred")  # the trigger is watching the job
+    procs = live.job_processes(handle)
+    replicas = live.replica_processes(handle)
+    assert {p.pid for p in procs} >= {pid for pid, _ in replicas} and len(replicas) == 2, procs
+
+    api.set_state(DEFERRED, run_id, "job", "failed")
+    marked = time.monotonic()
+    try:
+        wait_until(lambda: not still_running(procs), CANCEL_WITHIN, "the job's processes to end")
+    except TimeoutError:
+        pytest.fail(f"still running {CANCEL_WITHIN}s after the task was marked failed: {still_running(procs)}")
+    assert not processes_of(live.job_dir(handle))
+    print(f"job processes gone {time.monotonic() - marked:.1f}s after marking the task failed")
+    assert live.job_state(handle)["state"] == "CANCELLED"
+    assert api.task_instance(DEFERRED, run_id, "job")["state"] == "failed"
