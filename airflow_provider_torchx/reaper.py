@@ -108,18 +108,15 @@ def live_jobs(wanted: Callable[[Identity], bool] | None = None) -> list[LiveJob]
     """Every live job with Airflow labels (and, given ``wanted``, whose identity it accepts),
     from one ``list_live`` per source: each host-bound scheduler's job store and each ``torchx``
     connection of another scheduler. A source that fails is logged and skipped."""
-    from airflow_provider_torchx.hooks.torchx import TorchXHook
-    from airflow_provider_torchx.plugins.jobs import host_bound_schedulers, torchx_connection_ids
+    from airflow_provider_torchx.plugins.jobs import host_bound_schedulers, listing_sources, torchx_connection_ids
 
-    sources: list[tuple[str | None, TorchXHook]] = [
-        (None, TorchXHook(None, scheduler=s)) for s in host_bound_schedulers()
-    ]
+    connections: list[str] = []
     try:
-        sources += [(conn_id, TorchXHook(conn_id)) for conn_id in torchx_connection_ids()]
+        connections = torchx_connection_ids()
     except Exception as e:
         log.warning("orphaned jobs: could not list the torchx connections (%s: %s)", type(e).__name__, e)
     found: dict[str, LiveJob] = {}
-    for conn_id, hook in sources:
+    for conn_id, hook in listing_sources(connections):
         try:
             scheduler = hook.settings.scheduler
             if conn_id and scheduler in host_bound_schedulers():

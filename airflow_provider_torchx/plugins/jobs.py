@@ -135,7 +135,7 @@ def host_bound_schedulers() -> tuple[str, ...]:
     return tuple(names)
 
 
-def _sources(connections: Iterable[str]) -> Iterable[tuple[str | None, TorchXHook]]:
+def listing_sources(connections: Iterable[str]) -> Iterable[tuple[str | None, TorchXHook]]:
     """``(conn_id, hook)`` for each place to list jobs: the host-bound schedulers (no
     connection), then every ``torchx`` connection of ``connections``."""
     for scheduler in host_bound_schedulers():
@@ -200,7 +200,7 @@ def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...]) 
     state = (filters.get("state") or "").upper()
     rows: dict[str, JobRow] = {}
     errors: dict[str, str] = {}
-    for conn_id, hook in _sources(connections):
+    for conn_id, hook in listing_sources(connections):
         try:
             scheduler = hook.settings.scheduler
             if conn_id and scheduler in host_bound_schedulers():
