@@ -46,6 +46,7 @@ import asyncio
 import collections
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -497,10 +498,11 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
     rows: list[tuple[str, dict[str, Any]]] = []
     names = {"ours": "TorchXJobTrigger", "amazon": "Amazon BatchJobTrigger"}
     try:
-        queue = setup_queue(url)
         t0 = time.monotonic()
-        jobs = {kind: submit_pending_jobs(url, queue, args.n) for kind in contenders}
-        print(f"submitted {args.n} PENDING jobs per contender in {time.monotonic() - t0:.0f}s", flush=True)
+        queues = {kind: setup_queue(url, "bench-q" if args.shared_queue else f"bench-{kind}") for kind in contenders}
+        jobs = {kind: submit_pending_jobs(url, queues[kind], args.n) for kind in contenders}
+        where = "one queue" if args.shared_queue else "a queue each"
+        print(f"submitted {args.n} PENDING jobs per contender ({where}) in {time.monotonic() - t0:.0f}s", flush=True)
         batch = boto3.client("batch", endpoint_url=url)
         env = {**os.environ, "AWS_ENDPOINT_URL": url, "AIRFLOW_HOME": str(work / "airflow-home")}
         env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
@@ -554,27 +556,58 @@ def local_phase(args: argparse.Namespace, work: Path) -> list[tuple[str, dict[st
     handles = [runner.run(app, "local_cwd") for _ in range(args.local)]
     print(f"submitted {len(handles)} local jobs", flush=True)
 
+    end_times: dict[str, float] = {}
+
     def end_jobs() -> dict[str, float]:
-        ends = {}
         for handle in handles:
             runner.cancel(handle)
-            ends[handle] = time.time()
-        return ends
+            end_times[handle] = time.time()
+        return end_times
 
     env = {**os.environ, "AIRFLOW_HOME": str(work / "airflow-home"), "PYTHONPATH": str(REPO)}
     env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
+    spawned: list[Contender] = []
+
     def spawn(tag: str, targets: list[str], native_ids: list[str | None], **kw: Any) -> Contender:
-        return Contender(sys.executable, "ours", f"local-{tag}", targets, native_ids, args, work, env, None, **kw)
+        c = Contender(sys.executable, "ours", f"local-{tag}", targets, native_ids, args, work, env, None, **kw)
+        spawned.append(c)
+        return c
 
     try:
         print(f"running ours over {len(handles)} local jobs ...", flush=True)
         run = two_triggerers if args.two else one_triggerer
         rows = run(spawn, handles, [None] * len(handles), args, end_jobs)
+        split_local_delays(runner, spawned, handles, end_times)
         return [(f"TorchXJobTrigger, {args.local} local{suffix}", row) for suffix, row in rows]
     finally:
         for handle in handles:
             runner.cancel(handle)
+
+
+def split_local_delays(runner: Any, contenders: list[Contender], handles: list[str], cancels: dict[str, float]) -> None:
+    """Print where a local job's event delay goes: from the cancel to the supervisor's record
+    of the end (``ended`` in its state; the supervisors' own work), and from that record to the
+    trigger's event (the trigger's)."""
+    first_event: dict[str, float] = {}
+    for c in contenders:
+        for handle, evs in c.result.get("events", {}).items():
+            if evs:
+                first_event[handle] = min(first_event.get(handle, math.inf), evs[0][0])
+    recorded, after = [], []
+    for handle in handles:
+        desc = runner.describe_app(handle)
+        if desc is None or desc.ended is None or handle not in cancels:
+            continue
+        recorded.append(desc.ended - cancels[handle])
+        if handle in first_event:
+            after.append(first_event[handle] - desc.ended)
+
+    def spread(values: list[float]) -> str:
+        return f"p50 {pct(values, 50):.2f} / p95 {pct(values, 95):.2f} / max {max(values, default=math.nan):.2f} s"
+
+    print(f"  local: the supervisor recorded the end after the cancel: {spread(recorded)}", flush=True)
+    print(f"  local: the event after the recorded end: {spread(after)}", flush=True)
 
 
 def table(rows: list[tuple[str, dict[str, Any]]], poll: float) -> None:
@@ -611,6 +644,7 @@ def main() -> None:
     parser.add_argument("--fresh", type=float, help="a fresh triggerer: the jobs end this many seconds after it starts")
     parser.add_argument("--two", action="store_true", help="two triggerers, the second restarted in the middle")
     parser.add_argument("--old-kwargs", action="store_true", help="our triggers without the job id (look-ups)")
+    parser.add_argument("--shared-queue", action="store_true", help="both contenders' jobs in one job queue")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs of each contender)")
     # contender mode (internal)
     parser.add_argument("--contender", choices=["ours", "amazon"])
