@@ -7,7 +7,9 @@ provider from ``benchmarks/.amazon-venv``, created on first use with ``apache-ai
 and ``apache-airflow-providers-amazon[aiobotocore]``, about 2.5 min; never the project's venv).
 
 1. A moto server of its own on loopback (no containers); N Batch jobs per contender, rendered
-   by our scheduler and kept PENDING by a dependency that never finishes.
+   by our scheduler, kept PENDING by a dependency that never finishes, in a job queue per
+   contender (``--shared-queue``: one for both), submitted just before the contender's run
+   (eight at a time, on one job definition: moto runs a thread per job).
 2. Each contender runs N triggers (``poll_interval``/``waiter_delay`` = ``--poll``), a 50 ms
    sleeper measuring the loop's lag and a neighbour trigger timing ``asyncio.to_thread(noop)``
    every 0.5 s. Our triggers carry the job id (``native_id``, as ``TorchXJobTrigger.for_job``
@@ -32,10 +34,12 @@ Modes besides that steady one (each keeps the Amazon side in the same run, on it
   event over the three processes, and no job may be cancelled by a contender.
 
     .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
-        [--fresh 5] [--two] [--old-kwargs]
+        [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--amazon-wait 60]
 
-``--n 2000`` is the big case (``--n 5000`` the capacity-raised one); ``--quick`` shortens the
-phases; ``--no-amazon`` / ``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a
+``--n 2000`` is the big case (``--n 5000`` the capacity-raised one; ``--amazon-wait`` caps how
+long the Amazon side's events are waited for); ``--quick`` shortens the phases; for local
+jobs it also prints where the delay goes (the supervisors' record of the end, then the
+trigger); ``--no-amazon`` / ``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a
 table and the load average.
 """
 
@@ -299,6 +303,7 @@ class Contender:
         warmup: float,
         steady: float,
         go: bool,
+        wait_end: float | None = None,
     ) -> None:
         self.kind, self.tag, self.moto, self.targets = kind, tag, moto, targets
         targets_file = work / f"{tag}-targets.json"
@@ -309,7 +314,7 @@ class Contender:
             self.go_file.touch()
         cmd = [python, str(Path(__file__).resolve()), "--contender", kind, "--targets", str(targets_file)]
         cmd += ["--poll", str(args.poll), "--warmup", str(warmup), "--steady", str(steady)]
-        cmd += ["--wait-end", str(args.wait_end), "--log-file", str(work / f"{tag}.log")]
+        cmd += ["--wait-end", str(wait_end or args.wait_end), "--log-file", str(work / f"{tag}.log")]
         cmd += ["--go-file", str(self.go_file), "--end-file", str(self.end_file)]
         self.before = moto.calls() if moto else collections.Counter()
         self.started = time.monotonic()
@@ -498,17 +503,17 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
     rows: list[tuple[str, dict[str, Any]]] = []
     names = {"ours": "TorchXJobTrigger", "amazon": "Amazon BatchJobTrigger"}
     try:
-        t0 = time.monotonic()
         queues = {kind: setup_queue(url, "bench-q" if args.shared_queue else f"bench-{kind}") for kind in contenders}
-        jobs = {kind: submit_pending_jobs(url, queues[kind], args.n) for kind in contenders}
-        where = "one queue" if args.shared_queue else "a queue each"
-        print(f"submitted {args.n} PENDING jobs per contender ({where}) in {time.monotonic() - t0:.0f}s", flush=True)
         batch = boto3.client("batch", endpoint_url=url)
         env = {**os.environ, "AWS_ENDPOINT_URL": url, "AIRFLOW_HOME": str(work / "airflow-home")}
         env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
         env["PYTHONPATH"] = str(REPO)
         for kind in contenders:
-            pairs = jobs[kind]
+            # Each contender's jobs are submitted just before its run: moto runs a thread per job.
+            t0 = time.monotonic()
+            pairs = submit_pending_jobs(url, queues[kind], args.n)
+            where = "in the one queue" if args.shared_queue else "in a queue of its own"
+            print(f"submitted {args.n} PENDING jobs for {kind} ({where}) in {time.monotonic() - t0:.0f}s", flush=True)
             ids = [job_id for _, job_id in pairs]
             targets = [f"aws_batch://bench/{app_id}" for app_id, _ in pairs] if kind == "ours" else ids
             native_ids: list[str | None] = [None if args.old_kwargs else i for i in ids]
@@ -531,7 +536,10 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
                 kind: str = kind,
                 **kw: Any,
             ) -> Contender:
-                return Contender(python, kind, f"{kind}-{tag}", targets, native_ids, args, work, env, moto, **kw)
+                wait_end = args.amazon_wait if kind == "amazon" and args.amazon_wait else args.wait_end
+                return Contender(
+                    python, kind, f"{kind}-{tag}", targets, native_ids, args, work, env, moto, wait_end=wait_end, **kw
+                )
 
             mode = "two triggerers" if args.two else f"fresh, jobs end {args.fresh:g}s in" if args.fresh else "steady"
             print(f"running {kind} over {args.n} Batch jobs ({mode}) ...", flush=True)
@@ -645,6 +653,7 @@ def main() -> None:
     parser.add_argument("--two", action="store_true", help="two triggerers, the second restarted in the middle")
     parser.add_argument("--old-kwargs", action="store_true", help="our triggers without the job id (look-ups)")
     parser.add_argument("--shared-queue", action="store_true", help="both contenders' jobs in one job queue")
+    parser.add_argument("--amazon-wait", type=float, help="cap the wait for the Amazon trigger's events (seconds)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs of each contender)")
     # contender mode (internal)
     parser.add_argument("--contender", choices=["ours", "amazon"])

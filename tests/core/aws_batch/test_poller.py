@@ -294,7 +294,7 @@ def test_sweep_plan_lists_groups_within_the_scheduled_calls_budget() -> None:
     q = [("arn:q1", "PENDING"), ("arn:q1", "RUNNING"), ("arn:q2", "RUNNING")]
     assert sweep_plan({q[0]: GroupSize(1000, 10.0, 1000, 1)}) == {q[0]: 2.5}  # a quarter period
     assert sweep_plan({q[0]: GroupSize(5, 10.0, 5, 1)}) == {q[0]: 2.5}  # one group at full rate
-    assert sweep_plan({q[0]: GroupSize(1000, 10.0, 2000, 2)}) == {q[0]: 5.0}  # half are others'
+    assert sweep_plan({q[0]: GroupSize(1000, 10.0, 4000, 4)}) == {q[0]: 5.0}  # most are others'
     assert sweep_plan({q[0]: GroupSize(1000, 10.0, 8000, 8)}) == {}  # no sooner than the schedule
     three = {key: GroupSize(1000, 10.0, 1000, 1) for key in q}
     assert sweep_plan(three) == dict.fromkeys(q, 2.5)  # 1.2 ListJobs/s within 3 DescribeJobs/s
