@@ -36,6 +36,7 @@ Modes besides that steady one (each keeps the Amazon side in the same run, on it
     .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
         [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--amazon-wait 60]
 
+``TRIGGERER_SCALE_PROFILE=DIR`` writes a cProfile of each contender's loop thread to DIR.
 ``--n 2000`` is the big case (``--n 5000`` the capacity-raised one; ``--amazon-wait`` caps how
 long the Amazon side's events are waited for); ``--quick`` shortens the phases; for local
 jobs it also prints where the delay goes (the supervisors' record of the end, then the
@@ -208,7 +209,16 @@ def contender_main(args: argparse.Namespace) -> None:
     os.dup2(log_fd, 1)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout)
     spec = json.loads(Path(args.targets).read_text())
-    asyncio.run(contend(args.contender, spec["targets"], spec["native_ids"], args))
+    main = contend(args.contender, spec["targets"], spec["native_ids"], args)
+    profile_dir = os.environ.get("TRIGGERER_SCALE_PROFILE")  # where to write each loop's profile
+    if not profile_dir:
+        asyncio.run(main)
+        return
+    import cProfile
+
+    with cProfile.Profile() as prof:  # the loop's thread only: the pools' threads are not in it
+        asyncio.run(main)
+    prof.dump_stats(os.path.join(profile_dir, Path(args.log_file).stem + ".prof"))
 
 
 # ---------------------------------------------------------------------- orchestrator

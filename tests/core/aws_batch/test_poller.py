@@ -22,7 +22,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     round_gap,
     shared_poller,
 )
-from airflow_provider_torchx.core.schedulers.aws_batch.sweep import GroupSize, sweep_plan
+from airflow_provider_torchx.core.schedulers.aws_batch.sweep import FAILED_PAUSE, GroupSize, sweep_plan
 from tests.core.aws_batch.fakes import FakeBatch, client_error, mnp_job
 
 
@@ -369,3 +369,21 @@ def test_a_hint_for_a_job_described_in_another_status_since_is_ignored() -> None
     poller.look_soon((queue, "RUNNABLE"), ["j"])
     poller.step(clock, 1.0)
     assert waiter.result(timeout=0)["j"]["status"] == "RUNNABLE"
+
+
+def test_a_failed_listing_leaves_the_scheduled_looks_and_is_tried_again_minutes_later() -> None:
+    clock = FakeClock()
+    batch = FakeBatch(page_size=1000)
+    batch.jobs["j"] = mnp_job(job_id="j", status="RUNNING")
+    poller = HandPoller(batch, clock=clock)
+    seen: dict[str, list[tuple[float, str]]] = {"j": []}
+    follow(poller, "j", 10.0, seen)
+    poller.step(clock, 0.1)
+    denied = client_error("AccessDeniedException", 403)
+    batch.fail_next = [denied]
+    sweeping_step(poller, clock, 60.0)
+    lists = [c for c in batch.calls if c[0] == "list_jobs"]
+    assert len(lists) == 1  # the failed one; the next comes FAILED_PAUSE later
+    assert len(seen["j"]) >= 6  # looked at every 10 s all the same
+    sweeping_step(poller, clock, FAILED_PAUSE)
+    assert len([c for c in batch.calls if c[0] == "list_jobs"]) > 1

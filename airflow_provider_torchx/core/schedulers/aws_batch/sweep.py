@@ -42,6 +42,8 @@ SWEEPS_PER_PERIOD = 4
 SUMMARY_WEIGHT = 8
 #: ``DescribeJobs`` ids a call (the poller's batch).
 DESCRIBE_IDS = 100
+#: Seconds before a group whose listing failed (after the retries) is listed again.
+FAILED_PAUSE = 300.0
 
 
 @dataclass(frozen=True)
@@ -164,14 +166,22 @@ class ChangeSweep:
             if due <= now:
                 try:
                     found, pages = self._list(group)
-                except Exception as err:  # the scheduled looks go on; try again next interval
-                    log.warning("listing %s jobs of %s failed: %s: %s", group[1], group[0], type(err).__name__, err)
+                except Exception as err:  # the scheduled looks go on without it
+                    log.warning(
+                        "listing the %s jobs of %s failed (%s: %s): trying again in %.0f s",
+                        group[1],
+                        group[0],
+                        type(err).__name__,
+                        err,
+                        FAILED_PAUSE,
+                    )
+                    due = self._next[group] = now + FAILED_PAUSE
                 else:
                     self._sizes[group] = (len(found), pages)
                     gone = changed(groups[group][0], found)
                     if gone:
                         self.hint(group, gone)
-                due = self._next[group] = now + interval
+                    due = self._next[group] = now + interval
             wake = due if wake is None else min(wake, due)
         return wake
 
