@@ -9,7 +9,9 @@ and ``apache-airflow-providers-amazon[aiobotocore]``, about 2.5 min; never the p
 1. A moto server of its own on loopback (no containers); N Batch jobs per contender, rendered
    by our scheduler, kept PENDING by a dependency that never finishes, in a job queue per
    contender (``--shared-queue``: one for both), submitted just before the contender's run
-   (eight at a time, on one job definition: moto runs a thread per job).
+   (eight at a time, on one job definition: moto runs a thread per job). The server is
+   ``moto_quiet.py``: moto with its waiting jobs asleep until terminated (at 5,000 jobs
+   moto's once-a-second checks took the machine to a load of 600).
 2. Each contender runs N triggers (``poll_interval``/``waiter_delay`` = ``--poll``), a 50 ms
    sleeper measuring the loop's lag and a neighbour trigger timing ``asyncio.to_thread(noop)``
    every 0.5 s. Our triggers carry the job id (``native_id``, as ``TorchXJobTrigger.for_job``
@@ -268,7 +270,7 @@ def start_moto(work: Path) -> tuple[subprocess.Popen[bytes], str, MotoLog]:
     env.pop("AWS_ENDPOINT_URL", None)
     log_path = work / "moto.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, str(HERE / "moto_quiet.py"), "-H", "127.0.0.1", "-p", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log_path.open("wb"),

@@ -432,7 +432,9 @@ class StatusPoller:
                 raise
 
     def _round(self) -> None:
-        """One round: describe the ids taken (``_take``) and answer the waiters."""
+        """One round: describe the ids taken (``_take``), 100 a call, and answer the waiters
+        each call completes as soon as it returns (the waiters' loop then takes its answers a
+        call's worth at a time, not a whole round's: 500 at 5,000 jobs held it 100 ms)."""
         with self._cond:
             start = self.clock()
             ids = self._take(start)
@@ -442,8 +444,6 @@ class StatusPoller:
             self.rounds += 1
             round_no = self.rounds
             self._prune(start)
-        found: dict[str, dict[str, Any]] = {}
-        failed: BaseException | None = None
         for n in range(0, len(ids), DESCRIBE_BATCH):
             chunk = ids[n : n + DESCRIBE_BATCH]
             try:
@@ -451,10 +451,20 @@ class StatusPoller:
                     self.calls += 1
                 resp = call_with_retry(self.client.describe_jobs, jobs=chunk)
             except Exception as err:
-                failed = err
-                break
-            for job in resp.get("jobs", []):
-                found[job["jobId"]] = job
+                self._answer_round(round_no, start, ids[n:], {}, err)  # every id left: the error
+                return
+            self._answer_round(round_no, start, chunk, {job["jobId"]: job for job in resp.get("jobs", [])}, None)
+
+    def _answer_round(
+        self,
+        round_no: int,
+        start: float,
+        ids: list[str],
+        found: dict[str, dict[str, Any]],
+        failed: BaseException | None,
+    ) -> None:
+        """Record what round ``round_no`` (started at ``start``) found of ``ids`` and answer
+        the waiters it completes (or, if it ``failed``, those that needed one of them)."""
         with self._cond:
             if failed is None:
                 for job_id in ids:
