@@ -111,7 +111,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
     """
 
     #: Jobs run on this host and are watched from it; a status is a few small file reads.
-    capabilities = SchedulerCapabilities(host_bound=True, cheap_status=True)
+    capabilities = SchedulerCapabilities(host_bound=True, cheap_status=True, error_files=True, separate_stderr=True)
 
     def __init__(
         self,
@@ -449,6 +449,14 @@ class LocalScheduler(Scheduler[PopenRequest]):
             started=st.get("started"),
             ended=st.get("ended"),
         )
+
+    def error_file(self, app_id: str, role_name: str, k: int) -> str | None:
+        """The replica's ``TORCHELASTIC_ERROR_FILE`` as submitted (``error.json`` beside its
+        logs unless the role set its own); None for an unknown job, role or replica."""
+        rec = self._record(app_id)
+        params = (rec or {}).get("role_params", {}).get(role_name) or []
+        path = params[k].get("env", {}).get(ERROR_FILE_ENV) if 0 <= k < len(params) else None
+        return str(path) if path else None
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[PopenRequest] | None:
         """The stored ``PopenRequest`` (with labels, cfg and backend), or None if unknown."""
