@@ -245,8 +245,9 @@ def _described(runner: Runner, handle: str) -> DescribeAppResponse:
 
 
 def _status_or_fail(runner: Runner, handle: str) -> AppStatus:
-    """The job's status; a job that ended unrecorded (its supervisor died) is settled first."""
-    status = runner.finalize(handle) or runner.status(handle)
+    """The job's status, read without side effects: a job that ended unrecorded (its
+    supervisor died) is reported ended; ``cancel`` and ``delete`` settle it (``finalize``)."""
+    status = runner.status(handle)
     if status is None:
         raise _NoSuchJobError(handle)
     return status
@@ -528,6 +529,7 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
             _out(status.usage.format())
     elif args.command == "cancel":
         if status.is_terminal():
+            runner.finalize(handle)  # stops what is left of a job whose supervisor died
             _out(f"{handle}: already {status.state.name}; nothing to cancel")
         else:
             try:

@@ -26,7 +26,8 @@ import pytest
 
 from airflow_provider_torchx.core import cli
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler, procfs, store
-from airflow_provider_torchx.core.specs import AppState
+from airflow_provider_torchx.core.specs import AppState, make_app_handle
+from tests.core.local.conftest import marked_processes, wait_gone
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line, wait_running
 
 
@@ -369,6 +370,34 @@ def test_orphans_of_a_killed_supervisor_are_gone_within_one_sweep(sched: LocalSc
     assert swept < 1.0
     named = re.search(r"stopped (\d+) process\(es\) left outside the replicas: (.*)", desc.msg)
     assert named and int(named[1]) >= 2 and named[2].count("(sleep)") >= 2, desc.msg
+
+
+def test_reads_of_a_job_whose_supervisor_died_change_nothing_and_cancel_settles_it(
+    sched: LocalScheduler, mark: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every read (``describe``, ``list``, log reads, the CLI's ``status``, ``describe`` and
+    ``log``) reports the job ended and leaves it as it is; ``cancel`` (one of those that act
+    on a job's end) stops its replicas and records the end."""
+    app_id = sched.submit(sh_app("echo up; sleep 300"))
+    wait_for_line(sched, app_id, "r0", "up")
+    kill_supervisor(sched, app_id)
+    state_file = sched.job_dir(app_id) / store.STATE
+    before = state_file.read_text()
+    handle = make_app_handle("local_cwd", "test", app_id)
+    desc = sched.describe(app_id)
+    assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg
+    assert [a.state for a in sched.list() if a.app_id == app_id] == [AppState.FAILED]
+    assert list(sched.log_iter(app_id, "r0", 0, should_tail=True)) == ["up\n"]
+    assert sched.read_log(app_id, "r0", 0).lines == ["up\n"]
+    for argv in (["status", handle], ["describe", handle], ["log", handle], ["log", "--tail", handle]):
+        code, out, _ = run_cli(capsys, *argv)
+        assert code == 0 and ("FAILED" in out or "up" in out), (argv, out)
+    assert state_file.read_text() == before, "a read wrote the job's end"
+    assert marked_processes(mark), "a read stopped the job's replicas"
+    code, out, _ = run_cli(capsys, "cancel", handle)
+    assert code == 0 and "already FAILED" in out, out
+    assert "its replicas were stopped" in json.loads(state_file.read_text())["msg"], state_file.read_text()
+    assert wait_gone(mark, 10.0) == []
 
 
 def test_processes_left_at_the_end_are_named_in_the_status(sched: LocalScheduler, mark: str) -> None:

@@ -136,7 +136,8 @@ def finished_lines(path: str, *, root: str) -> Iterator[str] | None:
 class LogIterator:
     """The lines of one log file of app ``app_id`` (inside ``root``, its log directory); with
     ``should_tail`` it follows the file until the app is terminal (as ``scheduler.describe``
-    says) and everything was read."""
+    says) and everything was read. A read: a job whose supervisor died is reported ended and
+    left as it is (whoever acts on the end settles it: ``Scheduler.finalize``)."""
 
     def __init__(
         self, app_id: str, log_file: str, scheduler: Scheduler[Any], should_tail: bool = True, *, root: str
@@ -148,11 +149,8 @@ class LogIterator:
         self.should_tail = should_tail
 
     def _terminal(self) -> bool:
-        """Whether the app ended; one whose supervisor died is stopped first (``finalize``), so
-        that what its replicas wrote is all there for the last read."""
+        """Whether the app ended (or is gone)."""
         desc = self.scheduler.describe(self.app_id)
-        if desc is not None and desc.state.is_terminal():
-            self.scheduler.finalize(self.app_id)
         return desc is None or desc.state.is_terminal()
 
     def __iter__(self) -> Iterator[str]:
