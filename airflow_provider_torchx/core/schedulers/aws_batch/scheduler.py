@@ -161,29 +161,27 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                 "(from its connection or AWS_PROFILE): give the same profile, or set it there instead"
             )
 
+    def _made(self, attr: str, make: Callable[[], Any]) -> Any:
+        """The client held in ``attr`` (injected, or ``make()``-d on first use, once)."""
+        with self._lock:
+            if getattr(self, attr) is None:
+                setattr(self, attr, make())
+            return getattr(self, attr)
+
     @property
     def client(self) -> Any:
         """The Batch client."""
-        with self._lock:
-            if self._client is None:
-                self._client = self._boto_session().client("batch", config=_client_config())
-            return self._client
+        return self._made("_client", lambda: self._boto_session().client("batch", config=_client_config()))
 
     @property
     def log_client(self) -> Any:
         """The CloudWatch Logs client."""
-        with self._lock:
-            if self._log_client is None:
-                self._log_client = self._boto_session().client("logs", config=_client_config())
-            return self._log_client
+        return self._made("_log_client", lambda: self._boto_session().client("logs", config=_client_config()))
 
     @property
     def docker_client(self) -> Any:
         """The Docker client (workspace builds and pushes)."""
-        with self._lock:
-            if self._docker_client is None:
-                self._docker_client = workspace.docker_client()
-            return self._docker_client
+        return self._made("_docker_client", workspace.docker_client)
 
     @property
     def poller(self) -> StatusPoller:
@@ -502,42 +500,37 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         info._scheduler = self.backend
         return info
 
-    def _all_queues(self) -> list[dict[str, Any]]:
-        queues: list[dict[str, Any]] = []
+    def _pages(self, call: Callable[..., Any], items: str, **kwargs: Any) -> builtins.list[dict[str, Any]]:
+        """Every ``items`` entry of a paginated Batch call, all pages (``nextToken``)."""
+        out: builtins.list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"nextToken": token} if token else {}
-            resp = call_with_retry(self.client.describe_job_queues, **kwargs)
-            queues.extend(resp.get("jobQueues", []))
-            token = resp.get("nextToken")
-            if not token:
-                return queues
-
-    def _list_jobs(
-        self, queue: str, filters: list[dict[str, Any]] | None, job_status: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Every job summary of ``queue`` matching ``filters`` (or, without filters, in
-        ``job_status``), all pages."""
-        out: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"jobQueue": queue}
-            if filters:
-                kwargs["filters"] = filters
-            if job_status:
-                kwargs["jobStatus"] = job_status
-            if token:
-                kwargs["nextToken"] = token
-            try:
-                resp = call_with_retry(self.client.list_jobs, **kwargs)
-            except Exception as err:
-                if _error_code(err) == "ClientException":  # no such queue
-                    raise self._no_such_queue(queue) from None
-                raise
-            out.extend(resp.get("jobSummaryList", []))
+            page: dict[str, Any] = {**kwargs, "nextToken": token} if token else kwargs
+            resp = call_with_retry(call, **page)
+            out.extend(resp.get(items, []))
             token = resp.get("nextToken")
             if not token:
                 return out
+
+    def _all_queues(self) -> builtins.list[dict[str, Any]]:
+        return self._pages(self.client.describe_job_queues, "jobQueues")
+
+    def _list_jobs(
+        self, queue: str, filters: builtins.list[dict[str, Any]] | None, job_status: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """Every job summary of ``queue`` matching ``filters`` (or, without filters, in
+        ``job_status``), all pages."""
+        kwargs: dict[str, Any] = {"jobQueue": queue}
+        if filters:
+            kwargs["filters"] = filters
+        if job_status:
+            kwargs["jobStatus"] = job_status
+        try:
+            return self._pages(self.client.list_jobs, "jobSummaryList", **kwargs)
+        except Exception as err:
+            if _error_code(err) == "ClientException":  # no such queue
+                raise self._no_such_queue(queue) from None
+            raise
 
     def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
         """This scheduler's jobs (by tag) in the cfg's queue or in every queue, with ``labels``.
@@ -799,27 +792,12 @@ def _reraise(err: BaseException) -> DescribeAppResponse | None:
     raise err
 
 
-def create_scheduler(
-    session_name: str,
-    client: Any | None = None,
-    log_client: Any | None = None,
-    docker_client: Any | None = None,
-    session: Any | None = None,
-    session_factory: Callable[[], Any] | None = None,
-    region: str | None = None,
-    profile: str | None = None,
-    **kwargs: object,
-) -> AWSBatchScheduler:
-    """The entry-point factory (unknown kwargs are ignored, as every factory does);
-    ``session_factory`` builds the boto3 session on first use when ``session`` is not given,
-    else ``region``/``profile`` do."""
-    return AWSBatchScheduler(
-        session_name,
-        client=client,
-        log_client=log_client,
-        docker_client=docker_client,
-        session=session,
-        session_factory=session_factory,
-        region=region,
-        profile=profile,
-    )
+#: The keyword arguments ``create_scheduler`` passes on to ``AWSBatchScheduler``.
+_FACTORY_KWARGS = ("client", "log_client", "docker_client", "session", "session_factory", "region", "profile")
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> AWSBatchScheduler:
+    """The entry-point factory: ``AWSBatchScheduler``'s keyword arguments, others ignored (as
+    every factory does); ``session_factory`` builds the boto3 session on first use when
+    ``session`` is not given, else ``region``/``profile`` do."""
+    return AWSBatchScheduler(session_name, **{k: v for k, v in kwargs.items() if k in _FACTORY_KWARGS})
