@@ -37,6 +37,7 @@ from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.components import get_app, get_component, list_components
 from airflow_provider_torchx.core.durations import parse_duration
 from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
+from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
 from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
 from airflow_provider_torchx.core.runner import Runner, get_runner
@@ -431,10 +432,7 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
     if args.json:
         _out(json.dumps(jobviews.list_dict(apps), indent=2))
         return EXIT_OK
-    rows = [
-        (a.app_handle, a.state.name, jobviews.when(a.created), jobviews.airflow_task(a.labels) or "-", a.name)
-        for a in apps
-    ]
+    rows = [(a.app_handle, a.state.name, jobviews.when(a.created), task_label(a.labels) or "-", a.name) for a in apps]
     widths = [max(len(row[i]) for row in [_LIST_HEADER, *rows]) for i in range(4)]
     for row in [_LIST_HEADER, *rows]:
         _out("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)) + f"  {row[4]}")

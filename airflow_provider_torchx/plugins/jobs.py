@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errors import UnknownAppError
+from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import Role, parse_app_handle
@@ -44,8 +45,8 @@ from airflow_provider_torchx.links.torchx import job_page_url
 
 log = logging.getLogger(__name__)
 
-#: Identity labels the operator puts on each job, and the filter names the UI uses for them.
-IDENTITY_LABELS = {"dag_id": "airflow.dag_id", "task_id": "airflow.task_id", "run_id": "airflow.run_id"}
+#: Identity labels the operator puts on each job (``core/identity.py``), by the UI's filter names.
+IDENTITY_LABELS = {"dag_id": DAG_ID, "task_id": TASK_ID, "run_id": RUN_ID}
 #: At most this many lines per log request (the page asks again with the cursor).
 LOG_PAGE_LINES = 1000
 #: Jobs per page of the list: by default, and at most.
@@ -84,7 +85,7 @@ class JobRow:
             "state": self.state,
             "conn_id": self.conn_id,
             **identity,
-            "map_index": self.labels.get("airflow.map_index"),
+            "map_index": self.labels.get(MAP_INDEX),
             "created": self.created,
             "url": _job_page_url(self.handle, self.conn_id),
             "orphaned": self.orphaned,
@@ -259,13 +260,12 @@ def page_after(rows: list[JobRow], cursor: str | None, limit: int) -> tuple[list
 def mark_orphans(rows: list[JobRow]) -> None:
     """Set ``orphaned`` on the live rows whose task instance ended (``reaper.orphans_among``)."""
     from airflow_provider_torchx.core.specs import AppState
-    from airflow_provider_torchx.orphans import identity_of
     from airflow_provider_torchx.reaper import LiveJob, orphans_among
 
     live = [
         LiveJob(r.handle, r.scheduler, r.conn_id, AppState[r.state], r.labels, r.created)
         for r in rows
-        if not AppState[r.state].is_terminal() and identity_of(r.labels) is not None
+        if not AppState[r.state].is_terminal() and TaskIdentity.from_labels(r.labels) is not None
     ]
     found = orphans_among(live) if live else {}
     for row in rows:

@@ -30,6 +30,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_torchx.cancels import task_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
+from airflow_provider_torchx.core.identity import DAG_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
@@ -65,9 +66,11 @@ async def get_task_states(dag_id: str, task_id: str, run_id: str, map_index: int
 async def task_instance_state(identity: Mapping[str, str]) -> str | None:
     """The current state of the task instance ``identity`` (its job labels); None is Airflow's
     "no state" (e.g. just cleared). Raises if it cannot be read."""
-    task_id, run_id = identity["airflow.task_id"], identity["airflow.run_id"]
-    map_index = int(identity["airflow.map_index"])
-    states = await get_task_states(identity["airflow.dag_id"], task_id, run_id, map_index)
+    ident = TaskIdentity.from_labels(identity)
+    if ident is None:
+        raise LookupError(f"job labels {dict(identity)} name no task instance")
+    dag_id, task_id, run_id, map_index = ident
+    states = await get_task_states(dag_id, task_id, run_id, map_index)
     key = task_id if map_index < 0 else f"{task_id}_{map_index}"
     of_run = states.get(run_id) or {}
     if key not in of_run:
@@ -354,8 +357,8 @@ class TorchXJobTrigger(BaseTrigger):
             await self._cancel(reason=decision.detail)
             emit_orphan_cancelled(
                 scheduler=parse_app_handle(self.app_handle).scheduler_backend,
-                dag_id=self.identity["airflow.dag_id"],
-                task_id=self.identity["airflow.task_id"],
+                dag_id=self.identity[DAG_ID],
+                task_id=self.identity[TASK_ID],
                 reason=str(decision.reason),
             )
 
@@ -363,7 +366,7 @@ class TorchXJobTrigger(BaseTrigger):
         runner = await run_blocking(self._runner, await self._aws_connection())
         if reason is None:
             identity = self.identity or {}
-            reason = task_cancel_reason(identity.get("airflow.dag_id"), identity.get("airflow.task_id"), "killed")
+            reason = task_cancel_reason(identity.get(DAG_ID), identity.get(TASK_ID), "killed")
         await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
 
     async def on_kill(self) -> None:
