@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.util
 import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -34,7 +33,12 @@ from airflow_provider_torchx.core.identity import DAG_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
-from airflow_provider_torchx.hooks.torchx import PrefetchedConnection, TorchXHook, TorchXSettings, has_runner
+from airflow_provider_torchx.hooks.torchx import (
+    PrefetchedConnection,
+    TorchXHook,
+    TorchXSettings,
+    amazon_provider_installed,
+)
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
 from airflow_provider_torchx.orphans import Verdict, task_name
@@ -195,14 +199,12 @@ class TorchXJobTrigger(BaseTrigger):
     async def _aws_connection(self) -> PrefetchedConnection | None:
         """The connection ``aws_conn_id`` fetched on the loop with the Task SDK's async
         ``aget_connection``, for the hook to build its boto3 session from on the pool (where
-        the synchronous lookup must not run); None when the Amazon provider, which alone reads
-        it, is not installed, there is no ``aws_conn_id`` or the shared runner that would use it
-        is built already; also when it cannot be fetched this way (``dag.test()``'s in-process
-        channel has no async form): the hook then looks it up itself, as a task would."""
-        if not self.aws_conn_id or importlib.util.find_spec("airflow.providers.amazon") is None:
-            return None
-        parsed = parse_app_handle(self.app_handle)
-        if has_runner((parsed.scheduler_backend, parsed.session_name, self.aws_conn_id, self.region_name)):
+        the synchronous lookup must not run) and to tell whether it changed since the shared
+        runner was built (``TorchXHook.aws_fingerprint``); None when the Amazon provider, which
+        alone reads it, is not installed or there is no ``aws_conn_id``; also when it cannot be
+        fetched this way (``dag.test()``'s in-process channel has no async form): the hook then
+        looks it up itself, as a task would."""
+        if not self.aws_conn_id or not amazon_provider_installed():
             return None
         from airflow.sdk import BaseHook
 

@@ -28,7 +28,7 @@ from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.logstream import BATCH_LINES
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
-from airflow_provider_torchx.hooks.torchx import invalidate_runner
+from airflow_provider_torchx.hooks.torchx import close_runners
 from airflow_provider_torchx.operators import checks
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
@@ -315,11 +315,11 @@ def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     parse_caches = (checks._entry_points, checks._entry_point_names, checks.declared_run_opts)
     for cache in parse_caches:  # read once per process: this process registered acme just now
         cache.cache_clear()
-    invalidate_runner(("acme", "torchx", None, None))  # one an earlier DAG run's threads built
+    close_runners()  # none an earlier DAG run's threads built before acme was registered
     yield tmp_path / "jobs"
     for cache in parse_caches:
         cache.cache_clear()
-    invalidate_runner(("acme", "torchx", None, None))
+    close_runners()
 
 
 def test_third_party_scheduler_defers_streams_and_senses(
@@ -416,19 +416,15 @@ def test_watch_pool_size_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert watch.watch_threads() == watch.DEFAULT_WATCH_THREADS
 
 
-def test_runner_cache_can_be_invalidated_and_closed() -> None:
-    from airflow_provider_torchx.hooks.torchx import TorchXHook, close_runners
+def test_runner_cache_is_shared_and_can_be_closed() -> None:
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
 
     hook = TorchXHook(None, scheduler="local_cwd", session_name="cache-test")
     first = hook.get_runner()
     assert TorchXHook(None, scheduler="local_cwd", session_name="cache-test").get_runner() is first
     first.scheduler_run_opts("local_cwd")  # makes its scheduler
-    invalidate_runner(hook.settings.runner_key)
-    assert first._schedulers == {}  # closed
-    second = hook.get_runner()
-    assert second is not first
     close_runners()
-    assert second._schedulers == {} and hook.get_runner() is not second
+    assert first._schedulers == {} and hook.get_runner() is not first  # closed and forgotten
 
 
 def test_progress_lines_when_the_job_changes_and_once_a_minute_otherwise() -> None:

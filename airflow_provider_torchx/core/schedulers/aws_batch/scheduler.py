@@ -98,7 +98,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     ``client`` (Batch), ``log_client`` (CloudWatch Logs), ``docker_client`` or a boto3
     ``session`` may be injected; otherwise they are created on first use, from
     ``session_factory``, else from ``region``/``profile`` (or the run options of those names,
-    given before the first AWS call) over boto3's default chain. AWS setup errors raise
+    given before the first AWS call) over boto3's default chain. ``session_key`` names the
+    credentials ``session_factory``'s sessions carry (the hook: a fingerprint of the AWS
+    connection; None: boto3's default chain): instances with equal keys share the status poller
+    and the CloudWatch budget (``credentials_key``). AWS setup errors raise
     ``SchedulerSetupError`` (``setup_errors.py``).
     """
 
@@ -115,6 +118,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         session_factory: Callable[[], Any] | None = None,
         region: str | None = None,
         profile: str | None = None,
+        session_key: str | None = None,
     ) -> None:
         super().__init__(BACKEND, session_name)
         self._aws_region, self._aws_profile = region, profile
@@ -123,6 +127,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         self._docker_client = docker_client
         self._session = session
         self._session_factory = session_factory
+        injected = session if session is not None else client
+        if session_key is None and injected is not None and session_factory is None:
+            session_key = f"instance:{id(injected)}"  # its own credentials, whatever they are
+        self._session_key = session_key
         self._lock = threading.Lock()
         self._queues: dict[str, options.QueueInfo] = {}
         self._summaries: dict[str, dict[str, Any]] = {}
@@ -184,9 +192,17 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         return self._made("_docker_client", workspace.docker_client)
 
     @property
+    def credentials_key(self) -> str:
+        """Which credentials this instance's clients sign with, as far as its maker says:
+        ``session_key``, else the injected session or client itself, else boto3's default
+        chain (with the profile). Never read from boto's credential objects, so refreshing
+        credentials (an assumed role's) keep their key."""
+        return self._session_key or f"default-chain:{self._aws_profile or ''}"
+
+    @property
     def poller(self) -> StatusPoller:
-        """The process-wide status poller for this client's account/region/endpoint."""
-        return shared_poller(self.client)
+        """The process-wide status poller for this client's account/region/endpoint and credentials."""
+        return shared_poller(self.client, self.credentials_key)
 
     def _region(self) -> str:
         return str(self.client.meta.region_name)
@@ -643,7 +659,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         if target is None:
             return LogChunk(lines=[], cursor=start.dump(), eof=False)
         names, terminal = target
-        budget = shared_log_budget(self.log_client)
+        budget = shared_log_budget(self.log_client, self.credentials_key)
         events, nxt, eof, behind = read_events(
             self.log_client, budget, (app_id, role_name, k), names, start, max_lines, terminal, wait=terminal
         )
@@ -685,7 +701,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             eof = False
             events: builtins.list[dict[str, Any]] = []
             if target is not None:
-                budget = shared_log_budget(self.log_client)
+                budget = shared_log_budget(self.log_client, self.credentials_key)
                 key = (app_id, role_name, k)
                 events, cursor, eof, _ = read_events(
                     self.log_client, budget, key, target[0], cursor, None, target[1], wait=True
@@ -793,7 +809,16 @@ def _reraise(err: BaseException) -> DescribeAppResponse | None:
 
 
 #: The keyword arguments ``create_scheduler`` passes on to ``AWSBatchScheduler``.
-_FACTORY_KWARGS = ("client", "log_client", "docker_client", "session", "session_factory", "region", "profile")
+_FACTORY_KWARGS = (
+    "client",
+    "log_client",
+    "docker_client",
+    "session",
+    "session_factory",
+    "region",
+    "profile",
+    "session_key",
+)
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> AWSBatchScheduler:
