@@ -335,7 +335,7 @@ class TorchXRunOperator(BaseOperator):
                 return request_dict(rendered)
             handle = runner.schedule(info)
             self.log.info("Submitted %s", handle)
-            apply_retention(scheduler, self.log)  # [torchx] retain_finished; off by default
+            apply_retention(runner, scheduler, self.log)  # [torchx] retain_finished; off by default
             cursor_file = cursor_file_for(runner, handle, labels)
             position = LogPosition()
             cursor_file.save(position)  # "watched by this task instance, not reported yet"

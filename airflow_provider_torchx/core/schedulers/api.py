@@ -111,6 +111,8 @@ class SchedulerCapabilities:
       returns: a failed job's root cause is read from it.
     - ``separate_stderr``: logs are read with ``Stream.STDERR`` apart from stdout (the root
       cause shows the node's stderr from it; without, from the combined log).
+    - ``local_store``: its jobs live in this host's job store (``core/schedulers/local/store.py``),
+      which ``[torchx] retain_finished`` prunes after a submit.
 
     What a DAG file's parse-time checks need (a literal ``cfg``) cannot wait for the scheduler
     to load: a scheduler declares its run options for them under its own name in the entry
@@ -123,6 +125,7 @@ class SchedulerCapabilities:
     aws_session: bool = False
     error_files: bool = False
     separate_stderr: bool = False
+    local_store: bool = False
 
 
 def settle(future: concurrent.futures.Future[T], compute: Callable[[], T]) -> None:

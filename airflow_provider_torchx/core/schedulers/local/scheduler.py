@@ -111,7 +111,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
     """
 
     #: Jobs run on this host and are watched from it; a status is a few small file reads.
-    capabilities = SchedulerCapabilities(host_bound=True, cheap_status=True, error_files=True, separate_stderr=True)
+    capabilities = SchedulerCapabilities(
+        host_bound=True, cheap_status=True, error_files=True, separate_stderr=True, local_store=True
+    )
 
     def __init__(
         self,
