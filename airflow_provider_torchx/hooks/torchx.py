@@ -193,17 +193,18 @@ class TorchXHook(BaseHook):
     def aws_fingerprint(self) -> str | None:
         """``connection_fingerprint`` of the AWS connection ``aws_conn_id`` (None: there is
         none, or the Amazon provider that reads it is not installed). Read from
-        ``aws_connection`` when given (a trigger fetched it on the loop), else looked up."""
+        ``aws_connection`` when given (a trigger fetched it on the loop), else looked up once
+        and kept there, for the session to be built from without another lookup."""
         conn_id = self.settings.aws_conn_id
         if not conn_id or not amazon_provider_installed():
             return None
-        prefetched = self.aws_connection
-        if prefetched is not None and prefetched.conn_id == conn_id:
-            return connection_fingerprint(prefetched.connection)
-        try:
-            return connection_fingerprint(self.get_connection(conn_id))
-        except AirflowNotFoundException:
-            return connection_fingerprint(None)
+        if self.aws_connection is None or self.aws_connection.conn_id != conn_id:
+            try:
+                found = self.get_connection(conn_id)
+            except AirflowNotFoundException:
+                found = None
+            self.aws_connection = PrefetchedConnection(conn_id, found)
+        return connection_fingerprint(self.aws_connection.connection)
 
     def _scheduler_params(self) -> dict[str, Any]:
         """Factory kwargs: ``session_factory`` builds the boto3 session of the connection's AWS
