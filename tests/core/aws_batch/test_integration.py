@@ -155,15 +155,17 @@ def test_cancel_ends_cancelled_and_stops_the_containers(
 
 def _containers_left(docker_engine: str, job_id: str, timeout: float = 15.0) -> list[str]:
     """The job's containers still there after up to ``timeout`` s (moto reports the job FAILED
-    a moment before it removes the killed containers)."""
+    a moment before it removes the killed containers). Names come from one listing call: the
+    high-level listing inspects each container after listing it, and one removed in between
+    raised ``NotFound``."""
     import docker
 
     client = docker.DockerClient(base_url=docker_engine)
     deadline = time.monotonic() + timeout
     try:
-        while (left := [c.name for c in client.containers.list(all=True) if job_id in c.name]) and (
-            time.monotonic() < deadline
-        ):
+        while (
+            left := [name for c in client.api.containers(all=True) for name in c["Names"] if job_id in name]
+        ) and time.monotonic() < deadline:
             time.sleep(0.2)
         return left
     finally:
