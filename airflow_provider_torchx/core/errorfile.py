@@ -27,7 +27,9 @@ Guarantees of ``find_root_cause``:
 1. Never raises for unreadable or malformed files and logs: it returns None instead (the
    caller falls back to the log tail).
 2. Of several failed replicas, the one whose error is oldest wins (ties: the status' order),
-   as torchrun picks its root cause among its workers.
+   as torchrun picks its root cause among its workers. A failed job's replicas that were
+   stopped after the first failure count too when their error file recorded a failure of
+   their own: the first replica to end is not always the one that failed first.
 3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
    replica whose lines the caller passes), and, where the scheduler reads stderr apart
    (``separate_stderr``), ``SUMMARY_LINES`` lines of its stderr.
@@ -297,8 +299,21 @@ def _recorded_cause(tail: Sequence[str], written: tuple[str, float] | None, repl
     )
 
 
-def _failed_replicas(status: AppStatus) -> Iterable[ReplicaStatus]:
-    return (rep for role in status.roles for rep in role.replicas if rep.state == AppState.FAILED)
+def _candidates(status: AppStatus) -> Iterable[tuple[ReplicaStatus, bool]]:
+    """The failed replicas, then (of a failed job) those stopped after a sibling failed, each
+    with whether it was stopped. A node whose rank failed can take a while to exit, and a
+    sibling that fails because of it (its rendezvous store gone) can end first: the stopped
+    node is then the one whose error file holds the root cause."""
+    replicas = [rep for role in status.roles for rep in role.replicas]
+    yield from ((rep, False) for rep in replicas if rep.state == AppState.FAILED)
+    if status.state == AppState.FAILED:
+        yield from ((rep, True) for rep in replicas if rep.state == AppState.CANCELLED)
+
+
+def _counts(cause: RootCause, stopped: bool) -> bool:
+    """A stopped replica's cause counts only if its error file recorded a failure of its own
+    (a timestamp), not the stop itself (torchrun's ``SignalException``)."""
+    return not stopped or (cause.timestamp is not None and not cause.error.startswith("SignalException"))
 
 
 def find_root_cause(
@@ -309,14 +324,14 @@ def find_root_cause(
     ``(role, k)`` (not read again)."""
     capabilities = runner.capabilities(parse_app_handle(app_handle).scheduler_backend)
     causes: list[RootCause] = []
-    for i, rep in enumerate(_failed_replicas(status)):
+    for i, (rep, stopped) in enumerate(_candidates(status)):
         if i >= MAX_REPLICAS:
             break
         try:
             cause = _replica_root_cause(runner, app_handle, rep, capabilities, (tails or {}).get((rep.role, rep.id)))
         except Exception:  # a root cause is a bonus: never fail the failure report for it
             cause = None
-        if cause is not None:
+        if cause is not None and _counts(cause, stopped):
             causes.append(cause)
     if not causes:
         return None
