@@ -295,6 +295,46 @@ def test_a_corrupt_entry_is_skipped_by_list_and_named_by_describe(
     assert [a.app_id for a in fresh.list()] == [good]
 
 
+def test_a_swapped_job_file_is_refused_never_read(
+    sched: LocalScheduler, state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job whose ``request.json`` or ``state.json`` was replaced by a symbolic link, or whose
+    directory was, is a corrupt entry naming the file: ``describe`` raises, ``list`` skips it,
+    the CLI exits 2; the link's target (valid job files carrying a secret) is never read."""
+    good = sched.submit(sh_app("true"))
+    wait_done(sched, good)
+    outside = tmp_path / "outside"
+    shutil.copytree(sched.job_dir(good), outside)
+    rec = json.loads((outside / store.REQUEST).read_text())
+    (outside / store.REQUEST).write_text(json.dumps(rec | {"labels": {"token": "SECRET-TARGET"}}))
+    st = json.loads((outside / store.STATE).read_text())
+    (outside / store.STATE).write_text(json.dumps(st | {"msg": "SECRET-TARGET"}))
+    swapped: dict[str, tuple[Path, str]] = {}
+    for name in (store.REQUEST, store.STATE):
+        app_id = f"swap-{name.split('.')[0]}-0123456789ab"
+        shutil.copytree(sched.job_dir(good), state_dir / "local" / app_id)
+        link = state_dir / "local" / app_id / name
+        link.unlink()
+        link.symlink_to(outside / name)
+        swapped[app_id] = (link, "refused: it is a symbolic link")
+    (state_dir / "local" / "swap-dir-0123456789ab").symlink_to(outside)
+    swapped["swap-dir-0123456789ab"] = (
+        state_dir / "local" / "swap-dir-0123456789ab" / store.REQUEST,
+        "refused: a directory on its way below .* is a symbolic link",
+    )
+    fresh = create_cwd_scheduler("test")  # nothing cached
+
+    assert [a.app_id for a in fresh.list()] == [good]
+    for app_id, (path, why) in swapped.items():
+        with pytest.raises(store.CorruptEntryError, match=f"job '{app_id}': {path} is corrupt \\({why}") as err:
+            fresh.describe(app_id)
+        assert "SECRET" not in str(err.value)
+        code, out, err_text = run_cli(capsys, "status", f"local_cwd://test/{app_id}")
+        assert code == cli.EXIT_USAGE and str(path) in err_text and "SECRET" not in out + err_text, err_text
+    code, out, _ = run_cli(capsys, "list")
+    assert code == 0 and good in out and "swap" not in out
+
+
 def test_the_cli_warns_on_stderr_naming_the_corrupt_file(sched: LocalScheduler, state_dir: Path) -> None:
     good = sched.submit(sh_app("true"))
     wait_done(sched, good)

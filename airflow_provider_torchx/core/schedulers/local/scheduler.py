@@ -48,7 +48,7 @@ from airflow_provider_torchx.core.schedulers.local.images import (
     ImageProvider,
     LocalDirectoryImageProvider,
 )
-from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, UnsafeLogFileError, open_log, read_lines
+from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, open_log, read_lines
 from airflow_provider_torchx.core.schedulers.local.request import (
     PopenRequest,
     ReplicaParam,
@@ -743,14 +743,16 @@ def _warn_shared_gpus(app: AppDef) -> None:
 
 
 def _read_entry(app_id: str, path: str | Path, check: Callable[[Any], str | None]) -> Any:
-    """The JSON of a job's file (None when missing), checked by ``check`` (which returns why
-    it is not valid, or None); ``store.CorruptEntryError`` naming the job and file if bad."""
+    """The JSON of a job's file ``<store>/<app_id>/<name>`` (None when missing), read only
+    through real directories below the store (``store.open_inside``) and checked by ``check``
+    (which returns why it is not valid, or None); ``store.CorruptEntryError`` naming the job
+    and file if bad, swapped for a symbolic link or not a regular file."""
     try:
-        value = store.read_json(path)
+        value = store.read_json(path, os.path.dirname(os.path.dirname(path)))
+    except store.UnsafeFileError as e:
+        raise store.CorruptEntryError(app_id, path, e.why) from None
     except ValueError as e:
         raise store.CorruptEntryError(app_id, path, f"not JSON: {e}") from None
-    except IsADirectoryError:
-        raise store.CorruptEntryError(app_id, path, "a directory, not a file") from None
     except NotADirectoryError:
         raise store.CorruptEntryError(app_id, os.path.dirname(path), "a file, not a job directory") from None
     why = None if value is None else check(value)
@@ -870,7 +872,7 @@ def _last_words(path: Path) -> str:
         with open(fd, "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - _LAST_WORDS_BYTES))
             tail = f.read().decode("utf-8", "replace")
-    except (OSError, UnsafeLogFileError):
+    except (OSError, store.UnsafeFileError):
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""
