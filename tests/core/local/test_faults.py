@@ -335,6 +335,27 @@ def test_a_swapped_job_file_is_refused_never_read(
     assert code == 0 and good in out and "swap" not in out
 
 
+def test_a_swapped_cancel_request_still_cancels_and_is_never_read(sched: LocalScheduler, tmp_path: Path) -> None:
+    """A ``cancel.json`` that is a symbolic link when the supervisor is signalled: the job
+    ends CANCELLED all the same (its supervisor records it), the link's target is not read as
+    the request, and ``describe`` names the swapped file."""
+    app_id = sched.submit(sh_app("sleep 300"))
+    wait_running(sched, app_id)
+    forged = tmp_path / "forged-cancel.json"
+    forged.write_text(json.dumps({"reason": "SECRET-REASON", "grace": 1}))
+    (sched.job_dir(app_id) / store.CANCEL).symlink_to(forged)
+    supervisor = json.loads((sched.job_dir(app_id) / store.SUPERVISOR).read_text())
+    os.kill(supervisor["pid"], signal.SIGTERM)
+    state_file = sched.job_dir(app_id) / store.STATE
+    deadline = time.monotonic() + 30
+    while (st := json.loads(state_file.read_text()))["state"] != "CANCELLED":
+        assert time.monotonic() < deadline, f"the job did not end CANCELLED: {st}"
+        time.sleep(0.05)
+    assert "SECRET" not in st["msg"], st["msg"]
+    with pytest.raises(store.CorruptEntryError, match=r"cancel\.json is corrupt \(refused: it is a symbolic link"):
+        sched.describe(app_id)
+
+
 def test_the_cli_warns_on_stderr_naming_the_corrupt_file(sched: LocalScheduler, state_dir: Path) -> None:
     good = sched.submit(sh_app("true"))
     wait_done(sched, good)

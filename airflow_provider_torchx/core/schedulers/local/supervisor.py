@@ -438,7 +438,10 @@ class Supervisor:
     def progress(self) -> None:
         """Act on what changed: restarts due, a cancel, success, the end."""
         if self.cancel_requested and self.final is None:
-            cancel = store.read_json(os.path.join(self.dir, store.CANCEL), self.dir)
+            try:
+                cancel = store.read_json(os.path.join(self.dir, store.CANCEL), self.dir)
+            except ValueError:  # not JSON, or swapped for a link: a cancel all the same
+                cancel = None
             self.final, self.msg = "CANCELLED", store.cancelled_msg(cancel)
             self.restart_group = []
             self.grace = float((cancel or {}).get("grace", self.grace))
