@@ -321,7 +321,7 @@ def test_the_list_pages_newest_first_with_a_cursor(client: Any, auth: Any, jobs:
 
 def test_one_listing_serves_every_page_and_is_renewed_in_the_background(jobs: dict[str, str], local_jobs: Any) -> None:
     """Many open pages cost one walk of the store per ``LIST_REUSE_S``, and no page waits for
-    the renewal: a new job shows a moment later."""
+    the renewal: a new job shows a moment later; an ended job's row is not made again."""
     import time
 
     from airflow_provider_torchx.plugins import jobs as ui_jobs
@@ -336,6 +336,10 @@ def test_one_listing_serves_every_page_and_is_renewed_in_the_background(jobs: di
     while handles[0] not in {row.handle for row in ui_jobs.list_jobs({"task_id": "train"}).jobs}:
         assert time.monotonic() < deadline, "the listing was never renewed"
         time.sleep(0.1)
+    renewed = ui_jobs.list_jobs({"task_id": "train"})
+    (done_before,) = [row for row in first.jobs if row.handle == jobs["done"]]
+    (done_after,) = [row for row in renewed.jobs if row.handle == jobs["done"]]
+    assert renewed is not first and done_after is done_before, "the ended job's row was made again"
 
 
 def test_secrets_of_connections_and_variables_only_in_the_environment_are_masked(
