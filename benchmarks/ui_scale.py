@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -129,6 +130,7 @@ def main() -> None:
             goal = f"goal < {goal_ms:.0f} ms, " if goal_ms else ""
             print(f"{what}: {seconds * 1000:.0f} ms{extra} ({goal}{seconds / ref:.3f} x reference; {_load()})")
 
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per request
         token = init_auth_manager().generate_jwt(_admin())
         headers = {"Authorization": f"Bearer {token}"}
         app = create_app()

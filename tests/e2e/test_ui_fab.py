@@ -3,10 +3,11 @@ per-DAG permissions, on a live api-server: the plugin asks the auth manager as A
 routes do, so FAB's DAG-level rights decide.
 
 One deployment (api-server and dag-processor; the FAB auth manager, its users and roles in the
-metadata database): ``carol`` has a role that may read and edit the task instances of DAG
-``fab_dag_a`` only (``DAG:fab_dag_a``), the admin every DAG. A job of each DAG runs; carol
-lists A's job but not B's, gets 403 on B's job, log and cancel, and reads and cancels A's.
-Airflow's own API refuses her DAG B the same way.
+metadata database): ``carol`` has a role that may read and edit the task instances (FAB's
+"Task Instances" and "DAG Runs") of DAG ``fab_dag_a`` only (``DAG:fab_dag_a``), ``dave`` may
+read DAG A but no task instances, the admin everything. A job of each DAG runs; carol lists
+A's job but not B's, gets 403 on B's job, log and cancel, and reads and cancels A's; dave sees
+no job. Airflow's own task-instance API decides the same for both.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.airflow
 
 DAGS = ("fab_dag_a", "fab_dag_b")
 #: name -> (FAB role, password); the first one is the admin the deployment's API calls use.
-USERS = {"admin": ("Admin", "admin-pw"), "carol": ("dag_a_user", "carol-pw")}
+USERS = {"admin": ("Admin", "admin-pw"), "carol": ("dag_a_user", "carol-pw"), "dave": ("dag_a_only", "dave-pw")}
 DAG_FILE = """
 from airflow.sdk import DAG, task
 
@@ -40,7 +41,8 @@ with DAG({dag_id!r}, schedule=None):
     job()
 """
 #: The role and users, made with FAB's own security manager (what ``airflow roles add-perms``
-#: and ``airflow users create`` do, in one process): DAG A's task instances, read and edit.
+#: and ``airflow users create`` do, in one process): DAG A's task instances, read and edit;
+#: DAG A alone, read.
 SETUP = """
 import json, sys
 from airflow.providers.fab.auth_manager.cli_commands.utils import get_application_builder
@@ -50,8 +52,9 @@ with get_application_builder() as appbuilder:
     sm = appbuilder.sm
     role = sm.add_role("dag_a_user")
     for action in ("can_read", "can_edit"):
-        for resource in ("DAG:fab_dag_a", "Task Instances"):
+        for resource in ("DAG:fab_dag_a", "Task Instances", "DAG Runs"):
             sm.add_permission_to_role(role, sm.create_permission(action, resource))
+    sm.add_permission_to_role(sm.add_role("dag_a_only"), sm.create_permission("can_read", "DAG:fab_dag_a"))
     for name, (role_name, password) in users.items():
         user = sm.add_user(name, name, "Test", f"{name}@example.com", sm.find_role(role_name), password=password)
         assert user, f"could not create {name}"
@@ -115,12 +118,16 @@ def test_fab_per_dag_rights_decide_what_a_user_sees_and_cancels(fab: dict[str, A
             headers = {"Authorization": f"Bearer {fab['tokens'][user]}"}
             return client.request(method, path, headers=headers, **kwargs)
 
-        assert call("carol", "GET", "/api/v2/dags/fab_dag_b").status_code == 403, "Airflow's own API decides so"
-        assert call("carol", "GET", "/api/v2/dags/fab_dag_a").status_code == 200
+        def own_api(user: str, dag_id: str) -> int:  # Airflow's own task-instance list of the DAG
+            return call(user, "GET", f"/api/v2/dags/{dag_id}/dagRuns/~/taskInstances").status_code
+
+        assert own_api("carol", "fab_dag_a") == 200
+        assert own_api("carol", "fab_dag_b") == 403 and own_api("dave", "fab_dag_a") == 403
 
         listed = {u: {j["handle"] for j in call(u, "GET", "/torchx/api/jobs").json()["jobs"]} for u in USERS}
         assert h["a"] in listed["carol"] and h["b"] not in listed["carol"], listed
-        assert {h["a"], h["b"]} <= listed["admin"], listed
+        assert {h["a"], h["b"]} <= listed["admin"] and not listed["dave"], listed
+        assert call("dave", "GET", "/torchx/api/job", params={"handle": h["a"]}).status_code == 403
 
         for method, path, kwargs in (
             ("GET", "/torchx/api/job", {"params": {"handle": h["b"]}}),
