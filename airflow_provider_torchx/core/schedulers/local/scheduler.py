@@ -140,6 +140,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self._cache_lock = threading.Lock()
         # app id -> what ``list`` answers for an ended job (it never changes).
         self._ended_listed: dict[str, ListAppResponse] = {}
+        # The ended entries of the index as last parsed (``summaries``), by that parse.
+        self._ended_index: tuple[dict[str, Any], dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ submit
 
@@ -466,32 +468,35 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ``{"backend", "name", "labels", "created", "state", "ended"}``. Ended jobs come from
         the store's index (``store.FINISHED_INDEX``); only the others' files are read, and
         those found ended are added to it. Corrupt entries are skipped (logged)."""
-        index = self.store.finished()
+        index = self.store.finished()  # the same dict while the file is unchanged
+        if self._ended_index is None or self._ended_index[0] is not index:
+            ended = {k: v for k, v in index.items() if isinstance(v, dict) and v.get("state") in _TERMINAL_NAMES}
+            self._ended_index = (index, ended)
+        ended = self._ended_index[1]
         present = set(self.store.app_ids())
-        found, learned = {}, {}
-        for app_id in present:
-            entry = index.get(app_id)
-            if not isinstance(entry, dict) or entry.get("state") not in _TERMINAL_NAMES:
-                try:
-                    rec = self._record(app_id)
-                    if rec is None:
-                        continue
-                    st = self._state(app_id, rec)
-                except store.CorruptEntryError as e:
-                    log.warning("list: skipping %s", e)
+        found: dict[str, dict[str, Any]] = {app_id: ended[app_id] for app_id in present & ended.keys()}
+        learned = {}
+        for app_id in present - ended.keys():
+            try:
+                rec = self._record(app_id)
+                if rec is None:
                     continue
-                entry = {
-                    "backend": rec["backend"],
-                    "name": rec["app_name"],
-                    "labels": rec["labels"],
-                    "created": rec["created"],
-                    "state": st["state"],
-                    "ended": st.get("ended"),
-                }
-                if st.get("orphaned"):  # reported ended, not recorded: finalize records it
-                    entry["orphaned"] = True
-                elif st["state"] in _TERMINAL_NAMES:
-                    learned[app_id] = entry
+                st = self._state(app_id, rec)
+            except store.CorruptEntryError as e:
+                log.warning("list: skipping %s", e)
+                continue
+            entry = {
+                "backend": rec["backend"],
+                "name": rec["app_name"],
+                "labels": rec["labels"],
+                "created": rec["created"],
+                "state": st["state"],
+                "ended": st.get("ended"),
+            }
+            if st.get("orphaned"):  # reported ended, not recorded: finalize records it
+                entry["orphaned"] = True
+            elif st["state"] in _TERMINAL_NAMES:
+                learned[app_id] = entry
             found[app_id] = entry
         if learned:
             self.store.record_finished(learned, present)
