@@ -77,6 +77,8 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 #: A job whose supervisor has not shown up this long after submission is FAILED.
 SUPERVISOR_START_TIMEOUT = ledger.START_TIMEOUT
 _TERMINAL_NAMES = {s.name for s in AppState if s.is_terminal()}
+#: ``AppState`` by name: a dict lookup, cheaper than ``AppState[name]`` when listing thousands.
+_STATES = {s.name: s for s in AppState}
 _PENDING_STATE: dict[str, Any] = {"state": "PENDING", "num_restarts": 0, "msg": "", "replicas": {}}
 #: The keys of ``request.json`` a reader relies on, with their JSON types.
 _RECORD_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -552,7 +554,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             if resp is None:
                 resp = ListAppResponse(
                     app_id=app_id,
-                    state=AppState[entry["state"]],
+                    state=_STATES[entry["state"]],
                     name=entry["name"],
                     labels=dict(entry["labels"]),
                     created=entry["created"],
