@@ -102,6 +102,10 @@ class JobList:
 
     jobs: list[JobRow]
     errors: dict[str, str]
+    #: Each row by handle with the scheduler's answer it was made from: the next listing
+    #: reuses the row of an answer it gets again (the local scheduler hands out the same
+    #: answer for an ended job each time; such answers never change).
+    made_from: dict[str, tuple[Any, JobRow]] = field(default_factory=dict, repr=False)
 
 
 def torchx_connection_ids() -> list[str]:
@@ -168,7 +172,7 @@ def list_jobs(filters: Mapping[str, str | None]) -> JobList:
                 entry.refreshing = True
                 threading.Thread(target=_refresh, args=(key, filters, connections), daemon=True).start()
             return entry.found
-    found = _list_jobs(filters, connections)
+    found = _list_jobs(filters, connections, None)
     with _LIST_LOCK:
         _LISTED[key] = _Listing(found, time.monotonic(), time.monotonic())
     return found
@@ -183,8 +187,10 @@ class _Listing:
 
 
 def _refresh(key: Any, filters: Mapping[str, str | None], connections: tuple[str, ...]) -> None:
+    with _LIST_LOCK:
+        previous = _LISTED[key].found if key in _LISTED else None
     try:
-        found = _list_jobs(dict(filters), connections)
+        found = _list_jobs(dict(filters), connections, previous)
     except Exception:  # the old listing stays; the next caller tries again
         log.exception("TorchX UI: listing the jobs failed")
         with _LIST_LOCK:
@@ -196,10 +202,12 @@ def _refresh(key: Any, filters: Mapping[str, str | None], connections: tuple[str
         _LISTED[key] = _Listing(found, time.monotonic(), asked)
 
 
-def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...]) -> JobList:
+def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...], previous: JobList | None) -> JobList:
     want = {label: filters[key] for key, label in IDENTITY_LABELS.items() if filters.get(key)}
     state = (filters.get("state") or "").upper()
     rows: dict[str, JobRow] = {}
+    made_from: dict[str, tuple[Any, JobRow]] = {}
+    reusable = previous.made_from if previous is not None else {}
     errors: dict[str, str] = {}
     for conn_id, hook in listing_sources(connections):
         try:
@@ -211,23 +219,21 @@ def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...]) 
             errors[conn_id or "local job store"] = f"{type(err).__name__}: {err}"
             continue
         for app in reversed(apps):
+            if app.app_handle in rows:
+                continue
             if any(app.labels.get(k) != v for k, v in want.items()) or (state and app.state.name != state):
                 continue
-            rows.setdefault(
-                app.app_handle,
-                JobRow(
-                    app.app_handle,
-                    scheduler,
-                    app.name,
-                    app.state.name,
-                    conn_id,
-                    dict(app.labels),
-                    created=app.created,
-                ),
-            )
+            kept = reusable.get(app.app_handle)
+            if kept is not None and kept[0] is app:
+                row = kept[1]
+            else:
+                labels = dict(app.labels)
+                row = JobRow(app.app_handle, scheduler, app.name, app.state.name, conn_id, labels, created=app.created)
+            rows[app.app_handle] = row
+            made_from[app.app_handle] = (app, row)
     listed = sorted(rows.values(), key=sort_key, reverse=True)
     mark_orphans(listed)
-    return JobList(listed, errors)
+    return JobList(listed, errors, made_from)
 
 
 def sort_key(row: JobRow) -> tuple[float, str]:
