@@ -34,7 +34,6 @@ from airflow_provider_torchx.core.schedulers.api import (
     Scheduler,
     SchedulerCapabilities,
     Stream,
-    settle,
 )
 from airflow_provider_torchx.core.specs import (
     AppDef,
@@ -283,23 +282,10 @@ class Runner:
         self, app_handle: str, period: float | None = None
     ) -> concurrent.futures.Future[AppStatus | None] | None:
         """The app's status as a future the scheduler resolves from a thread of its own
-        (``Scheduler.describe_future``: ``period`` asks for its next scheduled look); None:
-        call ``status`` instead. Never blocks."""
-        described = self.describe_app_future(app_handle, period)
-        if described is None:
-            return None
-        out: concurrent.futures.Future[AppStatus | None] = concurrent.futures.Future()
-
-        def done(f: concurrent.futures.Future[DescribeAppResponse | None]) -> None:
-            settle(out, lambda: _app_status(f.result()))
-
-        def cancelled(f: concurrent.futures.Future[AppStatus | None]) -> None:
-            if f.cancelled():
-                described.cancel()
-
-        out.add_done_callback(cancelled)
-        described.add_done_callback(done)
-        return out
+        (``Scheduler.describe_future_as``, mapped there: one future per look; ``period`` asks
+        for its next scheduled look); None: call ``status`` instead. Never blocks."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.describe_future_as(app_id, _app_status, period)
 
     def describe_app_future(
         self, app_handle: str, period: float | None = None

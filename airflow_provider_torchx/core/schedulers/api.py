@@ -29,6 +29,7 @@ from airflow_provider_torchx.core.usage import Usage
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Stream(str, enum.Enum):
@@ -126,6 +127,10 @@ class SchedulerCapabilities:
     error_files: bool = False
     separate_stderr: bool = False
     local_store: bool = False
+
+
+def _same(described: DescribeAppResponse | None) -> DescribeAppResponse | None:
+    return described
 
 
 def settle(future: concurrent.futures.Future[T], compute: Callable[[], T]) -> None:
@@ -262,7 +267,18 @@ class Scheduler(abc.ABC, Generic[T]):
            ``period``: the answer of the scheduler's next look at the app, one ``period`` after
            its previous one (a watcher that asks again at once is looked at every ``period``,
            on the scheduler's schedule, not its own), or of any earlier look that sees it ended.
+
+        A scheduler implements ``describe_future_as``; this is it without a mapping.
         """
+        return self.describe_future_as(app_id, _same, period)
+
+    def describe_future_as(
+        self, app_id: str, then: Callable[[DescribeAppResponse | None], R], period: float | None = None
+    ) -> concurrent.futures.Future[R] | None:
+        """``describe_future`` whose future holds what ``then`` returns (or raises) for the
+        answer, applied on the scheduler's thread: a watcher that wants less than the
+        description (``Runner.status_future``: the status) gets one future per look, not a
+        chain. The same guarantees; the default: None."""
         return None
 
     def native_id(self, app_id: str) -> str | None:

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
+from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler
 from airflow_provider_torchx.core.schedulers.aws_batch import poller as poller_module
+from airflow_provider_torchx.core.schedulers.aws_batch import scheduler as scheduler_module
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     StatusPoller,
     backoff_delays,
@@ -24,7 +26,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     shared_poller,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import FAILED_PAUSE, GroupSize, sweep_plan
-from tests.core.aws_batch.fakes import FakeBatch, client_error, mnp_job
+from tests.core.aws_batch.fakes import FakeBatch, FakeLogs, client_error, mnp_job
 
 
 def test_many_watchers_share_batched_rounds() -> None:
@@ -407,3 +409,30 @@ def test_a_failed_listing_leaves_the_scheduled_looks_and_is_tried_again_minutes_
     assert len(seen["j"]) >= 6  # looked at every 10 s all the same
     sweeping_step(poller, clock, FAILED_PAUSE)
     assert len([c for c in batch.calls if c[0] == "list_jobs"]) > 1
+
+
+def test_a_scheduler_holds_its_poller_until_the_registry_forgets_it_or_its_credentials_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watcher reads ``AWSBatchScheduler.poller`` on every look: it is held, not looked up
+    each time, yet it is always the registry's poller for the scheduler's client and credentials."""
+    batch = FakeBatch()
+    sched = create_scheduler("s", client=batch, log_client=FakeLogs(), session_key="conn:1")
+    held = sched.poller
+    lookups = []
+    monkeypatch.setattr(
+        scheduler_module, "shared_poller", lambda *a: lookups.append(a) or poller_module.shared_poller(*a)
+    )
+    assert sched.poller is held and sched.poller is held
+    assert lookups == []  # held: no registry look-up per access
+
+    monkeypatch.setattr(poller_module, "POLLER_IDLE_FORGET", 0.0)
+    time.sleep(0.01)
+    shared_poller(FakeBatch())  # a new poller prunes the idle one from the registry
+    assert held.forgotten
+    renewed = sched.poller
+    assert renewed is not held and renewed is shared_poller(batch, "conn:1")  # shared again
+    assert sched.poller is renewed
+
+    sched._session_key = "conn:2"  # what its maker says it signs with now
+    assert sched.poller is shared_poller(batch, "conn:2") and sched.poller is not renewed

@@ -113,12 +113,14 @@ Jobs = dict[str, dict[str, Any] | None]
 @dataclass
 class _Waiter:
     """A request waiting for rounds: its ids, those no round answered yet, the number of the
-    last round started before it was made (only later rounds answer it), the future."""
+    last round started before it was made (only later rounds answer it), the caller's future
+    (dropped once cancelled) and what to call with the answer (``StatusPoller.request_then``)."""
 
     ids: list[str]
     need: set[str]
     after_round: int
-    future: concurrent.futures.Future[Jobs]
+    future: concurrent.futures.Future[Any]
+    then: Callable[[Jobs | BaseException], None]
 
 
 #: The marker result of a job submitted by this process that DescribeJobs does not show yet.
@@ -193,6 +195,8 @@ class StatusPoller:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
+        #: Set once ``shared_poller``'s registry dropped this poller (idle): holders ask it again.
+        self.forgotten = False
         self.min_interval = min_interval
         self.coalesce = coalesce
         self.visibility_grace = visibility_grace
@@ -256,8 +260,24 @@ class StatusPoller:
         id; already resolved when the cache answers. With ``period``: each id's next scheduled
         look instead (see the class docstring), or the first earlier round describing it; a
         terminal entry answers at once. Never blocks."""
-        max_age = self.min_interval if max_age is None else max_age
         future: concurrent.futures.Future[Jobs] = concurrent.futures.Future()
+        self.request_then(future, functools.partial(_settle_answer, future), job_ids, max_age, period)
+        return future
+
+    def request_then(
+        self,
+        future: concurrent.futures.Future[Any],
+        then: Callable[[Jobs | BaseException], None],
+        job_ids: list[str],
+        max_age: float | None = None,
+        period: float | None = None,
+    ) -> None:
+        """``request`` without a future of its own: ``then`` gets the answer (or what the
+        round raised), from the poller's thread or, when the cache answers, at once; it
+        resolves ``future`` (the caller's, dropped from the waiters once cancelled). One
+        future per look for a caller that maps the answer (``describe_future_as``); ``then``
+        must not raise."""
+        max_age = self.min_interval if max_age is None else max_age
         with self._cond:
             now = self._last_request = self.clock()
             wake = self._next_round_at()
@@ -277,14 +297,13 @@ class StatusPoller:
                     continue
                 need.add(job_id)
             if need:
-                self._waiters.append(_Waiter(list(job_ids), need, self.rounds, future))
+                self._waiters.append(_Waiter(list(job_ids), need, self.rounds, future, then))
                 self._ensure_thread()
                 if wake is None or (self._next_round_at() or wake) < wake:
                     self._cond.notify_all()  # the next round is sooner now
-                return future
+                return
             answer = {i: self._results[i][1] for i in job_ids}
-        future.set_result(answer)
-        return future
+        then(answer)
 
     def look_soon(self, group: Group, job_ids: list[str]) -> None:
         """Describe ``job_ids`` in the next round (the change sweep found them gone from
@@ -383,24 +402,24 @@ class StatusPoller:
 
     def _answers(
         self, round_no: int, ids: set[str], failed: BaseException | None
-    ) -> list[tuple[concurrent.futures.Future[Jobs], Jobs | BaseException]]:
+    ) -> list[tuple[_Waiter, Jobs | BaseException]]:
         """Take the waiters round ``round_no`` (which described ``ids``) answered, under the
         lock, with their answers: a waiter made before the round whose last needed ids it
         described, or, if it failed, any waiter made before it that needed one of its ids."""
-        ready: list[tuple[concurrent.futures.Future[Jobs], Jobs | BaseException]] = []
+        ready: list[tuple[_Waiter, Jobs | BaseException]] = []
         pending = []
         for w in self._waiters:
             if w.future.cancelled():
                 continue
             hit = w.need & ids if w.after_round < round_no else set()
             if hit and failed is not None:
-                ready.append((w.future, failed))
+                ready.append((w, failed))
                 continue
             w.need -= hit
             if w.need:
                 pending.append(w)
             else:
-                ready.append((w.future, {i: self._results[i][1] for i in w.ids}))
+                ready.append((w, {i: self._results[i][1] for i in w.ids}))
         self._waiters = pending
         return ready
 
@@ -441,7 +460,7 @@ class StatusPoller:
                 with self._cond:
                     waiters, self._waiters, self._thread = self._waiters, [], None
                 for w in waiters:
-                    settle(w.future, functools.partial(_raise, err))
+                    w.then(err)
                 raise
 
     def _round(self) -> None:
@@ -489,8 +508,9 @@ class StatusPoller:
                     self._results[job_id] = (start, job)
             ready = self._answers(round_no, set(ids), failed)
             self._cond.notify_all()
-        for future, answer in ready:  # outside the lock: callbacks may ask again
-            settle(future, functools.partial(_answer, answer))
+        for w, answer in ready:  # outside the lock: callbacks may ask again
+            if not w.future.cancelled():
+                w.then(answer)
 
     def _prune(self, now: float) -> None:
         """Forget jobs nobody asked about for a long time (bounded memory in long runs)."""
@@ -500,14 +520,15 @@ class StatusPoller:
                 table.pop(job_id, None)
 
 
-def _raise(err: BaseException) -> Jobs:
-    raise err
-
-
-def _answer(answer: Jobs | BaseException) -> Jobs:
+def answer_jobs(answer: Jobs | BaseException) -> Jobs:
+    """The jobs of a ``request_then`` answer; raises what the round raised."""
     if isinstance(answer, BaseException):
         raise answer
     return answer
+
+
+def _settle_answer(future: concurrent.futures.Future[Jobs], answer: Jobs | BaseException) -> None:
+    settle(future, functools.partial(answer_jobs, answer))
 
 
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED"})
@@ -540,6 +561,6 @@ def shared_poller(client: Any, credentials: str | None = None) -> StatusPoller:
         poller = _pollers.get(key)
         if poller is None:
             for old in [k for k, p in _pollers.items() if p.idle_for() > POLLER_IDLE_FORGET]:
-                del _pollers[old]
+                _pollers.pop(old).forgotten = True
             poller = _pollers[key] = StatusPoller(client)
         return poller

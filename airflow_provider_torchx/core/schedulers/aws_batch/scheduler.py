@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_torchx.core import workspace
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError, UnknownQueueError
@@ -38,6 +38,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     NOT_VISIBLE,
     StatusPoller,
+    answer_jobs,
     call_with_retry,
     shared_poller,
 )
@@ -131,6 +132,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         if session_key is None and injected is not None and session_factory is None:
             session_key = f"instance:{id(injected)}"  # its own credentials, whatever they are
         self._session_key = session_key
+        self._credentials_key_poller: tuple[str, StatusPoller | None] = ("", None)
         self._lock = threading.Lock()
         self._queues: dict[str, options.QueueInfo] = {}
         self._summaries: dict[str, dict[str, Any]] = {}
@@ -201,8 +203,15 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     @property
     def poller(self) -> StatusPoller:
-        """The process-wide status poller for this client's account/region/endpoint and credentials."""
-        return shared_poller(self.client, self.credentials_key)
+        """The process-wide status poller for this client's account/region/endpoint and
+        credentials (``shared_poller``), held until the registry forgets it or the credentials
+        key changes: a watcher reads it on every look."""
+        key, held = self._credentials_key_poller
+        if held is None or held.forgotten or key != self.credentials_key:
+            key = self.credentials_key
+            held = shared_poller(self.client, key)
+            self._credentials_key_poller = (key, held)
+        return held
 
     def _region(self) -> str:
         return str(self.client.meta.region_name)
@@ -400,36 +409,40 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         ended = _ended_nodes(job)
         return self._response(app_id, job, self._nodes(job, ended) if job and ended else {})
 
-    def describe_future(
-        self, app_id: str, period: float | None = None
-    ) -> concurrent.futures.Future[DescribeAppResponse | None] | None:
+    def describe_future_as(
+        self, app_id: str, then: Callable[[DescribeAppResponse | None], R], period: float | None = None
+    ) -> concurrent.futures.Future[R] | None:
         """``describe`` answered by the shared poller's thread (its next round, or its cache;
-        with ``period``, the job's next scheduled look: ``StatusPoller.request``); None before
+        with ``period``, the job's next scheduled look: ``StatusPoller.request``), mapped by
+        ``then`` there, in one future per look (``StatusPoller.request_then``); None before
         this instance made its client (building an AWS session may block) or for an app whose
         job id this process has not learnt yet (``describe`` does both, blocking;
         ``adopt_native_id`` does both without a look-up)."""
         if self._client is None:
             return None
-        job_id = self.poller.job_id(app_id)
+        poller = self.poller
+        job_id = poller.job_id(app_id)
         if job_id is None:
             return None
-        out: concurrent.futures.Future[DescribeAppResponse | None] = concurrent.futures.Future()
+        out: concurrent.futures.Future[R] = concurrent.futures.Future()
 
-        def on_job(answer: concurrent.futures.Future[dict[str, dict[str, Any] | None]]) -> None:
+        def on_job(answer: dict[str, dict[str, Any] | None] | BaseException) -> None:
             try:
-                job = answer.result()[job_id]
+                job = answer_jobs(answer)[job_id]
                 ended = _ended_nodes(job)
                 if not job or not ended:
-                    settle(out, lambda: self._response(app_id, job, {}))
+                    settle(out, lambda: then(self._response(app_id, job, {})))
                     return
                 ids = _node_ids(job, ended)
-                self.poller.request(list(ids), max_age=3600.0).add_done_callback(
-                    lambda found: settle(out, lambda: self._response(app_id, job, _by_node(ids, found.result())))
-                )
+
+                def on_nodes(found: dict[str, dict[str, Any] | None] | BaseException) -> None:
+                    settle(out, lambda: then(self._response(app_id, job, _by_node(ids, answer_jobs(found)))))
+
+                poller.request_then(out, on_nodes, list(ids), max_age=3600.0)
             except BaseException as err:
                 settle(out, functools.partial(_reraise, err))
 
-        self.poller.request([job_id], period=period).add_done_callback(on_job)
+        poller.request_then(out, on_job, [job_id], period=period)
         return out
 
     def native_id(self, app_id: str) -> str | None:
@@ -796,6 +809,9 @@ def _ended_nodes(job: Mapping[str, Any] | None) -> range:
     return range(int((job.get("nodeProperties") or {}).get("numNodes", 0)))
 
 
+R = TypeVar("R")
+
+
 def _node_ids(job: Mapping[str, Any], nodes: Iterable[int]) -> dict[str, int]:
     return {f"{job['jobId']}#{n}": n for n in nodes}
 
@@ -804,7 +820,7 @@ def _by_node(ids: Mapping[str, int], found: Mapping[str, dict[str, Any] | None])
     return {ids[i]: c for i, c in found.items() if c is not None and c is not NOT_VISIBLE}
 
 
-def _reraise(err: BaseException) -> DescribeAppResponse | None:
+def _reraise(err: BaseException) -> Any:
     raise err
 
 
