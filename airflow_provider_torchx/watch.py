@@ -37,7 +37,24 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, find_root_cause
-from airflow_provider_torchx.core.logstream import BATCH_LINES, JobWatch, LogBatch, LogLine, keep_reading, last_lines
+from airflow_provider_torchx.core.logstream import (
+    BATCH_LINES,
+    PROGRESS_EVERY,
+    SYSTEM_CLOCK,
+    Clock,
+    Done,
+    JobWatch,
+    Log,
+    LogBatch,
+    LogLine,
+    Look,
+    Note,
+    Read,
+    Save,
+    WatchRules,
+    last_lines,
+    replica_counts,
+)
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
 from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
 
@@ -57,8 +74,6 @@ SAVE_EVERY = 1.0
 #: Pauses before reading a status again when the change descriptor fired but the status read
 #: just after still shows the job live (a cancel records the end after the supervisor died).
 SETTLE_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8)
-#: A job's progress line is logged when what it says changes, else at most this often (seconds).
-PROGRESS_EVERY = 60.0
 #: Seconds the trigger's last logged lines get to reach the task log before its event (at most
 #: the poll interval): the triggerer closes that log when the event is yielded.
 LOG_SETTLE = 2.0
@@ -123,20 +138,6 @@ async def wait_readable(fd: int, timeout: float) -> bool:
         loop.remove_reader(fd)
 
 
-def replica_counts(status: AppStatus) -> dict[str, int]:
-    """How many replicas of the job are running, done and pending."""
-    counts = {"running": 0, "done": 0, "pending": 0}
-    for role in status.roles:
-        for rep in role.replicas:
-            if rep.state.is_terminal():
-                counts["done"] += 1
-            elif rep.state == AppState.RUNNING:
-                counts["running"] += 1
-            else:
-                counts["pending"] += 1
-    return counts
-
-
 def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: float | None = None) -> str:
     """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
     scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``) and ``; log 40s
@@ -146,28 +147,6 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: 
     why = f"; {status.msg}" if status.msg and not status.is_terminal() else ""
     lag = f"; log {behind_s:.0f}s behind" if behind_s is not None and behind_s >= 1.0 else ""
     return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}{lag}"
-
-
-class ProgressNotes:
-    """When a watcher logs a job's progress line: when what the line says of the job changes
-    (its state, replica counts, the scheduler's message), else at most every ``every``
-    seconds. With thousands of jobs watched, a line per job per poll was most of a
-    triggerer's work for a trigger; ``clock`` (monotonic seconds) is injectable for tests."""
-
-    def __init__(self, every: float = PROGRESS_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
-        self.every = every
-        self.clock = clock
-        self._said: tuple[Any, ...] | None = None
-        self._at = 0.0
-
-    def due(self, status: AppStatus) -> bool:
-        """Whether to log ``status``'s progress line now (then it counts as logged)."""
-        said = (status.state, tuple(replica_counts(status).values()), status.msg)
-        now = self.clock()
-        if said == self._said and now - self._at < self.every:
-            return False
-        self._said, self._at = said, now
-        return True
 
 
 def identity_labels(context: Context) -> dict[str, str]:
@@ -218,8 +197,9 @@ class JobWatcher(JobWatch):
     ``cursor_file`` when given) and turns its final status into an outcome payload.
 
     Synchronous callers (worker, sensor, flush) use ``stream``, ``wait_outcome`` and
-    ``outcome``; the trigger uses ``watch`` (see the module docstring). A read cut short by a
-    cancellation is neither logged nor saved; a batch whose logging began is logged whole.
+    ``outcome``; the trigger uses ``watch``. Both drive the same rules (``core/logstream.py``,
+    ``WatchRules``). A read cut short by a cancellation is neither logged nor saved; a batch
+    whose logging began is logged whole.
     """
 
     def __init__(
@@ -232,6 +212,7 @@ class JobWatcher(JobWatch):
         position: LogPosition | None = None,
         cursor_file: CursorFile | None = None,
         batch_lines: int = BATCH_LINES,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.log = log
         self.position = position or LogPosition()
@@ -242,10 +223,11 @@ class JobWatcher(JobWatch):
             stream_logs=stream_logs,
             cursors=self.position.cursors,
             batch_lines=batch_lines,
+            clock=clock,
         )
         self.cursor_file = cursor_file if stream_logs else None
+        self.save_every = SAVE_EVERY if self.cursor_file is not None else None
         self._saved_seq = self.position.seq
-        self._saved_at = time.monotonic()
 
     @property
     def cursors(self) -> dict[str, str] | None:
@@ -257,24 +239,14 @@ class JobWatcher(JobWatch):
         for line in lines:
             info("%s", line.format())
 
-    def _advance(self, batch: LogBatch) -> None:
+    def mark_logged(self, batch: LogBatch) -> None:
         """Move the follower and, if lines were logged, the position past ``batch``."""
-        super().written(batch)
+        super().mark_logged(batch)
         if batch.lines:
             self.position = self.position.advanced(batch.cursors)
 
-    def _save_due(self) -> bool:
-        return self.position.seq > self._saved_seq and time.monotonic() - self._saved_at >= SAVE_EVERY
-
-    def written(self, batch: LogBatch) -> None:
-        """After a batch was logged (synchronous path): advance; save now and then."""
-        self._advance(batch)
-        if self._save_due():
-            self.save()
-
     def save(self) -> None:
         """Write the position to the cursor file if it moved since the last save."""
-        self._saved_at = time.monotonic()
         if (
             self.cursor_file is not None
             and self.position.seq > self._saved_seq
@@ -282,25 +254,14 @@ class JobWatcher(JobWatch):
         ):
             self._saved_seq = self.position.seq
 
-    def stream(self, status: AppStatus | None, budget: float | None = None) -> bool:
-        """Log (and save) the lines written since the last read: all remaining ones of a
-        terminal job (the drain rule); returns whether a backlog remains (see ``JobWatch``)."""
-        try:
-            return super().stream(status, budget)
-        finally:
-            self.save()
+    def _progress(self, status: AppStatus, started_at: float | None) -> None:
+        now = self.clock.wall()
+        self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s))
 
     def wait_outcome(self, poll_interval: float, deadline: float | None, started_at: float) -> dict[str, Any]:
-        """Wait in this thread for the job's end (or ``deadline``), streaming and logging a
-        progress line every ``poll_interval``; return the outcome event."""
-
-        notes = ProgressNotes()
-
-        def progress(status: AppStatus) -> None:
-            if notes.due(status):
-                self.log.info(progress_line(self.app_handle, status, time.time() - started_at, self.behind_s))
-
-        status = self.wait(poll_interval, deadline, on_poll=progress)
+        """Wait in this thread for the job's end (or ``deadline``), streaming and logging
+        progress lines; return the outcome event."""
+        status = self.wait(poll_interval, deadline, on_poll=functools.partial(self._progress, started_at=started_at))
         if status is None or status.is_terminal():
             return self.outcome(status)
         return self.timeout_event(status)
@@ -330,11 +291,11 @@ class JobWatcher(JobWatch):
         """The job's status one poll on. Where the scheduler answers futures, its next
         scheduled look (``Runner.status_future`` with a period): the scheduler sets the rhythm,
         so the job is looked at every ``poll_interval`` whatever this watcher's own latency,
-        and the first look that sees the end answers at once. Else after sleeping a poll.
-        Else after a poll, cut short when the scheduler's change descriptor
-        (``Runner.change_fd``; local jobs: the supervisor's pidfd) becomes readable, so that
-        a local job's end is seen at once. Raises ``TimeoutError`` once ``limit`` seconds
-        passed without an answer (the future path; the other one returns a status then)."""
+        and the first look that sees the end answers at once. Else after a poll, cut short
+        when the scheduler's change descriptor (``Runner.change_fd``; local jobs: the
+        supervisor's pidfd) becomes readable, so that a local job's end is seen at once; else
+        after sleeping a poll. Raises ``TimeoutError`` once ``limit`` seconds passed without
+        an answer (the future path; the other ones return a status then)."""
         future = self.runner.status_future(self.app_handle, poll_interval)
         if future is not None:
             return await self._settled(await asyncio.wait_for(asyncio.wrap_future(future), limit))
@@ -355,73 +316,86 @@ class JobWatcher(JobWatch):
             status = await self.status_async()
         return status
 
-    async def stream_async(self, status: AppStatus | None, budget: float | None = None) -> bool:
-        """``stream`` for the event loop: reads on the watch pool, logs on the loop
-        ``EMIT_CHUNK`` lines at a time, saves on the pool. Cancelled while logging a batch,
-        it logs the rest of that batch and saves before giving in, so the position stays
-        exact."""
-        if self.follower is None or status is None or not self.follower.replicas_to_read(status):
-            return False  # nothing to read: no hop to the pool (a job still queued, say)
-        follower = self.follower
-        started = time.monotonic()
-        while True:
-            batch = await run_blocking(follower.read, status)
-            done = 0
-            try:
-                while done < len(batch.lines):
-                    self._log_lines(batch.lines[done : done + EMIT_CHUNK])
-                    done += EMIT_CHUNK
-                    await asyncio.sleep(0)
-            except asyncio.CancelledError:
-                self._log_lines(batch.lines[done:])
-                self._advance(batch)
-                self.save()
-                raise
-            self._advance(batch)
-            if self._save_due():
-                await run_blocking(self.save)
-            if not keep_reading(batch, status, started, budget):
-                break
-        if self.cursor_file is not None and self.position.seq > self._saved_seq:
-            await run_blocking(self.save)
-        return batch.more and not status.is_terminal()
+    async def _read_async(self, status: AppStatus) -> LogBatch:
+        """The next batch, read on the watch pool (without a hop when no replica is readable
+        yet: a job still queued, say)."""
+        assert self.follower is not None
+        if not self.follower.replicas_to_read(status):
+            return self.follower.read(status)  # reads nothing: no I/O
+        return await run_blocking(self.follower.read, status)
+
+    async def _log_async(self, batch: LogBatch) -> None:
+        """Log ``batch`` on the loop ``EMIT_CHUNK`` lines at a time, yielding in between, and
+        move past it. Cancelled meanwhile, it logs the rest of the batch and saves before
+        giving in, so the position stays exact."""
+        done = 0
+        try:
+            while done < len(batch.lines):
+                self._log_lines(batch.lines[done : done + EMIT_CHUNK])
+                done += EMIT_CHUNK
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            self._log_lines(batch.lines[done:])
+            self.mark_logged(batch)
+            self.save()
+            raise
+        self.mark_logged(batch)
+
+    def trigger_rules(self, poll_interval: float, deadline: float | None) -> WatchRules:
+        """The trigger's rules: those of a blocking watch, except that the round that finds
+        the job ended (or the deadline passed) logs nothing, and the event waits until the
+        last lines logged are ``min(poll, LOG_SETTLE)`` old. The triggerer closes the task's
+        trigger log as soon as the event is yielded, and a line logged just before would land
+        in the triggerer's own log; the event carries the position reached, and the resumed
+        task's ``flush_logs`` logs the rest into the task log. A progress note whenever what it
+        says changes, else every ``PROGRESS_EVERY`` seconds."""
+        return WatchRules(
+            poll=poll_interval,
+            deadline=deadline,
+            budget=poll_interval,
+            reads=self.follower is not None,
+            log_the_end=False,
+            save_every=self.save_every,
+            note_every=PROGRESS_EVERY,
+            settle=min(poll_interval, LOG_SETTLE),
+        )
 
     async def watch(self, poll_interval: float, deadline: float | None, started_at: float | None) -> dict[str, Any]:
-        """Follow the job on the running loop until it ends or ``deadline`` passes; return
-        the outcome event. Looks every ``poll_interval`` (``next_status_async``), at once
-        while a log backlog remains; logs progress lines as ``ProgressNotes`` says.
-
-        The round that finds the job terminal (or the deadline passed) logs nothing: the
-        triggerer closes the task's trigger log as soon as the event is yielded, and a line
-        logged just before would land in the triggerer's own log. The event carries the
-        position reached, and the resumed task's ``flush_logs`` logs the rest into the task
-        log; the last lines logged here had ``LOG_SETTLE`` seconds to arrive before the event."""
-        notes = ProgressNotes()
-        settle = min(poll_interval, LOG_SETTLE)
-        settled_at = 0.0  # when every line logged so far has had ``settle`` seconds to arrive
-        timed_out = False
-        status = await self.status_async()
+        """Follow the job on the running loop until it ends or ``deadline`` passes, by
+        ``trigger_rules``; return the outcome event. Looks every ``poll_interval``
+        (``next_status_async``), at once while a log backlog remains; nothing holds a thread
+        while waiting (module docstring)."""
+        rules = self.trigger_rules(poll_interval, deadline)
+        clock = self.clock
         while True:
-            now = time.time()
-            if status is None or status.is_terminal() or timed_out or (deadline is not None and now >= deadline):
-                await asyncio.sleep(max(settled_at - time.monotonic(), 0.0))
-                if status is not None and not status.is_terminal():
-                    return self.timeout_event(status)
-                return await run_blocking(self.outcome, status)
-            seq = self.position.seq
-            backlog = await self.stream_async(status, budget=poll_interval)
-            if self.position.seq != seq:
-                settled_at = time.monotonic() + settle
-            if notes.due(status):
-                self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s))
-                settled_at = time.monotonic() + settle
-            if backlog:
-                status = await self.status_async()
-                continue
-            try:
-                status = await self.next_status_async(poll_interval, None if deadline is None else deadline - now)
-            except TimeoutError:
-                timed_out = True
+            action = rules.next_action(self.state, clock.monotonic(), clock.wall())
+            if isinstance(action, Look):
+                status, timed_out = self.state.status, False
+                if action.pause == 0:
+                    status = await self.status_async()
+                else:
+                    try:
+                        status = await self.next_status_async(action.pause, action.limit)
+                    except TimeoutError:
+                        timed_out = True
+                self.state = self.state.looked_at(status, clock.monotonic(), timed_out)
+            elif isinstance(action, Read):
+                self.state = self.state.read(await self._read_async(action.status))
+            elif isinstance(action, Log):
+                await self._log_async(action.batch)
+                self.state = self.state.logged(clock.monotonic(), rules.settle)
+            elif isinstance(action, Save):
+                await run_blocking(self.save)
+                self.state = self.state.saved(clock.monotonic())
+            elif isinstance(action, Note):
+                self._progress(action.status, started_at)
+                self.state = self.state.noted_now(action.status, clock.monotonic(), rules.settle)
+            elif isinstance(action, Done):
+                if action.status is not None and not action.ended:
+                    return self.timeout_event(action.status)
+                return await run_blocking(self.outcome, action.status)
+            else:
+                await asyncio.sleep(action.seconds)
 
     # ------------------------------------------------------------------ outcome
 
