@@ -1,9 +1,9 @@
 """The one watching path of the Airflow layer: how a task follows its job to the end.
 
 The worker-mode wait (``TorchXRunOperator``), the sensor's ``poke``, the trigger's ``run()``
-and a resumed task's final flush all use ``JobWatcher``; the CLI uses the same core primitive
-(``core/logstream.py``: ``JobWatch``). They share one set of rules (docs/architecture.md, "The
-watching path"):
+and a resumed task's final flush all use ``JobWatcher``, a ``JobWatch`` (``core/logstream.py``)
+that logs into the task log. Every watcher, the CLI's too, follows the rules of
+``WatchRules.next_action`` there (docs/architecture.md, "The watching path"):
 
 - Each replica's new lines are logged as ``[role/k] line``, exactly once and in order, in
   batches of a bounded number of lines; the position (per-replica cursors) moves past a batch
