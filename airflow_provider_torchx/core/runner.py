@@ -264,7 +264,8 @@ class Runner:
     # ------------------------------------------------------------------ observe
 
     def status(self, app_handle: str) -> AppStatus | None:
-        """The app's status, or None if the scheduler does not know it."""
+        """How the app is doing (state, replicas, the scheduler's message): what watchers
+        look at. None if the scheduler does not know it."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return _app_status(sched.describe(app_id))
 
@@ -306,19 +307,23 @@ class Runner:
         return sched.describe_future(app_id) if period is None else sched.describe_future(app_id, period)
 
     def describe(self, app_handle: str) -> AppDef | None:
-        """The app rebuilt from what the scheduler keeps (completeness varies), or None."""
+        """The app's definition (``AppDef``: roles, images, env) rebuilt from what the
+        scheduler keeps, to show or re-run it (completeness varies), or None."""
         sched, app_id = self._scheduler_app_id(app_handle)
         desc = sched.describe(app_id)
         return None if desc is None else AppDef(name=app_id, roles=desc.roles)
 
     def describe_native(self, app_handle: str) -> AppDryRunInfo[Any] | None:
-        """The scheduler-native request read back, or None."""
+        """The request as the scheduler got it (its own form, e.g. Batch's job definition),
+        read back to inspect it, or None."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.describe_native(app_id)
 
     def describe_app(self, app_handle: str) -> DescribeAppResponse | None:
-        """The scheduler's full answer for the app (labels, whether a cancel was requested),
-        or None if it does not know it."""
+        """Everything the scheduler says of the app in one answer (``DescribeAppResponse``:
+        status, roles, labels, whether a cancel was requested), for callers that need more
+        than ``status`` (labels to adopt a job, its env to find its secrets), or None if it
+        does not know it."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.describe(app_id)
 
