@@ -4,7 +4,9 @@ the sensor, the trigger) drives these rules, so each rule is tested here once.""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from typing import Any
 
 from airflow_provider_torchx.core.logstream import (
     Done,
@@ -37,16 +39,15 @@ def batch(n: int, more: bool = False, start: int = 0) -> LogBatch:
     return LogBatch(lines, {"w/0": str(start + n)}, more)
 
 
-def blocking(**kw: object) -> WatchRules:
-    """The rules of a blocking watcher (``JobWatch.rules``)."""
-    return WatchRules(**{"poll": POLL, "budget": POLL, "note_gap": POLL, **kw})  # type: ignore[arg-type]
+def blocking(**changes: Any) -> WatchRules:
+    """The rules of a blocking watcher (``JobWatch.rules``), with ``changes``."""
+    return dataclasses.replace(WatchRules(poll=POLL, budget=POLL, note_gap=POLL), **changes)
 
 
-def trigger(**kw: object) -> WatchRules:
-    """The trigger's rules (``JobWatcher.trigger_rules``)."""
-    return WatchRules(
-        **{"poll": POLL, "budget": POLL, "log_the_end": False, "note_every": 60.0, "settle": 2.0, **kw}  # type: ignore[arg-type]
-    )
+def trigger(**changes: Any) -> WatchRules:
+    """The trigger's rules (``JobWatcher.trigger_rules``), with ``changes``."""
+    rules = WatchRules(poll=POLL, budget=POLL, log_the_end=False, note_every=60.0, settle=2.0)
+    return dataclasses.replace(rules, **changes)
 
 
 def logged(state: WatchState, b: LogBatch, now: float, settle: float = 0.0) -> WatchState:
