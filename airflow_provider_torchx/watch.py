@@ -268,7 +268,7 @@ class JobWatcher(JobWatch):
 
     # ------------------------------------------------------------------ the event loop
 
-    async def status_async(self) -> AppStatus | None:
+    async def current_status_async(self) -> AppStatus | None:
         """The job's status without holding a thread: from the scheduler's own thread
         (``Runner.status_future``), read at once when cheap (a side-effect-free read), else on
         the watch pool. A job that ended unrecorded is settled on the pool (``finalize``)."""
@@ -303,17 +303,17 @@ class JobWatcher(JobWatch):
         fd = self.runner.change_fd(self.app_handle)
         if fd is None:
             await asyncio.sleep(pause)
-            return await self.status_async()
+            return await self.current_status_async()
         try:
             changed = await wait_readable(fd, pause)
         finally:
             os.close(fd)
-        status = await self.status_async()
+        status = await self.current_status_async()
         for delay in SETTLE_DELAYS if changed else ():
             if status is None or status.is_terminal():
                 break
             await asyncio.sleep(delay)  # the end's record may be written just after the change
-            status = await self.status_async()
+            status = await self.current_status_async()
         return status
 
     async def _read_async(self, status: AppStatus) -> LogBatch:
@@ -372,7 +372,7 @@ class JobWatcher(JobWatch):
             if isinstance(action, Look):
                 status, timed_out = self.state.status, False
                 if action.pause == 0:
-                    status = await self.status_async()
+                    status = await self.current_status_async()
                 else:
                     try:
                         status = await self.next_status_async(action.pause, action.limit)
