@@ -158,8 +158,9 @@ def round_ids(
     """The ids a round at ``now`` describes: every one asked for without a schedule
     (``asap``), every scheduled one due by now (give or take ``coalesce``), and those due
     within half a ``gap`` as long as they fit in the calls the others need (a call of 100 ids
-    costs what a call of 1 costs, and a round of 101 ids costs two). ``due``: the scheduled ``(due time, id)`` pairs, earliest first; read only as
-    far as the round takes (and one more)."""
+    costs what a call of 1 costs, and a round of 101 ids costs two). ``due``: the scheduled
+    ``(due time, id)`` pairs, earliest first; read only as far as the round takes (and one
+    more)."""
     ids = set(asap)
     horizon = now + gap / 2
     for at, job_id in due:
