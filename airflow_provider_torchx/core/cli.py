@@ -411,7 +411,8 @@ def _tail(
 ) -> int:
     """Follow the replicas' logs until the job ended and every line was printed: the watching
     rules of ``run --wait --log`` (``JobWatch``: bounded reads through cursors, the drain
-    rule), a look every ``TAIL_POLL`` seconds; the job is never cancelled."""
+    rule), a look every ``TAIL_POLL`` seconds. A read: the job is neither cancelled nor
+    settled."""
     pattern = re.compile(regex) if regex else None
 
     def write(lines: list[LogLine]) -> None:
@@ -419,7 +420,7 @@ def _tail(
             if pattern is None or pattern.search(line.line):
                 _out(line.format() if prefixed else line.line.rstrip("\n"))
 
-    JobWatch(runner, handle, write, replicas=replicas, streams=streams).wait(TAIL_POLL)
+    JobWatch(runner, handle, write, replicas=replicas, streams=streams, finalize=False).wait(TAIL_POLL)
     return EXIT_OK
 
 

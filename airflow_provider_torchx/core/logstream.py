@@ -454,7 +454,9 @@ class JobWatch:
 
     ``write`` gets each batch's lines before the follower moves past them (``mark_logged``);
     ``save`` (a no-op here) is called as the rules say. ``replicas``, ``streams``: see
-    ``LogFollower``; ``clock``: where time comes from.
+    ``LogFollower``; ``clock``: where time comes from. ``finalize``: a job found ended is
+    settled (``Runner.finalize``), as by whoever acts on its end; a mere reader (``log
+    --tail``) leaves it as it is.
     """
 
     #: Seconds between two saves while a backlog is logged (None: this watcher saves nothing).
@@ -472,11 +474,13 @@ class JobWatch:
         replicas: Collection[tuple[str, int]] | None = None,
         streams: Stream | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        finalize: bool = True,
     ) -> None:
         self.runner = runner
         self.app_handle = app_handle
         self.write = write
         self.clock = clock
+        self.finalize = finalize
         self.follower = (
             LogFollower(runner, app_handle, cursors, batch_lines, replicas=replicas, streams=streams)
             if stream_logs and write is not None
@@ -499,9 +503,10 @@ class JobWatch:
 
     def current_status(self) -> AppStatus | None:
         """The job's status now (None: no such job); one that ended without its scheduler
-        recording it is settled first (``Runner.finalize``). Blocking."""
+        recording it is settled first (``Runner.finalize``) unless this watcher only reads.
+        Blocking."""
         status = self.runner.status(self.app_handle)
-        if status is not None and status.is_terminal():
+        if self.finalize and status is not None and status.is_terminal():
             return self.runner.finalize(self.app_handle) or status
         return status
 
