@@ -9,7 +9,9 @@ import itertools
 from typing import Any
 
 from airflow_provider_torchx.core.logstream import (
+    Clock,
     Done,
+    JobWatch,
     Log,
     LogBatch,
     LogLine,
@@ -21,6 +23,7 @@ from airflow_provider_torchx.core.logstream import (
     WatchRules,
     WatchState,
 )
+from airflow_provider_torchx.core.schedulers.api import LogChunk
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, RoleStatus
 
 POLL = 10.0
@@ -206,3 +209,67 @@ def test_a_watch_logs_every_line_once_in_order() -> None:
             raise AssertionError(f"unexpected {action} ({job})")
         now += 0.5
     assert logged_lines == [f"{i}\n" for i in range(1000)]
+
+
+# ---------------------------------------------------------------------- the blocking loop
+
+
+class ScriptedRunner:
+    """A runner whose job goes through ``states`` (one per status call, the last repeated) and
+    writes ``per_look`` lines per status call; waiting advances ``clock`` (nothing sleeps)."""
+
+    def __init__(self, clock: list[float], states: list[AppState], per_look: int = 0) -> None:
+        self.clock, self.states, self.per_look = clock, states, per_look
+        self.written = 0
+        self.waits: list[float] = []
+
+    def status(self, app_handle: str) -> AppStatus:
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        self.written += self.per_look
+        return status(state)
+
+    def finalize(self, app_handle: str) -> None:
+        return None
+
+    def wait_for_change(self, app_handle: str, timeout: float) -> None:
+        self.waits.append(timeout)
+        self.clock[0] += timeout
+
+    def read_log(self, app_handle: str, role: str, k: int, cursor: Any = None, **_: Any) -> LogChunk:
+        start = int(cursor or 0)
+        end = min(self.written, start + 3)  # reads of at most 3 lines
+        return LogChunk([f"{i}\n" for i in range(start, end)], str(end), eof=False)
+
+
+def fake_clock(now: list[float]) -> Clock:
+    def sleep(seconds: float) -> None:
+        raise AssertionError(f"slept {seconds}")
+
+    return Clock(monotonic=lambda: now[0], wall=lambda: now[0], sleep=sleep)
+
+
+def test_a_blocking_wait_on_an_injected_clock_looks_a_poll_apart_until_the_deadline() -> None:
+    now = [0.0]
+    runner = ScriptedRunner(now, [AppState.RUNNING])
+    notes: list[float] = []
+    watch = JobWatch(runner, "fake://s/job", stream_logs=False, clock=fake_clock(now))  # type: ignore[arg-type]
+    last = watch.wait(10.0, deadline=25.0, on_poll=lambda s: notes.append(now[0]))
+    assert last is not None and last.state == AppState.RUNNING  # still running at the deadline
+    assert runner.waits == [10.0, 10.0, 5.0] and now[0] == 25.0
+    assert notes == [0.0]  # nothing changed: one note (the next one is due after a minute)
+
+
+def test_a_blocking_wait_streams_every_line_once_and_drains_the_end() -> None:
+    now = [0.0]
+    runner = ScriptedRunner(now, [AppState.RUNNING] * 4 + [AppState.SUCCEEDED], per_look=5)
+    lines: list[str] = []
+    watch = JobWatch(
+        runner,  # type: ignore[arg-type]
+        "fake://s/job",
+        lambda batch: lines.extend(line.line for line in batch),
+        batch_lines=3,
+        clock=fake_clock(now),
+    )
+    final = watch.wait(1.0)
+    assert final is not None and final.state == AppState.SUCCEEDED
+    assert lines == [f"{i}\n" for i in range(runner.written)] and runner.written == 25
