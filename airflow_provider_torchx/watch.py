@@ -1,7 +1,7 @@
 """The one watching path of the Airflow layer: how a task follows its job to the end.
 
 The worker-mode wait (``TorchXRunOperator``), the sensor's ``poke``, the trigger's ``run()``
-and a resumed task's final flush all use ``JobWatcher``, a ``JobWatch`` (``core/logstream.py``)
+and a resumed task's final flush all use ``TaskWatcher``, a ``JobWatch`` (``core/logstream.py``)
 that logs into the task log. Every watcher, the CLI's too, follows the rules of
 ``WatchRules.next_action`` there (docs/architecture.md, "The watching path"):
 
@@ -14,11 +14,12 @@ that logs into the task log. Every watcher, the CLI's too, follows the rules of
 - The outcome is one JSON-able event payload: ``success``, ``failed`` (with the reason and the
   failed replica's last lines), ``timeout`` or ``error``.
 
-In the triggerer (``JobWatcher.watch``) nothing waits on a thread: a status comes from the
-scheduler's own thread through a future (``Scheduler.describe_future``, the Batch poller) or is
-read at once when cheap (local jobs); the blocking calls left (log reads, CloudWatch, cursor
-files, failure tails) run on the provider's own bounded thread pool (``watch_threads``), never
-on the loop's default executor, which every trigger of the triggerer shares. Lines are logged
+In the triggerer (``TaskWatcher.await_outcome``) nothing waits on a thread: a status comes
+from the scheduler's own thread through a future (``Scheduler.describe_future``, the Batch
+poller) or is read at once when cheap (local jobs); the blocking calls left (log reads,
+CloudWatch, cursor files, failure tails) run on the provider's own bounded thread pool
+(``watch_threads``), never on the loop's default executor, which every trigger of the
+triggerer shares. Lines are logged
 on the loop a few hundred at a time, yielding in between.
 """
 
@@ -191,14 +192,14 @@ def failure_message(event: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------- the watcher
 
 
-class JobWatcher(JobWatch):
+class TaskWatcher(JobWatch):
     """Follows one job for a task: logs its replicas' new lines into ``log`` (``[role/k]
     line``, once, in order per replica), keeps its reading ``position`` (saved to
     ``cursor_file`` when given) and turns its final status into an outcome payload.
 
-    Synchronous callers (worker, sensor, flush) use ``stream``, ``wait_outcome`` and
-    ``outcome``; the trigger uses ``watch``. Both drive the same rules (``core/logstream.py``,
-    ``WatchRules``). A read cut short by a cancellation is neither logged nor saved; a batch
+    Synchronous callers (worker, sensor, flush) use ``stream``, ``wait_for_outcome`` and
+    ``outcome``; the trigger uses ``await_outcome``. Both drive the same rules
+    (``core/logstream.py``, ``WatchRules``). A read cut short by a cancellation is neither logged nor saved; a batch
     whose logging began is logged whole.
     """
 
@@ -258,7 +259,7 @@ class JobWatcher(JobWatch):
         now = self.clock.wall()
         self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s))
 
-    def wait_outcome(self, poll_interval: float, deadline: float | None, started_at: float) -> dict[str, Any]:
+    def wait_for_outcome(self, poll_interval: float, deadline: float | None, started_at: float) -> dict[str, Any]:
         """Wait in this thread for the job's end (or ``deadline``), streaming and logging
         progress lines; return the outcome event."""
         status = self.wait(poll_interval, deadline, on_poll=functools.partial(self._progress, started_at=started_at))
@@ -360,7 +361,9 @@ class JobWatcher(JobWatch):
             settle=min(poll_interval, LOG_SETTLE),
         )
 
-    async def watch(self, poll_interval: float, deadline: float | None, started_at: float | None) -> dict[str, Any]:
+    async def await_outcome(
+        self, poll_interval: float, deadline: float | None, started_at: float | None
+    ) -> dict[str, Any]:
         """Follow the job on the running loop until it ends or ``deadline`` passes, by
         ``trigger_rules``; return the outcome event. Looks every ``poll_interval``
         (``next_status_async``), at once while a log backlog remains; nothing holds a thread
@@ -459,7 +462,7 @@ def flush_logs(
         return position
     app_handle = str(event["app_handle"])
     register_secrets(job_secrets(runner.describe, app_handle))
-    watcher = JobWatcher(
+    watcher = TaskWatcher(
         runner, app_handle, MaskedLog(log), stream_logs=True, position=position, cursor_file=cursor_file
     )
     watcher.stream(watcher.current_status())

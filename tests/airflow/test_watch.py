@@ -30,7 +30,7 @@ from airflow_provider_torchx.hooks.torchx import invalidate_runner
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
-from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, flush_logs
+from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, flush_logs
 
 #: More lines than one poll reads (``BATCH_LINES`` per replica), half of them written while
 #: the job runs and half just before it ends (the drain rule).
@@ -78,7 +78,7 @@ def watch_in_worker(runner: Runner, handle: str) -> list[str]:
     log = ListLog()
     operator = TorchXRunOperator(task_id="t", app=sh_app("true"), scheduler="local_cwd", poll_interval=0.3)
     cursor_file = cursor_file_for(runner, handle, IDENTITY)
-    watcher = JobWatcher(runner, handle, log, stream_logs=True, cursor_file=cursor_file, clock=racing_clock())
+    watcher = TaskWatcher(runner, handle, log, stream_logs=True, cursor_file=cursor_file, clock=racing_clock())
     event = operator._wait_in_worker(watcher, time.time(), None)
     assert event["status"] == "success", event
     return log.lines

@@ -48,7 +48,7 @@ def blocking(**changes: Any) -> WatchRules:
 
 
 def trigger(**changes: Any) -> WatchRules:
-    """The trigger's rules (``JobWatcher.trigger_rules``), with ``changes``."""
+    """The trigger's rules (``TaskWatcher.trigger_rules``), with ``changes``."""
     rules = WatchRules(poll=POLL, budget=POLL, log_the_end=False, note_every=60.0, settle=2.0)
     return dataclasses.replace(rules, **changes)
 
