@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, find_root_cause
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import (
     BATCH_LINES,
     PROGRESS_EVERY,
@@ -151,14 +152,9 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: 
 
 
 def identity_labels(context: Context) -> dict[str, str]:
-    """The task instance's identity (never the try number) as job labels."""
+    """The task instance's identity (never the try number) as job labels (``core/identity.py``)."""
     ti = context["ti"]
-    return {
-        "airflow.dag_id": ti.dag_id,
-        "airflow.task_id": ti.task_id,
-        "airflow.run_id": ti.run_id,
-        "airflow.map_index": str(ti.map_index),
-    }
+    return TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index).labels()
 
 
 def cursor_file_for(runner: Runner, app_handle: str, identity: Mapping[str, str]) -> CursorFile:

@@ -24,7 +24,6 @@ from types import TracebackType
 from typing import Any
 
 from airflow_provider_torchx.core.errors import UnknownAppError, UnknownSchedulerError
-from airflow_provider_torchx.core.logstream import JobWatch
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, did_you_mean, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     DescribeAppResponse,
@@ -49,6 +48,9 @@ from airflow_provider_torchx.core.specs import (
 log = logging.getLogger(__name__)
 
 SCHEDULER_ENTRY_POINT_GROUP = "airflow_provider_torchx.schedulers"
+#: Where a scheduler names a light function returning its run options, under its own name,
+#: for the parse-time checks of a DAG file (``SchedulerCapabilities``).
+RUN_OPTIONS_ENTRY_POINT_GROUP = "airflow_provider_torchx.run_options"
 DEFAULT_SESSION_NAME = "torchx"
 #: The env var every replica gets: the job's own handle, parseable with ``parse_app_handle``.
 JOB_ID_ENV = "TORCHX_JOB_ID"
@@ -344,6 +346,12 @@ class Runner:
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.change_fd(app_id)
 
+    def error_file(self, app_handle: str, role_name: str, k: int) -> str | None:
+        """Where the replica writes torchrun's error file on this host (``Scheduler.error_file``);
+        None: nowhere readable here."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.error_file(app_id, role_name, k)
+
     def sidecar_dir(self, app_handle: str) -> Path | None:
         """Where watchers may keep their own files beside the job (``Scheduler.sidecar_dir``);
         None: under the host's state dir."""
@@ -365,6 +373,8 @@ class Runner:
         and SIGINT cancel the job and re-raise (as ``SignalException``); the previous
         handlers are restored afterwards. The watching rules are ``core/logstream.py``'s.
         """
+        from airflow_provider_torchx.core.logstream import JobWatch  # when watching: the CLI's list needs none
+
         deadline = None if timeout is None else time.time() + timeout
         return JobWatch(self, app_handle, stream_logs=False).wait(
             wait_interval, deadline, cancel_on_signal=cancel_on_signal

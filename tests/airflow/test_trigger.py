@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -168,15 +169,12 @@ def test_a_job_whose_supervisor_died_is_reaped_on_the_pool_never_on_the_loop(
 
 
 def test_the_aws_connection_is_fetched_on_the_loop_and_the_session_built_without_a_lookup(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, amazon_provider: Callable[[type], None]
 ) -> None:
     """With the Amazon provider, the hook builds the Batch scheduler's boto3 session on a pool or
     poller thread, where ``AwsBaseHook`` would look ``aws_conn_id`` up synchronously: the trigger
     fetches it on the loop (``aget_connection``) and the hook answers the lookup from it. The
     Amazon hook is stood in for by what we rely on: ``get_session`` calls ``get_connection``."""
-    import importlib.machinery
-    import sys
-    import types
     from concurrent.futures import ThreadPoolExecutor
 
     from airflow.sdk import BaseHook
@@ -191,11 +189,7 @@ def test_the_aws_connection_is_fetched_on_the_loop_and_the_session_built_without
         def get_session(self) -> tuple[str, Any]:
             return "session", self.get_connection(str(self.aws_conn_id))
 
-    for name in ("airflow.providers.amazon", "airflow.providers.amazon.aws.hooks.base_aws"):
-        module = types.ModuleType(name)
-        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
-        module.AwsBaseHook = AwsBaseHook  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, name, module)
+    amazon_provider(AwsBaseHook)
     fetched: list[str] = []
     connection = object()
 

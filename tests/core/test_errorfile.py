@@ -232,3 +232,41 @@ def find_root_cause_of_lines(lines: list[str]) -> RootCause | None:
     """The root cause of a replica whose (combined) log is ``lines``, as for AWS Batch."""
     cause = parse_torchrun_summary(lines, "trainer/0")
     return with_node_stderr(cause, node_stderr(lines)) if cause else None
+
+
+#: Replica 1 records its rank's failure in its error file and lingers (as a torchrun node does
+#: while it tears down); replica 0 then fails because of it, first to end, with a traceback of
+#: its own (torchrun's lost rendezvous store): the supervisor stops replica 1.
+LINGERING = """
+import json, os, sys, time
+if sys.argv[1] == "1":
+    message = {"message": "RuntimeError: boom on rank 3",
+               "extraInfo": {"py_callstack": "Traceback ...\\nRuntimeError: boom on rank 3\\n", "timestamp": "1"},
+               "errorCode": 1}
+    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+        json.dump({"message": message}, f)
+    open(sys.argv[2], "w").close()
+    time.sleep(120)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+time.sleep(0.5)
+print("Traceback (most recent call last):", file=sys.stderr)
+print('  File "agent.py", line 1, in sync', file=sys.stderr)
+print("RendezvousConnectionError: The connection to the C10d store has failed.", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+def test_a_replica_stopped_after_the_first_failure_holds_the_root_cause(runner: Runner, tmp_path: Path) -> None:
+    """The replica that ended first failed because of its sibling, which was stopped while it
+    tore down: the root cause is the stopped sibling's recorded failure, not the consequence."""
+    args = ["-c", LINGERING, "${replica_id}", str(tmp_path / "recorded")]
+    app = AppDef(name="linger", roles=[Role("trainer", "local", entrypoint=sys.executable, args=args, num_replicas=2)])
+    handle = runner.run(app, "local_cwd")
+    status = runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.FAILED
+    states = [rep.state for rep in status.roles[0].replicas]
+    assert states == [AppState.FAILED, AppState.CANCELLED], states
+    cause = find_root_cause(runner, handle, status)
+    assert cause is not None
+    assert (cause.error, cause.replica) == ("RuntimeError: boom on rank 3", "trainer/1")

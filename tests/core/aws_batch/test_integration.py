@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +53,28 @@ def sched(batch_queue: str) -> Iterator[AWSBatchScheduler]:
     s.close()
 
 
-def wait_terminal(s: AWSBatchScheduler, app_id: str, timeout: float = 60.0) -> tuple[Any, set[AppState]]:
+def wait_state(
+    s: AWSBatchScheduler, app_id: str, reached: Callable[[AppState], bool], timeout: float = 60.0
+) -> tuple[Any, set[AppState]]:
+    """Poll until the job's state is ``reached``; its description then and every state seen."""
     seen: set[AppState] = set()
     deadline = time.monotonic() + timeout
     while True:
         desc = s.describe(app_id)
         assert desc is not None
         seen.add(desc.state)
-        if desc.state.is_terminal():
+        if reached(desc.state):
             return desc, seen
         assert time.monotonic() < deadline, f"{app_id} still {desc.state} after {timeout}s"
         time.sleep(0.2)
+
+
+def wait_terminal(s: AWSBatchScheduler, app_id: str, timeout: float = 60.0) -> tuple[Any, set[AppState]]:
+    return wait_state(s, app_id, AppState.is_terminal, timeout)
+
+
+def wait_running(s: AWSBatchScheduler, app_id: str, timeout: float = 30.0) -> None:
+    wait_state(s, app_id, lambda state: state == AppState.RUNNING, timeout)
 
 
 def test_two_roles_run_to_success_with_every_nodes_output(batch_queue: str) -> None:
@@ -131,10 +142,7 @@ def test_cancel_ends_cancelled_and_stops_the_containers(
 ) -> None:
     app = AppDef("sleeper", roles=[role("main", "echo started; sleep 60", replicas=2)])
     app_id = sched.submit(app, {"queue": batch_queue})
-    deadline = time.monotonic() + 30
-    while (desc := sched.describe(app_id)) is not None and desc.state != AppState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_running(sched, app_id)
     sched.cancel(app_id)
     desc, _ = wait_terminal(sched, app_id, timeout=30)
     assert desc.state == AppState.CANCELLED
@@ -147,15 +155,17 @@ def test_cancel_ends_cancelled_and_stops_the_containers(
 
 def _containers_left(docker_engine: str, job_id: str, timeout: float = 15.0) -> list[str]:
     """The job's containers still there after up to ``timeout`` s (moto reports the job FAILED
-    a moment before it removes the killed containers)."""
+    a moment before it removes the killed containers). Names come from one listing call: the
+    high-level listing inspects each container after listing it, and one removed in between
+    raised ``NotFound``."""
     import docker
 
     client = docker.DockerClient(base_url=docker_engine)
     deadline = time.monotonic() + timeout
     try:
-        while (left := [c.name for c in client.containers.list(all=True) if job_id in c.name]) and (
-            time.monotonic() < deadline
-        ):
+        while (
+            left := [name for c in client.api.containers(all=True) for name in c["Names"] if job_id in name]
+        ) and time.monotonic() < deadline:
             time.sleep(0.2)
         return left
     finally:
@@ -212,10 +222,7 @@ def test_single_node_cancel_ends_cancelled_and_leaves_no_container(
     sched: AWSBatchScheduler, batch_queue: str, docker_engine: str
 ) -> None:
     app_id = sched.submit(AppDef("sleeper1", roles=[role("main", "echo started; sleep 60")]), {"queue": batch_queue})
-    deadline = time.monotonic() + 30
-    while (desc := sched.describe(app_id)) is not None and desc.state != AppState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_running(sched, app_id)
     sched.cancel(app_id, reason="airflow-torchx cancel by alice@box")
     desc, _ = wait_terminal(sched, app_id, timeout=30)
     assert desc.state == AppState.CANCELLED and desc.cancel_requested

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
+from airflow_provider_torchx.core.schedulers.aws_batch import poller as poller_module
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     StatusPoller,
     Waiter,
@@ -94,6 +95,25 @@ def test_pollers_are_shared_per_account_region_endpoint() -> None:
     a, b = FakeBatch(), FakeBatch()
     assert shared_poller(a) is shared_poller(a)
     assert shared_poller(a) is not shared_poller(b)
+
+
+def test_pollers_are_shared_per_credentials_as_their_maker_names_them() -> None:
+    a = FakeBatch()
+    assert shared_poller(a, "conn:1") is shared_poller(a, "conn:1")
+    assert shared_poller(a, "conn:1") is not shared_poller(a, "conn:2")
+
+
+def test_idle_pollers_are_dropped_from_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pollers of credentials nobody uses any more (a connection edited, keys rotated) go;
+    one with a round to come stays."""
+    idle, busy = shared_poller(FakeBatch()), shared_poller(b := FakeBatch())
+    busy.request(["j"], period=3600.0)  # its round is to come
+    idle_client = idle.client
+    monkeypatch.setattr(poller_module, "POLLER_IDLE_FORGET", 0.0)
+    time.sleep(0.01)
+    shared_poller(FakeBatch())  # a new poller: the registry is pruned
+    assert shared_poller(b) is busy
+    assert shared_poller(idle_client) is not idle
 
 
 def test_retryable_errors() -> None:

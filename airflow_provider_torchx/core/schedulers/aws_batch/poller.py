@@ -35,6 +35,10 @@ DESCRIBE_BATCH = 100
 #: A job nobody asked about for this long is forgotten (seconds): memory stays bounded in a
 #: long-running triggerer.
 FORGET_AFTER = 3600.0
+#: A shared poller nobody asked anything for this long, with no round to come, is dropped from
+#: the registry (seconds): the pollers of credentials that changed (a connection edited, keys
+#: rotated) do not pile up in a long-running triggerer.
+POLLER_IDLE_FORGET = 600.0
 
 _THROTTLE_CODES = frozenset(
     {
@@ -255,6 +259,7 @@ class StatusPoller:
         self._waiters: list[Waiter] = []
         self._thread: threading.Thread | None = None
         self._last_round = -math.inf
+        self._last_request = clock()
         #: DescribeJobs calls and rounds made (benchmarks and tests read them).
         self.calls = 0
         self.rounds = 0
@@ -298,7 +303,7 @@ class StatusPoller:
         max_age = self.min_interval if max_age is None else max_age
         future: concurrent.futures.Future[Jobs] = concurrent.futures.Future()
         with self._cond:
-            now = self.clock()
+            now = self._last_request = self.clock()
             wake = self._next_round_at()
             need = set()
             for job_id in job_ids:
@@ -387,6 +392,14 @@ class StatusPoller:
             heapq.heappop(self._heap)
 
     # ------------------------------------------------------------------ the thread
+
+    def idle_for(self) -> float:
+        """Seconds since the last request when no round is to come (no thread, no waiter, no
+        scheduled look), else 0."""
+        with self._cond:
+            if self._thread is not None or self._waiters or self._due:
+                return 0.0
+            return max(0.0, self.clock() - self._last_request)
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -483,19 +496,25 @@ _pollers: dict[tuple[str, ...], StatusPoller] = {}
 _registry_lock = threading.Lock()
 
 
-def client_key(client: Any) -> tuple[str, ...]:
-    """Which account/region/endpoint a client talks to: clients with equal keys share."""
+def client_key(client: Any, credentials: str | None = None) -> tuple[str, ...]:
+    """Which account/region/endpoint a client talks to, with which credentials: clients with
+    equal keys share. ``credentials`` names the credentials the client signs with, as its
+    maker knows them (``AWSBatchScheduler.credentials_key``: the connection's fingerprint, or
+    boto3's default chain), so that refreshing credentials keep their key; None: this client
+    alone."""
     meta = client.meta
-    creds = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-    access_key = getattr(creds, "access_key", "") if creds is not None else ""
-    return (str(meta.service_model.service_name), str(meta.region_name), str(meta.endpoint_url), str(access_key))
+    who = credentials if credentials is not None else f"client:{id(client)}"
+    return (str(meta.service_model.service_name), str(meta.region_name), str(meta.endpoint_url), who)
 
 
-def shared_poller(client: Any) -> StatusPoller:
-    """The process-wide poller for the account/region/endpoint of the Batch ``client``."""
-    key = client_key(client)
+def shared_poller(client: Any, credentials: str | None = None) -> StatusPoller:
+    """The process-wide poller for the account/region/endpoint and credentials of the Batch
+    ``client`` (``client_key``); pollers idle for ``POLLER_IDLE_FORGET`` are dropped."""
+    key = client_key(client, credentials)
     with _registry_lock:
         poller = _pollers.get(key)
         if poller is None:
+            for old in [k for k, p in _pollers.items() if p.idle_for() > POLLER_IDLE_FORGET]:
+                del _pollers[old]
             poller = _pollers[key] = StatusPoller(client)
         return poller
