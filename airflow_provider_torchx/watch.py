@@ -29,6 +29,7 @@ import asyncio
 import functools
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -224,6 +225,7 @@ class TaskWatcher(JobWatch):
         )
         self.cursor_file = cursor_file if stream_logs else None
         self.save_every = SAVE_EVERY if self.cursor_file is not None else None
+        self._waited = False
         self._saved_seq = self.position.seq
 
     @property
@@ -288,17 +290,29 @@ class TaskWatcher(JobWatch):
         """The job's status one poll on. Where the scheduler answers futures, its next
         scheduled look (``Runner.status_future`` with a period): the scheduler sets the rhythm,
         so the job is looked at every ``poll_interval`` whatever this watcher's own latency,
-        and the first look that sees the end answers at once. Else after a poll, cut short
-        when the scheduler's change descriptor (``Runner.change_fd``; local jobs: the
-        supervisor's pidfd) becomes readable, so that a local job's end is seen at once; else
-        after sleeping a poll. Raises ``TimeoutError`` once ``limit`` seconds passed without
-        an answer (the future path; the other ones return a status then)."""
+        and the first look that sees the end answers at once. Else after sleeping a poll.
+        Else after a poll, cut short when the scheduler's change descriptor
+        (``Runner.change_fd``; local jobs: the supervisor's pidfd) becomes readable, so that
+        a local job's end is seen at once; without a descriptor (a local job's supervisor
+        already gone) the status is read at once too, and after the poll if still live. The
+        first such wait lasts a random half to whole poll, so that watchers started together
+        (a triggerer's start) do not all wake in the same instant ever after. Raises
+        ``TimeoutError`` once ``limit`` seconds passed without an answer (the future path; the
+        other one returns a status then)."""
         future = self.runner.status_future(self.app_handle, poll_interval)
         if future is not None:
             return await self._settled(await asyncio.wait_for(asyncio.wrap_future(future), limit))
         pause = max(0.0, poll_interval if limit is None else min(poll_interval, limit))
+        if not self._waited:  # triggers started together (a triggerer's start) spread out
+            self._waited = True
+            pause *= random.uniform(0.5, 1.0)
         fd = self.runner.change_fd(self.app_handle)
         if fd is None:
+            # No descriptor: the job may have ended since the last status (its supervisor
+            # exited while this watcher was logging): read it now rather than a poll later.
+            status = await self.current_status_async()
+            if status is None or status.is_terminal():
+                return status
             await asyncio.sleep(pause)
             return await self.current_status_async()
         try:

@@ -26,10 +26,13 @@ Guarantees of ``find_root_cause``:
 
 1. Never raises for unreadable or malformed files and logs: it returns None instead (the
    caller falls back to the log tail).
-2. Of several failed replicas, the one whose error is oldest wins (ties: the status' order),
-   as torchrun picks its root cause among its workers. A failed job's replicas that were
-   stopped after the first failure count too when their error file recorded a failure of
-   their own: the first replica to end is not always the one that failed first.
+2. Of several failed replicas, one whose failure names a rank (torchrun's error file or
+   summary) wins over one whose failure is torchrun's own (an agent's traceback, such as a
+   rendezvous store lost when a sibling node went down: a consequence); then the one whose
+   error is oldest (ties: the status' order), as torchrun picks its root cause among its
+   workers. A failed job's replicas that were stopped after the first failure count too when
+   torchrun reported a failed rank of theirs (not the stop): the first replica to end is not
+   always the one that failed first.
 3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
    replica whose lines the caller passes), and, where the scheduler reads stderr apart
    (``separate_stderr``), ``SUMMARY_LINES`` lines of its stderr.
@@ -311,9 +314,22 @@ def _candidates(status: AppStatus) -> Iterable[tuple[ReplicaStatus, bool]]:
 
 
 def _counts(cause: RootCause, stopped: bool) -> bool:
-    """A stopped replica's cause counts only if its error file recorded a failure of its own
-    (a timestamp), not the stop itself (torchrun's ``SignalException``)."""
-    return not stopped or (cause.timestamp is not None and not cause.error.startswith("SignalException"))
+    """A stopped replica's cause counts only if torchrun reported a rank's failure (a rank),
+    and not the stop itself (torchrun's ``SignalException``, a rank's SIGTERM or SIGKILL)."""
+    if not stopped:
+        return True
+    return cause.rank is not None and not cause.error.startswith("SignalException") and not _STOP.search(cause.error)
+
+
+_STOP = re.compile(r"\bSIG(TERM|KILL)\b")
+
+
+def root_cause_of(causes: Sequence[RootCause]) -> RootCause | None:
+    """The root cause among the replicas' ``causes`` (guarantee 2): a failed rank first, then
+    the oldest error, then the first given."""
+    if not causes:
+        return None
+    return min(causes, key=lambda c: (c.rank is None, c.timestamp if c.timestamp is not None else float("inf")))
 
 
 def find_root_cause(
@@ -333,6 +349,4 @@ def find_root_cause(
             cause = None
         if cause is not None and _counts(cause, stopped):
             causes.append(cause)
-    if not causes:
-        return None
-    return min(causes, key=lambda c: c.timestamp if c.timestamp is not None else float("inf"))
+    return root_cause_of(causes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import threading
@@ -379,3 +380,30 @@ def test_a_local_jobs_end_is_seen_at_once_not_a_poll_later(local_jobs: tuple[Run
     event = asyncio.run(first_event())
     assert event["status"] == "success"
     assert time.monotonic() - started < 45  # a poll would be 60 s
+
+
+def test_a_local_job_that_ended_before_the_wait_began_is_seen_at_once(local_jobs: tuple[Runner, list[str]]) -> None:
+    """The race 500 local triggers met at once in ``benchmarks/triggerer_scale.py``: the
+    supervisor exits after the watcher read a live status and before it waits on the pidfd,
+    so there is no descriptor left to wait on; the end is read at once, not a poll (a minute
+    here) later."""
+    from airflow_provider_torchx.watch import JobWatcher
+
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 600")
+    watcher = JobWatcher(runner, handle, ListLog(), stream_logs=False)
+    deadline = time.monotonic() + 60
+    while (status := runner.status(handle)) is None or status.state != AppState.RUNNING:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    runner.cancel(handle)
+    while (fd := runner.change_fd(handle)) is not None:  # until the supervisor is gone
+        os.close(fd)
+        assert time.monotonic() < deadline, "the supervisor did not exit"
+        time.sleep(0.1)
+
+    async def next_status() -> Any:
+        return await asyncio.wait_for(watcher.next_status_async(60.0, None), timeout=30)
+
+    status = asyncio.run(next_status())
+    assert status is not None and status.state == AppState.CANCELLED

@@ -315,6 +315,44 @@ def test_list_live_lists_the_jobs_that_have_not_ended(sched: AWSBatchScheduler, 
         sched.cancel(live)
 
 
+def test_the_change_sweep_answers_a_scheduled_look_once_the_job_leaves_its_status(
+    sched: AWSBatchScheduler, batch_queue: str
+) -> None:
+    """Three PENDING jobs (a dependency that never finishes) looked at on a 30 s schedule: once
+    one is terminated, the change sweep's ``ListJobs(PENDING)`` misses it and the next round
+    describes it, long before its scheduled look; the two still listed wait for theirs."""
+    batch = boto3.client("batch")
+    app = AppDef("sweep", roles=[role("main", "true")])
+    ids: dict[str, str] = {}
+    definition = None
+    for _ in range(3):
+        job = sched.submit_dryrun(app, {"queue": batch_queue}).request
+        definition = definition or batch.register_job_definition(**job.job_def)["jobDefinitionArn"]
+        never = [{"jobId": "never-finishes"}]
+        resp = batch.submit_job(jobDefinition=definition, dependsOn=never, **job.submit_request())
+        sched.adopt_native_id(job.app_id, resp["jobId"])
+        ids[job.app_id] = resp["jobId"]
+    try:
+        for app_id in ids:
+            deadline = time.monotonic() + 60
+            while (desc := sched.describe(app_id)) is None or desc.state != AppState.PENDING:
+                assert time.monotonic() < deadline, desc
+                time.sleep(0.2)
+        futures = {app_id: sched.describe_future(app_id, period=30.0) for app_id in ids}
+        listed = sched.poller.sweep.calls
+        first, *others = ids
+        batch.terminate_job(jobId=ids[first], reason="test: ended before its scheduled look")
+        fut = futures[first]
+        assert fut is not None
+        desc = fut.result(timeout=25)  # the scheduled look comes 30 s after the last one
+        assert desc is not None and desc.state == AppState.FAILED
+        assert sched.poller.sweep.calls > listed
+        assert not any(f is None or f.done() for a, f in futures.items() if a in others)
+    finally:
+        for job_id in ids.values():
+            batch.terminate_job(jobId=job_id, reason="test: done")
+
+
 def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_queue: str) -> None:
     labels = {
         "airflow.dag_id": "dag",
