@@ -80,7 +80,7 @@ with DAG(dag_id="torchx_e2e_ddp", schedule=None, start_date=START, catchup=False
 # (kept) left alone through a triggerer restart; three marked right after deferral (a run of
 # their own); worker-mode tasks whose task process (oom) or task process and supervisor (lost)
 # the test kills; a deferred task whose DAG run is marked failed.
-ORPHAN_PARAMS = {"lines": 600, "pause": 1, "replicas": 1}
+ORPHAN_PARAMS = {**PARAMS, "lines": 600, "replicas": 1}
 ORPHAN_DAGS = {
     "torchx_e2e_orphans": (True, ("marked_failed", "marked_success", "kept")),
     "torchx_e2e_orphans_early": (True, ("early_1", "early_2", "early_3")),
