@@ -45,10 +45,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.specs import AppState
 
-#: The labels naming a job's task instance (``watch.identity_labels`` sets them).
-IDENTITY_KEYS = ("airflow.dag_id", "airflow.task_id", "airflow.run_id", "airflow.map_index")
 #: The XCom key a try pushes when its job is not to end with the task: it returns while the
 #: job runs on (``wait_for_completion=False``) or it never cancels (``cancel_on_kill=False``).
 DISOWNED_XCOM = "torchx_disowned"
@@ -125,26 +124,13 @@ class Decision:
         return self.reason is not None
 
 
-def identity_of(labels: Mapping[str, str]) -> tuple[str, str, str, int] | None:
-    """``(dag_id, task_id, run_id, map_index)`` from a job's labels; None unless every
-    identity label is there and ``map_index`` is an integer (a job Airflow did not submit)."""
-    if any(not labels.get(key) for key in IDENTITY_KEYS):
-        return None
-    try:
-        map_index = int(labels["airflow.map_index"])
-    except ValueError:
-        return None
-    return labels["airflow.dag_id"], labels["airflow.task_id"], labels["airflow.run_id"], map_index
-
-
 def task_name(labels: Mapping[str, str]) -> str:
     """``dag.task`` (``dag.task[i]`` when mapped) of run ``run``, for messages."""
-    ident = identity_of(labels)
+    ident = TaskIdentity.from_labels(labels)
     if ident is None:
         return "an unlabelled job"
-    dag_id, task_id, run_id, map_index = ident
-    mapped = f"[{map_index}]" if map_index >= 0 else ""
-    return f"task {dag_id}.{task_id}{mapped} of run {run_id}"
+    mapped = f"[{ident.map_index}]" if ident.map_index >= 0 else ""
+    return f"task {ident.dag_id}.{ident.task_id}{mapped} of run {ident.run_id}"
 
 
 def _orphan(task: TaskView, job: JobView) -> tuple[str, str] | None:
@@ -184,7 +170,7 @@ def decide(
     ``enabled``: ``[torchx] cancel_orphaned_jobs``; ``grace``: ``[torchx] orphan_grace``
     seconds, counted from ``task.ended_at``, else from ``first_seen`` (when the caller first
     saw the job orphaned), else from ``now``."""
-    if identity_of(job.labels) is None:
+    if TaskIdentity.from_labels(job.labels) is None:
         return Decision(Verdict.KEEP, why="no Airflow task instance labels")
     if job.state.is_terminal():
         return Decision(Verdict.KEEP, why=f"already {job.state.name}")

@@ -41,6 +41,7 @@ from typing import Any
 from airflow.listeners import hookimpl
 
 from airflow_provider_torchx._compat import conf
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.orphans import (
     DISOWNED_XCOM,
@@ -49,7 +50,6 @@ from airflow_provider_torchx.orphans import (
     TaskView,
     Verdict,
     decide,
-    identity_of,
 )
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,6 @@ RECONCILE_EVERY = 10.0
 #: ``[torchx] orphan_grace``'s and ``cancel_orphaned_jobs``'s defaults (provider_info declares them).
 DEFAULT_GRACE = 30.0
 DEFAULT_ENABLED = True
-
-Identity = tuple[str, str, str, int]
 
 
 @dataclass(frozen=True)
@@ -98,13 +96,13 @@ class LiveJob:
     created: float | None
 
     @property
-    def identity(self) -> Identity:
-        ident = identity_of(self.labels)
+    def identity(self) -> TaskIdentity:
+        ident = TaskIdentity.from_labels(self.labels)
         assert ident is not None
         return ident
 
 
-def live_jobs(wanted: Callable[[Identity], bool] | None = None) -> list[LiveJob]:
+def live_jobs(wanted: Callable[[TaskIdentity], bool] | None = None) -> list[LiveJob]:
     """Every live job with Airflow labels (and, given ``wanted``, whose identity it accepts),
     from one ``list_live`` per source: each host-bound scheduler's job store and each ``torchx``
     connection of another scheduler. A source that fails is logged and skipped."""
@@ -128,7 +126,7 @@ def live_jobs(wanted: Callable[[Identity], bool] | None = None) -> list[LiveJob]
             )
             continue
         for app in apps:
-            ident = identity_of(app.labels)
+            ident = TaskIdentity.from_labels(app.labels)
             if app.state.is_terminal() or ident is None or (wanted is not None and not wanted(ident)):
                 continue
             found.setdefault(
@@ -141,7 +139,7 @@ def _epoch(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-def read_task_views(identities: Iterable[Identity]) -> dict[Identity, TaskView]:
+def read_task_views(identities: Iterable[TaskIdentity]) -> dict[TaskIdentity, TaskView]:
     """What Airflow's database says of each task instance (its DAG, run, state, and whether
     its try disowned the job), in four queries whatever the number of jobs. Raises when the
     database cannot be read."""
@@ -221,7 +219,7 @@ def read_task_views(identities: Iterable[Identity]) -> dict[Identity, TaskView]:
 def job_views(jobs: list[LiveJob]) -> list[tuple[LiveJob, JobView]]:
     """Each job with what the table needs of it, including its newest live sibling (another
     job of the same task instance)."""
-    by_identity: dict[Identity, list[LiveJob]] = {}
+    by_identity: dict[TaskIdentity, list[LiveJob]] = {}
     for job in jobs:
         by_identity.setdefault(job.identity, []).append(job)
     out = []
@@ -250,7 +248,7 @@ def cancel_orphan(job: LiveJob, decision: Decision, where: str) -> None:
 
 def apply(
     jobs: list[LiveJob],
-    views: Mapping[Identity, TaskView] | None,
+    views: Mapping[TaskIdentity, TaskView] | None,
     *,
     settings: ReaperSettings,
     now: float,
@@ -309,7 +307,7 @@ class Reconciler:
             return self.every
         jobs = live_jobs()
         try:
-            views: Mapping[Identity, TaskView] | None = read_task_views({job.identity for job in jobs})
+            views: Mapping[TaskIdentity, TaskView] | None = read_task_views({job.identity for job in jobs})
         except Exception as e:
             log.warning("orphaned jobs: could not read task instance states (%s: %s)", type(e).__name__, e)
             views = None
@@ -323,7 +321,7 @@ class Reconciler:
         ]
         return max(0.5, min([self.every, *due]))
 
-    def _grace_end(self, job: LiveJob, views: Mapping[Identity, TaskView] | None, grace: float) -> float:
+    def _grace_end(self, job: LiveJob, views: Mapping[TaskIdentity, TaskView] | None, grace: float) -> float:
         """When the orphan ``job``'s grace period ends (from its task's end, else first seen)."""
         view = views.get(job.identity) if views else None
         start = (
@@ -423,7 +421,9 @@ def _guarded(fn: Callable[..., object], *args: Any) -> None:
         log.exception("orphaned jobs: handling what Airflow announced failed")
 
 
-def reap_announced(wanted: Callable[[Identity], bool], view: TaskView, where: str) -> list[tuple[LiveJob, Decision]]:
+def reap_announced(
+    wanted: Callable[[TaskIdentity], bool], view: TaskView, where: str
+) -> list[tuple[LiveJob, Decision]]:
     """Apply the table at once (no grace) to the live jobs ``wanted`` selects, with ``view``:
     the state Airflow just announced (whether a try disowned its job is read from the
     database; when it cannot be, nothing is decided here: the loop asks again)."""

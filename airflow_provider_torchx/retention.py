@@ -1,7 +1,8 @@
 """Automatic retention of the local job store: ``[torchx] retain_finished`` (a duration such
 as ``30d``; empty, the default: keep every job).
 
-When set, a task that submits a local job removes afterwards, at most once an hour per store
+When set, a task that submits a job of a scheduler whose jobs live in the local store (the
+``local_store`` capability: ``local_cwd``, ``local_dir``) removes afterwards, at most once an hour per store
 (a stamp file, ``.pruned``, shared by every process), the jobs that ended longer ago than
 that, as ``airflow-torchx prune --older-than`` does: never a live job, never the task's own.
 A store that cannot be written, or a bad value, is logged and never fails the task.
@@ -12,24 +13,26 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.durations import parse_duration
 
-#: The schedulers whose jobs live in the local job store.
-LOCAL_SCHEDULERS = ("local_cwd", "local_dir")
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.runner import Runner
+
 #: At most one prune per store in this many seconds.
 PRUNE_EVERY_S = 3600.0
 _STAMP = ".pruned"
 
 
-def apply_retention(scheduler: str, log: Any = None) -> int:
-    """Prune the local store if ``retain_finished`` is set and no process did in the last
+def apply_retention(runner: Runner, scheduler: str, log: Any = None) -> int:
+    """After a submit to ``scheduler``: prune the local store if the scheduler's jobs live
+    there (``local_store``), ``retain_finished`` is set and no process did in the last
     ``PRUNE_EVERY_S``; return how many jobs were removed."""
     log = log or logging.getLogger(__name__)
     setting = (conf.get("torchx", "retain_finished", fallback="") or "").strip()
-    if not setting or scheduler not in LOCAL_SCHEDULERS:
+    if not setting or not runner.capabilities(scheduler).local_store:
         return 0
     from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
 

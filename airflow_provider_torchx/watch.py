@@ -28,6 +28,7 @@ import asyncio
 import functools
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, failed_replica_note, find_root_cause
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import BATCH_LINES, JobWatch, LogBatch, LogLine, keep_reading, last_lines
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
 from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
@@ -171,14 +173,9 @@ class ProgressNotes:
 
 
 def identity_labels(context: Context) -> dict[str, str]:
-    """The task instance's identity (never the try number) as job labels."""
+    """The task instance's identity (never the try number) as job labels (``core/identity.py``)."""
     ti = context["ti"]
-    return {
-        "airflow.dag_id": ti.dag_id,
-        "airflow.task_id": ti.task_id,
-        "airflow.run_id": ti.run_id,
-        "airflow.map_index": str(ti.map_index),
-    }
+    return TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index).labels()
 
 
 def cursor_file_for(runner: Runner, app_handle: str, identity: Mapping[str, str]) -> CursorFile:
@@ -244,6 +241,7 @@ class JobWatcher(JobWatch):
             batch_lines=batch_lines,
         )
         self.cursor_file = cursor_file if stream_logs else None
+        self._waited = False
         self._saved_seq = self.position.seq
         self._saved_at = time.monotonic()
 
@@ -333,14 +331,26 @@ class JobWatcher(JobWatch):
         and the first look that sees the end answers at once. Else after sleeping a poll.
         Else after a poll, cut short when the scheduler's change descriptor
         (``Runner.change_fd``; local jobs: the supervisor's pidfd) becomes readable, so that
-        a local job's end is seen at once. Raises ``TimeoutError`` once ``limit`` seconds
-        passed without an answer (the future path; the other one returns a status then)."""
+        a local job's end is seen at once; without a descriptor (a local job's supervisor
+        already gone) the status is read at once too, and after the poll if still live. The
+        first such wait lasts a random half to whole poll, so that watchers started together
+        (a triggerer's start) do not all wake in the same instant ever after. Raises
+        ``TimeoutError`` once ``limit`` seconds passed without an answer (the future path; the
+        other one returns a status then)."""
         future = self.runner.status_future(self.app_handle, poll_interval)
         if future is not None:
             return await self._settled(await asyncio.wait_for(asyncio.wrap_future(future), limit))
         pause = max(0.0, poll_interval if limit is None else min(poll_interval, limit))
+        if not self._waited:  # triggers started together (a triggerer's start) spread out
+            self._waited = True
+            pause *= random.uniform(0.5, 1.0)
         fd = self.runner.change_fd(self.app_handle)
         if fd is None:
+            # No descriptor: the job may have ended since the last status (its supervisor
+            # exited while this watcher was logging): read it now rather than a poll later.
+            status = await self.status_async()
+            if status is None or status.is_terminal():
+                return status
             await asyncio.sleep(pause)
             return await self.status_async()
         try:

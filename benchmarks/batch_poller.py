@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import os
 import sys
 import threading
@@ -57,34 +58,44 @@ class CallCounter:
             return out
 
 
-def setup_queue(url: str) -> str:
+def setup_queue(url: str, name: str = "bench-q") -> str:
+    """Job queue ``name`` on an UNMANAGED compute environment (made once per server)."""
     iam = boto3.client("iam", endpoint_url=url)
     batch = boto3.client("batch", endpoint_url=url)
-    arn = iam.create_role(RoleName="bench", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-    env = batch.create_compute_environment(
-        computeEnvironmentName="bench-ce", type="UNMANAGED", state="ENABLED", serviceRole=arn
-    )["computeEnvironmentArn"]
+    envs = batch.describe_compute_environments(computeEnvironments=["bench-ce"])["computeEnvironments"]
+    if envs:
+        env = envs[0]["computeEnvironmentArn"]
+    else:
+        arn = iam.create_role(RoleName="bench", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        env = batch.create_compute_environment(
+            computeEnvironmentName="bench-ce", type="UNMANAGED", state="ENABLED", serviceRole=arn
+        )["computeEnvironmentArn"]
     batch.create_job_queue(
-        jobQueueName="bench-q",
+        jobQueueName=name,
         state="ENABLED",
         priority=1,
         computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env}],
     )
-    return "bench-q"
+    return name
 
 
-def submit_pending_jobs(url: str, queue: str, n: int) -> list[tuple[str, str]]:
-    """``n`` jobs rendered by the scheduler, submitted depending on a job that never ends."""
+def submit_pending_jobs(url: str, queue: str, n: int, threads: int = 8) -> list[tuple[str, str]]:
+    """``n`` jobs rendered by the scheduler, submitted depending on a job that never ends.
+    The jobs differ only in their names, so they share the first one's job definition (one
+    ``RegisterJobDefinition``: moto looks a definition's revisions up by scanning them all);
+    the submits go ``threads`` at a time."""
     sched = create_scheduler("bench", client=boto3.client("batch", endpoint_url=url))
     batch = boto3.client("batch", endpoint_url=url)
     app = AppDef("bench", roles=[Role("main", image="busybox:local", entrypoint="true", resource=Resource(1, 0, 64))])
-    out = []
-    for _ in range(n):
-        job = sched.submit_dryrun(app, {"queue": queue}).request
-        arn = batch.register_job_definition(**job.job_def)["jobDefinitionArn"]
+    jobs = [sched.submit_dryrun(app, {"queue": queue}).request for _ in range(n)]
+    arn = batch.register_job_definition(**jobs[0].job_def)["jobDefinitionArn"] if jobs else ""
+
+    def submit(job: Any) -> tuple[str, str]:
         resp = batch.submit_job(jobDefinition=arn, dependsOn=[{"jobId": "never-finishes"}], **job.submit_request())
-        out.append((f"{queue_name(queue)}:{job.name}", resp["jobId"]))
-    return out
+        return f"{queue_name(queue)}:{job.name}", resp["jobId"]
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(submit, jobs))
 
 
 def watch(n: int, seconds: float, interval: float, poll: Any) -> float:

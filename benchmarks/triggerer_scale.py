@@ -7,7 +7,11 @@ provider from ``benchmarks/.amazon-venv``, created on first use with ``apache-ai
 and ``apache-airflow-providers-amazon[aiobotocore]``, about 2.5 min; never the project's venv).
 
 1. A moto server of its own on loopback (no containers); N Batch jobs per contender, rendered
-   by our scheduler and kept PENDING by a dependency that never finishes.
+   by our scheduler, kept PENDING by a dependency that never finishes, in a job queue per
+   contender (``--shared-queue``: one for both), submitted just before the contender's run
+   (eight at a time, on one job definition: moto runs a thread per job). The server is
+   ``moto_quiet.py``: moto with its waiting jobs asleep until terminated (at 5,000 jobs
+   moto's once-a-second checks took the machine to a load of 600).
 2. Each contender runs N triggers (``poll_interval``/``waiter_delay`` = ``--poll``), a 50 ms
    sleeper measuring the loop's lag and a neighbour trigger timing ``asyncio.to_thread(noop)``
    every 0.5 s. Our triggers carry the job id (``native_id``, as ``TorchXJobTrigger.for_job``
@@ -32,10 +36,13 @@ Modes besides that steady one (each keeps the Amazon side in the same run, on it
   event over the three processes, and no job may be cancelled by a contender.
 
     .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
-        [--fresh 5] [--two] [--old-kwargs]
+        [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--amazon-wait 60]
 
-``--n 2000`` is the big case (``--n 5000`` the capacity-raised one); ``--quick`` shortens the
-phases; ``--no-amazon`` / ``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a
+``TRIGGERER_SCALE_PROFILE=DIR`` writes a cProfile of each contender's loop thread to DIR.
+``--n 2000`` is the big case (``--n 5000`` the capacity-raised one; ``--amazon-wait`` caps how
+long the Amazon side's events are waited for); ``--quick`` shortens the phases; for local
+jobs it also prints where the delay goes (the supervisors' record of the end, then the
+trigger); ``--no-amazon`` / ``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a
 table and the load average.
 """
 
@@ -46,6 +53,7 @@ import asyncio
 import collections
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -203,7 +211,16 @@ def contender_main(args: argparse.Namespace) -> None:
     os.dup2(log_fd, 1)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout)
     spec = json.loads(Path(args.targets).read_text())
-    asyncio.run(contend(args.contender, spec["targets"], spec["native_ids"], args))
+    main = contend(args.contender, spec["targets"], spec["native_ids"], args)
+    profile_dir = os.environ.get("TRIGGERER_SCALE_PROFILE")  # where to write each loop's profile
+    if not profile_dir:
+        asyncio.run(main)
+        return
+    import cProfile
+
+    with cProfile.Profile() as prof:  # the loop's thread only: the pools' threads are not in it
+        asyncio.run(main)
+    prof.dump_stats(os.path.join(profile_dir, Path(args.log_file).stem + ".prof"))
 
 
 # ---------------------------------------------------------------------- orchestrator
@@ -253,7 +270,7 @@ def start_moto(work: Path) -> tuple[subprocess.Popen[bytes], str, MotoLog]:
     env.pop("AWS_ENDPOINT_URL", None)
     log_path = work / "moto.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, str(HERE / "moto_quiet.py"), "-H", "127.0.0.1", "-p", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log_path.open("wb"),
@@ -298,6 +315,7 @@ class Contender:
         warmup: float,
         steady: float,
         go: bool,
+        wait_end: float | None = None,
     ) -> None:
         self.kind, self.tag, self.moto, self.targets = kind, tag, moto, targets
         targets_file = work / f"{tag}-targets.json"
@@ -308,7 +326,7 @@ class Contender:
             self.go_file.touch()
         cmd = [python, str(Path(__file__).resolve()), "--contender", kind, "--targets", str(targets_file)]
         cmd += ["--poll", str(args.poll), "--warmup", str(warmup), "--steady", str(steady)]
-        cmd += ["--wait-end", str(args.wait_end), "--log-file", str(work / f"{tag}.log")]
+        cmd += ["--wait-end", str(wait_end or args.wait_end), "--log-file", str(work / f"{tag}.log")]
         cmd += ["--go-file", str(self.go_file), "--end-file", str(self.end_file)]
         self.before = moto.calls() if moto else collections.Counter()
         self.started = time.monotonic()
@@ -497,16 +515,17 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
     rows: list[tuple[str, dict[str, Any]]] = []
     names = {"ours": "TorchXJobTrigger", "amazon": "Amazon BatchJobTrigger"}
     try:
-        queue = setup_queue(url)
-        t0 = time.monotonic()
-        jobs = {kind: submit_pending_jobs(url, queue, args.n) for kind in contenders}
-        print(f"submitted {args.n} PENDING jobs per contender in {time.monotonic() - t0:.0f}s", flush=True)
+        queues = {kind: setup_queue(url, "bench-q" if args.shared_queue else f"bench-{kind}") for kind in contenders}
         batch = boto3.client("batch", endpoint_url=url)
         env = {**os.environ, "AWS_ENDPOINT_URL": url, "AIRFLOW_HOME": str(work / "airflow-home")}
         env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
         env["PYTHONPATH"] = str(REPO)
         for kind in contenders:
-            pairs = jobs[kind]
+            # Each contender's jobs are submitted just before its run: moto runs a thread per job.
+            t0 = time.monotonic()
+            pairs = submit_pending_jobs(url, queues[kind], args.n)
+            where = "in the one queue" if args.shared_queue else "in a queue of its own"
+            print(f"submitted {args.n} PENDING jobs for {kind} ({where}) in {time.monotonic() - t0:.0f}s", flush=True)
             ids = [job_id for _, job_id in pairs]
             targets = [f"aws_batch://bench/{app_id}" for app_id, _ in pairs] if kind == "ours" else ids
             native_ids: list[str | None] = [None if args.old_kwargs else i for i in ids]
@@ -529,7 +548,10 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
                 kind: str = kind,
                 **kw: Any,
             ) -> Contender:
-                return Contender(python, kind, f"{kind}-{tag}", targets, native_ids, args, work, env, moto, **kw)
+                wait_end = args.amazon_wait if kind == "amazon" and args.amazon_wait else args.wait_end
+                return Contender(
+                    python, kind, f"{kind}-{tag}", targets, native_ids, args, work, env, moto, wait_end=wait_end, **kw
+                )
 
             mode = "two triggerers" if args.two else f"fresh, jobs end {args.fresh:g}s in" if args.fresh else "steady"
             print(f"running {kind} over {args.n} Batch jobs ({mode}) ...", flush=True)
@@ -554,27 +576,58 @@ def local_phase(args: argparse.Namespace, work: Path) -> list[tuple[str, dict[st
     handles = [runner.run(app, "local_cwd") for _ in range(args.local)]
     print(f"submitted {len(handles)} local jobs", flush=True)
 
+    end_times: dict[str, float] = {}
+
     def end_jobs() -> dict[str, float]:
-        ends = {}
         for handle in handles:
             runner.cancel(handle)
-            ends[handle] = time.time()
-        return ends
+            end_times[handle] = time.time()
+        return end_times
 
     env = {**os.environ, "AIRFLOW_HOME": str(work / "airflow-home"), "PYTHONPATH": str(REPO)}
     env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
+    spawned: list[Contender] = []
+
     def spawn(tag: str, targets: list[str], native_ids: list[str | None], **kw: Any) -> Contender:
-        return Contender(sys.executable, "ours", f"local-{tag}", targets, native_ids, args, work, env, None, **kw)
+        c = Contender(sys.executable, "ours", f"local-{tag}", targets, native_ids, args, work, env, None, **kw)
+        spawned.append(c)
+        return c
 
     try:
         print(f"running ours over {len(handles)} local jobs ...", flush=True)
         run = two_triggerers if args.two else one_triggerer
         rows = run(spawn, handles, [None] * len(handles), args, end_jobs)
+        split_local_delays(runner, spawned, handles, end_times)
         return [(f"TorchXJobTrigger, {args.local} local{suffix}", row) for suffix, row in rows]
     finally:
         for handle in handles:
             runner.cancel(handle)
+
+
+def split_local_delays(runner: Any, contenders: list[Contender], handles: list[str], cancels: dict[str, float]) -> None:
+    """Print where a local job's event delay goes: from the cancel to the supervisor's record
+    of the end (``ended`` in its state; the supervisors' own work), and from that record to the
+    trigger's event (the trigger's)."""
+    first_event: dict[str, float] = {}
+    for c in contenders:
+        for handle, evs in c.result.get("events", {}).items():
+            if evs:
+                first_event[handle] = min(first_event.get(handle, math.inf), evs[0][0])
+    recorded, after = [], []
+    for handle in handles:
+        desc = runner.describe_app(handle)
+        if desc is None or desc.ended is None or handle not in cancels:
+            continue
+        recorded.append(desc.ended - cancels[handle])
+        if handle in first_event:
+            after.append(first_event[handle] - desc.ended)
+
+    def spread(values: list[float]) -> str:
+        return f"p50 {pct(values, 50):.2f} / p95 {pct(values, 95):.2f} / max {max(values, default=math.nan):.2f} s"
+
+    print(f"  local: the supervisor recorded the end after the cancel: {spread(recorded)}", flush=True)
+    print(f"  local: the event after the recorded end: {spread(after)}", flush=True)
 
 
 def table(rows: list[tuple[str, dict[str, Any]]], poll: float) -> None:
@@ -611,6 +664,8 @@ def main() -> None:
     parser.add_argument("--fresh", type=float, help="a fresh triggerer: the jobs end this many seconds after it starts")
     parser.add_argument("--two", action="store_true", help="two triggerers, the second restarted in the middle")
     parser.add_argument("--old-kwargs", action="store_true", help="our triggers without the job id (look-ups)")
+    parser.add_argument("--shared-queue", action="store_true", help="both contenders' jobs in one job queue")
+    parser.add_argument("--amazon-wait", type=float, help="cap the wait for the Amazon trigger's events (seconds)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs of each contender)")
     # contender mode (internal)
     parser.add_argument("--contender", choices=["ours", "amazon"])

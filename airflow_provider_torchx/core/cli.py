@@ -31,18 +31,21 @@ import time
 import warnings
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from airflow_provider_torchx.core import jobviews
-from airflow_provider_torchx.core.components import get_app, get_component, list_components
-from airflow_provider_torchx.core.durations import parse_duration
 from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
-from airflow_provider_torchx.core.logstream import JobWatch, LogLine, last_lines
-from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
+from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Stream
 from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError, CorruptEntryError
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
+
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.logstream import LogLine
+
+# Components, log streaming, masking and durations are imported by the commands that use them:
+# ``list`` and ``status`` start without them (benchmarks/ui_scale.py measures ``list``).
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +232,8 @@ def _format_app(
     """The app (with the job's status when ``desc`` is given) as plain lines, or as the JSON
     of ``describe --json`` for the handle ``as_json``; secret env values masked unless
     ``show_secrets``."""
+    from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
+
     shown = app if show_secrets else mask_tree(app)
     if as_json is not None and desc is not None:
         text = json.dumps(jobviews.describe_dict(as_json, shown, desc), indent=2)
@@ -245,8 +250,9 @@ def _described(runner: Runner, handle: str) -> DescribeAppResponse:
 
 
 def _status_or_fail(runner: Runner, handle: str) -> AppStatus:
-    """The job's status; a job that ended unrecorded (its supervisor died) is settled first."""
-    status = runner.finalize(handle) or runner.status(handle)
+    """The job's status, read without side effects: a job that ended unrecorded (its
+    supervisor died) is reported ended; ``cancel`` and ``delete`` settle it (``finalize``)."""
+    status = runner.status(handle)
     if status is None:
         raise _NoSuchJobError(handle)
     return status
@@ -257,8 +263,7 @@ def _status_or_fail(runner: Runner, handle: str) -> AppStatus:
 
 def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
     if _wants_help(args.component, args.component_args):
-        _out(get_component(args.component).usage)
-        return EXIT_OK
+        return _builtins(argparse.Namespace(component=args.component))
     cfg = runner.cfg_from_str(args.scheduler, *args.scheduler_args)
     labels = dict(args.label)
     if dryrun:
@@ -276,6 +281,8 @@ def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
         if args.show_secrets:
             _out(str(info))
         else:
+            from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
+
             masked = copy.copy(info)
             masked.request = mask_tree(info.request)
             _out(redact(str(masked), secret_values(info.app)))
@@ -295,6 +302,8 @@ def _wants_help(component: str, component_args: list[str]) -> bool:
     options = component_args[: component_args.index("--")] if "--" in component_args else component_args
     if "--help" not in options:
         return False
+    from airflow_provider_torchx.core.components import get_app
+
     try:
         get_app(component, component_args)
     except ComponentError:
@@ -311,6 +320,8 @@ def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float
     replica's new lines (stdout, ``[role/k] line``). SIGINT/SIGTERM cancel the job."""
     # The one watching path (core/logstream.py): lines at the speed of stdout, and every line
     # of the ended job (no time limit on the final drain).
+    from airflow_provider_torchx.core.logstream import JobWatch, last_lines
+
     watch = JobWatch(runner, handle, _print_lines, stream_logs=stream_logs)
     last_state: list[AppState] = []
 
@@ -430,10 +441,7 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
     if args.json:
         _out(json.dumps(jobviews.list_dict(apps), indent=2))
         return EXIT_OK
-    rows = [
-        (a.app_handle, a.state.name, jobviews.when(a.created), jobviews.airflow_task(a.labels) or "-", a.name)
-        for a in apps
-    ]
+    rows = [(a.app_handle, a.state.name, jobviews.when(a.created), task_label(a.labels) or "-", a.name) for a in apps]
     widths = [max(len(row[i]) for row in [_LIST_HEADER, *rows]) for i in range(4)]
     for row in [_LIST_HEADER, *rows]:
         _out("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)) + f"  {row[4]}")
@@ -456,6 +464,7 @@ def _timing(runner: Runner, handle: str) -> str | None:
 def _prune(args: argparse.Namespace) -> int:
     """``prune``: the local store's ended jobs older than ``--older-than`` (both local
     schedulers share the store), one line each, then the total."""
+    from airflow_provider_torchx.core.durations import parse_duration
     from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
 
     older_than = parse_duration(args.older_than, "--older-than")
@@ -491,6 +500,8 @@ def _runopts(runner: Runner, args: argparse.Namespace) -> int:
 
 
 def _builtins(args: argparse.Namespace) -> int:
+    from airflow_provider_torchx.core.components import get_component, list_components
+
     if args.component:
         _out(get_component(args.component).usage)
         return EXIT_OK
@@ -528,6 +539,7 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
             _out(status.usage.format())
     elif args.command == "cancel":
         if status.is_terminal():
+            runner.finalize(handle)  # stops what is left of a job whose supervisor died
             _out(f"{handle}: already {status.state.name}; nothing to cancel")
         else:
             try:

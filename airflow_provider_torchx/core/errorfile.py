@@ -11,9 +11,11 @@ exception there as JSON::
 (``errorCode`` only when torchrun copies it; an older/newer form has ``"message"`` as a plain
 string and ``"timestamp"`` beside it). torchrun copies the first failure's file to the file its
 own environment names in ``TORCHELASTIC_ERROR_FILE`` and prints a summary ("Root Cause (first
-observed failure)", with the rank, exit code and traceback) in its log. The local scheduler sets
-``TORCHELASTIC_ERROR_FILE`` for every replica (``error.json`` beside its logs); elsewhere (AWS
-Batch: the file stays in the container) the summary in the replica's log is what there is.
+observed failure)", with the rank, exit code and traceback) in its log. A scheduler with the
+``error_files`` capability sets ``TORCHELASTIC_ERROR_FILE`` for every replica to a file this host
+can read (the local schedulers: ``error.json`` beside its logs) and names it
+(``Scheduler.error_file``); elsewhere (AWS Batch: the file stays in the container) the summary in
+the replica's log is what there is.
 
 A rank that recorded nothing (no ``record``, or killed by a signal: a C++ abort) still wrote its
 last words to stderr, which its node shares with its sibling ranks and torchrun: the root cause
@@ -24,11 +26,16 @@ Guarantees of ``find_root_cause``:
 
 1. Never raises for unreadable or malformed files and logs: it returns None instead (the
    caller falls back to the log tail).
-2. Of several failed replicas, the one whose error is oldest wins (ties: the status' order),
-   as torchrun picks its root cause among its workers.
+2. Of several failed replicas, one whose failure names a rank (torchrun's error file or
+   summary) wins over one whose failure is torchrun's own (an agent's traceback, such as a
+   rendezvous store lost when a sibling node went down: a consequence); then the one whose
+   error is oldest (ties: the status' order), as torchrun picks its root cause among its
+   workers. A failed job's replicas that were stopped after the first failure count too when
+   torchrun reported a failed rank of theirs (not the stop): the first replica to end is not
+   always the one that failed first.
 3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
-   replica whose lines the caller passes), and of a local replica ``SUMMARY_LINES`` lines of its
-   stderr.
+   replica whose lines the caller passes), and, where the scheduler reads stderr apart
+   (``separate_stderr``), ``SUMMARY_LINES`` lines of its stderr.
 
 One exit code: a root cause from torchrun carries the failing rank's own exit code (``4`` for
 ``sys.exit(4)``, ``-6`` for SIGABRT). The replica's process is torchrun, which exits 1 whatever
@@ -48,7 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core.logstream import last_lines
-from airflow_provider_torchx.core.schedulers.api import Stream
+from airflow_provider_torchx.core.schedulers.api import SchedulerCapabilities, Stream
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, parse_app_handle
 
 if TYPE_CHECKING:
@@ -239,33 +246,39 @@ def parse_torchrun_summary(lines: Sequence[str], replica: str) -> RootCause | No
     )
 
 
-def _local_error_file(runner: Runner, app_handle: str, rep: ReplicaStatus) -> tuple[str, float] | None:
-    """The text of a local replica's error file, if it wrote one, and when it was written (the
-    file's time: finer than the whole seconds inside, so that of two replicas failing in the
-    same second the first one is told apart)."""
-    info = runner.describe_native(app_handle)
-    params = getattr(info.request, "role_params", {}) if info is not None else {}
+def _error_file(runner: Runner, app_handle: str, rep: ReplicaStatus) -> tuple[str, float] | None:
+    """The text of a replica's error file, if it wrote one where this host reads it
+    (``Runner.error_file``), and when it was written (the file's time: finer than the whole
+    seconds inside, so that of two replicas failing in the same second the first one is told
+    apart)."""
+    path = runner.error_file(app_handle, rep.role, rep.id)
+    if path is None:
+        return None
     try:
-        path = params[rep.role][rep.id].env.get(ERROR_FILE_ENV)
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read(), os.fstat(f.fileno()).st_mtime
-    except (KeyError, IndexError, TypeError, OSError):
+    except OSError:
         return None
 
 
 def _replica_root_cause(
-    runner: Runner, app_handle: str, rep: ReplicaStatus, local: bool, tail: Sequence[str] | None
+    runner: Runner,
+    app_handle: str,
+    rep: ReplicaStatus,
+    capabilities: SchedulerCapabilities,
+    tail: Sequence[str] | None,
 ) -> RootCause | None:
     replica = f"{rep.role}/{rep.id}"
     if tail is None:
         tail = last_lines(runner, app_handle, rep.role, rep.id, SUMMARY_LINES)
-    stderr = node_stderr(_stderr_tail(runner, app_handle, rep) if local else tail)
-    cause = _recorded_cause(runner, app_handle, rep, local, tail, replica)
+    stderr = node_stderr(_stderr_tail(runner, app_handle, rep) if capabilities.separate_stderr else tail)
+    written = _error_file(runner, app_handle, rep) if capabilities.error_files else None
+    cause = _recorded_cause(tail, written, replica)
     return with_node_stderr(cause, stderr) if cause is not None else None
 
 
 def _stderr_tail(runner: Runner, app_handle: str, rep: ReplicaStatus) -> list[str]:
-    """The last ``SUMMARY_LINES`` lines of a local replica's stderr (empty if unreadable)."""
+    """The last ``SUMMARY_LINES`` lines of a replica's stderr (empty if unreadable)."""
     try:
         lines = runner.log_lines(app_handle, rep.role, rep.id, streams=Stream.STDERR)
         return list(collections.deque(lines, maxlen=SUMMARY_LINES))
@@ -273,12 +286,10 @@ def _stderr_tail(runner: Runner, app_handle: str, rep: ReplicaStatus) -> list[st
         return []
 
 
-def _recorded_cause(
-    runner: Runner, app_handle: str, rep: ReplicaStatus, local: bool, tail: Sequence[str], replica: str
-) -> RootCause | None:
-    """The cause from torchrun's summary in ``tail`` and the replica's error file."""
+def _recorded_cause(tail: Sequence[str], written: tuple[str, float] | None, replica: str) -> RootCause | None:
+    """The cause from torchrun's summary in ``tail`` and the replica's error file ``written``
+    (its text and time)."""
     summary = parse_torchrun_summary(tail, replica)
-    written = _local_error_file(runner, app_handle, rep) if local else None
     found = parse_error_file(written[0], replica) if written else None
     if found is None:
         return summary
@@ -310,8 +321,34 @@ def failed_replica_note(rep: ReplicaStatus, cause: RootCause | None) -> str:
     return f"; failed replica {replica}{code}"
 
 
-def _failed_replicas(status: AppStatus) -> Iterable[ReplicaStatus]:
-    return (rep for role in status.roles for rep in role.replicas if rep.state == AppState.FAILED)
+def _candidates(status: AppStatus) -> Iterable[tuple[ReplicaStatus, bool]]:
+    """The failed replicas, then (of a failed job) those stopped after a sibling failed, each
+    with whether it was stopped. A node whose rank failed can take a while to exit, and a
+    sibling that fails because of it (its rendezvous store gone) can end first: the stopped
+    node is then the one whose error file holds the root cause."""
+    replicas = [rep for role in status.roles for rep in role.replicas]
+    yield from ((rep, False) for rep in replicas if rep.state == AppState.FAILED)
+    if status.state == AppState.FAILED:
+        yield from ((rep, True) for rep in replicas if rep.state == AppState.CANCELLED)
+
+
+def _counts(cause: RootCause, stopped: bool) -> bool:
+    """A stopped replica's cause counts only if torchrun reported a rank's failure (a rank),
+    and not the stop itself (torchrun's ``SignalException``, a rank's SIGTERM or SIGKILL)."""
+    if not stopped:
+        return True
+    return cause.rank is not None and not cause.error.startswith("SignalException") and not _STOP.search(cause.error)
+
+
+_STOP = re.compile(r"\bSIG(TERM|KILL)\b")
+
+
+def root_cause_of(causes: Sequence[RootCause]) -> RootCause | None:
+    """The root cause among the replicas' ``causes`` (guarantee 2): a failed rank first, then
+    the oldest error, then the first given."""
+    if not causes:
+        return None
+    return min(causes, key=lambda c: (c.rank is None, c.timestamp if c.timestamp is not None else float("inf")))
 
 
 def find_root_cause(
@@ -320,17 +357,15 @@ def find_root_cause(
     """The root cause of the failed job ``app_handle`` (see the module's guarantees).
     ``tails``: the last ``SUMMARY_LINES`` log lines of replicas the caller read already, by
     ``(role, k)`` (not read again)."""
-    local = parse_app_handle(app_handle).scheduler_backend.startswith("local")
+    capabilities = runner.capabilities(parse_app_handle(app_handle).scheduler_backend)
     causes: list[RootCause] = []
-    for i, rep in enumerate(_failed_replicas(status)):
+    for i, (rep, stopped) in enumerate(_candidates(status)):
         if i >= MAX_REPLICAS:
             break
         try:
-            cause = _replica_root_cause(runner, app_handle, rep, local, (tails or {}).get((rep.role, rep.id)))
+            cause = _replica_root_cause(runner, app_handle, rep, capabilities, (tails or {}).get((rep.role, rep.id)))
         except Exception:  # a root cause is a bonus: never fail the failure report for it
             cause = None
-        if cause is not None:
+        if cause is not None and _counts(cause, stopped):
             causes.append(cause)
-    if not causes:
-        return None
-    return min(causes, key=lambda c: c.timestamp if c.timestamp is not None else float("inf"))
+    return root_cause_of(causes)

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
+from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse
 from airflow_provider_torchx.core.specs import AppDef, ReplicaStatus, Resource, Role
 
@@ -76,21 +77,12 @@ def list_dict(apps: list[ListAppResponse]) -> dict[str, Any]:
                 "state": a.state.name,
                 "name": a.name,
                 "submitted": a.created,
-                "airflow_task": airflow_task(a.labels),
+                "airflow_task": task_label(a.labels),
                 "labels": dict(a.labels),
             }
             for a in apps
         ]
     }
-
-
-def airflow_task(labels: dict[str, str]) -> str | None:
-    """``dag_id.task_id[map_index]`` of a job an Airflow task launched (from its labels)."""
-    dag_id, task_id = labels.get("airflow.dag_id"), labels.get("airflow.task_id")
-    if not (dag_id and task_id):
-        return None
-    map_index = labels.get("airflow.map_index", "-1")
-    return f"{dag_id}.{task_id}" + (f"[{map_index}]" if map_index not in ("", "-1") else "")
 
 
 def count(n: int, noun: str) -> str:

@@ -50,6 +50,9 @@ from airflow_provider_torchx.core.specs import (
 log = logging.getLogger(__name__)
 
 SCHEDULER_ENTRY_POINT_GROUP = "airflow_provider_torchx.schedulers"
+#: Where a scheduler names a light function returning its run options, under its own name,
+#: for the parse-time checks of a DAG file (``SchedulerCapabilities``).
+RUN_OPTIONS_ENTRY_POINT_GROUP = "airflow_provider_torchx.run_options"
 DEFAULT_SESSION_NAME = "torchx"
 #: The env var every replica gets: the job's own handle, parseable with ``parse_app_handle``.
 JOB_ID_ENV = "TORCHX_JOB_ID"
@@ -339,6 +342,12 @@ class Runner:
         caller closes it. None: poll."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.change_fd(app_id)
+
+    def error_file(self, app_handle: str, role_name: str, k: int) -> str | None:
+        """Where the replica writes torchrun's error file on this host (``Scheduler.error_file``);
+        None: nowhere readable here."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.error_file(app_id, role_name, k)
 
     def sidecar_dir(self, app_handle: str) -> Path | None:
         """Where watchers may keep their own files beside the job (``Scheduler.sidecar_dir``);

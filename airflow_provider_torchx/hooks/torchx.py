@@ -2,12 +2,18 @@
 
 Runners are shared by every task, sensor and trigger of the process (one per scheduler,
 session and AWS settings), so that many watchers share scheduler clients and the Batch status
-poller; ``close_runners`` closes and forgets them. How a job is watched lives in ``watch.py``.
+poller; ``close_runners`` closes and forgets them. The AWS settings include what the AWS
+connection says (``aws_fingerprint``): a connection edited in the UI or its keys rotated give
+the next hook a new runner, built from the new settings, without restarting the process;
+watchers holding the previous one finish with it. How a job is watched lives in ``watch.py``.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
+import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,30 +70,30 @@ def _extra_value(extra: Mapping[str, Any], key: str) -> Any:
     return None if value == "" else value
 
 
-_RUNNERS: dict[tuple[str, str, str | None, str | None], Runner] = {}
+#: The shared runners by ``TorchXSettings.runner_key``, each with the AWS connection's
+#: fingerprint it was built for (``TorchXHook.aws_fingerprint``).
+_RUNNERS: dict[tuple[str, str, str | None, str | None], tuple[str | None, Runner]] = {}
 _RUNNERS_LOCK = threading.Lock()
 
 
-def has_runner(key: tuple[str, str, str | None, str | None]) -> bool:
-    """Whether the shared runner of ``key`` (``TorchXSettings.runner_key``) is built already
-    (its boto3 session factory is bound then: a hook's ``aws_connection`` no longer matters)."""
-    with _RUNNERS_LOCK:
-        return key in _RUNNERS
+def amazon_provider_installed() -> bool:
+    """Whether the Amazon provider, which alone reads an ``aws_conn_id``, is installed."""
+    return importlib.util.find_spec("airflow.providers.amazon") is not None
 
 
-def invalidate_runner(key: tuple[str, str, str | None, str | None]) -> None:
-    """Close and forget the shared runner of ``key`` (``TorchXSettings.runner_key``), e.g.
-    after its credentials changed; the next ``get_runner`` builds a new one."""
-    with _RUNNERS_LOCK:
-        runner = _RUNNERS.pop(key, None)
-    if runner is not None:
-        runner.close()
+def connection_fingerprint(conn: Any | None) -> str:
+    """A digest of everything a connection says (type, host, login, password, schema, port,
+    extra; ``none`` for no connection): equal digests, same settings. Secrets do not leave it."""
+    if conn is None:
+        return "none"
+    fields = [conn.conn_type, conn.host, conn.login, conn.password, conn.schema, conn.port, conn.extra]
+    return hashlib.sha256(json.dumps(fields, default=str).encode()).hexdigest()[:32]
 
 
 def close_runners() -> None:
     """Close and forget every shared runner of the process (tests, a clean shutdown)."""
     with _RUNNERS_LOCK:
-        runners = list(_RUNNERS.values())
+        runners = [runner for _, runner in _RUNNERS.values()]
         _RUNNERS.clear()
     for runner in runners:
         runner.close()
@@ -183,11 +189,31 @@ class TorchXHook(BaseHook):
 
     # ------------------------------------------------------------------ runner
 
+    @cached_property
+    def aws_fingerprint(self) -> str | None:
+        """``connection_fingerprint`` of the AWS connection ``aws_conn_id`` (None: there is
+        none, or the Amazon provider that reads it is not installed). Read from
+        ``aws_connection`` when given (a trigger fetched it on the loop), else looked up once
+        and kept there, for the session to be built from without another lookup."""
+        conn_id = self.settings.aws_conn_id
+        if not conn_id or not amazon_provider_installed():
+            return None
+        if self.aws_connection is None or self.aws_connection.conn_id != conn_id:
+            try:
+                found = self.get_connection(conn_id)
+            except AirflowNotFoundException:
+                found = None
+            self.aws_connection = PrefetchedConnection(conn_id, found)
+        return connection_fingerprint(self.aws_connection.connection)
+
     def _scheduler_params(self) -> dict[str, Any]:
         """Factory kwargs: ``session_factory`` builds the boto3 session of the connection's AWS
         settings, called only by schedulers that declare ``aws_session`` and only when they
-        use AWS (so boto3 is imported only then)."""
-        return {"session_factory": self.boto3_session}
+        use AWS (so boto3 is imported only then); ``session_key`` names those credentials
+        (the AWS connection's id and fingerprint; None: boto3's default chain)."""
+        fingerprint = self.aws_fingerprint
+        key = None if fingerprint is None else f"{self.settings.aws_conn_id}:{fingerprint}"
+        return {"session_factory": self.boto3_session, "session_key": key}
 
     def boto3_session(self) -> Any:
         """A boto3 session from the Amazon provider's connection ``aws_conn_id`` when that
@@ -202,7 +228,7 @@ class TorchXHook(BaseHook):
                     "using boto3's default credential chain",
                     settings.aws_conn_id,
                 )
-            else:
+            else:  # its session factory: an assumed role's credentials refresh as they expire
                 aws = AwsBaseHook(aws_conn_id=settings.aws_conn_id, region_name=settings.region_name)
                 prefetched = self.aws_connection
                 if prefetched is not None and prefetched.conn_id == settings.aws_conn_id:
@@ -213,15 +239,20 @@ class TorchXHook(BaseHook):
         return boto3.Session(region_name=settings.region_name)
 
     def get_runner(self) -> Runner:
-        """The process-wide ``Runner`` for these settings (shared, so that many watchers in a
-        triggerer share scheduler clients and pollers; callers never close it: see
-        ``invalidate_runner`` and ``close_runners``)."""
-        key = self.settings.runner_key
+        """The process-wide ``Runner`` for these settings and what the AWS connection says now
+        (shared, so that many watchers in a triggerer share scheduler clients and pollers;
+        callers never close it: see ``close_runners``). When the AWS connection changed since
+        the shared one was built, a new one replaces it in the cache; the previous one is left
+        to the watchers that hold it."""
+        key, fingerprint = self.settings.runner_key, self.aws_fingerprint
         with _RUNNERS_LOCK:
-            runner = _RUNNERS.get(key)
-            if runner is None:
-                runner = get_runner(self.settings.session_name, **self._scheduler_params())
-                _RUNNERS[key] = runner
+            held = _RUNNERS.get(key)
+            if held is not None and held[0] == fingerprint:
+                return held[1]
+            if held is not None:
+                self.log.info("AWS connection %r changed: new clients for it", self.settings.aws_conn_id)
+            runner = get_runner(self.settings.session_name, **self._scheduler_params())
+            _RUNNERS[key] = (fingerprint, runner)
             return runner
 
     def get_conn(self) -> Runner:

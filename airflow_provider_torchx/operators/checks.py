@@ -4,10 +4,12 @@ what its dry run returns.
 ``check_literal_arguments`` runs in the operator's ``__init__``, so a DAG whose literal
 (non-templated) arguments are wrong fails to import, naming the problem: an unknown component
 or scheduler, an unknown or mistyped argument of a builtin component, an invalid ``app=``, an
-unknown or mistyped run option of a local scheduler.
+unknown or mistyped run option of a scheduler that declares its run options for these checks
+(entry point group ``airflow_provider_torchx.run_options``: the local schedulers do).
 DAG parsing is a hot path: nothing here imports a scheduler backend or calls a cloud API
-(a component name is resolved among the builtins and the entry points' names; a
-``file.py:fn`` component is left to the task, which loads it).
+(a component name is resolved among the builtins and the entry points' names; run options come
+from the light function a scheduler names; a ``file.py:fn`` component is left to the task,
+which loads it).
 
 ``fail_without_retry`` turns the errors that cannot change on a retry (unknown component,
 scheduler or connection, bad run option, invalid spec, missing queue, no AWS credentials or
@@ -37,8 +39,8 @@ from airflow_provider_torchx.core.errors import (
     SchedulerSetupError,
     UnknownSchedulerError,
 )
-from airflow_provider_torchx.core.runner import SCHEDULER_ENTRY_POINT_GROUP
-from airflow_provider_torchx.core.runopts import did_you_mean
+from airflow_provider_torchx.core.runner import RUN_OPTIONS_ENTRY_POINT_GROUP, SCHEDULER_ENTRY_POINT_GROUP
+from airflow_provider_torchx.core.runopts import did_you_mean, runopts
 from airflow_provider_torchx.core.specs import AppDef, validate_app
 
 #: Errors a retry cannot fix: the task fails without retries.
@@ -50,8 +52,6 @@ CONFIG_ERRORS: tuple[type[Exception], ...] = (
     UnknownSchedulerError,
     AirflowNotFoundException,
 )
-#: Schedulers whose run options are known without loading the scheduler.
-_LOCAL_SCHEDULERS = ("local_cwd", "local_dir")
 
 
 def is_literal(value: Any) -> bool:
@@ -112,14 +112,25 @@ def check_scheduler(name: str) -> None:
         )
 
 
-def check_cfg(scheduler: str, cfg: Mapping[str, Any] | str) -> None:
-    """Unknown keys (with the closest names) and mistyped literal values of a local
-    scheduler's ``cfg`` raise ``InvalidRunConfigError``; templated values are left alone."""
-    if scheduler not in _LOCAL_SCHEDULERS:
-        return
-    from airflow_provider_torchx.core.schedulers.local.options import run_opts
+@functools.cache
+def declared_run_opts(scheduler: str) -> runopts | None:
+    """The run options ``scheduler`` declares for parse-time checks (its entry point in
+    ``RUN_OPTIONS_ENTRY_POINT_GROUP``, loaded once per process: a light module, never the
+    scheduler's); None when it declares none."""
+    for ep in _entry_points():
+        if ep.group == RUN_OPTIONS_ENTRY_POINT_GROUP and ep.name == scheduler:
+            opts: runopts = ep.load()()
+            return opts
+    return None
 
-    opts = run_opts()
+
+def check_cfg(scheduler: str, cfg: Mapping[str, Any] | str) -> None:
+    """Unknown keys (with the closest names) and mistyped literal values of ``cfg`` raise
+    ``InvalidRunConfigError`` for a scheduler that declares its run options
+    (``declared_run_opts``); templated values are left alone."""
+    opts = declared_run_opts(scheduler)
+    if opts is None:
+        return
     if isinstance(cfg, str):
         if is_literal(cfg) and cfg.strip():
             opts.cfg_from_str(cfg)

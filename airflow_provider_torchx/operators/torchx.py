@@ -25,7 +25,7 @@ from airflow.sdk import BaseOperator
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
-from airflow_provider_torchx.core.schedulers.api import labels_match
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, labels_match
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
@@ -59,15 +59,41 @@ STATE_STORE_KEY = "torchx_job"
 
 
 @dataclass(frozen=True)
-class JobCandidate:
-    """A job carrying a task instance's identity, as a retry sees it. ``reported``: whether a
-    try reported its success (None: no record of any try watching it); only known for
-    SUCCEEDED jobs."""
+class JobRecord:
+    """One job carrying a task instance's identity, as a retry sees it: its state, whether a
+    cancel was requested, and ``reported``: whether a try reported its success (None: no
+    record of any try watching it; only read for SUCCEEDED jobs).
+
+    A retry reads three sources: the scheduler's listing by the identity labels (which jobs;
+    confirmed with ``describe``), the task state store (Airflow >= 3.3: the job the last try
+    submitted or adopted and whether it reported it, the same on every host) and the job's
+    cursor file (``core/cursors.py``: beside the job, or under the host's state dir, so per
+    host for AWS Batch). The precedence rule (``read``): the job the store names comes first;
+    a job counts as reported when either record says so, as unreported when some record
+    exists and none says so, as unknown when neither exists (such a job is never adopted)."""
 
     app_handle: str
     state: AppState
     cancel_requested: bool = False
     reported: bool | None = None
+
+    @classmethod
+    def read(
+        cls,
+        app_handle: str,
+        desc: DescribeAppResponse,
+        stored: Mapping[str, Any] | None,
+        saved: LogPosition | None,
+    ) -> JobRecord:
+        """The record of ``app_handle`` from its description, the task state store's entry
+        (``stored``) and its cursor file's position (``saved``), by the precedence rule."""
+        reported = None
+        if desc.state == AppState.SUCCEEDED:
+            marks = [saved.reported] if saved is not None else []
+            if stored is not None and stored.get("app_handle") == app_handle:
+                marks.append(bool(stored.get("reported")))
+            reported = any(marks) if marks else None
+        return cls(app_handle, desc.state, desc.cancel_requested, reported)
 
     def why_not(self) -> str:
         """Why this job is not adopted (when another one is, or none)."""
@@ -82,12 +108,12 @@ class JobCandidate:
         return f"ended {self.state.name}"
 
 
-def choose_job_to_adopt(candidates: Sequence[JobCandidate]) -> JobCandidate | None:
+def choose_job_to_adopt(records: Sequence[JobRecord]) -> JobRecord | None:
     """Which job a retried task adopts: the live (SUBMITTED/PENDING/RUNNING) one; else the
     latest SUCCEEDED one that a try watched but none reported (the worker died first); never
     one with a cancel request. None: submit a new job (none, or only FAILED/CANCELLED/reported
     ones). More than one live job is an error: the task cannot tell which one is its own."""
-    live = [c for c in candidates if c.state in _ADOPTABLE and not c.cancel_requested]
+    live = [c for c in records if c.state in _ADOPTABLE and not c.cancel_requested]
     if len(live) > 1:
         raise AirflowException(
             f"reattach_on_retry: {len(live)} live jobs carry this task instance's identity "
@@ -97,7 +123,7 @@ def choose_job_to_adopt(candidates: Sequence[JobCandidate]) -> JobCandidate | No
     if live:
         return live[0]
     unreported = [
-        c for c in candidates if c.state == AppState.SUCCEEDED and not c.cancel_requested and c.reported is False
+        c for c in records if c.state == AppState.SUCCEEDED and not c.cancel_requested and c.reported is False
     ]
     return unreported[-1] if unreported else None
 
@@ -124,6 +150,18 @@ def _remember_job(context: Context, app_handle: str, *, reported: bool) -> None:
         store.set(STATE_STORE_KEY, {"app_handle": app_handle, "reported": reported})
     except Exception as e:
         log.warning("could not record %s in the task state store: %s", app_handle, e)
+
+
+@dataclass(frozen=True)
+class _TaskJob:
+    """The job a task watches: its handle, the task instance's identity labels, its cursor file
+    and the log position to go on from, and whether it ended already (an adopted one)."""
+
+    handle: str
+    labels: dict[str, str]
+    cursor_file: CursorFile
+    position: LogPosition
+    ended: bool
 
 
 def _seconds(value: timedelta | float | None) -> float | None:
@@ -249,10 +287,35 @@ class TorchXRunOperator(BaseOperator):
             return self._execute(context)
 
     def _execute(self, context: Context) -> str | dict[str, Any]:
+        """Submit (or, on a retry, adopt) the job, then return at once, defer or wait."""
         started_at = time.time()
         hook = self.hook()
-        scheduler = hook.settings.scheduler
         runner = self._runner = hook.get_runner()
+        job = self._submit_or_adopt(context, hook, runner)
+        if isinstance(job, dict):  # a dry run: the rendered request
+            return job
+        if not self.wait_for_completion:
+            return self._report_success(context, job.cursor_file, job.position, job.handle)
+        wait_seconds = self._wait_seconds()
+        deadline = None if wait_seconds is None else started_at + wait_seconds
+        if self.deferrable and not job.ended:
+            self._defer(hook, runner, job, deadline, started_at)
+        watcher = JobWatcher(
+            runner,
+            job.handle,
+            MaskedLog(self.log),
+            stream_logs=self.stream_logs,
+            position=job.position,
+            cursor_file=job.cursor_file,
+        )
+        event = self._wait_in_worker(watcher, started_at, deadline)
+        return self._finish(event, context, job.cursor_file, watcher.position)
+
+    def _submit_or_adopt(self, context: Context, hook: TorchXHook, runner: Runner) -> _TaskJob | dict[str, Any]:
+        """The task's job: on a retry the earlier try's one it adopts (``_find_job_to_adopt``),
+        else a new one submitted; recorded for the task (state store, XCom, links). A dry run
+        submits nothing and returns the rendered request instead."""
+        scheduler = hook.settings.scheduler
         cfg = hook.resolve_cfg(self.cfg)
         labels = identity_labels(context)
         adopted = None
@@ -272,7 +335,7 @@ class TorchXRunOperator(BaseOperator):
                 return request_dict(rendered)
             handle = runner.schedule(info)
             self.log.info("Submitted %s", handle)
-            apply_retention(scheduler, self.log)  # [torchx] retain_finished; off by default
+            apply_retention(runner, scheduler, self.log)  # [torchx] retain_finished; off by default
             cursor_file = cursor_file_for(runner, handle, labels)
             position = LogPosition()
             cursor_file.save(position)  # "watched by this task instance, not reported yet"
@@ -286,64 +349,49 @@ class TorchXRunOperator(BaseOperator):
         self._persist_links(context, runner, handle)
         if not self.wait_for_completion or not self.cancel_on_kill:
             context["ti"].xcom_push(key=DISOWNED_XCOM, value=handle)  # not to be cancelled with the task
-        if not self.wait_for_completion:
-            return self._report_success(context, cursor_file, position, handle)
-        wait_seconds = self._wait_seconds()
-        deadline = None if wait_seconds is None else started_at + wait_seconds
-        if self.deferrable and (adopted is None or not adopted.state.is_terminal()):
-            self.defer(
-                trigger=TorchXJobTrigger.for_job(
-                    handle,
-                    runner,
-                    hook.settings,
-                    poll_interval=self.poll_interval,
-                    stream_logs=self.stream_logs,
-                    position=position,
-                    identity=labels,
-                    deadline=deadline,
-                    started_at=started_at,
-                    cancel_on_kill=self.cancel_on_kill,
-                ),
-                method_name="execute_complete",
-            )
-        watcher = JobWatcher(
-            runner,
-            handle,
-            MaskedLog(self.log),
-            stream_logs=self.stream_logs,
-            position=position,
-            cursor_file=cursor_file,
+        ended = adopted is not None and adopted.state.is_terminal()
+        return _TaskJob(handle, labels, cursor_file, position, ended)
+
+    def _defer(
+        self, hook: TorchXHook, runner: Runner, job: _TaskJob, deadline: float | None, started_at: float
+    ) -> None:
+        """Hand the wait to ``TorchXJobTrigger`` (raises ``TaskDeferred``)."""
+        self.defer(
+            trigger=TorchXJobTrigger.for_job(
+                job.handle,
+                runner,
+                hook.settings,
+                poll_interval=self.poll_interval,
+                stream_logs=self.stream_logs,
+                position=job.position,
+                identity=job.labels,
+                deadline=deadline,
+                started_at=started_at,
+                cancel_on_kill=self.cancel_on_kill,
+            ),
+            method_name="execute_complete",
         )
-        event = self._wait_in_worker(watcher, started_at, deadline)
-        return self._finish(event, context, cursor_file, watcher.position)
 
     def _find_job_to_adopt(
         self, runner: Runner, scheduler: str, cfg: dict[str, Any], labels: dict[str, str], context: Context
-    ) -> JobCandidate | None:
-        """On a retry, the job of this task instance to adopt (see ``choose_job_to_adopt``),
-        logging why; None: submit a new one. The job recorded in the task state store
-        (Airflow >= 3.3) comes first; every candidate is confirmed with the scheduler."""
+    ) -> JobRecord | None:
+        """On a retry, the job of this task instance to adopt (``choose_job_to_adopt`` over
+        each job's ``JobRecord``), logging why; None: submit a new one."""
         if context["ti"].try_number <= 1:
             return None
         stored = _remembered_job(context)
         handles = [stored["app_handle"]] if stored else []
         handles += [app.app_handle for app in runner.list(scheduler, cfg, labels) if app.app_handle not in handles]
-        candidates = []
+        records = []
         for handle in handles:
             runner.finalize(handle)  # a job whose supervisor died is stopped before it is judged
             desc = runner.describe_app(handle)
             if desc is None or not labels_match(desc.labels, labels):
                 continue
-            reported = None
-            if desc.state == AppState.SUCCEEDED:
-                saved = cursor_file_for(runner, handle, labels).load()
-                marks = [saved.reported] if saved else []
-                if stored and stored["app_handle"] == handle:
-                    marks.append(bool(stored.get("reported")))
-                reported = any(marks) if marks else None
-            candidates.append(JobCandidate(handle, desc.state, desc.cancel_requested, reported))
-        chosen = choose_job_to_adopt(candidates)
-        for c in candidates:
+            saved = cursor_file_for(runner, handle, labels).load() if desc.state == AppState.SUCCEEDED else None
+            records.append(JobRecord.read(handle, desc, stored, saved))
+        chosen = choose_job_to_adopt(records)
+        for c in records:
             if c is not chosen:
                 self.log.info("Retry: not adopting %s (%s)", c.app_handle, c.why_not())
         if chosen is not None:

@@ -4,9 +4,10 @@ routes decide it (``docs/ui.md``, "Who may do what"), and which requests may cha
 Guarantees:
 1. A job belongs to the DAG of its ``airflow.dag_id`` label, and the DAG to its bundle's team:
    one job is checked with ``is_authorized_dag(method, TASK_INSTANCE, DagDetails(id, team_name))``
-   (what Airflow's task-instance routes pass), a list of jobs with one
-   ``filter_authorized_dag_ids`` call per team (what Airflow's task-instance list does), so any
-   auth manager (Simple, FAB, Keycloak) decides as on Airflow's own pages.
+   (what Airflow's task-instance routes pass), a list of jobs as Airflow's task-instance list
+   decides: ``is_authorized_dag(method, TASK_INSTANCE)`` (task instances at all: FAB's
+   "Task Instances" and "DAG Runs" rights), then one ``filter_authorized_dag_ids`` call per
+   team, so any auth manager (Simple, FAB, Keycloak) decides as on Airflow's own pages.
 2. A job without a DAG label, or labelled with a DAG the deployment does not have (deleted,
    or never parsed), is allowed only to a user with the right on every DAG of the deployment
    (and on DAGs in general): nobody whose rights stop at some DAGs or teams.
@@ -139,8 +140,12 @@ def allowed(user: Any, dag_id: str | None, method: str) -> bool:
 def allowed_dags(user: Any, dag_ids: Iterable[str | None], method: str) -> set[str | None]:
     """Which of ``dag_ids`` (None: jobs of no DAG) ``user`` may ``method``: one
     ``filter_authorized_dag_ids`` call per team (one in all on Airflow 3.1, whose list does
-    the same)."""
+    the same), after the check that the user may ``method`` task instances at all."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
     manager = auth_manager()
+    if not manager.is_authorized_dag(method=method, access_entity=DagAccessEntity.TASK_INSTANCE, user=user):
+        return set()
     wanted = set(dag_ids)
     named = _known_dags({d for d in wanted if d})
     unknown = {d for d in wanted if d not in named}  # no DAG, or one the deployment does not have

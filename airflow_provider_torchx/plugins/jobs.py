@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errors import UnknownAppError
+from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import Role, parse_app_handle
@@ -44,8 +45,8 @@ from airflow_provider_torchx.links.torchx import job_page_url
 
 log = logging.getLogger(__name__)
 
-#: Identity labels the operator puts on each job, and the filter names the UI uses for them.
-IDENTITY_LABELS = {"dag_id": "airflow.dag_id", "task_id": "airflow.task_id", "run_id": "airflow.run_id"}
+#: Identity labels the operator puts on each job (``core/identity.py``), by the UI's filter names.
+IDENTITY_LABELS = {"dag_id": DAG_ID, "task_id": TASK_ID, "run_id": RUN_ID}
 #: At most this many lines per log request (the page asks again with the cursor).
 LOG_PAGE_LINES = 1000
 #: Jobs per page of the list: by default, and at most.
@@ -84,7 +85,7 @@ class JobRow:
             "state": self.state,
             "conn_id": self.conn_id,
             **identity,
-            "map_index": self.labels.get("airflow.map_index"),
+            "map_index": self.labels.get(MAP_INDEX),
             "created": self.created,
             "url": _job_page_url(self.handle, self.conn_id),
             "orphaned": self.orphaned,
@@ -101,6 +102,10 @@ class JobList:
 
     jobs: list[JobRow]
     errors: dict[str, str]
+    #: Each row by handle with the scheduler's answer it was made from: the next listing
+    #: reuses the row of an answer it gets again (the local scheduler hands out the same
+    #: answer for an ended job each time; such answers never change).
+    made_from: dict[str, tuple[Any, JobRow]] = field(default_factory=dict, repr=False)
 
 
 def torchx_connection_ids() -> list[str]:
@@ -167,7 +172,7 @@ def list_jobs(filters: Mapping[str, str | None]) -> JobList:
                 entry.refreshing = True
                 threading.Thread(target=_refresh, args=(key, filters, connections), daemon=True).start()
             return entry.found
-    found = _list_jobs(filters, connections)
+    found = _list_jobs(filters, connections, None)
     with _LIST_LOCK:
         _LISTED[key] = _Listing(found, time.monotonic(), time.monotonic())
     return found
@@ -182,8 +187,10 @@ class _Listing:
 
 
 def _refresh(key: Any, filters: Mapping[str, str | None], connections: tuple[str, ...]) -> None:
+    with _LIST_LOCK:
+        previous = _LISTED[key].found if key in _LISTED else None
     try:
-        found = _list_jobs(dict(filters), connections)
+        found = _list_jobs(dict(filters), connections, previous)
     except Exception:  # the old listing stays; the next caller tries again
         log.exception("TorchX UI: listing the jobs failed")
         with _LIST_LOCK:
@@ -195,10 +202,12 @@ def _refresh(key: Any, filters: Mapping[str, str | None], connections: tuple[str
         _LISTED[key] = _Listing(found, time.monotonic(), asked)
 
 
-def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...]) -> JobList:
+def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...], previous: JobList | None) -> JobList:
     want = {label: filters[key] for key, label in IDENTITY_LABELS.items() if filters.get(key)}
     state = (filters.get("state") or "").upper()
     rows: dict[str, JobRow] = {}
+    made_from: dict[str, tuple[Any, JobRow]] = {}
+    reusable = previous.made_from if previous is not None else {}
     errors: dict[str, str] = {}
     for conn_id, hook in listing_sources(connections):
         try:
@@ -210,23 +219,21 @@ def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...]) 
             errors[conn_id or "local job store"] = f"{type(err).__name__}: {err}"
             continue
         for app in reversed(apps):
+            if app.app_handle in rows:
+                continue
             if any(app.labels.get(k) != v for k, v in want.items()) or (state and app.state.name != state):
                 continue
-            rows.setdefault(
-                app.app_handle,
-                JobRow(
-                    app.app_handle,
-                    scheduler,
-                    app.name,
-                    app.state.name,
-                    conn_id,
-                    dict(app.labels),
-                    created=app.created,
-                ),
-            )
+            kept = reusable.get(app.app_handle)
+            if kept is not None and kept[0] is app:
+                row = kept[1]
+            else:
+                labels = dict(app.labels)
+                row = JobRow(app.app_handle, scheduler, app.name, app.state.name, conn_id, labels, created=app.created)
+            rows[app.app_handle] = row
+            made_from[app.app_handle] = (app, row)
     listed = sorted(rows.values(), key=sort_key, reverse=True)
     mark_orphans(listed)
-    return JobList(listed, errors)
+    return JobList(listed, errors, made_from)
 
 
 def sort_key(row: JobRow) -> tuple[float, str]:
@@ -259,13 +266,12 @@ def page_after(rows: list[JobRow], cursor: str | None, limit: int) -> tuple[list
 def mark_orphans(rows: list[JobRow]) -> None:
     """Set ``orphaned`` on the live rows whose task instance ended (``reaper.orphans_among``)."""
     from airflow_provider_torchx.core.specs import AppState
-    from airflow_provider_torchx.orphans import identity_of
     from airflow_provider_torchx.reaper import LiveJob, orphans_among
 
     live = [
         LiveJob(r.handle, r.scheduler, r.conn_id, AppState[r.state], r.labels, r.created)
         for r in rows
-        if not AppState[r.state].is_terminal() and identity_of(r.labels) is not None
+        if not AppState[r.state].is_terminal() and TaskIdentity.from_labels(r.labels) is not None
     ]
     found = orphans_among(live) if live else {}
     for row in rows:

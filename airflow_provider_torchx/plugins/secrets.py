@@ -2,16 +2,21 @@
 
 The secrets are the ones a task's log hides: the job's own sensitive env values (from its
 record, the names Airflow's masker deems sensitive), every connection's password and sensitive
-extra values, the values of variables with sensitive names (read from the metadata database,
-refreshed every ``REFRESH_S`` seconds) and whatever this process registered with Airflow's
-masker. Every string of an answer (log lines, names, labels, messages, errors) goes through
-``mask``; a value shorter than ``MIN_SECRET_LENGTH`` is not replaced (as Airflow does).
+extra values, the values of variables with sensitive names (connections and variables of the
+metadata database and of ``AIRFLOW_CONN_*``/``AIRFLOW_VAR_*`` environment variables, read again
+every ``REFRESH_S`` seconds) and whatever this process registered with Airflow's masker: the
+connections the UI looks up in any secrets backend (``TorchXHook.get_connection``; in the
+api-server Airflow's masker keeps them in this process, no Task SDK call is involved). Other
+secrets backends cannot be enumerated: a connection only there that the UI never looks up is
+not known here. Every string of an answer (log lines, names, labels, messages, errors) goes
+through ``mask``; a value shorter than ``MIN_SECRET_LENGTH`` is not replaced (as Airflow does).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -39,18 +44,38 @@ def _sensitive_values(data: Any, key: str | None = None) -> Iterable[str]:
         yield str(data)
 
 
+def _connection_secrets(conn: Any) -> Iterable[str]:
+    """A connection's password and the values under sensitive keys of its extra."""
+    if conn.password:
+        yield conn.password
+    with contextlib.suppress(ValueError):  # an extra that is not JSON has no keys to judge by
+        yield from _sensitive_values(json.loads(conn.extra or "{}"))
+
+
+def _env_secrets() -> Iterable[str]:
+    """The secrets of the connections and sensitive-named variables defined in
+    ``AIRFLOW_CONN_*``/``AIRFLOW_VAR_*`` environment variables, parsed as Airflow's
+    environment backend parses them (a malformed one has nothing to mask)."""
+    from airflow.secrets.environment_variables import CONN_ENV_PREFIX, VAR_ENV_PREFIX, EnvironmentVariablesBackend
+
+    backend = EnvironmentVariablesBackend()
+    for name, value in os.environ.items():
+        if name.startswith(CONN_ENV_PREFIX) and value:
+            with contextlib.suppress(Exception):
+                yield from _connection_secrets(backend.get_connection(name[len(CONN_ENV_PREFIX) :].lower()))
+        elif name.startswith(VAR_ENV_PREFIX) and value and should_hide_value_for_key(name[len(VAR_ENV_PREFIX) :]):
+            yield value
+
+
 def _read_airflow_secrets() -> frozenset[str]:
     from airflow.models import Connection, Variable
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    found: set[str] = set()
+    found: set[str] = set(_env_secrets())
     with create_session() as session:
         for conn in session.scalars(select(Connection)):
-            if conn.password:
-                found.add(conn.password)
-            with contextlib.suppress(ValueError):  # an extra that is not JSON has no keys to judge by
-                found.update(_sensitive_values(json.loads(conn.extra or "{}")))
+            found.update(_connection_secrets(conn))
         for var in session.scalars(select(Variable)):
             value = var.get_val()
             if value and should_hide_value_for_key(var.key):

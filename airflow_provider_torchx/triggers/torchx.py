@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.util
 import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -30,10 +29,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_torchx.cancels import task_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
+from airflow_provider_torchx.core.identity import DAG_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
-from airflow_provider_torchx.hooks.torchx import PrefetchedConnection, TorchXHook, TorchXSettings, has_runner
+from airflow_provider_torchx.hooks.torchx import (
+    PrefetchedConnection,
+    TorchXHook,
+    TorchXSettings,
+    amazon_provider_installed,
+)
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
 from airflow_provider_torchx.orphans import Verdict, task_name
@@ -65,9 +70,11 @@ async def get_task_states(dag_id: str, task_id: str, run_id: str, map_index: int
 async def task_instance_state(identity: Mapping[str, str]) -> str | None:
     """The current state of the task instance ``identity`` (its job labels); None is Airflow's
     "no state" (e.g. just cleared). Raises if it cannot be read."""
-    task_id, run_id = identity["airflow.task_id"], identity["airflow.run_id"]
-    map_index = int(identity["airflow.map_index"])
-    states = await get_task_states(identity["airflow.dag_id"], task_id, run_id, map_index)
+    ident = TaskIdentity.from_labels(identity)
+    if ident is None:
+        raise LookupError(f"job labels {dict(identity)} name no task instance")
+    dag_id, task_id, run_id, map_index = ident
+    states = await get_task_states(dag_id, task_id, run_id, map_index)
     key = task_id if map_index < 0 else f"{task_id}_{map_index}"
     of_run = states.get(run_id) or {}
     if key not in of_run:
@@ -192,14 +199,12 @@ class TorchXJobTrigger(BaseTrigger):
     async def _aws_connection(self) -> PrefetchedConnection | None:
         """The connection ``aws_conn_id`` fetched on the loop with the Task SDK's async
         ``aget_connection``, for the hook to build its boto3 session from on the pool (where
-        the synchronous lookup must not run); None when the Amazon provider, which alone reads
-        it, is not installed, there is no ``aws_conn_id`` or the shared runner that would use it
-        is built already; also when it cannot be fetched this way (``dag.test()``'s in-process
-        channel has no async form): the hook then looks it up itself, as a task would."""
-        if not self.aws_conn_id or importlib.util.find_spec("airflow.providers.amazon") is None:
-            return None
-        parsed = parse_app_handle(self.app_handle)
-        if has_runner((parsed.scheduler_backend, parsed.session_name, self.aws_conn_id, self.region_name)):
+        the synchronous lookup must not run) and to tell whether it changed since the shared
+        runner was built (``TorchXHook.aws_fingerprint``); None when the Amazon provider, which
+        alone reads it, is not installed or there is no ``aws_conn_id``; also when it cannot be
+        fetched this way (``dag.test()``'s in-process channel has no async form): the hook then
+        looks it up itself, as a task would."""
+        if not self.aws_conn_id or not amazon_provider_installed():
             return None
         from airflow.sdk import BaseHook
 
@@ -354,8 +359,8 @@ class TorchXJobTrigger(BaseTrigger):
             await self._cancel(reason=decision.detail)
             emit_orphan_cancelled(
                 scheduler=parse_app_handle(self.app_handle).scheduler_backend,
-                dag_id=self.identity["airflow.dag_id"],
-                task_id=self.identity["airflow.task_id"],
+                dag_id=self.identity[DAG_ID],
+                task_id=self.identity[TASK_ID],
                 reason=str(decision.reason),
             )
 
@@ -363,7 +368,7 @@ class TorchXJobTrigger(BaseTrigger):
         runner = await run_blocking(self._runner, await self._aws_connection())
         if reason is None:
             identity = self.identity or {}
-            reason = task_cancel_reason(identity.get("airflow.dag_id"), identity.get("airflow.task_id"), "killed")
+            reason = task_cancel_reason(identity.get(DAG_ID), identity.get(TASK_ID), "killed")
         await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
 
     async def on_kill(self) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib.machinery
+import sys
+import types
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -31,3 +34,19 @@ def _reaper_done_after_each_test() -> Iterator[None]:
     if reaper._announced is not None:
         reaper._announced.shutdown(wait=True)
         reaper._announced = None
+
+
+@pytest.fixture
+def amazon_provider(monkeypatch: pytest.MonkeyPatch) -> Callable[[type], None]:
+    """``install(AwsBaseHook)``: make ``airflow.providers.amazon.aws.hooks.base_aws`` importable
+    with the given class standing in for the Amazon provider's hook (not installed here), which
+    the hook uses as ``AwsBaseHook(aws_conn_id=, region_name=).get_session()``."""
+
+    def install(hook_class: type) -> None:
+        for name in ("airflow.providers.amazon", "airflow.providers.amazon.aws.hooks.base_aws"):
+            module = types.ModuleType(name)
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+            module.AwsBaseHook = hook_class  # type: ignore[attr-defined]
+            monkeypatch.setitem(sys.modules, name, module)
+
+    return install

@@ -90,7 +90,7 @@ def test_a_rank_aborting_fails_the_job_fast_with_its_last_stderr_lines(run_dag: 
     assert "torch/distributed/run.py" not in root[0], root[0]  # torchrun's own lines are left out
     assert "left behind" not in out, ddp_failure(out)  # torchrun and its ranks stopped, none escaped
     job_dir = job_dir_of(submitted(out))
-    state = store.read_json(job_dir / store.STATE)
+    state = store.read_json(job_dir / store.STATE, job_dir)
     # Far below any collective or rendezvous timeout: the other rank did not wait in its all-reduce.
     assert state["state"] == "FAILED" and state["ended"] - state["started"] < 120, state
     assert not processes_of(job_dir)
@@ -100,7 +100,8 @@ def test_max_retries_runs_the_job_again(run_dag: Any) -> None:
     dag_run, out = run_dag("torchx_test_ddp_retry", deferrable=True)
     assert dag_run.state == "success", ddp_failure(out)
     assert len(rank_lines(out, "rank 1 crashing at step 1")) == 1, out[-4000:]
-    state = store.read_json(job_dir_of(submitted(out)) / store.STATE)
+    job_dir = job_dir_of(submitted(out))
+    state = store.read_json(job_dir / store.STATE, job_dir)
     assert state["state"] == "SUCCEEDED" and state["num_restarts"] == 1, state
     for line in all_reduce_lines(2):
         assert len(rank_lines(out, line)) == 1, out[-4000:]

@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
-from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide, identity_of, task_name
+from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide, task_name
 
 NOW = 10_000.0
 LABELS = {"airflow.dag_id": "acc", "airflow.task_id": "job", "airflow.run_id": "r1", "airflow.map_index": "-1"}
@@ -154,7 +155,8 @@ def test_with_the_setting_off_an_orphan_is_kept_but_still_reported() -> None:
 
 def test_identity_and_names_of_mapped_tasks() -> None:
     labels = {**LABELS, "airflow.map_index": "3"}
-    assert identity_of(labels) == ("acc", "job", "r1", 3)
+    assert TaskIdentity.from_labels(labels) == ("acc", "job", "r1", 3)
+    assert TaskIdentity.from_labels(labels).labels() == labels  # type: ignore[union-attr]
     assert task_name(labels) == "task acc.job[3] of run r1"
     assert task_name(LABELS) == "task acc.job of run r1"
 

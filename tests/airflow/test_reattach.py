@@ -22,11 +22,13 @@ try:
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import TaskDeferred  # type: ignore[attr-defined,no-redef]
 
+from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.operators.torchx import (
     STATE_STORE_KEY,
-    JobCandidate,
+    JobRecord,
     TorchXRunOperator,
     choose_job_to_adopt,
 )
@@ -102,8 +104,8 @@ def submit_and_defer(ident: Identity, app: AppDef, store: FakeTaskStateStore | N
 # ---------------------------------------------------------------------- the decision
 
 
-def job(state: AppState, cancel: bool = False, reported: bool | None = None, n: int = 1) -> JobCandidate:
-    return JobCandidate(f"local_cwd://torchx/j-{n}", state, cancel, reported)
+def job(state: AppState, cancel: bool = False, reported: bool | None = None, n: int = 1) -> JobRecord:
+    return JobRecord(f"local_cwd://torchx/j-{n}", state, cancel, reported)
 
 
 @pytest.mark.parametrize(
@@ -126,8 +128,31 @@ def job(state: AppState, cancel: bool = False, reported: bool | None = None, n: 
         ([job(AppState.RUNNING), job(AppState.RUNNING, cancel=True, n=2)], 0),
     ],
 )
-def test_which_job_a_retry_adopts(candidates: list[JobCandidate], chosen: int | None) -> None:
+def test_which_job_a_retry_adopts(candidates: list[JobRecord], chosen: int | None) -> None:
     assert choose_job_to_adopt(candidates) == (None if chosen is None else candidates[chosen])
+
+
+H = "local_cwd://torchx/j-1"
+
+
+@pytest.mark.parametrize(
+    ("state", "stored", "saved", "reported"),
+    [
+        (AppState.RUNNING, {"app_handle": H, "reported": True}, LogPosition(reported=True), None),  # not read
+        (AppState.SUCCEEDED, None, None, None),  # no try recorded watching it
+        (AppState.SUCCEEDED, None, LogPosition(), False),  # the cursor file alone (Airflow < 3.3)
+        (AppState.SUCCEEDED, None, LogPosition(reported=True), True),
+        (AppState.SUCCEEDED, {"app_handle": H, "reported": False}, None, False),  # the store alone (another host)
+        (AppState.SUCCEEDED, {"app_handle": "local_cwd://torchx/other", "reported": False}, None, None),
+        (AppState.SUCCEEDED, {"app_handle": H, "reported": True}, LogPosition(), True),  # either says reported
+        (AppState.SUCCEEDED, {"app_handle": H, "reported": False}, LogPosition(reported=True), True),
+    ],
+)
+def test_a_jobs_record_reads_its_report_by_one_precedence_rule(
+    state: AppState, stored: dict[str, Any] | None, saved: LogPosition | None, reported: bool | None
+) -> None:
+    desc = DescribeAppResponse(app_id="j-1", state=state, cancel_requested=True)
+    assert JobRecord.read(H, desc, stored, saved) == JobRecord(H, state, True, reported)
 
 
 def test_two_live_candidates_are_an_error() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
 from airflow_provider_torchx.retention import apply_retention
 from tests.core.local.helpers import sh_app, wait_done
@@ -48,7 +49,7 @@ def test_a_task_prunes_what_ended_before_the_retention(
     again = sched.submit(sh_app("echo newer"))
     wait_done(sched, again)
     time.sleep(1.1)
-    assert apply_retention("local_cwd") == 0, "at most one prune an hour"
+    assert apply_retention(get_runner(), "local_cwd") == 0, "at most one prune an hour"
     assert again in _ids(sched)
 
 
@@ -57,9 +58,9 @@ def test_off_by_default_and_a_bad_value_is_logged(
 ) -> None:
     sched, ended, live = store
     monkeypatch.delenv("AIRFLOW__TORCHX__RETAIN_FINISHED", raising=False)
-    assert apply_retention("local_cwd") == 0 and ended in _ids(sched)
+    assert apply_retention(get_runner(), "local_cwd") == 0 and ended in _ids(sched)
     monkeypatch.setenv("AIRFLOW__TORCHX__RETAIN_FINISHED", "a month")
     with caplog.at_level(logging.WARNING):
-        assert apply_retention("local_cwd") == 0
+        assert apply_retention(get_runner(), "local_cwd") == 0
     assert "[torchx] retain_finished: 'a month' is not a duration" in caplog.text
-    assert apply_retention("aws_batch") == 0 and {ended, live} <= _ids(sched)
+    assert apply_retention(get_runner(), "aws_batch") == 0 and {ended, live} <= _ids(sched)

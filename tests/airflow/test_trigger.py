@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -168,15 +170,12 @@ def test_a_job_whose_supervisor_died_is_reaped_on_the_pool_never_on_the_loop(
 
 
 def test_the_aws_connection_is_fetched_on_the_loop_and_the_session_built_without_a_lookup(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, amazon_provider: Callable[[type], None]
 ) -> None:
     """With the Amazon provider, the hook builds the Batch scheduler's boto3 session on a pool or
     poller thread, where ``AwsBaseHook`` would look ``aws_conn_id`` up synchronously: the trigger
     fetches it on the loop (``aget_connection``) and the hook answers the lookup from it. The
     Amazon hook is stood in for by what we rely on: ``get_session`` calls ``get_connection``."""
-    import importlib.machinery
-    import sys
-    import types
     from concurrent.futures import ThreadPoolExecutor
 
     from airflow.sdk import BaseHook
@@ -191,11 +190,7 @@ def test_the_aws_connection_is_fetched_on_the_loop_and_the_session_built_without
         def get_session(self) -> tuple[str, Any]:
             return "session", self.get_connection(str(self.aws_conn_id))
 
-    for name in ("airflow.providers.amazon", "airflow.providers.amazon.aws.hooks.base_aws"):
-        module = types.ModuleType(name)
-        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
-        module.AwsBaseHook = AwsBaseHook  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, name, module)
+    amazon_provider(AwsBaseHook)
     fetched: list[str] = []
     connection = object()
 
@@ -385,3 +380,30 @@ def test_a_local_jobs_end_is_seen_at_once_not_a_poll_later(local_jobs: tuple[Run
     event = asyncio.run(first_event())
     assert event["status"] == "success"
     assert time.monotonic() - started < 45  # a poll would be 60 s
+
+
+def test_a_local_job_that_ended_before_the_wait_began_is_seen_at_once(local_jobs: tuple[Runner, list[str]]) -> None:
+    """The race 500 local triggers met at once in ``benchmarks/triggerer_scale.py``: the
+    supervisor exits after the watcher read a live status and before it waits on the pidfd,
+    so there is no descriptor left to wait on; the end is read at once, not a poll (a minute
+    here) later."""
+    from airflow_provider_torchx.watch import JobWatcher
+
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 600")
+    watcher = JobWatcher(runner, handle, ListLog(), stream_logs=False)
+    deadline = time.monotonic() + 60
+    while (status := runner.status(handle)) is None or status.state != AppState.RUNNING:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    runner.cancel(handle)
+    while (fd := runner.change_fd(handle)) is not None:  # until the supervisor is gone
+        os.close(fd)
+        assert time.monotonic() < deadline, "the supervisor did not exit"
+        time.sleep(0.1)
+
+    async def next_status() -> Any:
+        return await asyncio.wait_for(watcher.next_status_async(60.0, None), timeout=30)
+
+    status = asyncio.run(next_status())
+    assert status is not None and status.state == AppState.CANCELLED

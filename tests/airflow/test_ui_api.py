@@ -321,7 +321,7 @@ def test_the_list_pages_newest_first_with_a_cursor(client: Any, auth: Any, jobs:
 
 def test_one_listing_serves_every_page_and_is_renewed_in_the_background(jobs: dict[str, str], local_jobs: Any) -> None:
     """Many open pages cost one walk of the store per ``LIST_REUSE_S``, and no page waits for
-    the renewal: a new job shows a moment later."""
+    the renewal: a new job shows a moment later; an ended job's row is not made again."""
     import time
 
     from airflow_provider_torchx.plugins import jobs as ui_jobs
@@ -336,3 +336,34 @@ def test_one_listing_serves_every_page_and_is_renewed_in_the_background(jobs: di
     while handles[0] not in {row.handle for row in ui_jobs.list_jobs({"task_id": "train"}).jobs}:
         assert time.monotonic() < deadline, "the listing was never renewed"
         time.sleep(0.1)
+    renewed = ui_jobs.list_jobs({"task_id": "train"})
+    (done_before,) = [row for row in first.jobs if row.handle == jobs["done"]]
+    (done_after,) = [row for row in renewed.jobs if row.handle == jobs["done"]]
+    assert renewed is not first and done_after is done_before, "the ended job's row was made again"
+
+
+def test_secrets_of_connections_and_variables_only_in_the_environment_are_masked(
+    client: Any, auth: Any, local_jobs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection defined only in an ``AIRFLOW_CONN_*`` variable (URI or JSON) and a variable
+    only in ``AIRFLOW_VAR_*`` are masked as those of the metadata database are."""
+    from airflow_provider_torchx.plugins import secrets
+
+    monkeypatch.setenv("AIRFLOW_CONN_SVC_URI", "http://user:EnvUriPw9917@example.com/?api_token=EnvExtraTok55")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SVC_JSON",
+        json.dumps({"conn_type": "http", "password": "EnvJsonPw3312", "extra": {"secret_key": "EnvJsonKey71"}}),
+    )
+    monkeypatch.setenv("AIRFLOW_VAR_SVC_PASSWORD", "EnvVarPw88231")
+    monkeypatch.setattr(secrets, "_cached", (-secrets.REFRESH_S, frozenset()))  # read them now
+    leaked = ["EnvUriPw9917", "EnvExtraTok55", "EnvJsonPw3312", "EnvJsonKey71", "EnvVarPw88231"]
+    runner: Runner = local_jobs[0]
+    role = Role("worker", image="/", entrypoint="sh", args=["-c", "echo " + " ".join(leaked)])
+    handle = runner.run(AppDef("ui-env-secrets", roles=[role]), "local_cwd", labels=_identity("ui_env"))
+    local_jobs[1].append(handle)
+    runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    admin = _headers(auth, "admin")
+    log = client.get("/api/log", params={"handle": handle, "role": "worker"}, headers=admin)
+    assert log.status_code == 200 and log.json()["lines"] == [" ".join(["***"] * len(leaked))], log.text
+    job = client.get("/api/job", params={"handle": handle}, headers=admin)
+    assert job.status_code == 200 and not [s for s in leaked if s in job.text], job.text

@@ -23,10 +23,13 @@ import pytest
 from airflow_provider_torchx import watch
 from airflow_provider_torchx.core import cli, logstream
 from airflow_provider_torchx.core.cursors import LogPosition
+from airflow_provider_torchx.core.errorfile import find_root_cause
+from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.logstream import BATCH_LINES
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
-from airflow_provider_torchx.hooks.torchx import invalidate_runner
+from airflow_provider_torchx.hooks.torchx import close_runners
+from airflow_provider_torchx.operators import checks
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
@@ -304,12 +307,19 @@ def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-scheduler\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
         "[airflow_provider_torchx.schedulers]\nacme = tests.plugin.acme_scheduler:create_scheduler\n"
+        "[airflow_provider_torchx.run_options]\nacme = tests.plugin.acme_options:run_opts\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setenv("ACME_JOBS_DIR", str(tmp_path / "jobs"))
     monkeypatch.setenv("AIRFLOW_CONN_TORCHX_ACME", '{"conn_type": "torchx", "extra": {"scheduler": "acme"}}')
+    parse_caches = (checks._entry_points, checks._entry_point_names, checks.declared_run_opts)
+    for cache in parse_caches:  # read once per process: this process registered acme just now
+        cache.cache_clear()
+    close_runners()  # none an earlier DAG run's threads built before acme was registered
     yield tmp_path / "jobs"
-    invalidate_runner(("acme", "torchx", None, None))
+    for cache in parse_caches:
+        cache.cache_clear()
+    close_runners()
 
 
 def test_third_party_scheduler_defers_streams_and_senses(
@@ -362,6 +372,35 @@ def test_third_party_scheduler_cancel_on_kill(acme: Path) -> None:
     assert replica_lines(trigger._log.lines, "main/0") == ["started"]
 
 
+def test_third_party_scheduler_gets_root_causes_from_its_error_files(acme: Path) -> None:
+    """``acme`` declares ``error_files``: the failed job's root cause is read from the error
+    file its replica wrote (``TORCHELASTIC_ERROR_FILE``), as for a local job."""
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+    runner = TorchXHook(None, scheduler="acme").get_runner()
+    error = '{"message": {"message": "RuntimeError: acme boom", "extraInfo": {"py_callstack": "", "timestamp": "1"}}}'
+    handle = runner.run(sh_app(f"echo '{error}' > \"$TORCHELASTIC_ERROR_FILE\"; exit 3"), "acme")
+    status = runner.wait(handle, wait_interval=0.1, timeout=60)
+    assert status is not None and status.state == AppState.FAILED, status
+    cause = find_root_cause(runner, handle, status)
+    assert cause is not None and cause.error == "RuntimeError: acme boom" and cause.replica == "main/0", cause
+
+
+def test_third_party_scheduler_cfg_is_checked_when_the_dag_is_parsed(acme: Path) -> None:
+    """``acme`` declares its run options (entry point group ``airflow_provider_torchx.run_options``):
+    a literal ``cfg`` with an unknown key fails the operator's ``__init__``, naming the closest
+    option, without loading the scheduler."""
+    import sys
+
+    sys.modules.pop("tests.plugin.acme_scheduler", None)
+    with pytest.raises(InvalidRunConfigError, match=r"shel.*shell"):
+        TorchXRunOperator(task_id="t", app=sh_app("true"), scheduler="acme", cfg={"shel": "bash"})
+    with pytest.raises(InvalidRunConfigError, match=r"shel.*shell"):
+        TorchXRunOperator(task_id="t", app=sh_app("true"), scheduler="acme", cfg="shel=bash")
+    TorchXRunOperator(task_id="t", app=sh_app("true"), scheduler="acme", cfg={"shell": "bash"})
+    assert "tests.plugin.acme_scheduler" not in sys.modules
+
+
 # ---------------------------------------------------------------------- shared state
 
 
@@ -377,19 +416,15 @@ def test_watch_pool_size_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert watch.watch_threads() == watch.DEFAULT_WATCH_THREADS
 
 
-def test_runner_cache_can_be_invalidated_and_closed() -> None:
-    from airflow_provider_torchx.hooks.torchx import TorchXHook, close_runners
+def test_runner_cache_is_shared_and_can_be_closed() -> None:
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
 
     hook = TorchXHook(None, scheduler="local_cwd", session_name="cache-test")
     first = hook.get_runner()
     assert TorchXHook(None, scheduler="local_cwd", session_name="cache-test").get_runner() is first
     first.scheduler_run_opts("local_cwd")  # makes its scheduler
-    invalidate_runner(hook.settings.runner_key)
-    assert first._schedulers == {}  # closed
-    second = hook.get_runner()
-    assert second is not first
     close_runners()
-    assert second._schedulers == {} and hook.get_runner() is not second
+    assert first._schedulers == {} and hook.get_runner() is not first  # closed and forgotten
 
 
 def test_progress_lines_when_the_job_changes_and_once_a_minute_otherwise() -> None:

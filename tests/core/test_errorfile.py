@@ -22,6 +22,7 @@ from airflow_provider_torchx.core.errorfile import (
     node_stderr,
     parse_error_file,
     parse_torchrun_summary,
+    root_cause_of,
     with_node_stderr,
 )
 from airflow_provider_torchx.core.runner import Runner, get_runner
@@ -237,6 +238,51 @@ def find_root_cause_of_lines(lines: list[str]) -> RootCause | None:
     """The root cause of a replica whose (combined) log is ``lines``, as for AWS Batch."""
     cause = parse_torchrun_summary(lines, "trainer/0")
     return with_node_stderr(cause, node_stderr(lines)) if cause else None
+
+
+#: Replica 1 is a node whose rank 3 aborted: torchrun printed its summary (no error file: a
+#: signal records none) and lingers, as a node does while it tears down. Replica 0 is the
+#: sibling that fails because of it, first to end: its agent records its own error (a lost
+#: rendezvous store) in its error file. The supervisor then stops replica 1.
+LINGERING = """
+import json, os, sys, time
+if sys.argv[1] == "1":
+    print(sys.argv[3], flush=True)
+    open(sys.argv[2], "w").close()
+    time.sleep(120)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+message = {"message": "RendezvousConnectionError: The connection to the C10d store has failed.",
+           "extraInfo": {"py_callstack": "Traceback ...", "timestamp": str(int(time.time()))}}
+with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+    json.dump({"message": message}, f)
+sys.exit(1)
+"""
+
+
+def test_a_rank_of_a_replica_stopped_after_the_first_failure_is_the_root_cause(runner: Runner, tmp_path: Path) -> None:
+    """The replica that ended first failed because of its sibling, stopped while it tore down:
+    the root cause is the sibling's failed rank, not the consequence its agent recorded."""
+    summary = "\n".join(_summary("Signal 6 (SIGABRT) received by PID 4242"))
+    args = ["-c", LINGERING, "${replica_id}", str(tmp_path / "reported"), summary]
+    app = AppDef(name="linger", roles=[Role("trainer", "local", entrypoint=sys.executable, args=args, num_replicas=2)])
+    handle = runner.run(app, "local_cwd")
+    status = runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.FAILED
+    states = [rep.state for rep in status.roles[0].replicas]
+    assert states == [AppState.FAILED, AppState.CANCELLED], states
+    cause = find_root_cause(runner, handle, status)
+    assert cause is not None
+    assert (cause.error, cause.rank, cause.replica) == ("Signal 6 (SIGABRT) received by PID 4242", 3, "trainer/1")
+
+
+def test_a_failed_rank_wins_over_an_agents_own_error() -> None:
+    """Of two failed replicas, the one whose failure names a rank is the root cause, even when
+    the other's agent recorded its own error (a consequence) with an older timestamp."""
+    agent = RootCause(error="RendezvousConnectionError: lost", replica="trainer/0", timestamp=1.0)
+    rank = RootCause(error="Signal 6 (SIGABRT) received by PID 1", replica="trainer/1", rank=3)
+    assert root_cause_of([agent, rank]) is rank
+    assert root_cause_of([agent, dataclasses.replace(agent, replica="trainer/1", timestamp=0.5)]).replica == "trainer/1"
 
 
 def test_the_failure_report_names_the_ranks_exit_code_and_calls_the_replicas_torchruns() -> None:

@@ -115,10 +115,16 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             link = task.get_by_role("link", name="TorchX Job")
             link.wait_for()
             seen["task_link_href"] = link.get_attribute("href")
-            link.click()
-            task.wait_for_url(re.compile(r"/torchx/job\?handle="))
-            task.locator("#job-summary").get_by_text(handle).wait_for()
-            seen["task_link_opened"] = task.url
+            if link.get_attribute("target") == "_blank":  # Airflow 3.1 opens every extra link in a new tab
+                with task.context.expect_page() as opened:
+                    link.click()
+                job_tab = opened.value
+            else:  # later lines open a same-origin link in place
+                link.click()
+                job_tab = task
+            job_tab.wait_for_url(re.compile(r"/torchx/job\?handle="))
+            job_tab.locator("#job-summary").get_by_text(handle).wait_for()
+            seen["task_link_opened"] = job_tab.url
 
             # the task instance's TorchX tab lists its job (the plugin's page in Airflow's frame)
             task.goto(f"{base}/dags/{dag_id}/runs/{spec['run_id']}/tasks/{spec['task_id']}")

@@ -6,12 +6,14 @@ the deployment's job store, labelled with the teams' DAGs):
 - a user of team A gets 403 on team B's job (page data, log, cancel) and does not see it in the
   list, as Airflow's own API refuses them team B's DAG; a job of no DAG, or of a DAG the
   deployment does not have, is an admin's only;
-- a job's secrets (its sensitive env values, a connection's password, a sensitive variable)
-  reach nobody: the log, the job and the list are masked;
+- a job's secrets (its sensitive env values, a connection's password, a sensitive variable,
+  of the metadata database or only of the api-server's environment) reach nobody: the log,
+  the job and the list are masked;
 - a cancel carrying only the login cookie is refused unless same-origin and JSON: a cross-site
   form, a same-site page on another port (Chromium), a form body; the jobs page never has two
   calls in flight (Chromium, answers slower than its poll);
-- a replica that swaps its log for a symbolic link gets a clear 400, never the target;
+- a replica that swaps its log, or a job's record, for a symbolic link gets a clear 400, never
+  the target;
 - no ``openapi.json``, a 400 naming each malformed value, CSP and ``nosniff`` on the pages.
 """
 
@@ -58,6 +60,8 @@ ENV_SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "AwsSecret+Key/9",
 }
 CONN_PASSWORD, VAR_SECRET = "ConnSecretPw17", "VarSecret8812"
+#: A connection's password and a sensitive variable defined only in the api-server's environment.
+ENV_CONN_PASSWORD, ENV_VAR_SECRET = "EnvConnPw4411", "EnvVarTok3391"
 
 
 def _identity(dag_id: str) -> dict[str, str]:
@@ -89,6 +93,8 @@ def teams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "AIRFLOW_TORCHX_STATE_DIR": str(state_dir),
         "AIRFLOW__CORE__MULTI_TEAM": "True",
         "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
+        "AIRFLOW_CONN_SVC_ENV": f"http://svc:{ENV_CONN_PASSWORD}@svc.example.com/",
+        "AIRFLOW_VAR_SVC_TOKEN": ENV_VAR_SECRET,
     }
     deployment = AirflowDeployment(root, [], env=env, users=USERS)
     live = LiveAirflow(deployment, state_dir)
@@ -113,7 +119,10 @@ def teams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 def _start_jobs(live: LiveAirflow, root: Path) -> dict[str, str]:
     secret_file = root / "not-yours"
     secret_file.write_text("root:SHADOW-HASH:19000:0:99999:7:::\n")
-    leak = f'echo "pw=$MY_PASSWORD tok=$HF_TOKEN aws=$AWS_SECRET_ACCESS_KEY conn={CONN_PASSWORD} var={VAR_SECRET}"'
+    leak = (
+        f'echo "pw=$MY_PASSWORD tok=$HF_TOKEN aws=$AWS_SECRET_ACCESS_KEY conn={CONN_PASSWORD} var={VAR_SECRET}'
+        f' envconn={ENV_CONN_PASSWORD} envvar={ENV_VAR_SECRET}"'
+    )
     jobs = {
         "a": ("team_a_dag", "echo a-ready; sleep 600", {}),
         "b": ("team_b_dag", f"{leak}; sleep 600 # {ENV_SECRETS['MY_PASSWORD']}", ENV_SECRETS),
@@ -121,6 +130,7 @@ def _start_jobs(live: LiveAirflow, root: Path) -> dict[str, str]:
         "orphan": (None, "echo orphan-ready; sleep 600", {}),
         "ghost": ("no_such_dag", "echo ghost-ready; sleep 600", {}),
         "swapped": ("team_a_dag", "echo first; sleep 600", {}),
+        "swapped_record": ("team_a_dag", "echo done", {}),
     }
     handles = {}
     for key, (dag_id, script, env) in jobs.items():
@@ -134,6 +144,14 @@ def _start_jobs(live: LiveAirflow, root: Path) -> dict[str, str]:
     log_path = rec["role_params"]["worker"][0]["combined"]
     os.unlink(log_path)
     os.symlink(secret_file, log_path)
+    # and to the job's record, once it ended: a link to a record carrying a secret
+    ended = handles["swapped_record"].rsplit("/", 1)[1]
+    wait_until(lambda: live.scheduler.describe(ended).state.is_terminal(), 60, "the swapped_record job to end")
+    record = live.job_dir(handles["swapped_record"]) / "request.json"
+    forged = root / "forged-request.json"
+    forged.write_text(json.dumps(json.loads(record.read_text()) | {"app_name": "SHADOW-RECORD"}))
+    record.unlink()
+    record.symlink_to(forged)
     return handles
 
 
@@ -194,11 +212,12 @@ def test_a_team_sees_and_cancels_only_its_own_jobs(teams: dict[str, Any], api: A
 
 def test_secrets_never_leave_masked(teams: dict[str, Any], api: Any) -> None:
     h = teams["handles"]
-    secrets = [*ENV_SECRETS.values(), CONN_PASSWORD, VAR_SECRET]
+    secrets = [*ENV_SECRETS.values(), CONN_PASSWORD, VAR_SECRET, ENV_CONN_PASSWORD, ENV_VAR_SECRET]
     for user in ("bob", "admin"):
         log = api(user, "GET", "api/log", params={"handle": h["b"], "role": "worker"})
         assert log.status_code == 200, log.text
-        assert log.json()["lines"][0] == "pw=*** tok=*** aws=*** conn=*** var=***", log.json()
+        want = "pw=*** tok=*** aws=*** conn=*** var=*** envconn=*** envvar=***"
+        assert log.json()["lines"][0] == want, log.json()
         job = api(user, "GET", "api/job", params={"handle": h["b"]})
         assert job.status_code == 200 and job.json()["roles"][0]["args"][1].endswith("sleep 600 # ***"), job.text
         listed = api(user, "GET", "api/jobs").text
@@ -307,10 +326,17 @@ def test_pages_of_another_origin_cannot_cancel_in_a_browser(teams: dict[str, Any
     assert seen["jobs_calls"] >= 3 and seen["jobs_max_in_flight"] == 1, "the jobs page overlapped its calls"
 
 
-def test_a_swapped_log_is_refused(teams: dict[str, Any], api: Any) -> None:
+def test_a_swapped_log_or_record_is_refused(teams: dict[str, Any], api: Any) -> None:
     resp = api("alice", "GET", "api/log", params={"handle": teams["handles"]["swapped"], "role": "worker"})
     assert resp.status_code == 400 and "refused: it is a symbolic link" in resp.json()["detail"], resp.text
     assert "SHADOW" not in resp.text
+    swapped = teams["handles"]["swapped_record"]
+    for path, params in (("api/job", {"handle": swapped}), ("api/log", {"handle": swapped, "role": "worker"})):
+        resp = api("admin", "GET", path, params=params)
+        assert resp.status_code == 400, (path, resp.text)
+        assert "request.json is corrupt (refused: it is a symbolic link" in resp.json()["detail"], resp.text
+        assert "SHADOW" not in resp.text
+    assert "SHADOW" not in api("admin", "GET", "api/jobs").text  # left out, or as the index knew it
 
 
 def test_no_schema_bad_values_named_and_page_headers(teams: dict[str, Any], api: Any) -> None:

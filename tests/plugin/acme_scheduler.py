@@ -1,10 +1,12 @@
 """``acme``: a minimal scheduler written only against the public scheduler contract.
 
 Each app is one replica of one role, run as ``sh -c`` in a new session with its output in a
-file; the job directory (under ``$ACME_JOBS_DIR``) holds the pid, the exit code and a cancel
-mark holding the cancel's reason. It declares its capabilities (host-bound: its jobs are
-processes of this host) and leaves everything else to the contract's defaults (``read_log``
-from ``log_iter``, status read on the watchers' thread pool).
+file; the job directory (under ``$ACME_JOBS_DIR``) holds the pid, the exit code, torchrun's
+error file (``TORCHELASTIC_ERROR_FILE``) and a cancel mark holding the cancel's reason. It
+declares its capabilities (host-bound: its jobs are processes of this host; error files: this
+host reads them) and its run options for parse-time checks (``acme_options``, registered in the
+``airflow_provider_torchx.run_options`` entry point group), and leaves everything else to the
+contract's defaults (``read_log`` from ``log_iter``, status read on the watchers' thread pool).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     DescribeAppResponse,
@@ -29,25 +32,27 @@ from airflow_provider_torchx.core.schedulers.api import (
     Stream,
 )
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus
+from tests.plugin import acme_options
 
-_WRAPPER = 'sh -c "$1" > "$2/out.log" 2>&1; echo $? > "$2/exit.tmp"; mv "$2/exit.tmp" "$2/exit"'
+_WRAPPER = '"$3" -c "$1" > "$2/out.log" 2>&1; echo $? > "$2/exit.tmp"; mv "$2/exit.tmp" "$2/exit"'
 
 
 class AcmeScheduler(Scheduler[dict[str, Any]]):
     """Jobs are ``sh -c`` processes of this host (see the module docstring)."""
 
-    capabilities = SchedulerCapabilities(host_bound=True)
+    capabilities = SchedulerCapabilities(host_bound=True, error_files=True)
 
     def __init__(self, session_name: str) -> None:
         super().__init__("acme", session_name)
         self.root = Path(os.environ["ACME_JOBS_DIR"])
 
     def _run_opts(self) -> runopts:
-        return runopts()
+        return acme_options.run_opts()
 
     def _submit_dryrun(self, app: AppDef, cfg: dict[str, CfgVal], labels: dict[str, str]) -> AppDryRunInfo[Any]:
         role = app.roles[0]
-        return AppDryRunInfo({"name": app.name, "cmd": [role.entrypoint, *role.args], "labels": labels}, json.dumps)
+        request = {"name": app.name, "cmd": [role.entrypoint, *role.args], "labels": labels, "shell": cfg["shell"]}
+        return AppDryRunInfo(request, json.dumps)
 
     def schedule(self, dryrun_info: AppDryRunInfo[dict[str, Any]]) -> str:
         app_id = f"{dryrun_info.request['name']}-{uuid.uuid4().hex[:8]}"
@@ -55,9 +60,15 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
         job.mkdir(parents=True)
         (job / "request.json").write_text(json.dumps(dryrun_info.request))
         command = " ".join(_quote(a) for a in dryrun_info.request["cmd"])
-        proc = subprocess.Popen(["sh", "-c", _WRAPPER, "acme", command, str(job)], start_new_session=True)
+        env = {**os.environ, ERROR_FILE_ENV: str(job / "error.json")}
+        shell = str(dryrun_info.request["shell"])
+        argv = ["sh", "-c", _WRAPPER, "acme", command, str(job), shell]
+        proc = subprocess.Popen(argv, start_new_session=True, env=env)
         (job / "pid").write_text(str(proc.pid))
         return app_id
+
+    def error_file(self, app_id: str, role_name: str, k: int) -> str | None:
+        return str(self.root / app_id / "error.json") if (role_name, k) == ("main", 0) else None
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         job = self.root / app_id

@@ -106,11 +106,26 @@ class SchedulerCapabilities:
     - ``aws_session``: the factory takes ``session_factory=``, a zero-argument callable
       returning a boto3 session built from the connection's AWS settings (``aws_conn_id``,
       ``region_name``); it is called only when AWS is used.
+    - ``error_files``: every replica gets ``TORCHELASTIC_ERROR_FILE`` (torchrun's error file,
+      ``core/errorfile.py``) naming a file this host can read, which ``Scheduler.error_file``
+      returns: a failed job's root cause is read from it.
+    - ``separate_stderr``: logs are read with ``Stream.STDERR`` apart from stdout (the root
+      cause shows the node's stderr from it; without, from the combined log).
+    - ``local_store``: its jobs live in this host's job store (``core/schedulers/local/store.py``),
+      which ``[torchx] retain_finished`` prunes after a submit.
+
+    What a DAG file's parse-time checks need (a literal ``cfg``) cannot wait for the scheduler
+    to load: a scheduler declares its run options for them under its own name in the entry
+    point group ``airflow_provider_torchx.run_options`` (``runner.RUN_OPTIONS_ENTRY_POINT_GROUP``),
+    naming a light function that returns the same ``runopts`` as ``Scheduler.run_opts``.
     """
 
     host_bound: bool = False
     cheap_status: bool = False
     aws_session: bool = False
+    error_files: bool = False
+    separate_stderr: bool = False
+    local_store: bool = False
 
 
 def settle(future: concurrent.futures.Future[T], compute: Callable[[], T]) -> None:
@@ -303,6 +318,12 @@ class Scheduler(abc.ABC, Generic[T]):
         least: when it ended), for an event loop to wait on (``loop.add_reader``) instead of
         sleeping a whole poll; the caller closes it. Quick: never waits on a remote service.
         None (the default): there is none, poll."""
+        return None
+
+    def error_file(self, app_id: str, role_name: str, k: int) -> str | None:
+        """Where replica ``k`` of ``role_name`` writes torchrun's error file on this host (its
+        ``TORCHELASTIC_ERROR_FILE``), for a scheduler with the ``error_files`` capability;
+        None (the default): there is none to read here. Quick: never waits on a remote service."""
         return None
 
     def sidecar_dir(self, app_id: str) -> Path | None:

@@ -100,19 +100,29 @@ class FakeBatch:
         return {"computeEnvironments": envs}
 
     def list_jobs(self, **kwargs: Any) -> dict[str, Any]:
+        """By one filter (``jobStatus`` ignored), else by ``jobStatus`` (default RUNNING); the
+        queue by name or ARN."""
         self._record("list_jobs", kwargs)
+        queue = kwargs["jobQueue"]
+        in_queue = [
+            j
+            for j in self.jobs.values()
+            if "#" not in j["jobId"] and (j["jobQueue"] == queue or j["jobQueue"].endswith("/" + queue))
+        ]
+        if "filters" not in kwargs:
+            match = [j for j in in_queue if j["status"] == kwargs.get("jobStatus", "RUNNING")]
+            return self._page(match, kwargs)
         (flt,) = kwargs["filters"]
         value = flt["values"][0]
         match = [
             j
-            for j in self.jobs.values()
-            if "#" not in j["jobId"]
-            and j["jobQueue"].endswith("/" + kwargs["jobQueue"])
-            and (
-                flt["name"] == "AFTER_CREATED_AT"
-                or (j["jobName"].startswith(value[:-1]) if value.endswith("*") else j["jobName"] == value)
-            )
+            for j in in_queue
+            if flt["name"] == "AFTER_CREATED_AT"
+            or (j["jobName"].startswith(value[:-1]) if value.endswith("*") else j["jobName"] == value)
         ]
+        return self._page(match, kwargs)
+
+    def _page(self, match: list[dict[str, Any]], kwargs: dict[str, Any]) -> dict[str, Any]:
         start = int(kwargs.get("nextToken") or 0)
         page = match[start : start + self.page_size]
         out: dict[str, Any] = {

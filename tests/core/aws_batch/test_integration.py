@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +53,28 @@ def sched(batch_queue: str) -> Iterator[AWSBatchScheduler]:
     s.close()
 
 
-def wait_terminal(s: AWSBatchScheduler, app_id: str, timeout: float = 60.0) -> tuple[Any, set[AppState]]:
+def wait_state(
+    s: AWSBatchScheduler, app_id: str, reached: Callable[[AppState], bool], timeout: float = 60.0
+) -> tuple[Any, set[AppState]]:
+    """Poll until the job's state is ``reached``; its description then and every state seen."""
     seen: set[AppState] = set()
     deadline = time.monotonic() + timeout
     while True:
         desc = s.describe(app_id)
         assert desc is not None
         seen.add(desc.state)
-        if desc.state.is_terminal():
+        if reached(desc.state):
             return desc, seen
         assert time.monotonic() < deadline, f"{app_id} still {desc.state} after {timeout}s"
         time.sleep(0.2)
+
+
+def wait_terminal(s: AWSBatchScheduler, app_id: str, timeout: float = 60.0) -> tuple[Any, set[AppState]]:
+    return wait_state(s, app_id, AppState.is_terminal, timeout)
+
+
+def wait_running(s: AWSBatchScheduler, app_id: str, timeout: float = 30.0) -> None:
+    wait_state(s, app_id, lambda state: state == AppState.RUNNING, timeout)
 
 
 def test_two_roles_run_to_success_with_every_nodes_output(batch_queue: str) -> None:
@@ -131,10 +142,7 @@ def test_cancel_ends_cancelled_and_stops_the_containers(
 ) -> None:
     app = AppDef("sleeper", roles=[role("main", "echo started; sleep 60", replicas=2)])
     app_id = sched.submit(app, {"queue": batch_queue})
-    deadline = time.monotonic() + 30
-    while (desc := sched.describe(app_id)) is not None and desc.state != AppState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_running(sched, app_id)
     sched.cancel(app_id)
     desc, _ = wait_terminal(sched, app_id, timeout=30)
     assert desc.state == AppState.CANCELLED
@@ -147,15 +155,17 @@ def test_cancel_ends_cancelled_and_stops_the_containers(
 
 def _containers_left(docker_engine: str, job_id: str, timeout: float = 15.0) -> list[str]:
     """The job's containers still there after up to ``timeout`` s (moto reports the job FAILED
-    a moment before it removes the killed containers)."""
+    a moment before it removes the killed containers). Names come from one listing call: the
+    high-level listing inspects each container after listing it, and one removed in between
+    raised ``NotFound``."""
     import docker
 
     client = docker.DockerClient(base_url=docker_engine)
     deadline = time.monotonic() + timeout
     try:
-        while (left := [c.name for c in client.containers.list(all=True) if job_id in c.name]) and (
-            time.monotonic() < deadline
-        ):
+        while (
+            left := [name for c in client.api.containers(all=True) for name in c["Names"] if job_id in name]
+        ) and time.monotonic() < deadline:
             time.sleep(0.2)
         return left
     finally:
@@ -212,10 +222,7 @@ def test_single_node_cancel_ends_cancelled_and_leaves_no_container(
     sched: AWSBatchScheduler, batch_queue: str, docker_engine: str
 ) -> None:
     app_id = sched.submit(AppDef("sleeper1", roles=[role("main", "echo started; sleep 60")]), {"queue": batch_queue})
-    deadline = time.monotonic() + 30
-    while (desc := sched.describe(app_id)) is not None and desc.state != AppState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_running(sched, app_id)
     sched.cancel(app_id, reason="airflow-torchx cancel by alice@box")
     desc, _ = wait_terminal(sched, app_id, timeout=30)
     assert desc.state == AppState.CANCELLED and desc.cancel_requested
@@ -306,6 +313,44 @@ def test_list_live_lists_the_jobs_that_have_not_ended(sched: AWSBatchScheduler, 
         assert all(not a.state.is_terminal() for a in listed.values())
     finally:
         sched.cancel(live)
+
+
+def test_the_change_sweep_answers_a_scheduled_look_once_the_job_leaves_its_status(
+    sched: AWSBatchScheduler, batch_queue: str
+) -> None:
+    """Three PENDING jobs (a dependency that never finishes) looked at on a 30 s schedule: once
+    one is terminated, the change sweep's ``ListJobs(PENDING)`` misses it and the next round
+    describes it, long before its scheduled look; the two still listed wait for theirs."""
+    batch = boto3.client("batch")
+    app = AppDef("sweep", roles=[role("main", "true")])
+    ids: dict[str, str] = {}
+    definition = None
+    for _ in range(3):
+        job = sched.submit_dryrun(app, {"queue": batch_queue}).request
+        definition = definition or batch.register_job_definition(**job.job_def)["jobDefinitionArn"]
+        never = [{"jobId": "never-finishes"}]
+        resp = batch.submit_job(jobDefinition=definition, dependsOn=never, **job.submit_request())
+        sched.adopt_native_id(job.app_id, resp["jobId"])
+        ids[job.app_id] = resp["jobId"]
+    try:
+        for app_id in ids:
+            deadline = time.monotonic() + 60
+            while (desc := sched.describe(app_id)) is None or desc.state != AppState.PENDING:
+                assert time.monotonic() < deadline, desc
+                time.sleep(0.2)
+        futures = {app_id: sched.describe_future(app_id, period=30.0) for app_id in ids}
+        listed = sched.poller.sweep.calls
+        first, *others = ids
+        batch.terminate_job(jobId=ids[first], reason="test: ended before its scheduled look")
+        fut = futures[first]
+        assert fut is not None
+        desc = fut.result(timeout=25)  # the scheduled look comes 30 s after the last one
+        assert desc is not None and desc.state == AppState.FAILED
+        assert sched.poller.sweep.calls > listed
+        assert not any(f is None or f.done() for a, f in futures.items() if a in others)
+    finally:
+        for job_id in ids.values():
+            batch.terminate_job(jobId=job_id, reason="test: done")
 
 
 def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_queue: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
+from airflow_provider_torchx.core.schedulers.aws_batch import poller as poller_module
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     StatusPoller,
     backoff_delays,
@@ -22,6 +23,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     round_gap,
     shared_poller,
 )
+from airflow_provider_torchx.core.schedulers.aws_batch.sweep import FAILED_PAUSE, GroupSize, sweep_plan
 from tests.core.aws_batch.fakes import FakeBatch, client_error, mnp_job
 
 
@@ -90,6 +92,25 @@ def test_pollers_are_shared_per_account_region_endpoint() -> None:
     a, b = FakeBatch(), FakeBatch()
     assert shared_poller(a) is shared_poller(a)
     assert shared_poller(a) is not shared_poller(b)
+
+
+def test_pollers_are_shared_per_credentials_as_their_maker_names_them() -> None:
+    a = FakeBatch()
+    assert shared_poller(a, "conn:1") is shared_poller(a, "conn:1")
+    assert shared_poller(a, "conn:1") is not shared_poller(a, "conn:2")
+
+
+def test_idle_pollers_are_dropped_from_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pollers of credentials nobody uses any more (a connection edited, keys rotated) go;
+    one with a round to come stays."""
+    idle, busy = shared_poller(FakeBatch()), shared_poller(b := FakeBatch())
+    busy.request(["j"], period=3600.0)  # its round is to come
+    idle_client = idle.client
+    monkeypatch.setattr(poller_module, "POLLER_IDLE_FORGET", 0.0)
+    time.sleep(0.01)
+    shared_poller(FakeBatch())  # a new poller: the registry is pruned
+    assert shared_poller(b) is busy
+    assert shared_poller(idle_client) is not idle
 
 
 def test_retryable_errors() -> None:
@@ -287,3 +308,102 @@ def test_any_round_that_looks_at_a_job_answers_its_scheduled_waiters() -> None:
     assert other.result(timeout=0)["j"]["status"] == "FAILED"
     assert scheduled.result(timeout=0)["j"]["status"] == "FAILED"
     assert poller.request(["j"], period=60.0).result(timeout=0)["j"]["status"] == "FAILED"  # terminal: cached
+
+
+def test_sweep_plan_lists_groups_within_the_scheduled_calls_budget() -> None:
+    q = [("arn:q1", "PENDING"), ("arn:q1", "RUNNING"), ("arn:q2", "RUNNING")]
+    assert sweep_plan({q[0]: GroupSize(1000, 10.0, 1000, 1)}) == {q[0]: 2.5}  # a quarter period
+    assert sweep_plan({q[0]: GroupSize(5, 10.0, 5, 1)}) == {q[0]: 2.5}  # one group at full rate
+    assert sweep_plan({q[0]: GroupSize(1000, 10.0, 4000, 4)}) == {q[0]: 5.0}  # most are others'
+    assert sweep_plan({q[0]: GroupSize(1000, 10.0, 8000, 8)}) == {}  # no sooner than the schedule
+    three = {key: GroupSize(1000, 10.0, 1000, 1) for key in q}
+    assert sweep_plan(three) == dict.fromkeys(q, 2.5)  # 1.2 ListJobs/s within 3 DescribeJobs/s
+    # Small groups share the budget (here 1 call/s), the biggest first; the rest wait their looks.
+    small = {q[0]: GroupSize(100, 10.0, 100, 1), q[1]: GroupSize(300, 10.0, 300, 1), q[2]: GroupSize(600, 10.0, 600, 1)}
+    assert sweep_plan(small) == pytest.approx({q[2]: 2.5, q[1]: 2.5, q[0]: 5.0})
+    many = {(f"arn:q{i}", "RUNNING"): GroupSize(5, 10.0, 5, 1) for i in range(10)}
+    assert len(sweep_plan(many)) == 1
+    assert sweep_plan({}) == {}
+
+
+def sweeping_step(poller: HandPoller, clock: FakeClock, seconds: float) -> None:
+    """``HandPoller.step`` with the change sweep's passes at their due times too."""
+    end = clock.now + seconds
+    while True:
+        wake = poller._next_round_at()
+        sweep_at = poller.sweep.step()
+        due = [t for t in (wake, sweep_at) if t is not None and t <= end]
+        if not due:
+            break
+        clock.now = max(clock.now, min(due))
+        if wake is not None and wake <= clock.now:
+            poller._round()
+    clock.now = end
+
+
+def test_the_change_sweep_sees_ends_within_a_quarter_period_for_a_few_list_calls() -> None:
+    """1,000 PENDING jobs followed at a 10 s period: ``ListJobs(PENDING)`` every 2.5 s finds
+    the jobs that left PENDING and the next round describes them, so every end is seen within
+    about a quarter period, for 0.4 ListJobs calls a second on top of the scheduled
+    DescribeJobs call a second."""
+    clock = FakeClock()
+    batch = FakeBatch(page_size=1000)
+    n, period = 1000, 10.0
+    for i in range(n):
+        batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}", status="PENDING")
+    poller = HandPoller(batch, clock=clock)
+    seen: dict[str, list[tuple[float, str]]] = {f"j{i}": [] for i in range(n)}
+    ends: dict[str, float] = {}
+    for tick in range(1200):  # 120 s in steps of 0.1 s
+        if tick < 100:
+            for i in range(n * tick // 100, n * (tick + 1) // 100):
+                follow(poller, f"j{i}", period, seen)
+        if 600 <= tick < 700:  # ten jobs end every 0.1 s for 10 s
+            for i in range(10 * (tick - 600), 10 * (tick - 599)):
+                batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}", status="SUCCEEDED")
+                ends[f"j{i}"] = clock.now
+        sweeping_step(poller, clock, 0.1)
+    lists = [kw for name, kw in batch.calls if name == "list_jobs"]
+    queue = "arn:aws:batch:us-west-2:1:job-queue/q1"
+    assert {(kw["jobQueue"], kw["jobStatus"], kw["maxResults"]) for kw in lists} == {(queue, "PENDING", 1000)}
+    assert len(lists) / 120 <= 0.45
+    assert all(looks[-1][1] == "SUCCEEDED" for looks in seen.values())
+    delays = sorted(seen[j][-1][0] - ends[j] for j in ends)
+    assert delays[-1] <= period / 4 + poller.gap() + 0.3  # the listing, then the next round
+    describes = [kw for name, kw in batch.calls if name == "describe_jobs"]
+    assert len(describes) / 120 <= 1.5  # the scheduled call a second, and the ended jobs'
+
+
+def test_a_hint_for_a_job_described_in_another_status_since_is_ignored() -> None:
+    clock = FakeClock()
+    batch = FakeBatch(page_size=1000)
+    batch.jobs["j"] = mnp_job(job_id="j", status="RUNNABLE")
+    poller = HandPoller(batch, clock=clock)
+    poller.request(["j"])
+    poller.step(clock, 0.1)
+    waiter = poller.request(["j"], period=60.0)
+    queue = "arn:aws:batch:us-west-2:1:job-queue/q1"
+    poller.look_soon((queue, "PENDING"), ["j"])  # listed before the description said RUNNABLE
+    poller.step(clock, 5.0)
+    assert not waiter.done()
+    poller.look_soon((queue, "RUNNABLE"), ["j"])
+    poller.step(clock, 1.0)
+    assert waiter.result(timeout=0)["j"]["status"] == "RUNNABLE"
+
+
+def test_a_failed_listing_leaves_the_scheduled_looks_and_is_tried_again_minutes_later() -> None:
+    clock = FakeClock()
+    batch = FakeBatch(page_size=1000)
+    batch.jobs["j"] = mnp_job(job_id="j", status="RUNNING")
+    poller = HandPoller(batch, clock=clock)
+    seen: dict[str, list[tuple[float, str]]] = {"j": []}
+    follow(poller, "j", 10.0, seen)
+    poller.step(clock, 0.1)
+    denied = client_error("AccessDeniedException", 403)
+    batch.fail_next = [denied]
+    sweeping_step(poller, clock, 60.0)
+    lists = [c for c in batch.calls if c[0] == "list_jobs"]
+    assert len(lists) == 1  # the failed one; the next comes FAILED_PAUSE later
+    assert len(seen["j"]) >= 6  # looked at every 10 s all the same
+    sweeping_step(poller, clock, FAILED_PAUSE)
+    assert len([c for c in batch.calls if c[0] == "list_jobs"]) > 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,15 +32,6 @@ SUBCOMMANDS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[MotoServer]:
-    server = MotoServer(use_docker=False).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def _env(tmp_path: Path, **values: str | None) -> dict[str, str]:
     """This process's environment without any AWS setting, then ``values`` (None: unset)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
@@ -64,12 +54,14 @@ def _one_line_exit_3(args: list[str], env: dict[str, str], expected: str) -> Non
     assert len(lines) == 1 and lines[0].startswith("airflow-torchx: error: ") and expected in lines[0], where
 
 
-def test_no_region_no_credentials_and_an_unknown_queue_are_one_line_exit_3(tmp_path: Path, moto: MotoServer) -> None:
+def test_no_region_no_credentials_and_an_unknown_queue_are_one_line_exit_3(
+    tmp_path: Path, moto_without_docker: MotoServer
+) -> None:
     cases = [
         (_env(tmp_path), "no region is configured: set AWS_DEFAULT_REGION"),
         (_env(tmp_path, AWS_DEFAULT_REGION=REGION), "no usable credentials"),
         (
-            _env(tmp_path, AWS_DEFAULT_REGION=REGION, AWS_ENDPOINT_URL=moto.url, **FAKE_CREDS),
+            _env(tmp_path, AWS_DEFAULT_REGION=REGION, AWS_ENDPOINT_URL=moto_without_docker.url, **FAKE_CREDS),
             "queue='nope' does not exist in us-east-1",
         ),
     ]
@@ -79,7 +71,7 @@ def test_no_region_no_credentials_and_an_unknown_queue_are_one_line_exit_3(tmp_p
             run.result()
 
 
-def test_the_region_and_profile_run_options(tmp_path: Path, moto: MotoServer) -> None:
+def test_the_region_and_profile_run_options(tmp_path: Path, moto_without_docker: MotoServer) -> None:
     # region= stands in for AWS_DEFAULT_REGION: the next missing piece is the credentials
     _one_line_exit_3(["list", "-s", "aws_batch", "-cfg", f"queue=q,region={REGION}"], _env(tmp_path), "credentials")
     _one_line_exit_3(
@@ -90,7 +82,7 @@ def test_the_region_and_profile_run_options(tmp_path: Path, moto: MotoServer) ->
     (tmp_path / "no-credentials").write_text(f"[moto]\n{creds}")
     proc = subprocess.run(
         [CLI, "list", "-s", "aws_batch", "-cfg", "profile=moto"],
-        env=_env(tmp_path, AWS_ENDPOINT_URL=moto.url),
+        env=_env(tmp_path, AWS_ENDPOINT_URL=moto_without_docker.url),
         capture_output=True,
         text=True,
         timeout=120,

@@ -26,7 +26,8 @@ import pytest
 
 from airflow_provider_torchx.core import cli
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler, procfs, store
-from airflow_provider_torchx.core.specs import AppState
+from airflow_provider_torchx.core.specs import AppState, make_app_handle
+from tests.core.local.conftest import marked_processes, wait_gone
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line, wait_running
 
 
@@ -295,6 +296,67 @@ def test_a_corrupt_entry_is_skipped_by_list_and_named_by_describe(
     assert [a.app_id for a in fresh.list()] == [good]
 
 
+def test_a_swapped_job_file_is_refused_never_read(
+    sched: LocalScheduler, state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job whose ``request.json`` or ``state.json`` was replaced by a symbolic link, or whose
+    directory was, is a corrupt entry naming the file: ``describe`` raises, ``list`` skips it,
+    the CLI exits 2; the link's target (valid job files carrying a secret) is never read."""
+    good = sched.submit(sh_app("true"))
+    wait_done(sched, good)
+    outside = tmp_path / "outside"
+    shutil.copytree(sched.job_dir(good), outside)
+    rec = json.loads((outside / store.REQUEST).read_text())
+    (outside / store.REQUEST).write_text(json.dumps(rec | {"labels": {"token": "SECRET-TARGET"}}))
+    st = json.loads((outside / store.STATE).read_text())
+    (outside / store.STATE).write_text(json.dumps(st | {"msg": "SECRET-TARGET"}))
+    swapped: dict[str, tuple[Path, str]] = {}
+    for name in (store.REQUEST, store.STATE):
+        app_id = f"swap-{name.split('.')[0]}-0123456789ab"
+        shutil.copytree(sched.job_dir(good), state_dir / "local" / app_id)
+        link = state_dir / "local" / app_id / name
+        link.unlink()
+        link.symlink_to(outside / name)
+        swapped[app_id] = (link, "refused: it is a symbolic link")
+    (state_dir / "local" / "swap-dir-0123456789ab").symlink_to(outside)
+    swapped["swap-dir-0123456789ab"] = (
+        state_dir / "local" / "swap-dir-0123456789ab" / store.REQUEST,
+        "refused: a directory on its way below .* is a symbolic link",
+    )
+    fresh = create_cwd_scheduler("test")  # nothing cached
+
+    assert [a.app_id for a in fresh.list()] == [good]
+    for app_id, (path, why) in swapped.items():
+        with pytest.raises(store.CorruptEntryError, match=f"job '{app_id}': {path} is corrupt \\({why}") as err:
+            fresh.describe(app_id)
+        assert "SECRET" not in str(err.value)
+        code, out, err_text = run_cli(capsys, "status", f"local_cwd://test/{app_id}")
+        assert code == cli.EXIT_USAGE and str(path) in err_text and "SECRET" not in out + err_text, err_text
+    code, out, _ = run_cli(capsys, "list")
+    assert code == 0 and good in out and "swap" not in out
+
+
+def test_a_swapped_cancel_request_still_cancels_and_is_never_read(sched: LocalScheduler, tmp_path: Path) -> None:
+    """A ``cancel.json`` that is a symbolic link when the supervisor is signalled: the job
+    ends CANCELLED all the same (its supervisor records it), the link's target is not read as
+    the request, and ``describe`` names the swapped file."""
+    app_id = sched.submit(sh_app("sleep 300"))
+    wait_running(sched, app_id)
+    forged = tmp_path / "forged-cancel.json"
+    forged.write_text(json.dumps({"reason": "SECRET-REASON", "grace": 1}))
+    (sched.job_dir(app_id) / store.CANCEL).symlink_to(forged)
+    supervisor = json.loads((sched.job_dir(app_id) / store.SUPERVISOR).read_text())
+    os.kill(supervisor["pid"], signal.SIGTERM)
+    state_file = sched.job_dir(app_id) / store.STATE
+    deadline = time.monotonic() + 30
+    while (st := json.loads(state_file.read_text()))["state"] != "CANCELLED":
+        assert time.monotonic() < deadline, f"the job did not end CANCELLED: {st}"
+        time.sleep(0.05)
+    assert "SECRET" not in st["msg"], st["msg"]
+    with pytest.raises(store.CorruptEntryError, match=r"cancel\.json is corrupt \(refused: it is a symbolic link"):
+        sched.describe(app_id)
+
+
 def test_the_cli_warns_on_stderr_naming_the_corrupt_file(sched: LocalScheduler, state_dir: Path) -> None:
     good = sched.submit(sh_app("true"))
     wait_done(sched, good)
@@ -369,6 +431,34 @@ def test_orphans_of_a_killed_supervisor_are_gone_within_one_sweep(sched: LocalSc
     assert swept < 1.0
     named = re.search(r"stopped (\d+) process\(es\) left outside the replicas: (.*)", desc.msg)
     assert named and int(named[1]) >= 2 and named[2].count("(sleep)") >= 2, desc.msg
+
+
+def test_reads_of_a_job_whose_supervisor_died_change_nothing_and_cancel_settles_it(
+    sched: LocalScheduler, mark: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every read (``describe``, ``list``, log reads, the CLI's ``status``, ``describe`` and
+    ``log``) reports the job ended and leaves it as it is; ``cancel`` (one of those that act
+    on a job's end) stops its replicas and records the end."""
+    app_id = sched.submit(sh_app("echo up; sleep 300"))
+    wait_for_line(sched, app_id, "r0", "up")
+    kill_supervisor(sched, app_id)
+    state_file = sched.job_dir(app_id) / store.STATE
+    before = state_file.read_text()
+    handle = make_app_handle("local_cwd", "test", app_id)
+    desc = sched.describe(app_id)
+    assert desc is not None and desc.state == AppState.FAILED and "died" in desc.msg
+    assert [a.state for a in sched.list() if a.app_id == app_id] == [AppState.FAILED]
+    assert list(sched.log_iter(app_id, "r0", 0, should_tail=True)) == ["up\n"]
+    assert sched.read_log(app_id, "r0", 0).lines == ["up\n"]
+    for argv in (["status", handle], ["describe", handle], ["log", handle], ["log", "--tail", handle]):
+        code, out, _ = run_cli(capsys, *argv)
+        assert code == 0 and ("FAILED" in out or "up" in out), (argv, out)
+    assert state_file.read_text() == before, "a read wrote the job's end"
+    assert marked_processes(mark), "a read stopped the job's replicas"
+    code, out, _ = run_cli(capsys, "cancel", handle)
+    assert code == 0 and "already FAILED" in out, out
+    assert "its replicas were stopped" in json.loads(state_file.read_text())["msg"], state_file.read_text()
+    assert wait_gone(mark, 10.0) == []
 
 
 def test_processes_left_at_the_end_are_named_in_the_status(sched: LocalScheduler, mark: str) -> None:

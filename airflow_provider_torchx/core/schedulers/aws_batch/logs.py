@@ -132,10 +132,11 @@ _budgets: dict[tuple[str, ...], LogBudget] = {}
 _budgets_lock = threading.Lock()
 
 
-def shared_log_budget(client: Any) -> LogBudget:
-    """The process-wide ``GetLogEvents`` budget for the account/region/endpoint of the
-    CloudWatch Logs ``client`` (rate from ``AIRFLOW_TORCHX_CLOUDWATCH_RPS``)."""
-    key = client_key(client)
+def shared_log_budget(client: Any, credentials: str | None = None) -> LogBudget:
+    """The process-wide ``GetLogEvents`` budget for the account/region/endpoint and
+    credentials of the CloudWatch Logs ``client`` (``poller.client_key``; rate from
+    ``AIRFLOW_TORCHX_CLOUDWATCH_RPS``)."""
+    key = client_key(client, credentials)
     with _budgets_lock:
         budget = _budgets.get(key)
         if budget is None:

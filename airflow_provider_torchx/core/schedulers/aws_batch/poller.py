@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from airflow_provider_torchx.core.schedulers.api import settle
+from airflow_provider_torchx.core.schedulers.aws_batch.sweep import ChangeSweep, Group
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,10 @@ DESCRIBE_BATCH = 100
 #: A job nobody asked about for this long is forgotten (seconds): memory stays bounded in a
 #: long-running triggerer.
 FORGET_AFTER = 3600.0
+#: A shared poller nobody asked anything for this long, with no round to come, is dropped from
+#: the registry (seconds): the pollers of credentials that changed (a connection edited, keys
+#: rotated) do not pile up in a long-running triggerer.
+POLLER_IDLE_FORGET = 600.0
 
 _THROTTLE_CODES = frozenset(
     {
@@ -167,6 +172,10 @@ class StatusPoller:
       period whatever its watcher's latency, and 1,000 jobs at a 10 s period cost one full
       call a second. Any round that describes a job answers every waiter of that job, so a
       waiter learns of the end from the first round that sees it.
+    - A change sweep (``sweep.py``: ``ListJobs`` by queue and status, from a thread of its
+      own) tells which scheduled jobs changed status since they were described; those are
+      described in the next round (``look_soon``), so an end is seen within a fraction of the
+      period at a fraction of the calls looking that often would cost.
     - A job ``expect``-ed (just submitted here) that DescribeJobs does not show yet is reported
       as ``NOT_VISIBLE`` for ``visibility_grace`` seconds instead of as missing.
     - The thread exits after ``idle_exit`` seconds without requests and restarts on demand.
@@ -203,9 +212,13 @@ class StatusPoller:
         self._waiters: list[_Waiter] = []
         self._thread: threading.Thread | None = None
         self._last_round = -math.inf
+        self._last_request = clock()
         #: DescribeJobs calls and rounds made (benchmarks and tests read them).
         self.calls = 0
         self.rounds = 0
+        self.sweep = ChangeSweep(
+            client, self._sweep_groups, self.look_soon, call=call_with_retry, idle_exit=idle_exit, clock=clock
+        )
 
     # ------------------------------------------------------------------ watchers' side
 
@@ -246,7 +259,7 @@ class StatusPoller:
         max_age = self.min_interval if max_age is None else max_age
         future: concurrent.futures.Future[Jobs] = concurrent.futures.Future()
         with self._cond:
-            now = self.clock()
+            now = self._last_request = self.clock()
             wake = self._next_round_at()
             need = set()
             for job_id in job_ids:
@@ -272,6 +285,38 @@ class StatusPoller:
             answer = {i: self._results[i][1] for i in job_ids}
         future.set_result(answer)
         return future
+
+    def look_soon(self, group: Group, job_ids: list[str]) -> None:
+        """Describe ``job_ids`` in the next round (the change sweep found them gone from
+        ``group``): those still waiting for a scheduled look and last described in ``group``."""
+        with self._cond:
+            now = self.clock()
+            wake = self._next_round_at()
+            for job_id in job_ids:
+                got = self._results.get(job_id)
+                job = got[1] if got is not None else None
+                if job_id in self._due and job is not None and (job.get("jobQueue"), job.get("status")) == group:
+                    if not self._asap:
+                        self._asap_since = now
+                    self._asap.add(job_id)
+            if self._asap and (wake is None or (self._next_round_at() or wake) < wake):
+                self._cond.notify_all()
+
+    def _sweep_groups(self) -> dict[Group, tuple[frozenset[str], float]]:
+        """The jobs waiting for a scheduled look by (queue, status) of their last description,
+        with each group's shortest period (what the change sweep lists)."""
+        groups: dict[Group, tuple[set[str], float]] = {}
+        with self._cond:
+            for job_id, (_, period) in self._due.items():
+                got = self._results.get(job_id)
+                job = got[1] if got is not None else None
+                if job is None or job is NOT_VISIBLE or not job.get("jobQueue"):
+                    continue
+                key = (str(job["jobQueue"]), str(job["status"]))
+                ids, shortest = groups.get(key, (set(), period))
+                ids.add(job_id)
+                groups[key] = (ids, min(shortest, period))
+        return {group: (frozenset(ids), period) for group, (ids, period) in groups.items()}
 
     def _schedule(self, job_id: str, due: float, period: float) -> None:
         """Look at ``job_id`` at ``due`` (or earlier, if it is due earlier already)."""
@@ -361,10 +406,20 @@ class StatusPoller:
 
     # ------------------------------------------------------------------ the thread
 
+    def idle_for(self) -> float:
+        """Seconds since the last request when no round is to come (no thread, no waiter, no
+        scheduled look), else 0."""
+        with self._cond:
+            if self._thread is not None or self._waiters or self._due:
+                return 0.0
+            return max(0.0, self.clock() - self._last_request)
+
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="aws-batch-status-poller", daemon=True)
             self._thread.start()
+        if self._due:
+            self.sweep.wake()
 
     def _loop(self) -> None:
         while True:
@@ -390,7 +445,9 @@ class StatusPoller:
                 raise
 
     def _round(self) -> None:
-        """One round: describe the ids taken (``_take``) and answer the waiters."""
+        """One round: describe the ids taken (``_take``), 100 a call, and answer the waiters
+        each call completes as soon as it returns (the waiters' loop then takes its answers a
+        call's worth at a time, not a whole round's: 500 at 5,000 jobs held it 100 ms)."""
         with self._cond:
             start = self.clock()
             ids = self._take(start)
@@ -400,8 +457,6 @@ class StatusPoller:
             self.rounds += 1
             round_no = self.rounds
             self._prune(start)
-        found: dict[str, dict[str, Any]] = {}
-        failed: BaseException | None = None
         for n in range(0, len(ids), DESCRIBE_BATCH):
             chunk = ids[n : n + DESCRIBE_BATCH]
             try:
@@ -409,10 +464,20 @@ class StatusPoller:
                     self.calls += 1
                 resp = call_with_retry(self.client.describe_jobs, jobs=chunk)
             except Exception as err:
-                failed = err
-                break
-            for job in resp.get("jobs", []):
-                found[job["jobId"]] = job
+                self._answer_round(round_no, start, ids[n:], {}, err)  # every id left: the error
+                return
+            self._answer_round(round_no, start, chunk, {job["jobId"]: job for job in resp.get("jobs", [])}, None)
+
+    def _answer_round(
+        self,
+        round_no: int,
+        start: float,
+        ids: list[str],
+        found: dict[str, dict[str, Any]],
+        failed: BaseException | None,
+    ) -> None:
+        """Record what round ``round_no`` (started at ``start``) found of ``ids`` and answer
+        the waiters it completes (or, if it ``failed``, those that needed one of them)."""
         with self._cond:
             if failed is None:
                 for job_id in ids:
@@ -456,19 +521,25 @@ _pollers: dict[tuple[str, ...], StatusPoller] = {}
 _registry_lock = threading.Lock()
 
 
-def client_key(client: Any) -> tuple[str, ...]:
-    """Which account/region/endpoint a client talks to: clients with equal keys share."""
+def client_key(client: Any, credentials: str | None = None) -> tuple[str, ...]:
+    """Which account/region/endpoint a client talks to, with which credentials: clients with
+    equal keys share. ``credentials`` names the credentials the client signs with, as its
+    maker knows them (``AWSBatchScheduler.credentials_key``: the connection's fingerprint, or
+    boto3's default chain), so that refreshing credentials keep their key; None: this client
+    alone."""
     meta = client.meta
-    creds = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-    access_key = getattr(creds, "access_key", "") if creds is not None else ""
-    return (str(meta.service_model.service_name), str(meta.region_name), str(meta.endpoint_url), str(access_key))
+    who = credentials if credentials is not None else f"client:{id(client)}"
+    return (str(meta.service_model.service_name), str(meta.region_name), str(meta.endpoint_url), who)
 
 
-def shared_poller(client: Any) -> StatusPoller:
-    """The process-wide poller for the account/region/endpoint of the Batch ``client``."""
-    key = client_key(client)
+def shared_poller(client: Any, credentials: str | None = None) -> StatusPoller:
+    """The process-wide poller for the account/region/endpoint and credentials of the Batch
+    ``client`` (``client_key``); pollers idle for ``POLLER_IDLE_FORGET`` are dropped."""
+    key = client_key(client, credentials)
     with _registry_lock:
         poller = _pollers.get(key)
         if poller is None:
+            for old in [k for k, p in _pollers.items() if p.idle_for() > POLLER_IDLE_FORGET]:
+                del _pollers[old]
             poller = _pollers[key] = StatusPoller(client)
         return poller

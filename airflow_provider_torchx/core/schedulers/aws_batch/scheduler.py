@@ -98,7 +98,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     ``client`` (Batch), ``log_client`` (CloudWatch Logs), ``docker_client`` or a boto3
     ``session`` may be injected; otherwise they are created on first use, from
     ``session_factory``, else from ``region``/``profile`` (or the run options of those names,
-    given before the first AWS call) over boto3's default chain. AWS setup errors raise
+    given before the first AWS call) over boto3's default chain. ``session_key`` names the
+    credentials ``session_factory``'s sessions carry (the hook: a fingerprint of the AWS
+    connection; None: boto3's default chain): instances with equal keys share the status poller
+    and the CloudWatch budget (``credentials_key``). AWS setup errors raise
     ``SchedulerSetupError`` (``setup_errors.py``).
     """
 
@@ -115,6 +118,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         session_factory: Callable[[], Any] | None = None,
         region: str | None = None,
         profile: str | None = None,
+        session_key: str | None = None,
     ) -> None:
         super().__init__(BACKEND, session_name)
         self._aws_region, self._aws_profile = region, profile
@@ -123,6 +127,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         self._docker_client = docker_client
         self._session = session
         self._session_factory = session_factory
+        injected = session if session is not None else client
+        if session_key is None and injected is not None and session_factory is None:
+            session_key = f"instance:{id(injected)}"  # its own credentials, whatever they are
+        self._session_key = session_key
         self._lock = threading.Lock()
         self._queues: dict[str, options.QueueInfo] = {}
         self._summaries: dict[str, dict[str, Any]] = {}
@@ -161,34 +169,40 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                 "(from its connection or AWS_PROFILE): give the same profile, or set it there instead"
             )
 
+    def _made(self, attr: str, make: Callable[[], Any]) -> Any:
+        """The client held in ``attr`` (injected, or ``make()``-d on first use, once)."""
+        with self._lock:
+            if getattr(self, attr) is None:
+                setattr(self, attr, make())
+            return getattr(self, attr)
+
     @property
     def client(self) -> Any:
         """The Batch client."""
-        with self._lock:
-            if self._client is None:
-                self._client = self._boto_session().client("batch", config=_client_config())
-            return self._client
+        return self._made("_client", lambda: self._boto_session().client("batch", config=_client_config()))
 
     @property
     def log_client(self) -> Any:
         """The CloudWatch Logs client."""
-        with self._lock:
-            if self._log_client is None:
-                self._log_client = self._boto_session().client("logs", config=_client_config())
-            return self._log_client
+        return self._made("_log_client", lambda: self._boto_session().client("logs", config=_client_config()))
 
     @property
     def docker_client(self) -> Any:
         """The Docker client (workspace builds and pushes)."""
-        with self._lock:
-            if self._docker_client is None:
-                self._docker_client = workspace.docker_client()
-            return self._docker_client
+        return self._made("_docker_client", workspace.docker_client)
+
+    @property
+    def credentials_key(self) -> str:
+        """Which credentials this instance's clients sign with, as far as its maker says:
+        ``session_key``, else the injected session or client itself, else boto3's default
+        chain (with the profile). Never read from boto's credential objects, so refreshing
+        credentials (an assumed role's) keep their key."""
+        return self._session_key or f"default-chain:{self._aws_profile or ''}"
 
     @property
     def poller(self) -> StatusPoller:
-        """The process-wide status poller for this client's account/region/endpoint."""
-        return shared_poller(self.client)
+        """The process-wide status poller for this client's account/region/endpoint and credentials."""
+        return shared_poller(self.client, self.credentials_key)
 
     def _region(self) -> str:
         return str(self.client.meta.region_name)
@@ -502,42 +516,37 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         info._scheduler = self.backend
         return info
 
-    def _all_queues(self) -> list[dict[str, Any]]:
-        queues: list[dict[str, Any]] = []
+    def _pages(self, call: Callable[..., Any], items: str, **kwargs: Any) -> builtins.list[dict[str, Any]]:
+        """Every ``items`` entry of a paginated Batch call, all pages (``nextToken``)."""
+        out: builtins.list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"nextToken": token} if token else {}
-            resp = call_with_retry(self.client.describe_job_queues, **kwargs)
-            queues.extend(resp.get("jobQueues", []))
-            token = resp.get("nextToken")
-            if not token:
-                return queues
-
-    def _list_jobs(
-        self, queue: str, filters: list[dict[str, Any]] | None, job_status: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Every job summary of ``queue`` matching ``filters`` (or, without filters, in
-        ``job_status``), all pages."""
-        out: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"jobQueue": queue}
-            if filters:
-                kwargs["filters"] = filters
-            if job_status:
-                kwargs["jobStatus"] = job_status
-            if token:
-                kwargs["nextToken"] = token
-            try:
-                resp = call_with_retry(self.client.list_jobs, **kwargs)
-            except Exception as err:
-                if _error_code(err) == "ClientException":  # no such queue
-                    raise self._no_such_queue(queue) from None
-                raise
-            out.extend(resp.get("jobSummaryList", []))
+            page: dict[str, Any] = {**kwargs, "nextToken": token} if token else kwargs
+            resp = call_with_retry(call, **page)
+            out.extend(resp.get(items, []))
             token = resp.get("nextToken")
             if not token:
                 return out
+
+    def _all_queues(self) -> builtins.list[dict[str, Any]]:
+        return self._pages(self.client.describe_job_queues, "jobQueues")
+
+    def _list_jobs(
+        self, queue: str, filters: builtins.list[dict[str, Any]] | None, job_status: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """Every job summary of ``queue`` matching ``filters`` (or, without filters, in
+        ``job_status``), all pages."""
+        kwargs: dict[str, Any] = {"jobQueue": queue}
+        if filters:
+            kwargs["filters"] = filters
+        if job_status:
+            kwargs["jobStatus"] = job_status
+        try:
+            return self._pages(self.client.list_jobs, "jobSummaryList", **kwargs)
+        except Exception as err:
+            if _error_code(err) == "ClientException":  # no such queue
+                raise self._no_such_queue(queue) from None
+            raise
 
     def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
         """This scheduler's jobs (by tag) in the cfg's queue or in every queue, with ``labels``.
@@ -650,7 +659,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         if target is None:
             return LogChunk(lines=[], cursor=start.dump(), eof=False)
         names, terminal = target
-        budget = shared_log_budget(self.log_client)
+        budget = shared_log_budget(self.log_client, self.credentials_key)
         events, nxt, eof, behind = read_events(
             self.log_client, budget, (app_id, role_name, k), names, start, max_lines, terminal, wait=terminal
         )
@@ -692,7 +701,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             eof = False
             events: builtins.list[dict[str, Any]] = []
             if target is not None:
-                budget = shared_log_budget(self.log_client)
+                budget = shared_log_budget(self.log_client, self.credentials_key)
                 key = (app_id, role_name, k)
                 events, cursor, eof, _ = read_events(
                     self.log_client, budget, key, target[0], cursor, None, target[1], wait=True
@@ -799,27 +808,21 @@ def _reraise(err: BaseException) -> DescribeAppResponse | None:
     raise err
 
 
-def create_scheduler(
-    session_name: str,
-    client: Any | None = None,
-    log_client: Any | None = None,
-    docker_client: Any | None = None,
-    session: Any | None = None,
-    session_factory: Callable[[], Any] | None = None,
-    region: str | None = None,
-    profile: str | None = None,
-    **kwargs: object,
-) -> AWSBatchScheduler:
-    """The entry-point factory (unknown kwargs are ignored, as every factory does);
-    ``session_factory`` builds the boto3 session on first use when ``session`` is not given,
-    else ``region``/``profile`` do."""
-    return AWSBatchScheduler(
-        session_name,
-        client=client,
-        log_client=log_client,
-        docker_client=docker_client,
-        session=session,
-        session_factory=session_factory,
-        region=region,
-        profile=profile,
-    )
+#: The keyword arguments ``create_scheduler`` passes on to ``AWSBatchScheduler``.
+_FACTORY_KWARGS = (
+    "client",
+    "log_client",
+    "docker_client",
+    "session",
+    "session_factory",
+    "region",
+    "profile",
+    "session_key",
+)
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> AWSBatchScheduler:
+    """The entry-point factory: ``AWSBatchScheduler``'s keyword arguments, others ignored (as
+    every factory does); ``session_factory`` builds the boto3 session on first use when
+    ``session`` is not given, else ``region``/``profile`` do."""
+    return AWSBatchScheduler(session_name, **{k: v for k, v in kwargs.items() if k in _FACTORY_KWARGS})

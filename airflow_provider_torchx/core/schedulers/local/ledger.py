@@ -48,7 +48,7 @@ def _read_record(path: str) -> dict[str, Any] | None:
     object): ``list`` and ``describe`` report a corrupt file, the ledger only must not trip on
     it."""
     try:
-        data = store.read_json(path)
+        data = store.read_json(path, os.path.dirname(path))
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

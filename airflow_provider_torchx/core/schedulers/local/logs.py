@@ -2,21 +2,22 @@
 ``LogIterator``, which follows a log file until its app is terminal (a finished log is
 iterated by Python's text layer itself, as fast as ``for line in open(path)``).
 
-Every read opens the file through ``open_log``, which stays inside the job's log directory: a
-log that a replica swapped for a symbolic link (to ``/etc/shadow``, say), a FIFO or a device, or
-whose directory now leads elsewhere, raises ``UnsafeLogFileError`` naming it; its target is
-never read. This holds for every reader (the UI, the trigger, the worker, the CLI).
+Every read opens the file through ``store.open_inside`` (``open_log``), which stays inside the
+job's log directory: a log that a replica swapped for a symbolic link (to ``/etc/shadow``, say),
+a FIFO or a device, or whose directory now leads elsewhere, raises ``store.UnsafeFileError``
+naming it; its target is never read. This holds for every reader (the UI, the trigger, the
+worker, the CLI).
 """
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
-import stat
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
+
+from airflow_provider_torchx.core.schedulers.local import store
 
 if TYPE_CHECKING:
     from airflow_provider_torchx.core.schedulers.api import Scheduler
@@ -37,34 +38,11 @@ _ONE_BYTE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
 _MULTI_BYTE_BREAKS = (b"\xc2\x85", b"\xe2\x80")
 
 
-class UnsafeLogFileError(ValueError):
-    """A log file that is not a regular file inside its job's log directory (a symbolic link,
-    a FIFO, a path through a swapped directory): it is not read."""
-
-
 def open_log(path: str, root: str) -> int | None:
-    """A file descriptor of ``path`` open for reading, or None when it does not exist; only a regular
-    file whose real path lies under ``root`` (the job's log directory) is opened, without
-    following a symbolic link in its last component; anything else raises
-    ``UnsafeLogFileError``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnsafeLogFileError(f"log {path}: refused: it is a symbolic link, not the replica's log") from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafeLogFileError(f"log {path}: refused: it is not a regular file")
-        real, base = os.readlink(f"/proc/self/fd/{fd}"), os.path.realpath(root)
-        if not real.startswith(base.rstrip(os.sep) + os.sep):
-            raise UnsafeLogFileError(f"log {path}: refused: it leads outside the job's log directory {root}")
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+    """A file descriptor of the log ``path`` open for reading, or None when it does not exist;
+    only a regular file reached through real directories below ``root`` (the job's log
+    directory) is opened (``store.open_inside``)."""
+    return store.open_inside(path, root, "log")
 
 
 def read_lines(
@@ -136,7 +114,8 @@ def finished_lines(path: str, *, root: str) -> Iterator[str] | None:
 class LogIterator:
     """The lines of one log file of app ``app_id`` (inside ``root``, its log directory); with
     ``should_tail`` it follows the file until the app is terminal (as ``scheduler.describe``
-    says) and everything was read."""
+    says) and everything was read. A read: a job whose supervisor died is reported ended and
+    left as it is (whoever acts on the end settles it: ``Scheduler.finalize``)."""
 
     def __init__(
         self, app_id: str, log_file: str, scheduler: Scheduler[Any], should_tail: bool = True, *, root: str
@@ -148,11 +127,8 @@ class LogIterator:
         self.should_tail = should_tail
 
     def _terminal(self) -> bool:
-        """Whether the app ended; one whose supervisor died is stopped first (``finalize``), so
-        that what its replicas wrote is all there for the last read."""
+        """Whether the app ended (or is gone)."""
         desc = self.scheduler.describe(self.app_id)
-        if desc is not None and desc.state.is_terminal():
-            self.scheduler.finalize(self.app_id)
         return desc is None or desc.state.is_terminal()
 
     def __iter__(self) -> Iterator[str]:

@@ -48,7 +48,7 @@ from airflow_provider_torchx.core.schedulers.local.images import (
     ImageProvider,
     LocalDirectoryImageProvider,
 )
-from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, UnsafeLogFileError, open_log, read_lines
+from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, open_log, read_lines
 from airflow_provider_torchx.core.schedulers.local.request import (
     PopenRequest,
     ReplicaParam,
@@ -77,6 +77,8 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 #: A job whose supervisor has not shown up this long after submission is FAILED.
 SUPERVISOR_START_TIMEOUT = ledger.START_TIMEOUT
 _TERMINAL_NAMES = {s.name for s in AppState if s.is_terminal()}
+#: ``AppState`` by name: a dict lookup, cheaper than ``AppState[name]`` when listing thousands.
+_STATES = {s.name: s for s in AppState}
 _PENDING_STATE: dict[str, Any] = {"state": "PENDING", "num_restarts": 0, "msg": "", "replicas": {}}
 #: The keys of ``request.json`` a reader relies on, with their JSON types.
 _RECORD_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -111,7 +113,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
     """
 
     #: Jobs run on this host and are watched from it; a status is a few small file reads.
-    capabilities = SchedulerCapabilities(host_bound=True, cheap_status=True)
+    capabilities = SchedulerCapabilities(
+        host_bound=True, cheap_status=True, error_files=True, separate_stderr=True, local_store=True
+    )
 
     def __init__(
         self,
@@ -140,6 +144,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self._cache_lock = threading.Lock()
         # app id -> what ``list`` answers for an ended job (it never changes).
         self._ended_listed: dict[str, ListAppResponse] = {}
+        # The ended entries of the index as last parsed (``summaries``), by that parse.
+        self._ended_index: tuple[dict[str, Any], dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ submit
 
@@ -450,6 +456,14 @@ class LocalScheduler(Scheduler[PopenRequest]):
             ended=st.get("ended"),
         )
 
+    def error_file(self, app_id: str, role_name: str, k: int) -> str | None:
+        """The replica's ``TORCHELASTIC_ERROR_FILE`` as submitted (``error.json`` beside its
+        logs unless the role set its own); None for an unknown job, role or replica."""
+        rec = self._record(app_id)
+        params = (rec or {}).get("role_params", {}).get(role_name) or []
+        path = params[k].get("env", {}).get(ERROR_FILE_ENV) if 0 <= k < len(params) else None
+        return str(path) if path else None
+
     def describe_native(self, app_id: str) -> AppDryRunInfo[PopenRequest] | None:
         """The stored ``PopenRequest`` (with labels, cfg and backend), or None if unknown."""
         rec = self._record(app_id)
@@ -466,32 +480,35 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ``{"backend", "name", "labels", "created", "state", "ended"}``. Ended jobs come from
         the store's index (``store.FINISHED_INDEX``); only the others' files are read, and
         those found ended are added to it. Corrupt entries are skipped (logged)."""
-        index = self.store.finished()
+        index = self.store.finished()  # the same dict while the file is unchanged
+        if self._ended_index is None or self._ended_index[0] is not index:
+            ended = {k: v for k, v in index.items() if isinstance(v, dict) and v.get("state") in _TERMINAL_NAMES}
+            self._ended_index = (index, ended)
+        ended = self._ended_index[1]
         present = set(self.store.app_ids())
-        found, learned = {}, {}
-        for app_id in present:
-            entry = index.get(app_id)
-            if not isinstance(entry, dict) or entry.get("state") not in _TERMINAL_NAMES:
-                try:
-                    rec = self._record(app_id)
-                    if rec is None:
-                        continue
-                    st = self._state(app_id, rec)
-                except store.CorruptEntryError as e:
-                    log.warning("list: skipping %s", e)
+        found: dict[str, dict[str, Any]] = {app_id: ended[app_id] for app_id in present & ended.keys()}
+        learned = {}
+        for app_id in present - ended.keys():
+            try:
+                rec = self._record(app_id)
+                if rec is None:
                     continue
-                entry = {
-                    "backend": rec["backend"],
-                    "name": rec["app_name"],
-                    "labels": rec["labels"],
-                    "created": rec["created"],
-                    "state": st["state"],
-                    "ended": st.get("ended"),
-                }
-                if st.get("orphaned"):  # reported ended, not recorded: finalize records it
-                    entry["orphaned"] = True
-                elif st["state"] in _TERMINAL_NAMES:
-                    learned[app_id] = entry
+                st = self._state(app_id, rec)
+            except store.CorruptEntryError as e:
+                log.warning("list: skipping %s", e)
+                continue
+            entry = {
+                "backend": rec["backend"],
+                "name": rec["app_name"],
+                "labels": rec["labels"],
+                "created": rec["created"],
+                "state": st["state"],
+                "ended": st.get("ended"),
+            }
+            if st.get("orphaned"):  # reported ended, not recorded: finalize records it
+                entry["orphaned"] = True
+            elif st["state"] in _TERMINAL_NAMES:
+                learned[app_id] = entry
             found[app_id] = entry
         if learned:
             self.store.record_finished(learned, present)
@@ -547,7 +564,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             if resp is None:
                 resp = ListAppResponse(
                     app_id=app_id,
-                    state=AppState[entry["state"]],
+                    state=_STATES[entry["state"]],
                     name=entry["name"],
                     labels=dict(entry["labels"]),
                     created=entry["created"],
@@ -743,14 +760,16 @@ def _warn_shared_gpus(app: AppDef) -> None:
 
 
 def _read_entry(app_id: str, path: str | Path, check: Callable[[Any], str | None]) -> Any:
-    """The JSON of a job's file (None when missing), checked by ``check`` (which returns why
-    it is not valid, or None); ``store.CorruptEntryError`` naming the job and file if bad."""
+    """The JSON of a job's file ``<store>/<app_id>/<name>`` (None when missing), read only
+    through real directories below the store (``store.open_inside``) and checked by ``check``
+    (which returns why it is not valid, or None); ``store.CorruptEntryError`` naming the job
+    and file if bad, swapped for a symbolic link or not a regular file."""
     try:
-        value = store.read_json(path)
+        value = store.read_json(path, os.path.dirname(os.path.dirname(path)))
+    except store.UnsafeFileError as e:
+        raise store.CorruptEntryError(app_id, path, e.why) from None
     except ValueError as e:
         raise store.CorruptEntryError(app_id, path, f"not JSON: {e}") from None
-    except IsADirectoryError:
-        raise store.CorruptEntryError(app_id, path, "a directory, not a file") from None
     except NotADirectoryError:
         raise store.CorruptEntryError(app_id, os.path.dirname(path), "a file, not a job directory") from None
     why = None if value is None else check(value)
@@ -870,7 +889,7 @@ def _last_words(path: Path) -> str:
         with open(fd, "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - _LAST_WORDS_BYTES))
             tail = f.read().decode("utf-8", "replace")
-    except (OSError, UnsafeLogFileError):
+    except (OSError, store.UnsafeFileError):
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""

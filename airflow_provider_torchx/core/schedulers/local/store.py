@@ -19,6 +19,11 @@ index is a cache (whoever lists adds what it learned; a job missing from it is r
 files, an entry whose directory is gone is ignored), so a lost or stale write costs time, never
 correctness, and a store that cannot be written is listed all the same.
 
+Every file is read through ``open_inside``: a regular file reached through real directories
+below the store (or the directory given), never through a symbolic link, so a job that swaps
+one of its files (or its directory) for a link to ``/etc/shadow`` gets a clear error and the
+target is never read.
+
 Everything is created owner-only, whatever the umask. Store faults (a full or read-only
 filesystem) raise ``StoreError`` naming the store and the cause; a file that is not what its
 writer wrote (truncated, foreign, hand-edited) raises ``CorruptEntryError`` naming it.
@@ -27,9 +32,11 @@ Standard library only: the supervisor imports this.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator
 
 from airflow_provider_torchx.core.statedir import default_state_dir
@@ -143,14 +150,54 @@ def write_json_atomic(path: StrPath, obj: Any) -> None:
         raise
 
 
-def read_json(path: StrPath) -> Any:
-    """The JSON in ``path``, or None when it does not exist (or vanished); ``ValueError`` when
-    it is not JSON."""
+class UnsafeFileError(ValueError):
+    """A file of the store that is not a regular file reached through real directories (a
+    symbolic link, a FIFO, a path through a swapped directory): it is not read. ``why`` says
+    which, the message also names the file."""
+
+    def __init__(self, what: str, path: str, why: str) -> None:
+        super().__init__(f"{what} {path}: refused: {why}")
+        self.why = f"refused: {why}"
+
+
+def open_inside(path: StrPath, root: StrPath, what: str = "file") -> int | None:
+    """A file descriptor of ``path`` open for reading, or None when it does not exist. Only a
+    regular file below ``root`` reached through real directories (no symbolic link between
+    ``root`` and the file, the file itself included; ``root`` may be one) is opened; anything
+    else raises ``UnsafeFileError`` naming ``what`` and ``path``, and is never read."""
+    path, root = os.fspath(path), os.fspath(root)
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeFileError(what, path, "it is a symbolic link, not the job's own file") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory, not a file" if stat.S_ISDIR(mode) else "not a regular file"
+            raise UnsafeFileError(what, path, f"it is {kind}")
+        real = os.readlink(f"/proc/self/fd/{fd}")
+        expected = os.path.join(os.path.realpath(root), os.path.relpath(os.path.abspath(path), os.path.abspath(root)))
+        if real != expected:
+            raise UnsafeFileError(what, path, f"a directory on its way below {root} is a symbolic link")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_json(path: StrPath, root: StrPath) -> Any:
+    """The JSON in ``path`` (a file below ``root``, read through ``open_inside``), or None when
+    it does not exist (or vanished); ``ValueError`` when it is not JSON, ``UnsafeFileError``
+    (a ``ValueError``) when it is not a file ``open_inside`` reads."""
+    fd = open_inside(path, root)
+    if fd is None:
+        return None
+    with open(fd, "rb") as f:
+        return json.loads(f.read())
 
 
 class JobStore:
@@ -206,7 +253,7 @@ class JobStore:
         if self._index is not None and self._index[0] == key:
             return self._index[1]
         try:
-            index = read_json(path)
+            index = read_json(path, self.root)
         except (OSError, ValueError):
             index = None
         if not isinstance(index, dict):
