@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
-from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, find_root_cause
+from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, failed_replica_note, find_root_cause
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import (
     BATCH_LINES,
@@ -423,16 +423,16 @@ class TaskWatcher(JobWatch):
         rep = status.failed_replica()
         tail: list[str] = []
         where = ""
+        root = None
         if rep is not None:
-            code = f", exit code {rep.exit_code}" if rep.exit_code is not None else ""
-            where = f"; failed replica {rep.role}/{rep.id}{code}"
             # read once: the message's tail, and where torchrun's summary is looked for
             lines = [
                 line.rstrip("\n") for line in last_lines(self.runner, self.app_handle, rep.role, rep.id, SUMMARY_LINES)
             ]
             tail = lines[-FAILURE_TAIL_LINES:]
+            root = find_root_cause(self.runner, self.app_handle, status, {(rep.role, rep.id): lines})
+            where = failed_replica_note(rep, root)
         message = f"TorchX job {self.app_handle} ended {status.state.name}: {status.msg or 'no reason given'}{where}"
-        root = find_root_cause(self.runner, self.app_handle, status, {(rep.role, rep.id): lines}) if rep else None
         return self.event(
             "failed",
             state=status.state.name,
