@@ -290,9 +290,10 @@ class StatusPoller:
             self._job_ids[app_id] = job_id
 
     def job_id(self, app_id: str) -> str | None:
-        """The job id recorded for ``app_id``, if any."""
-        with self._cond:
-            return self._job_ids.get(app_id)
+        """The job id recorded for ``app_id``, if any. Read without the lock (one dict read;
+        writes hold it): a watcher asks on every look, and waiting while the poller's thread
+        answers a round's waiters under the lock held the loop."""
+        return self._job_ids.get(app_id)
 
     def invalidate(self, job_id: str) -> None:
         """Drop the cached answer (after a cancel, say) so the next ``get`` asks AWS."""
