@@ -9,6 +9,7 @@ honoured; logs are also readable through a resumable cursor (``read_log``).
 
 from __future__ import annotations
 
+import builtins
 import copy
 import heapq
 import json
@@ -493,7 +494,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             ended = {k: v for k, v in index.items() if isinstance(v, dict) and v.get("state") in _TERMINAL_NAMES}
             self._ended_index = (index, ended)
         ended = self._ended_index[1]
-        present = set(self.store.app_ids())
+        present = self.store.app_ids()
         found: dict[str, dict[str, Any]] = {app_id: ended[app_id] for app_id in present & ended.keys()}
         learned = {}
         for app_id in present - ended.keys():
@@ -575,7 +576,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ``labels`` pair, oldest first, or the newest ``limit`` (from ``summaries``; answers are
         built for those only, and those of ended jobs once per process and shared: read them,
         do not change them)."""
-        summaries = self.summaries()
+        with store.gc_paused():
+            return self._newest(self.summaries(), labels, limit)
+
+    def _newest(
+        self, summaries: dict[str, dict[str, Any]], labels: Mapping[str, str] | None, limit: int | None
+    ) -> builtins.list[ListAppResponse]:
+        """``list``'s answer from ``summaries``."""
         ended = self._ended_listed
         for gone in ended.keys() - summaries.keys():  # deleted since
             del ended[gone]
@@ -603,7 +610,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     def count(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> int:
         """How many jobs ``list`` returns, counted on the summaries (no answer built)."""
-        return len(self._matching(self.summaries(), labels))
+        with store.gc_paused():
+            return len(self._matching(self.summaries(), labels))
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block until the job's supervisor exits (the job is over) or ``timeout`` passes,
