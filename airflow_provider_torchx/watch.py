@@ -1,9 +1,9 @@
 """The one watching path of the Airflow layer: how a task follows its job to the end.
 
 The worker-mode wait (``TorchXRunOperator``), the sensor's ``poke``, the trigger's ``run()``
-and a resumed task's final flush all use ``JobWatcher``; the CLI uses the same core primitive
-(``core/logstream.py``: ``JobWatch``). They share one set of rules (docs/architecture.md, "The
-watching path"):
+and a resumed task's final flush all use ``TaskWatcher``, a ``JobWatch`` (``core/logstream.py``)
+that logs into the task log. Every watcher, the CLI's too, follows the rules of
+``WatchRules.next_action`` there (docs/architecture.md, "The watching path"):
 
 - Each replica's new lines are logged as ``[role/k] line``, exactly once and in order, in
   batches of a bounded number of lines; the position (per-replica cursors) moves past a batch
@@ -14,11 +14,12 @@ watching path"):
 - The outcome is one JSON-able event payload: ``success``, ``failed`` (with the reason and the
   failed replica's last lines), ``timeout`` or ``error``.
 
-In the triggerer (``JobWatcher.watch``) nothing waits on a thread: a status comes from the
-scheduler's own thread through a future (``Scheduler.describe_future``, the Batch poller) or is
-read at once when cheap (local jobs); the blocking calls left (log reads, CloudWatch, cursor
-files, failure tails) run on the provider's own bounded thread pool (``watch_threads``), never
-on the loop's default executor, which every trigger of the triggerer shares. Lines are logged
+In the triggerer (``TaskWatcher.await_outcome``) nothing waits on a thread: a status comes
+from the scheduler's own thread through a future (``Scheduler.describe_future``, the Batch
+poller) or is read at once when cheap (local jobs); the blocking calls left (log reads,
+CloudWatch, cursor files, failure tails) run on the provider's own bounded thread pool
+(``watch_threads``), never on the loop's default executor, which every trigger of the
+triggerer shares. Lines are logged
 on the loop a few hundred at a time, yielding in between.
 """
 
@@ -37,9 +38,26 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
-from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, find_root_cause
+from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, failed_replica_note, find_root_cause
 from airflow_provider_torchx.core.identity import TaskIdentity
-from airflow_provider_torchx.core.logstream import BATCH_LINES, JobWatch, LogBatch, LogLine, keep_reading, last_lines
+from airflow_provider_torchx.core.logstream import (
+    BATCH_LINES,
+    PROGRESS_EVERY,
+    SYSTEM_CLOCK,
+    Clock,
+    Done,
+    JobWatch,
+    Log,
+    LogBatch,
+    LogLine,
+    Look,
+    Note,
+    Read,
+    Save,
+    WatchRules,
+    last_lines,
+    replica_counts,
+)
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
 from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
 
@@ -59,8 +77,6 @@ SAVE_EVERY = 1.0
 #: Pauses before reading a status again when the change descriptor fired but the status read
 #: just after still shows the job live (a cancel records the end after the supervisor died).
 SETTLE_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8)
-#: A job's progress line is logged when what it says changes, else at most this often (seconds).
-PROGRESS_EVERY = 60.0
 #: Seconds the trigger's last logged lines get to reach the task log before its event (at most
 #: the poll interval): the triggerer closes that log when the event is yielded.
 LOG_SETTLE = 2.0
@@ -125,20 +141,6 @@ async def wait_readable(fd: int, timeout: float) -> bool:
         loop.remove_reader(fd)
 
 
-def replica_counts(status: AppStatus) -> dict[str, int]:
-    """How many replicas of the job are running, done and pending."""
-    counts = {"running": 0, "done": 0, "pending": 0}
-    for role in status.roles:
-        for rep in role.replicas:
-            if rep.state.is_terminal():
-                counts["done"] += 1
-            elif rep.state == AppState.RUNNING:
-                counts["running"] += 1
-            else:
-                counts["pending"] += 1
-    return counts
-
-
 def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: float | None = None) -> str:
     """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
     scheduler says of a job not ended yet (``; waiting for 4 GPUs, ...``) and ``; log 40s
@@ -148,28 +150,6 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: 
     why = f"; {status.msg}" if status.msg and not status.is_terminal() else ""
     lag = f"; log {behind_s:.0f}s behind" if behind_s is not None and behind_s >= 1.0 else ""
     return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}{lag}"
-
-
-class ProgressNotes:
-    """When a watcher logs a job's progress line: when what the line says of the job changes
-    (its state, replica counts, the scheduler's message), else at most every ``every``
-    seconds. With thousands of jobs watched, a line per job per poll was most of a
-    triggerer's work for a trigger; ``clock`` (monotonic seconds) is injectable for tests."""
-
-    def __init__(self, every: float = PROGRESS_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
-        self.every = every
-        self.clock = clock
-        self._said: tuple[Any, ...] | None = None
-        self._at = 0.0
-
-    def due(self, status: AppStatus) -> bool:
-        """Whether to log ``status``'s progress line now (then it counts as logged)."""
-        said = (status.state, tuple(replica_counts(status).values()), status.msg)
-        now = self.clock()
-        if said == self._said and now - self._at < self.every:
-            return False
-        self._said, self._at = said, now
-        return True
 
 
 def identity_labels(context: Context) -> dict[str, str]:
@@ -209,14 +189,15 @@ def failure_message(event: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------- the watcher
 
 
-class JobWatcher(JobWatch):
+class TaskWatcher(JobWatch):
     """Follows one job for a task: logs its replicas' new lines into ``log`` (``[role/k]
     line``, once, in order per replica), keeps its reading ``position`` (saved to
     ``cursor_file`` when given) and turns its final status into an outcome payload.
 
-    Synchronous callers (worker, sensor, flush) use ``stream``, ``wait_outcome`` and
-    ``outcome``; the trigger uses ``watch`` (see the module docstring). A read cut short by a
-    cancellation is neither logged nor saved; a batch whose logging began is logged whole.
+    Synchronous callers (worker, sensor, flush) use ``stream``, ``wait_for_outcome`` and
+    ``outcome``; the trigger uses ``await_outcome``. Both drive the same rules
+    (``core/logstream.py``, ``WatchRules``). A read cut short by a cancellation is neither logged nor saved; a batch
+    whose logging began is logged whole.
     """
 
     def __init__(
@@ -229,6 +210,7 @@ class JobWatcher(JobWatch):
         position: LogPosition | None = None,
         cursor_file: CursorFile | None = None,
         batch_lines: int = BATCH_LINES,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.log = log
         self.position = position or LogPosition()
@@ -239,11 +221,12 @@ class JobWatcher(JobWatch):
             stream_logs=stream_logs,
             cursors=self.position.cursors,
             batch_lines=batch_lines,
+            clock=clock,
         )
         self.cursor_file = cursor_file if stream_logs else None
+        self.save_every = SAVE_EVERY if self.cursor_file is not None else None
         self._waited = False
         self._saved_seq = self.position.seq
-        self._saved_at = time.monotonic()
 
     @property
     def cursors(self) -> dict[str, str] | None:
@@ -255,24 +238,14 @@ class JobWatcher(JobWatch):
         for line in lines:
             info("%s", line.format())
 
-    def _advance(self, batch: LogBatch) -> None:
+    def mark_logged(self, batch: LogBatch) -> None:
         """Move the follower and, if lines were logged, the position past ``batch``."""
-        super().written(batch)
+        super().mark_logged(batch)
         if batch.lines:
             self.position = self.position.advanced(batch.cursors)
 
-    def _save_due(self) -> bool:
-        return self.position.seq > self._saved_seq and time.monotonic() - self._saved_at >= SAVE_EVERY
-
-    def written(self, batch: LogBatch) -> None:
-        """After a batch was logged (synchronous path): advance; save now and then."""
-        self._advance(batch)
-        if self._save_due():
-            self.save()
-
     def save(self) -> None:
         """Write the position to the cursor file if it moved since the last save."""
-        self._saved_at = time.monotonic()
         if (
             self.cursor_file is not None
             and self.position.seq > self._saved_seq
@@ -280,32 +253,21 @@ class JobWatcher(JobWatch):
         ):
             self._saved_seq = self.position.seq
 
-    def stream(self, status: AppStatus | None, budget: float | None = None) -> bool:
-        """Log (and save) the lines written since the last read: all remaining ones of a
-        terminal job (the drain rule); returns whether a backlog remains (see ``JobWatch``)."""
-        try:
-            return super().stream(status, budget)
-        finally:
-            self.save()
+    def _progress(self, status: AppStatus, started_at: float | None) -> None:
+        now = self.clock.wall()
+        self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s))
 
-    def wait_outcome(self, poll_interval: float, deadline: float | None, started_at: float) -> dict[str, Any]:
-        """Wait in this thread for the job's end (or ``deadline``), streaming and logging a
-        progress line every ``poll_interval``; return the outcome event."""
-
-        notes = ProgressNotes()
-
-        def progress(status: AppStatus) -> None:
-            if notes.due(status):
-                self.log.info(progress_line(self.app_handle, status, time.time() - started_at, self.behind_s))
-
-        status = self.wait(poll_interval, deadline, on_poll=progress)
+    def wait_for_outcome(self, poll_interval: float, deadline: float | None, started_at: float) -> dict[str, Any]:
+        """Wait in this thread for the job's end (or ``deadline``), streaming and logging
+        progress lines; return the outcome event."""
+        status = self.wait(poll_interval, deadline, on_poll=functools.partial(self._progress, started_at=started_at))
         if status is None or status.is_terminal():
             return self.outcome(status)
         return self.timeout_event(status)
 
     # ------------------------------------------------------------------ the event loop
 
-    async def status_async(self) -> AppStatus | None:
+    async def current_status_async(self) -> AppStatus | None:
         """The job's status without holding a thread: from the scheduler's own thread
         (``Runner.status_future``), read at once when cheap (a side-effect-free read), else on
         the watch pool. A job that ended unrecorded is settled on the pool (``finalize``)."""
@@ -348,90 +310,105 @@ class JobWatcher(JobWatch):
         if fd is None:
             # No descriptor: the job may have ended since the last status (its supervisor
             # exited while this watcher was logging): read it now rather than a poll later.
-            status = await self.status_async()
+            status = await self.current_status_async()
             if status is None or status.is_terminal():
                 return status
             await asyncio.sleep(pause)
-            return await self.status_async()
+            return await self.current_status_async()
         try:
             changed = await wait_readable(fd, pause)
         finally:
             os.close(fd)
-        status = await self.status_async()
+        status = await self.current_status_async()
         for delay in SETTLE_DELAYS if changed else ():
             if status is None or status.is_terminal():
                 break
             await asyncio.sleep(delay)  # the end's record may be written just after the change
-            status = await self.status_async()
+            status = await self.current_status_async()
         return status
 
-    async def stream_async(self, status: AppStatus | None, budget: float | None = None) -> bool:
-        """``stream`` for the event loop: reads on the watch pool, logs on the loop
-        ``EMIT_CHUNK`` lines at a time, saves on the pool. Cancelled while logging a batch,
-        it logs the rest of that batch and saves before giving in, so the position stays
-        exact."""
-        if self.follower is None or status is None or not self.follower.replicas_to_read(status):
-            return False  # nothing to read: no hop to the pool (a job still queued, say)
-        follower = self.follower
-        started = time.monotonic()
+    async def _read_async(self, status: AppStatus) -> LogBatch:
+        """The next batch, read on the watch pool (without a hop when no replica is readable
+        yet: a job still queued, say)."""
+        assert self.follower is not None
+        if not self.follower.replicas_to_read(status):
+            return self.follower.read(status)  # reads nothing: no I/O
+        return await run_blocking(self.follower.read, status)
+
+    async def _log_async(self, batch: LogBatch) -> None:
+        """Log ``batch`` on the loop ``EMIT_CHUNK`` lines at a time, yielding in between, and
+        move past it. Cancelled meanwhile, it logs the rest of the batch and saves before
+        giving in, so the position stays exact."""
+        done = 0
+        try:
+            while done < len(batch.lines):
+                self._log_lines(batch.lines[done : done + EMIT_CHUNK])
+                done += EMIT_CHUNK
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            self._log_lines(batch.lines[done:])
+            self.mark_logged(batch)
+            self.save()
+            raise
+        self.mark_logged(batch)
+
+    def trigger_rules(self, poll_interval: float, deadline: float | None) -> WatchRules:
+        """The trigger's rules: those of a blocking watch, except that the round that finds
+        the job ended (or the deadline passed) logs nothing, and the event waits until the
+        last lines logged are ``min(poll, LOG_SETTLE)`` old. The triggerer closes the task's
+        trigger log as soon as the event is yielded, and a line logged just before would land
+        in the triggerer's own log; the event carries the position reached, and the resumed
+        task's ``flush_logs`` logs the rest into the task log. A progress note whenever what it
+        says changes, else every ``PROGRESS_EVERY`` seconds."""
+        return WatchRules(
+            poll=poll_interval,
+            deadline=deadline,
+            budget=poll_interval,
+            reads=self.follower is not None,
+            log_the_end=False,
+            save_every=self.save_every,
+            note_every=PROGRESS_EVERY,
+            settle=min(poll_interval, LOG_SETTLE),
+        )
+
+    async def await_outcome(
+        self, poll_interval: float, deadline: float | None, started_at: float | None
+    ) -> dict[str, Any]:
+        """Follow the job on the running loop until it ends or ``deadline`` passes, by
+        ``trigger_rules``; return the outcome event. Looks every ``poll_interval``
+        (``next_status_async``), at once while a log backlog remains; nothing holds a thread
+        while waiting (module docstring)."""
+        rules = self.trigger_rules(poll_interval, deadline)
+        clock = self.clock
         while True:
-            batch = await run_blocking(follower.read, status)
-            done = 0
-            try:
-                while done < len(batch.lines):
-                    self._log_lines(batch.lines[done : done + EMIT_CHUNK])
-                    done += EMIT_CHUNK
-                    await asyncio.sleep(0)
-            except asyncio.CancelledError:
-                self._log_lines(batch.lines[done:])
-                self._advance(batch)
-                self.save()
-                raise
-            self._advance(batch)
-            if self._save_due():
+            action = rules.next_action(self.state, clock.monotonic(), clock.wall())
+            if isinstance(action, Look):
+                status, timed_out = self.state.status, False
+                if action.pause == 0:
+                    status = await self.current_status_async()
+                else:
+                    try:
+                        status = await self.next_status_async(action.pause, action.limit)
+                    except TimeoutError:
+                        timed_out = True
+                self.state = self.state.looked_at(status, clock.monotonic(), timed_out)
+            elif isinstance(action, Read):
+                self.state = self.state.read(await self._read_async(action.status))
+            elif isinstance(action, Log):
+                await self._log_async(action.batch)
+                self.state = self.state.logged(clock.monotonic(), rules.settle)
+            elif isinstance(action, Save):
                 await run_blocking(self.save)
-            if not keep_reading(batch, status, started, budget):
-                break
-        if self.cursor_file is not None and self.position.seq > self._saved_seq:
-            await run_blocking(self.save)
-        return batch.more and not status.is_terminal()
-
-    async def watch(self, poll_interval: float, deadline: float | None, started_at: float | None) -> dict[str, Any]:
-        """Follow the job on the running loop until it ends or ``deadline`` passes; return
-        the outcome event. Looks every ``poll_interval`` (``next_status_async``), at once
-        while a log backlog remains; logs progress lines as ``ProgressNotes`` says.
-
-        The round that finds the job terminal (or the deadline passed) logs nothing: the
-        triggerer closes the task's trigger log as soon as the event is yielded, and a line
-        logged just before would land in the triggerer's own log. The event carries the
-        position reached, and the resumed task's ``flush_logs`` logs the rest into the task
-        log; the last lines logged here had ``LOG_SETTLE`` seconds to arrive before the event."""
-        notes = ProgressNotes()
-        settle = min(poll_interval, LOG_SETTLE)
-        settled_at = 0.0  # when every line logged so far has had ``settle`` seconds to arrive
-        timed_out = False
-        status = await self.status_async()
-        while True:
-            now = time.time()
-            if status is None or status.is_terminal() or timed_out or (deadline is not None and now >= deadline):
-                await asyncio.sleep(max(settled_at - time.monotonic(), 0.0))
-                if status is not None and not status.is_terminal():
-                    return self.timeout_event(status)
-                return await run_blocking(self.outcome, status)
-            seq = self.position.seq
-            backlog = await self.stream_async(status, budget=poll_interval)
-            if self.position.seq != seq:
-                settled_at = time.monotonic() + settle
-            if notes.due(status):
-                self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s))
-                settled_at = time.monotonic() + settle
-            if backlog:
-                status = await self.status_async()
-                continue
-            try:
-                status = await self.next_status_async(poll_interval, None if deadline is None else deadline - now)
-            except TimeoutError:
-                timed_out = True
+                self.state = self.state.saved(clock.monotonic())
+            elif isinstance(action, Note):
+                self._progress(action.status, started_at)
+                self.state = self.state.noted_now(action.status, clock.monotonic(), rules.settle)
+            elif isinstance(action, Done):
+                if action.status is not None and not action.ended:
+                    return self.timeout_event(action.status)
+                return await run_blocking(self.outcome, action.status)
+            else:
+                await asyncio.sleep(action.seconds)
 
     # ------------------------------------------------------------------ outcome
 
@@ -446,16 +423,16 @@ class JobWatcher(JobWatch):
         rep = status.failed_replica()
         tail: list[str] = []
         where = ""
+        root = None
         if rep is not None:
-            code = f", exit code {rep.exit_code}" if rep.exit_code is not None else ""
-            where = f"; failed replica {rep.role}/{rep.id}{code}"
             # read once: the message's tail, and where torchrun's summary is looked for
             lines = [
                 line.rstrip("\n") for line in last_lines(self.runner, self.app_handle, rep.role, rep.id, SUMMARY_LINES)
             ]
             tail = lines[-FAILURE_TAIL_LINES:]
+            root = find_root_cause(self.runner, self.app_handle, status, {(rep.role, rep.id): lines})
+            where = failed_replica_note(rep, root)
         message = f"TorchX job {self.app_handle} ended {status.state.name}: {status.msg or 'no reason given'}{where}"
-        root = find_root_cause(self.runner, self.app_handle, status, {(rep.role, rep.id): lines}) if rep else None
         return self.event(
             "failed",
             state=status.state.name,
@@ -495,7 +472,7 @@ def flush_logs(
         return position
     app_handle = str(event["app_handle"])
     register_secrets(job_secrets(runner.describe, app_handle))
-    watcher = JobWatcher(
+    watcher = TaskWatcher(
         runner, app_handle, MaskedLog(log), stream_logs=True, position=position, cursor_file=cursor_file
     )
     watcher.stream(watcher.current_status())

@@ -3,11 +3,13 @@
 
 Measures, in this process (the "triggerer"): the loop's lag (a 50 ms sleeper: max and p99),
 whether every line reached the captured task log exactly once and in order, RSS growth over
-the run, the delay from the last line logged to the trigger's event (the issue's goal; the
-delay from the last line written to it being logged is the logger's speed), and the trigger's
-logging rate (the chatty replica's lines over the time from the first to the last one logged)
-as a ratio to a bare ``logger.info`` loop in the same run, through the same logging set-up
-(Airflow's, writing to stdout, which this script captures into a file).
+the run, the delay from the job's end to the trigger's event (the delay from the last line
+written to it being logged is the logger's speed), and the logging rate (the chatty replica's
+lines over the time from the first to the last one logged) as a ratio to a bare
+``logger.info`` loop in the same run, through the same logging set-up (Airflow's, writing to
+stdout, which this script captures into a file). As in a deferred task, the trigger leaves an
+ended job's last lines to the resumed task's ``flush_logs``, run here on the chatty job's
+event (docs/architecture.md, "In the triggerer").
 
     .venv/bin/python benchmarks/chatty_job.py [--rate 200000] [--seconds 15] [--others 100] [--poll 2]
 
@@ -99,16 +101,21 @@ def check_log(path: Path, expected: int) -> tuple[int, int, int, float, float, f
 
 async def watch(handles: list[str], poll: float, samples: dict[str, list[float]]) -> dict[str, float]:
     """Run a trigger per handle on this loop with a 50 ms sleeper; the time of each event."""
+    from airflow_provider_torchx.core.runner import get_runner
     from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+    from airflow_provider_torchx.watch import flush_logs
 
     loop = asyncio.get_running_loop()
     events: dict[str, float] = {}
     counts: dict[str, int] = dict.fromkeys(handles, 0)
 
     async def drive(handle: str) -> None:
-        async for _ in TorchXJobTrigger(handle, poll_interval=poll).run():
+        trigger = TorchXJobTrigger(handle, poll_interval=poll)
+        async for event in trigger.run():
             counts[handle] += 1
             events.setdefault(handle, time.time())
+            if handle == handles[0]:  # the chatty job: the resumed task logs the rest
+                await asyncio.to_thread(flush_logs, get_runner("bench"), event.payload, trigger.log)
 
     async def sleeper() -> None:
         while True:
@@ -170,6 +177,7 @@ def main() -> None:
         print(f"load after: {os.getloadavg()}", file=out, flush=True)
         sys.stdout.flush()
         seen, missing, bad, first, last, end_written = check_log(captured, expected)
+        ended = runner.describe_app(chatty).ended or float("nan")  # type: ignore[union-attr]
         lag = samples["lag"]
         ours = seen / (last - first) if last > first else float("nan")
         p99 = statistics.quantiles(lag, n=100)[98]
@@ -183,7 +191,7 @@ def main() -> None:
             ),
             ("loop lag max; p99", f"{max(lag) * 1000:.0f} ms; {p99 * 1000:.0f} ms", "< 100 ms; < 50 ms"),
             ("RSS growth", f"{max(samples['rss']) - rss0:.0f} MB (from {rss0:.0f} MB)", "< 50 MB"),
-            ("event after the last line was logged", f"{events[chatty] - last:.1f} s", "<= poll + 5 s"),
+            ("event after the job's end", f"{events[chatty] - ended:.1f} s", "<= poll + 5 s"),
             ("last line logged after it was written", f"{last - end_written:.1f} s", "(the logger's speed)"),
             ("logging rate: ours / bare logger", f"{ours:,.0f} / {bare:,.0f} lines/s = {ours / bare:.2f}", ">= 0.8"),
         ]

@@ -26,7 +26,6 @@ import re
 import signal
 import socket
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -51,6 +50,8 @@ log = logging.getLogger(__name__)
 
 PROG = "airflow-torchx"
 DEFAULT_SCHEDULER = "local_cwd"
+#: Seconds between two looks of ``log --tail`` at the job and its logs.
+TAIL_POLL = 0.5
 #: How long an interrupted ``run --wait`` waits for the cancelled job to end.
 CANCEL_WAIT_SECONDS = 30.0
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
@@ -400,31 +401,39 @@ def _log(runner: Runner, args: argparse.Namespace) -> int:
     else:
         replicas, prefixed = _replicas(runner, handle, role), True
     streams = Stream(args.streams) if args.streams else None
-    lock = threading.Lock()
-    errors: list[BaseException] = []
+    if args.tail:
+        narrowed = None if role is None else replicas  # else every replica, those that start late too
+        return _tail(runner, handle, narrowed, prefixed, streams, args.regex)
+    for role_name, k in replicas:
+        lines = runner.log_lines(handle, role_name, k, regex=args.regex, streams=streams)
+        for line in collections.deque(lines, maxlen=args.lines) if args.lines else lines:
+            text = line.rstrip("\n")
+            _out(f"[{role_name}/{k}] {text}" if prefixed else text)
+    return EXIT_OK
 
-    def show(role_name: str, k: int) -> None:
-        try:
-            lines = runner.log_lines(handle, role_name, k, regex=args.regex, should_tail=args.tail, streams=streams)
-            for line in collections.deque(lines, maxlen=args.lines) if args.lines else lines:
-                text = line.rstrip("\n")
-                with lock:
-                    _out(f"[{role_name}/{k}] {text}" if prefixed else text)
-        except BaseException as err:  # reported by the main thread
-            errors.append(err)
 
-    if args.tail and len(replicas) > 1:
-        threads = [threading.Thread(target=show, args=r, daemon=True) for r in replicas]
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
-    else:
-        for r in replicas:
-            show(*r)
-    if errors:
-        raise errors[0]
+def _tail(
+    runner: Runner,
+    handle: str,
+    replicas: list[tuple[str, int]] | None,
+    prefixed: bool,
+    streams: Stream | None,
+    regex: str | None,
+) -> int:
+    """Follow the replicas' logs until the job ended and every line was printed: the watching
+    rules of ``run --wait --log`` (``JobWatch``: bounded reads through cursors, the drain
+    rule), a look every ``TAIL_POLL`` seconds. A read: the job is neither cancelled nor
+    settled."""
+    from airflow_provider_torchx.core.logstream import JobWatch
+
+    pattern = re.compile(regex) if regex else None
+
+    def write(lines: list[LogLine]) -> None:
+        for line in lines:
+            if pattern is None or pattern.search(line.line):
+                _out(line.format() if prefixed else line.line.rstrip("\n"))
+
+    JobWatch(runner, handle, write, replicas=replicas, streams=streams, finalize=False).wait(TAIL_POLL)
     return EXIT_OK
 
 

@@ -36,6 +36,11 @@ Guarantees of ``find_root_cause``:
 3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
    replica whose lines the caller passes), and, where the scheduler reads stderr apart
    (``separate_stderr``), ``SUMMARY_LINES`` lines of its stderr.
+
+One exit code: a root cause from torchrun carries the failing rank's own exit code (``4`` for
+``sys.exit(4)``, ``-6`` for SIGABRT). The replica's process is torchrun, which exits 1 whatever
+its rank did; that code is in the scheduler's reason, and ``failed_replica_note`` says whose it
+is instead of repeating it.
 """
 
 from __future__ import annotations
@@ -300,6 +305,20 @@ def _recorded_cause(tail: Sequence[str], written: tuple[str, float] | None, repl
         frames=found.frames or summary.frames,
         timestamp=found.timestamp,
     )
+
+
+def failed_replica_note(rep: ReplicaStatus, cause: RootCause | None) -> str:
+    """How a failure report names its failed replica after the scheduler's reason:
+    ``; failed replica trainer/1, exit code 1``. When ``cause`` is a torchrun rank of that
+    replica with the rank's own exit code, the replica's code (torchrun's, already in the
+    reason) is said to be torchrun's rather than repeated: ``; failed replica trainer/1
+    (torchrun's exit code for its failed rank 3)``, so the report's one exit code for the
+    failure is the rank's, in the root cause."""
+    replica = f"{rep.role}/{rep.id}"
+    if cause is not None and cause.replica == replica and cause.rank is not None and cause.exit_code is not None:
+        return f"; failed replica {replica} (torchrun's exit code for its failed rank {cause.rank})"
+    code = f", exit code {rep.exit_code}" if rep.exit_code is not None else ""
+    return f"; failed replica {replica}{code}"
 
 
 def _candidates(status: AppStatus) -> Iterable[tuple[ReplicaStatus, bool]]:

@@ -13,8 +13,6 @@ import builtins
 import concurrent.futures
 import copy
 import logging
-import os
-import signal
 import threading
 import time
 import warnings
@@ -22,10 +20,10 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
-from airflow_provider_torchx.core.errors import SignalException, UnknownAppError, UnknownSchedulerError
+from airflow_provider_torchx.core.errors import UnknownAppError, UnknownSchedulerError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, did_you_mean, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     DescribeAppResponse,
@@ -268,7 +266,8 @@ class Runner:
     # ------------------------------------------------------------------ observe
 
     def status(self, app_handle: str) -> AppStatus | None:
-        """The app's status, or None if the scheduler does not know it."""
+        """How the app is doing (state, replicas, the scheduler's message): what watchers
+        look at. None if the scheduler does not know it."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return _app_status(sched.describe(app_id))
 
@@ -310,19 +309,23 @@ class Runner:
         return sched.describe_future(app_id) if period is None else sched.describe_future(app_id, period)
 
     def describe(self, app_handle: str) -> AppDef | None:
-        """The app rebuilt from what the scheduler keeps (completeness varies), or None."""
+        """The app's definition (``AppDef``: roles, images, env) rebuilt from what the
+        scheduler keeps, to show or re-run it (completeness varies), or None."""
         sched, app_id = self._scheduler_app_id(app_handle)
         desc = sched.describe(app_id)
         return None if desc is None else AppDef(name=app_id, roles=desc.roles)
 
     def describe_native(self, app_handle: str) -> AppDryRunInfo[Any] | None:
-        """The scheduler-native request read back, or None."""
+        """The request as the scheduler got it (its own form, e.g. Batch's job definition),
+        read back to inspect it, or None."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.describe_native(app_id)
 
     def describe_app(self, app_handle: str) -> DescribeAppResponse | None:
-        """The scheduler's full answer for the app (labels, whether a cancel was requested),
-        or None if it does not know it."""
+        """Everything the scheduler says of the app in one answer (``DescribeAppResponse``:
+        status, roles, labels, whether a cancel was requested), for callers that need more
+        than ``status`` (labels to adopt a job, its env to find its secrets), or None if it
+        does not know it."""
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.describe(app_id)
 
@@ -364,47 +367,24 @@ class Runner:
     ) -> AppStatus | None:
         """Block until the app is terminal; return its status (None: no such app).
 
-        Polls every ``wait_interval`` seconds, but a scheduler that can be notified (local)
+        Looks every ``wait_interval`` seconds, but a scheduler that can be notified (local)
         ends the wait as soon as the job ends. On ``timeout`` returns the last, non-terminal
         status. With ``cancel_on_signal`` (default: when called in the main thread) SIGTERM
         and SIGINT cancel the job and re-raise (as ``SignalException``); the previous
-        handlers are restored afterwards.
+        handlers are restored afterwards. The watching rules are ``core/logstream.py``'s.
         """
-        # Python lets only the main thread install signal handlers.
-        if cancel_on_signal is False or threading.current_thread() is not threading.main_thread():
-            return self._wait(app_handle, wait_interval, timeout)
+        from airflow_provider_torchx.core.logstream import JobWatch  # when watching: the CLI's list needs none
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            sig = signal.Signals(signum)
-            raise SignalException(f"got {sig.name} while waiting for {app_handle}", sig)
+        deadline = None if timeout is None else time.time() + timeout
+        return JobWatch(self, app_handle, stream_logs=False).wait(
+            wait_interval, deadline, cancel_on_signal=cancel_on_signal
+        )
 
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            return self._wait(app_handle, wait_interval, timeout)
-        except SignalException as e:
-            log.warning("cancelling %s: the waiting process was interrupted", app_handle)
-            self.cancel(app_handle, reason=f"the waiting process (pid {os.getpid()}) got {e.sigval.name}")
-            raise
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    def _wait(self, app_handle: str, wait_interval: float, timeout: float | None) -> AppStatus | None:
+    def wait_for_change(self, app_handle: str, timeout: float) -> None:
+        """Block up to ``timeout`` seconds or until the app may have changed
+        (``Scheduler.wait_for_change``; local: its end cuts the wait short)."""
         sched, app_id = self._scheduler_app_id(app_handle)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            status = self.status(app_handle)
-            if status is None:
-                return status
-            if status.is_terminal():
-                return self.finalize(app_handle) or status
-            pause = wait_interval
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return status
-                pause = min(pause, remaining)
-            sched.wait_for_change(app_id, pause)
+        sched.wait_for_change(app_id, timeout)
 
     def list(
         self,

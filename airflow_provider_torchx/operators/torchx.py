@@ -37,7 +37,7 @@ from airflow_provider_torchx.retention import apply_retention
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
 from airflow_provider_torchx.watch import (
-    JobWatcher,
+    TaskWatcher,
     cursor_file_for,
     event_position,
     failure_message,
@@ -300,7 +300,7 @@ class TorchXRunOperator(BaseOperator):
         deadline = None if wait_seconds is None else started_at + wait_seconds
         if self.deferrable and not job.ended:
             self._defer(hook, runner, job, deadline, started_at)
-        watcher = JobWatcher(
+        watcher = TaskWatcher(
             runner,
             job.handle,
             MaskedLog(self.log),
@@ -411,10 +411,10 @@ class TorchXRunOperator(BaseOperator):
             if url:
                 self.log.info("%s: %s", link.name, url)
 
-    def _wait_in_worker(self, watcher: JobWatcher, started_at: float, deadline: float | None) -> dict[str, Any]:
+    def _wait_in_worker(self, watcher: TaskWatcher, started_at: float, deadline: float | None) -> dict[str, Any]:
         """Wait for the job in the worker on the one watching path (``watch.py``); return the
         outcome event."""
-        return watcher.wait_outcome(self.poll_interval, deadline, started_at)
+        return watcher.wait_for_outcome(self.poll_interval, deadline, started_at)
 
     def _finish(
         self, event: Mapping[str, Any], context: Context, cursor_file: CursorFile, position: LogPosition

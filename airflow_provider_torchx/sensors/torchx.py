@@ -19,7 +19,7 @@ from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
-from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, failure_message, flush_logs, identity_labels
+from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, failure_message, flush_logs, identity_labels
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -50,7 +50,7 @@ class TorchXJobSensor(BaseSensorOperator):
         self.torchx_conn_id = torchx_conn_id
         self.deferrable = deferrable
         self.stream_logs = stream_logs
-        self._watcher: JobWatcher | None = None
+        self._watcher: TaskWatcher | None = None
 
     def hook(self) -> TorchXHook:
         """A hook for the handle's scheduler (the connection only adds AWS settings)."""
@@ -80,7 +80,7 @@ class TorchXJobSensor(BaseSensorOperator):
         if self._watcher is None:
             runner = self.hook().get_runner()
             cursor_file = cursor_file_for(runner, self.app_handle, identity_labels(context))
-            self._watcher = JobWatcher(
+            self._watcher = TaskWatcher(
                 runner,
                 self.app_handle,
                 self.log,

@@ -1,12 +1,13 @@
 """``TorchXJobTrigger``: watches a submitted job from the triggerer for a deferred task.
 
 It streams every replica's new log lines into the task log while the job runs (the lines
-left when it ends are the resumed task's: ``watch.py``, ``JobWatcher.watch``), prints a
-progress line every ``poll_interval`` and yields exactly one event: ``success``, ``failed`` (with the reason and the
-failed replica's last lines), ``timeout`` (the absolute ``deadline`` passed) or ``error``. It
-never raises for a job's failure: the task's ``execute_complete`` raises. It follows the one
-watching path (``watch.py``): waiting for a status holds no thread, and the blocking calls left
-run on the provider's own thread pool, never on the loop's default executor.
+left when it ends are the resumed task's: ``watch.py``, ``TaskWatcher.await_outcome``), logs a
+progress line when the job's state changes (else once a minute) and yields exactly one event:
+``success``, ``failed`` (with the reason and the failed replica's last lines), ``timeout``
+(the absolute ``deadline`` passed) or ``error``. It never raises for a job's failure: the
+task's ``execute_complete`` raises. It follows the one watching path (``watch.py``): waiting
+for a status holds no thread, and the blocking calls left run on the provider's own thread
+pool, never on the loop's default executor.
 
 Exactly-once logs across triggerer restarts: kwargs are fixed at ``defer()``, so after logging
 each batch the trigger saves its position in the cursor file of its task instance and job
@@ -43,7 +44,7 @@ from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secret
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
 from airflow_provider_torchx.orphans import Verdict, task_name
 from airflow_provider_torchx.reaper import start_decision
-from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, run_blocking
+from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
 #: have no such hook and only cancel the trigger's task, as they do on a triggerer restart.
@@ -102,7 +103,7 @@ class TorchXJobTrigger(BaseTrigger):
     failed or success, cleared); never on a triggerer restart, never in ``cleanup()``.
     ``native_id``: the scheduler's own id of the job (``Runner.native_id``; AWS Batch: the
     job id), so that a fresh triggerer finds the job without a look-up per trigger; a
-    trigger serialised without it (an older release) looks the job up as before.
+    trigger serialised without it (by an earlier release) looks the job up by name.
     """
 
     def __init__(
@@ -232,7 +233,7 @@ class TorchXJobTrigger(BaseTrigger):
             runner.adopt_native_id(self.app_handle, self.native_id)
         return runner
 
-    def _watcher(self, aws_connection: PrefetchedConnection | None) -> JobWatcher:
+    def _watcher(self, aws_connection: PrefetchedConnection | None) -> TaskWatcher:
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
         runner = self._runner(aws_connection)
         given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
@@ -246,7 +247,7 @@ class TorchXJobTrigger(BaseTrigger):
                 saved.seq,
                 cursor_file,
             )
-        return JobWatcher(
+        return TaskWatcher(
             runner,
             self.app_handle,
             MaskedLog(self.log),
@@ -280,7 +281,7 @@ class TorchXJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll and stream until the job ends or the deadline passes; yield one event."""
-        watcher: JobWatcher | None = None
+        watcher: TaskWatcher | None = None
         try:
             wrong_host = self._wrong_host()
             if wrong_host:
@@ -292,7 +293,7 @@ class TorchXJobTrigger(BaseTrigger):
             # This process did not build the app: read its secrets, register them on the loop
             # (never a synchronous Task SDK call), before its first line is logged.
             await amask_secrets(await self._job_secrets(watcher.runner))
-            event = await watcher.watch(self.poll_interval, self.deadline, self.started_at)
+            event = await watcher.await_outcome(self.poll_interval, self.deadline, self.started_at)
             self._final_event_fired = True
             yield TriggerEvent(redact(event))
         except asyncio.CancelledError:

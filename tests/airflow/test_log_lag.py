@@ -17,7 +17,9 @@ class LaggingRunner:
     def __init__(self, behind: dict[int, float | None]) -> None:
         self.behind = behind
 
-    def read_log(self, app_handle: str, role: str, k: int, cursor: Any = None, max_lines: Any = None) -> LogChunk:
+    def read_log(
+        self, app_handle: str, role: str, k: int, cursor: Any = None, streams: Any = None, max_lines: Any = None
+    ) -> LogChunk:
         return LogChunk(lines=[f"line of {k}\n"], cursor=f"c{k}", eof=False, behind_s=self.behind[k])
 
 

@@ -387,11 +387,11 @@ def test_a_local_job_that_ended_before_the_wait_began_is_seen_at_once(local_jobs
     supervisor exits after the watcher read a live status and before it waits on the pidfd,
     so there is no descriptor left to wait on; the end is read at once, not a poll (a minute
     here) later."""
-    from airflow_provider_torchx.watch import JobWatcher
+    from airflow_provider_torchx.watch import TaskWatcher
 
     runner, _ = local_jobs
     handle = submit(local_jobs, "sleep 600")
-    watcher = JobWatcher(runner, handle, ListLog(), stream_logs=False)
+    watcher = TaskWatcher(runner, handle, ListLog(), stream_logs=False)
     deadline = time.monotonic() + 60
     while (status := runner.status(handle)) is None or status.state != AppState.RUNNING:
         assert time.monotonic() < deadline, status

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from airflow_provider_torchx import watch
-from airflow_provider_torchx.core import cli, logstream
+from airflow_provider_torchx.core import cli
 from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.core.errorfile import find_root_cause
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
-from airflow_provider_torchx.core.logstream import BATCH_LINES
+from airflow_provider_torchx.core.logstream import BATCH_LINES, Clock
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.hooks.torchx import close_runners
@@ -33,7 +33,7 @@ from airflow_provider_torchx.operators import checks
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
-from airflow_provider_torchx.watch import JobWatcher, cursor_file_for, flush_logs
+from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, flush_logs
 
 #: More lines than one poll reads (``BATCH_LINES`` per replica), half of them written while
 #: the job runs and half just before it ends (the drain rule).
@@ -71,10 +71,17 @@ def replica_lines(lines: list[str], replica: str = "w/0") -> list[str]:
 # ---------------------------------------------------------------------- the four watchers
 
 
+def racing_clock() -> Clock:
+    """A clock whose monotonic time runs 10 s further ahead at each reading."""
+    looks = itertools.count(1)
+    return Clock(monotonic=lambda: time.monotonic() + 10 * next(looks))
+
+
 def watch_in_worker(runner: Runner, handle: str) -> list[str]:
     log = ListLog()
     operator = TorchXRunOperator(task_id="t", app=sh_app("true"), scheduler="local_cwd", poll_interval=0.3)
-    watcher = JobWatcher(runner, handle, log, stream_logs=True, cursor_file=cursor_file_for(runner, handle, IDENTITY))
+    cursor_file = cursor_file_for(runner, handle, IDENTITY)
+    watcher = TaskWatcher(runner, handle, log, stream_logs=True, cursor_file=cursor_file, clock=racing_clock())
     event = operator._wait_in_worker(watcher, time.time(), None)
     assert event["status"] == "success", event
     return log.lines
@@ -123,11 +130,9 @@ def test_chatty_job_every_line_once_in_order(
 ) -> None:
     """200,000 lines (200 polls' worth), half while the job runs, half at its end: each of
     the four watchers logs every line exactly once, in order. The drain has no time limit:
-    it holds with the watch path's clock running 10 s ahead at each look."""
+    the worker's holds with its clock running 10 s ahead at each reading (the rule itself:
+    ``tests/core/test_watch_rules.py``)."""
     assert CHATTY > 100 * BATCH_LINES
-    looks = itertools.count(1)
-    fast = SimpleNamespace(monotonic=lambda: time.monotonic() + 10 * next(looks), time=time.time)
-    monkeypatch.setattr(logstream, "time", fast)
     runner, handles = local_jobs
     handle = runner.run(sh_app(CHATTY_SCRIPT), "local_cwd")
     handles.append(handle)
@@ -425,30 +430,3 @@ def test_runner_cache_is_shared_and_can_be_closed() -> None:
     first.scheduler_run_opts("local_cwd")  # makes its scheduler
     close_runners()
     assert first._schedulers == {} and hook.get_runner() is not first  # closed and forgotten
-
-
-def test_progress_lines_when_the_job_changes_and_once_a_minute_otherwise() -> None:
-    from airflow_provider_torchx.core.specs import AppStatus, ReplicaStatus, RoleStatus
-    from airflow_provider_torchx.watch import ProgressNotes
-
-    now = [0.0]
-    notes = ProgressNotes(every=60.0, clock=lambda: now[0])
-
-    def status(state: AppState, msg: str = "") -> AppStatus:
-        return AppStatus(state, msg=msg, roles=[RoleStatus("w", [ReplicaStatus(0, state, "w", "")])])
-
-    said = []
-    for t, s in [
-        (0, status(AppState.PENDING)),  # the first status: logged
-        (10, status(AppState.PENDING)),
-        (20, status(AppState.PENDING, "waiting for 4 GPUs")),  # the scheduler's message changed
-        (30, status(AppState.PENDING, "waiting for 4 GPUs")),
-        (40, status(AppState.RUNNING)),  # state and replica counts changed
-        (90, status(AppState.RUNNING)),
-        (100, status(AppState.RUNNING)),  # a minute since the last line
-        (110, status(AppState.RUNNING)),
-    ]:
-        now[0] = t
-        if notes.due(s):
-            said.append(t)
-    assert said == [0, 20, 40, 100]

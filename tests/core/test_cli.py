@@ -193,6 +193,30 @@ def test_run_wait_success_and_inspect(capsys: pytest.CaptureFixture[str]) -> Non
     assert run_cli(capsys, "status", handle)[0] == 1
 
 
+def test_log_tail_follows_a_running_job_to_its_end(capsys: pytest.CaptureFixture[str]) -> None:
+    """``log --tail`` of a running job (two replicas, 2,500 lines each, more than one read's
+    worth, half of them after a pause) prints every line once, in order per replica, and
+    returns once the job ended; naming a replica prints its lines as they are."""
+    code, out, err = run_cli(
+        capsys, "run", "-s", "local_cwd", "utils.sh", "--num_replicas", "2",
+        "seq 1 1250; sleep 1.5; seq 1251 2500",
+    )  # fmt: skip
+    assert code == 0, err
+    handle = only_handle(out)
+    code, out, _ = run_cli(capsys, "log", "--tail", handle)
+    assert code == 0
+    with get_runner() as runner:
+        status = runner.status(handle)
+    assert status is not None and status.state == AppState.SUCCEEDED  # it returned at the end
+    lines = out.splitlines()
+    for k in (0, 1):
+        assert [line.split(" ", 1)[1] for line in lines if line.startswith(f"[sh/{k}] ")] == [
+            str(i) for i in range(1, 2501)
+        ]
+    assert len(lines) == 5000
+    assert run_cli(capsys, "log", "--tail", "--regex", "^250.$", f"{handle}/sh/1")[1] == "2500\n"
+
+
 def test_run_wait_failure_exits_1_with_reason(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "run", "--wait", "-s", "local_cwd", "utils.sh", "echo about to fail; exit 3")
     assert code == 1

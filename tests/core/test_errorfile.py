@@ -1,5 +1,6 @@
 """Root causes from torchrun's error files and summaries (``core/errorfile.py``), parsed from
-the formats TorchElastic writes and found for a real local job run by a torchrun stand-in."""
+the formats TorchElastic writes and found for a real local job run by a torchrun stand-in;
+and for a real torchrun whose rank exits 4, the report's one exit code is the rank's."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_torchx.core.components.dist import spmd
 from airflow_provider_torchx.core.errorfile import (
     ERROR_FILE_ENV,
     RootCause,
+    failed_replica_note,
     find_root_cause,
     last_frames,
     node_stderr,
@@ -23,7 +26,8 @@ from airflow_provider_torchx.core.errorfile import (
     with_node_stderr,
 )
 from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+from airflow_provider_torchx.core.specs import AppDef, AppState, ReplicaStatus, Role
+from tests.fixtures.torch import torch_job_env
 
 STANDIN = str(Path(__file__).resolve().parents[1] / "fixtures" / "standin_torchrun.py")
 CALLSTACK = (
@@ -279,3 +283,44 @@ def test_a_failed_rank_wins_over_an_agents_own_error() -> None:
     rank = RootCause(error="Signal 6 (SIGABRT) received by PID 1", replica="trainer/1", rank=3)
     assert root_cause_of([agent, rank]) is rank
     assert root_cause_of([agent, dataclasses.replace(agent, replica="trainer/1", timestamp=0.5)]).replica == "trainer/1"
+
+
+def test_the_failure_report_names_the_ranks_exit_code_and_calls_the_replicas_torchruns() -> None:
+    cause = find_root_cause_of_lines(ABORTED + _summary("Signal 6 (SIGABRT) received by PID 11440"))
+    assert cause is not None and (cause.rank, cause.exit_code) == (3, 1)
+    cause = dataclasses.replace(cause, exit_code=-6)
+    rep = ReplicaStatus(id=0, state=AppState.FAILED, role="trainer", exit_code=1)
+    assert failed_replica_note(rep, cause) == "; failed replica trainer/0 (torchrun's exit code for its failed rank 3)"
+    # No torchrun rank (a plain script), or another replica's cause: the replica's own code.
+    for other in (None, dataclasses.replace(cause, rank=None), dataclasses.replace(cause, replica="trainer/1")):
+        assert failed_replica_note(rep, other) == "; failed replica trainer/0, exit code 1"
+
+
+#: A rank (plain Python under the real torchrun) that prints a traceback and exits 4, as a
+#: training script catching its error and calling ``sys.exit`` does, without ``record``.
+EXITS_4 = """
+import os, sys, traceback
+if os.environ["RANK"] == "1":
+    try:
+        raise ValueError("shard 17 is corrupt")
+    except ValueError:
+        traceback.print_exc()
+        sys.exit(4)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.usefixtures("torch_venv")
+def test_a_real_torchrun_rank_exiting_4_is_the_one_exit_code_of_the_failure(runner: Runner, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(EXITS_4)
+    handle = runner.run(spmd(script=str(script), j="1x2", env=torch_job_env()), "local_cwd")
+    status = runner.wait(handle, wait_interval=0.2, timeout=120, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.FAILED
+    rep = status.failed_replica()
+    assert rep is not None and rep.exit_code == 1  # torchrun's own, whatever its rank did
+    cause = find_root_cause(runner, handle, status)
+    assert cause is not None, list(runner.log_lines(handle, rep.role, rep.id))
+    assert (cause.error, cause.rank, cause.exit_code) == ("ValueError: shard 17 is corrupt", 1, 4)
+    note = failed_replica_note(rep, cause)
+    assert note == f"; failed replica {rep.role}/0 (torchrun's exit code for its failed rank 1)", note

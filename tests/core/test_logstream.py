@@ -16,7 +16,9 @@ class CountingRunner:
     def __init__(self) -> None:
         self.reads: list[tuple[str, int]] = []
 
-    def read_log(self, app_handle: str, role: str, k: int, cursor: Any = None, max_lines: Any = None) -> LogChunk:
+    def read_log(
+        self, app_handle: str, role: str, k: int, cursor: Any = None, streams: Any = None, max_lines: Any = None
+    ) -> LogChunk:
         self.reads.append((role, k))
         n = int(cursor or 0)
         return LogChunk(lines=[f"{role}/{k} line {n}\n"], cursor=str(n + 1), eof=False)

@@ -6,7 +6,7 @@ tests of one module and stopped after them, so two deployments never load the ma
   (``torchx_e2e_local``) and a Variable (``torchx_e2e_setting``: ``E2E_SETTING``) that the
   secrets DAG's templates read.
 - ``live_airflow_heartbeat``: a deployment for local jobs with a 20 s task heartbeat timeout
-  (worker lost).
+  (worker lost) and a 10 s ``[torchx] orphan_grace`` (``ORPHAN_GRACE``).
 - ``live_airflow_users``: the same with real logins (an admin and a viewer), for the UI tests.
 - ``live_airflow_batch``: one whose workers and triggerer reach the moto server (and, through
   it, the Docker engine), with the ``torchx_batch`` connection given as
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.deployment import AirflowDeployment
-from tests.e2e.live import E2E_DAGS, E2E_SETTING, LiveAirflow, LiveBatch
+from tests.e2e.live import E2E_DAGS, E2E_SETTING, ORPHAN_GRACE, LiveAirflow, LiveBatch
 from tests.fixtures.aws import FAKE_CREDS, REGION, MotoServer
 
 
@@ -43,6 +43,9 @@ def _deployment(
         yield live
     finally:
         try:
+            # First: a task still waiting for its job then ends with it, and the scheduler's
+            # executor, which waits for its running tasks, stops at once.
+            live.cancel_jobs()
             deployment.stop()
         finally:
             live.cleanup_jobs()
@@ -62,12 +65,14 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirfl
 @pytest.fixture(scope="module")
 def live_airflow_heartbeat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
     """A live deployment for local jobs whose scheduler fails a task instance 20 s after its
-    last heartbeat (the worker-lost tests)."""
+    last heartbeat (the worker-lost tests) and whose reaper cancels an orphan ``ORPHAN_GRACE``
+    seconds after its task ended."""
     env = {
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
         # A task process parses its DAG file first: allow for a loaded 2-core machine (30 s default).
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+        "AIRFLOW__TORCHX__ORPHAN_GRACE": str(ORPHAN_GRACE),
     }
     with _deployment(tmp_path_factory.mktemp("live-airflow-heartbeat"), env) as live:
         yield live

@@ -151,15 +151,18 @@ class AirflowDeployment:
         _signal_group(proc.pid, sig)
         _reap_group(proc, timeout)
 
-    def stop(self) -> None:
-        """Stop every component still running: all are sent SIGTERM at once, then waited for
-        (SIGKILL after 20 s)."""
+    def stop(self, grace: float = 5) -> None:
+        """Stop every component still running, to throw the deployment away: all are sent
+        SIGTERM at once, and the process groups of those still there after ``grace`` seconds
+        are SIGKILLed (an api-server that has shut down spends seconds more in the
+        interpreter's last garbage collection; a scheduler waits for its running tasks)."""
         procs = list(self.procs.values())
         self.procs.clear()
         for proc in procs:
             _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
         for proc in procs:
-            _reap_group(proc, 20)
+            _reap_group(proc, max(0.0, deadline - time.monotonic()))
         self._client.close()
 
     def started(self, pid: int) -> bool:

@@ -29,10 +29,18 @@ from tests.e2e.deployment import AirflowDeployment, wait_until
 E2E_DAGS = sorted((Path(__file__).parent / "dags").glob("*.py"))
 #: The value of the Variable ``torchx_e2e_setting`` of ``live_airflow`` (a job's ``MY_PASSWORD``).
 E2E_SETTING = "e2e-variable-password-5mK9"
+#: ``[torchx] orphan_grace`` of ``live_airflow_heartbeat`` (seconds; the default is 30): how
+#: long the reaper's loop waits after a task's end before it cancels the task's job.
+ORPHAN_GRACE = 10.0
 REPLICA_LINE = re.compile(r"^\[sh/(\d+)\] r\d+ line \d+$")
 #: What the triggerer logs into the task log once it runs the task's trigger.
 TRIGGER_STARTED = re.compile(r"^trigger .+ starting$")
 _RUN_IDS = itertools.count(1)
+
+
+def task_labels(dag_id: str, run_id: str, task_id: str = "job") -> dict[str, str]:
+    """The labels a task instance (not mapped) gives its job: its Airflow identity."""
+    return {"airflow.dag_id": dag_id, "airflow.task_id": task_id, "airflow.run_id": run_id, "airflow.map_index": "-1"}
 
 
 def expected_lines(lines: int, replicas: int) -> list[str]:
@@ -77,6 +85,16 @@ class LiveAirflow:
         run_id = f"e2e-{next(_RUN_IDS)}-{os.urandom(3).hex()}"
         self.deployment.trigger(dag_id, run_id, conf)
         return run_id
+
+    def start_watched(self, dag_id: str, conf: dict[str, Any]) -> tuple[str, str]:
+        """Start a run of ``dag_id`` (task ``job``) and wait until the task is deferred and its
+        trigger is watching the job (replica lines in the log); return the run id and the job's
+        handle."""
+        run_id = self.trigger(dag_id, conf)
+        self.deployment.wait_for_state(dag_id, run_id, "job", {"deferred"})
+        handle = self.app_handle(dag_id, run_id)
+        self.wait_for_log(dag_id, run_id, "deferred")
+        return run_id, handle
 
     def app_handle(self, dag_id: str, run_id: str, timeout: float = 120) -> str:
         """The handle the task recorded (XCom ``app_handle``) once it has submitted."""
@@ -131,13 +149,17 @@ class LiveAirflow:
         environment marker (replicas and their children)."""
         return processes_of(self.job_dir(handle))
 
-    def cleanup_jobs(self) -> None:
-        """Cancel every live local job, give the cancels 15 s, then SIGKILL what is left."""
+    def cancel_jobs(self) -> list[Path]:
+        """Ask every live local job to stop (returns at once); return every job's directory."""
         apps = self.scheduler.list()
         for app in apps:
             if not app.state.is_terminal():
                 self.scheduler.cancel(app.app_id)
-        job_dirs = [self.scheduler.job_dir(app.app_id) for app in apps]
+        return [self.scheduler.job_dir(app.app_id) for app in apps]
+
+    def cleanup_jobs(self) -> None:
+        """Cancel every live local job, give the cancels 15 s, then SIGKILL what is left."""
+        job_dirs = self.cancel_jobs()
         if not job_dirs:
             return
         with contextlib.suppress(TimeoutError):

@@ -6,9 +6,12 @@ while deferred, marked failed right after deferral (three tasks, before their tr
 started), the DAG run marked failed, a worker-mode task process SIGKILLed with ``retries=0``
 (Airflow calls no listener: the scheduler's reconciling loop finds it) and a worker lost (task
 process and supervisor SIGKILLed; the scheduler fails the task at its 20 s heartbeat timeout).
-And never the others: a triggerer restart, a SIGKILLed task whose retry adopts its job, a CLI
-job without Airflow labels. Rows run side by side in a few DAG runs; each prints how long its
-job outlived its task.
+And never the others: a triggerer restart, a SIGKILLed task whose retry adopts its job (which
+runs on to success with its replicas untouched and every line in the tries' logs, the retry's
+once), a CLI job without Airflow labels. Rows run side by side in a few DAG runs; each prints
+how long its job outlived its task. The deployment's ``[torchx] orphan_grace`` is
+``ORPHAN_GRACE`` (10 s; the default is 30): the loop's rows wait that long, and the negative
+rows are watched for that grace and a round.
 """
 
 from __future__ import annotations
@@ -18,14 +21,25 @@ import signal
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import psutil
 import pytest
 
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME
 from airflow_provider_torchx.core.specs import AppDef, Role
+from airflow_provider_torchx.reaper import RECONCILE_EVERY
 from tests.e2e.deployment import AirflowDeployment, wait_until
-from tests.e2e.live import TRIGGER_STARTED, LiveAirflow, processes_of, still_running
+from tests.e2e.live import (
+    ORPHAN_GRACE,
+    TRIGGER_STARTED,
+    LiveAirflow,
+    expected_lines,
+    processes_of,
+    replica_lines,
+    still_running,
+    task_labels,
+)
 
 pytestmark = pytest.mark.airflow
 
@@ -34,13 +48,11 @@ EARLY = "torchx_e2e_orphans_early"
 WORKER = "torchx_e2e_orphans_worker"
 RUN = "torchx_e2e_orphans_run"
 RETRIED = "torchx_e2e_worker"
+#: The retried job's lines (1 s apart; it then waits for the test's gate).
+RETRIED_LINES = 20
 #: The bound the rule promises: a job ends within a minute of its task's end.
 WITHIN = 60.0
 CANCEL_LOG = "Cancelled orphaned job"
-
-
-def labels(dag_id: str, run_id: str, task_id: str) -> dict[str, str]:
-    return {"airflow.dag_id": dag_id, "airflow.task_id": task_id, "airflow.run_id": run_id, "airflow.map_index": "-1"}
 
 
 @dataclass
@@ -62,7 +74,7 @@ class Row:
 def the_job(live: LiveAirflow, row: Row) -> str:
     """The one job carrying the row's task instance identity (exactly one)."""
     jobs = wait_until(
-        lambda: live.scheduler.list(labels=labels(row.dag_id, row.run_id, row.task_id)), 120, f"{row.name}'s job"
+        lambda: live.scheduler.list(labels=task_labels(row.dag_id, row.run_id, row.task_id)), 120, f"{row.name}'s job"
     )
     assert len(jobs) == 1, f"{row.name}: {len(jobs)} jobs: {jobs}"
     return f"local_cwd://{DEFAULT_SESSION_NAME}/{jobs[0].app_id}"  # as the operator named it
@@ -187,18 +199,23 @@ def test_jobs_of_deferred_tasks_ended_by_users_end_within_a_minute(live_airflow_
     assert still_running(procs) == procs, "the triggerer restart ended the kept job"
 
 
-def test_worker_tasks_killed_or_lost_end_their_jobs_and_a_retry_adopts(live_airflow_heartbeat: LiveAirflow) -> None:
+def test_worker_tasks_killed_or_lost_end_their_jobs_and_a_retry_adopts(
+    live_airflow_heartbeat: LiveAirflow, tmp_path: Path
+) -> None:
     live, api = live_airflow_heartbeat, live_airflow_heartbeat.deployment
     run_id = live.trigger(WORKER, {})
-    retried_run = live.trigger(RETRIED, {"lines": 600, "pause": 1, "replicas": 1})
+    gate = tmp_path / "gate"  # the retried job ends once it is opened, after the retry adopted it
+    retried_run = live.trigger(RETRIED, {"lines": RETRIED_LINES, "pause": 1, "replicas": 2, "gate": str(gate)})
     oom, lost, retried = Row(WORKER, run_id, "oom"), Row(WORKER, run_id, "lost"), Row(RETRIED, retried_run, "job")
     pids = {}
     for row in (oom, lost, retried):
         api.wait_for_state(row.dag_id, row.run_id, row.task_id, {"running"})
         row.handle = the_job(live, row)
         ti = api.task_instance(row.dag_id, row.run_id, row.task_id)
-        assert ti["pid"] and api.started(ti["pid"]), ti
+        assert ti["try_number"] == 1 and ti["pid"] and api.started(ti["pid"]), ti
         pids[row.task_id] = ti["pid"]
+    live.wait_for_log(RETRIED, retried_run, "running")  # the first try logged lines
+    replicas = live.replica_processes(retried.handle)
     # What the OOM killer does: the task process dies; its supervisor reports it failed (no listener).
     os.kill(pids["oom"], signal.SIGKILL)
     os.kill(pids["job"], signal.SIGKILL)
@@ -207,6 +224,13 @@ def test_worker_tasks_killed_or_lost_end_their_jobs_and_a_retry_adopts(live_airf
     assert api.started(supervisor), supervisor
     os.kill(pids["lost"], signal.SIGKILL)
     os.kill(supervisor, signal.SIGKILL)
+
+    # retries=1: the retry adopts the running job (the same one, never resubmitted).
+    wait_until(lambda: api.task_instance(RETRIED, retried_run, "job")["try_number"] == 2, 120, "the retry")
+    api.wait_for_state(RETRIED, retried_run, "job", {"running"})
+    assert the_job(live, retried) == retried.handle
+    assert api.xcom(RETRIED, retried_run, "job", "app_handle") == retried.handle
+
     for row in (oom, lost):
         ti = api.wait_for_state(row.dag_id, row.run_id, row.task_id, {"failed"}, timeout=180)
         row.ended_at = datetime.fromisoformat(ti["end_date"].replace("Z", "+00:00")).timestamp()
@@ -214,16 +238,22 @@ def test_worker_tasks_killed_or_lost_end_their_jobs_and_a_retry_adopts(live_airf
     assert_cancelled_with_reason(live, oom, "ended failed")
     assert_cancelled_with_reason(live, lost, "failed")
 
-    # retries=1: the retry adopts the same job (one job, never cancelled).
-    wait_until(lambda: api.task_instance(RETRIED, retried_run, "job")["try_number"] == 2, 120, "the retry")
-    api.wait_for_state(RETRIED, retried_run, "job", {"running"})
-    assert_left_alone(live, [retried.handle], 5)
+    # The adopted job ran to the end untouched (never cancelled, no replica restarted), and the
+    # two tries' logs hold every line, the retry's each once.
+    gate.touch()
+    api.wait_for_state(RETRIED, retried_run, "job", {"success"}, timeout=180)
+    state = live.job_state(retried.handle)
+    assert state["state"] == "SUCCEEDED" and state["num_restarts"] == 0, state
+    assert live.replica_processes(retried.handle) == replicas, "the replicas were restarted"
     assert the_job(live, retried) == retried.handle
-    assert api.xcom(RETRIED, retried_run, "job", "app_handle") == retried.handle
+    first, second = (replica_lines(live.log(RETRIED, retried_run, n)) for n in (1, 2))
+    assert len(second) == len(set(second)), f"the retry logged a line twice: {second}"
+    missing = set(expected_lines(RETRIED_LINES, 2)) - set(first) - set(second)
+    assert not missing, f"lines in neither try's log: {sorted(missing)}"
 
 
-#: How long the negative rows are watched: a grace period (30 s) and a reconciling round (10 s), and some.
-STAYS_FOR = 45.0
+#: How long the negative rows are watched: a grace period and a reconciling round, and some.
+STAYS_FOR = ORPHAN_GRACE + RECONCILE_EVERY + 5
 
 
 def assert_left_alone(live: LiveAirflow, handles: list[str], seconds: float) -> None:

@@ -92,15 +92,15 @@ def test_readers_that_stop_asking_are_forgotten() -> None:
 
 def test_acquire_waits_for_the_turn() -> None:
     clock = Clock()
-    budget = LogBudget(rate=2.0, burst=1, clock=clock)
-    assert budget.try_acquire("a")
     slept: list[float] = []
 
     def sleep(seconds: float) -> None:
         slept.append(seconds)
         clock.now += seconds
 
-    budget.acquire("b", sleep=sleep)
+    budget = LogBudget(rate=2.0, burst=1, clock=clock, sleep=sleep)
+    assert budget.try_acquire("a")
+    budget.acquire("b")
     assert slept and 0.5 <= sum(slept) <= 1.5
 
 

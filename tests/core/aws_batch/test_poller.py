@@ -3,6 +3,7 @@ in ``test_log_budget.py``; the moto-server run of the same poller is in ``test_i
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import math
 import statistics
@@ -16,11 +17,14 @@ from botocore.exceptions import EndpointConnectionError
 from airflow_provider_torchx.core.schedulers.aws_batch import poller as poller_module
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     StatusPoller,
+    Waiter,
+    answer_waiters,
     backoff_delays,
     call_with_retry,
     is_retryable,
     next_round_at,
     round_gap,
+    round_ids,
     shared_poller,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import FAILED_PAUSE, GroupSize, sweep_plan
@@ -220,6 +224,40 @@ def test_next_round_at() -> None:
     assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=None, earliest_due=100.5) == 102.0
     assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=101.0, earliest_due=110.0) == 101.05
     assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=None, earliest_due=None) is None
+
+
+def test_a_round_takes_the_asked_ids_those_due_and_early_ones_while_its_calls_have_room() -> None:
+    due = [(99.0, "late"), (100.02, "now"), (100.5, "early"), (101.5, "later")]
+    # gap 2: due by 101 (half a gap ahead) is taken; "later" waits for its own round
+    assert round_ids({"asked"}, due, now=100.0, gap=2.0, coalesce=0.05) == ["asked", "early", "late", "now"]
+    # 100 ids already fill a call: an early id waits; one due within ``coalesce`` still comes
+    asked = {f"a{i:03}" for i in range(98)}
+    assert round_ids(asked, due, now=100.0, gap=2.0, coalesce=0.05) == sorted({*asked, "late", "now"})
+    assert round_ids(set(), [], now=100.0, gap=2.0, coalesce=0.05) == []
+    # ``due`` is read only as far as the round takes, and one more
+    seen: list[str] = []
+    lazily = ((at, seen.append(job_id) or job_id) for at, job_id in due)
+    round_ids(set(), lazily, now=100.0, gap=0.0, coalesce=0.05)
+    assert seen == ["late", "now"]  # "late" taken, "now" (beyond the horizon) read and left
+
+
+def test_a_round_answers_the_waiters_it_completes_and_a_failed_one_those_it_touched() -> None:
+    def waiter(ids: list[str], need: set[str], after_round: int) -> Waiter:
+        return Waiter(ids, need, after_round, concurrent.futures.Future())
+
+    results = {"a": (1.0, {"status": "RUNNING"}), "b": (1.0, None)}
+    done = waiter(["a", "b"], {"a"}, 0)
+    half = waiter(["a", "c"], {"a", "c"}, 0)
+    newer = waiter(["a"], {"a"}, 5)  # made after round 5 began: only a later round answers it
+    gone = waiter(["a"], {"a"}, 0)
+    gone.future.cancel()
+    ready, pending = answer_waiters([done, half, newer, gone], 5, {"a", "b"}, results, None)
+    assert ready == [(done.future, {"a": {"status": "RUNNING"}, "b": None})]
+    assert [(w.ids, w.need) for w in pending] == [(["a", "c"], {"c"}), (["a"], {"a"})]
+    assert half.need == {"a", "c"}  # the snapshot is left as it was
+    boom = RuntimeError("throttled")
+    ready, pending = answer_waiters([done, half, newer], 5, {"a"}, results, boom)
+    assert ready == [(done.future, boom), (half.future, boom)] and pending == [newer]
 
 
 class FakeClock:

@@ -1,8 +1,9 @@
 """DAGs for the live-deployment tests (``tests/e2e``), copied into the deployment's DAGs folder.
 
 Each job is ``utils.sh`` with ``num_replicas`` replicas; replica ``k`` prints ``r<k> line <i>``
-for ``i`` in ``1..lines``, ``pause`` seconds apart, then exits 0. The tests pick ``lines`` and
-``pause`` per run through the DAG run's conf (``params``).
+for ``i`` in ``1..lines``, ``pause`` seconds apart, then (when ``gate`` names a file) waits for
+that file to exist, then exits 0. The tests pick ``lines``, ``pause`` and ``gate`` per run
+through the DAG run's conf (``params``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from airflow.sdk import DAG
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 
 START = datetime(2024, 1, 1)
-PARAMS = {"lines": 6, "pause": 1, "replicas": 2}
-LINES_SCRIPT = 'for i in $(seq 1 {{ params.lines }}); do echo "r${replica_id} line $i"; sleep {{ params.pause }}; done'
+PARAMS = {"lines": 6, "pause": 1, "replicas": 2, "gate": ""}
+LINES_SCRIPT = (
+    'for i in $(seq 1 {{ params.lines }}); do echo "r${replica_id} line $i"; sleep {{ params.pause }}; done; '
+    'while [ -n "{{ params.gate }}" ] && [ ! -e "{{ params.gate }}" ]; do sleep 0.2; done'
+)
 
 
 def lines_args(image: str | None = None) -> dict[str, object]:
@@ -76,7 +80,7 @@ with DAG(dag_id="torchx_e2e_ddp", schedule=None, start_date=START, catchup=False
 # (kept) left alone through a triggerer restart; three marked right after deferral (a run of
 # their own); worker-mode tasks whose task process (oom) or task process and supervisor (lost)
 # the test kills; a deferred task whose DAG run is marked failed.
-ORPHAN_PARAMS = {"lines": 600, "pause": 1, "replicas": 1}
+ORPHAN_PARAMS = {**PARAMS, "lines": 600, "replicas": 1}
 ORPHAN_DAGS = {
     "torchx_e2e_orphans": (True, ("marked_failed", "marked_success", "kept")),
     "torchx_e2e_orphans_early": (True, ("early_1", "early_2", "early_3")),

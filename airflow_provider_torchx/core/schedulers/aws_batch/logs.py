@@ -61,6 +61,8 @@ class LogBudget:
     3. ``try_acquire`` never waits (a refused reader keeps its place in the round and reads
        on at its next poll: its log lags, nothing is lost); ``acquire`` waits for the turn.
     4. Memory is bounded by the readers active within ``active_for``.
+
+    ``clock`` (monotonic seconds) and ``sleep`` are injectable: tests drive time by hand.
     """
 
     def __init__(
@@ -70,11 +72,13 @@ class LogBudget:
         *,
         active_for: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.rate = rate
         self.burst = burst if burst is not None else max(1, int(rate))
         self.active_for = active_for
         self._clock = clock
+        self._sleep = sleep
         self._tokens = float(self.burst)
         self._stamp = clock()
         self._asked: dict[Hashable, float] = {}
@@ -107,10 +111,10 @@ class LogBudget:
                 self._served.clear()  # every active reader had its turn: a new round
             return True
 
-    def acquire(self, key: Hashable, sleep: Callable[[float], None] = time.sleep) -> None:
+    def acquire(self, key: Hashable) -> None:
         """Wait for a call for reader ``key`` (its turn in the round and the rate)."""
         while not self.try_acquire(key):
-            sleep(random.uniform(0.5, 1.0) / self.rate)
+            self._sleep(random.uniform(0.5, 1.0) / self.rate)
 
     def waited(self, key: Hashable) -> float:
         """Seconds since reader ``key`` last had a call (or first asked)."""

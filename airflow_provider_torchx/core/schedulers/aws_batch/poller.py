@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import functools
 import heapq
 import logging
@@ -19,7 +20,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -111,7 +112,7 @@ Jobs = dict[str, dict[str, Any] | None]
 
 
 @dataclass
-class _Waiter:
+class Waiter:
     """A request waiting for rounds: its ids, those no round answered yet, the number of the
     last round started before it was made (only later rounds answer it), the future."""
 
@@ -156,6 +157,53 @@ def next_round_at(
     return min(times) if times else None
 
 
+def round_ids(
+    asap: Iterable[str], due: Iterable[tuple[float, str]], now: float, gap: float, coalesce: float
+) -> list[str]:
+    """The ids a round at ``now`` describes: every one asked for without a schedule
+    (``asap``), every scheduled one due by now (give or take ``coalesce``), and those due
+    within half a ``gap`` as long as they fit in the calls the others need (a call of 100 ids
+    costs what a call of 1 costs, and a round of 101 ids costs two). ``due``: the scheduled
+    ``(due time, id)`` pairs, earliest first; read only as far as the round takes (and one
+    more)."""
+    ids = set(asap)
+    horizon = now + gap / 2
+    for at, job_id in due:
+        if at > horizon or (at > now + coalesce and ids and len(ids) % DESCRIBE_BATCH == 0):
+            break  # not due yet, or early and the calls so far are full: the next round takes it
+        ids.add(job_id)
+    return sorted(ids)
+
+
+Answer = tuple[concurrent.futures.Future[Jobs], Jobs | BaseException]
+
+
+def answer_waiters(
+    waiters: Iterable[Waiter],
+    round_no: int,
+    ids: set[str],
+    results: Mapping[str, tuple[float, dict[str, Any] | None]],
+    failed: BaseException | None,
+) -> tuple[list[Answer], list[Waiter]]:
+    """Which ``waiters`` round ``round_no`` (which described ``ids``; ``results``: the newest
+    answer per id) answers, with their answers, and those still waiting: a waiter made before
+    the round whose last needed ids it described, or, if the round ``failed``, any waiter made
+    before it that needed one of its ids. Cancelled waiters are dropped."""
+    ready: list[Answer] = []
+    pending: list[Waiter] = []
+    for w in waiters:
+        if w.future.cancelled():
+            continue
+        hit = w.need & ids if w.after_round < round_no else set()
+        if hit and failed is not None:
+            ready.append((w.future, failed))
+        elif w.need - hit:
+            pending.append(dataclasses.replace(w, need=w.need - hit) if hit else w)
+        else:
+            ready.append((w.future, {i: results[i][1] for i in w.ids}))
+    return ready, pending
+
+
 class StatusPoller:
     """Describes every watched job in batches of 100 from one thread; ``get`` answers from the
     newest batch, waiting for a new round only when the cached answer is too old; ``request``
@@ -179,7 +227,9 @@ class StatusPoller:
     - A job ``expect``-ed (just submitted here) that DescribeJobs does not show yet is reported
       as ``NOT_VISIBLE`` for ``visibility_grace`` seconds instead of as missing.
     - The thread exits after ``idle_exit`` seconds without requests and restarts on demand.
-      ``clock`` (monotonic seconds) is injectable for tests that drive rounds by hand.
+      ``clock`` (monotonic seconds) and ``sleep`` (the retries' back-off) are injectable
+      for tests that drive rounds by hand; which ids a round takes and which waiters it
+      answers are pure functions (``round_ids``, ``answer_waiters``).
     """
 
     def __init__(
@@ -191,6 +241,7 @@ class StatusPoller:
         visibility_grace: float = 60.0,
         idle_exit: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
         self.min_interval = min_interval
@@ -198,6 +249,7 @@ class StatusPoller:
         self.visibility_grace = visibility_grace
         self.idle_exit = idle_exit
         self.clock = clock
+        self.sleep = sleep
         self._cond = threading.Condition()
         self._results: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._accessed: dict[str, float] = {}
@@ -209,7 +261,7 @@ class StatusPoller:
         self._rate = 0.0  # scheduled looks a second: sum of 1 / period over ``_due``
         self._expected: dict[str, float] = {}
         self._job_ids: dict[str, str] = {}
-        self._waiters: list[_Waiter] = []
+        self._waiters: list[Waiter] = []
         self._thread: threading.Thread | None = None
         self._last_round = -math.inf
         self._last_request = clock()
@@ -277,7 +329,7 @@ class StatusPoller:
                     continue
                 need.add(job_id)
             if need:
-                self._waiters.append(_Waiter(list(job_ids), need, self.rounds, future))
+                self._waiters.append(Waiter(list(job_ids), need, self.rounds, future))
                 self._ensure_thread()
                 if wake is None or (self._next_round_at() or wake) < wake:
                     self._cond.notify_all()  # the next round is sooner now
@@ -364,45 +416,20 @@ class StatusPoller:
         )
 
     def _take(self, now: float) -> list[str]:
-        """The ids this round describes: every one asked for without a schedule, every
-        scheduled one due by now (give or take ``coalesce``), and those due within half a gap
-        as long as they fit in the calls the others need (a call of 100 ids costs what a call
-        of 1 costs: at 1,000 jobs, rounds of 100-110 ids made 1.3 calls a second)."""
-        ids = set(self._asap)
+        """The ids this round describes (``round_ids``), unscheduled."""
+        ids = round_ids(self._asap, self._due_in_order(), now, self._gap(), self.coalesce)
         self._asap.clear()
         self._asap_since = None
-        horizon = now + self._gap() / 2
-        while (due := self._earliest_due()) is not None and due <= horizon:
-            if due > now + self.coalesce and ids and len(ids) % DESCRIBE_BATCH == 0:
-                break  # early, and the calls so far are full: the next round takes it
-            _, job_id = heapq.heappop(self._heap)
-            ids.add(job_id)
         for job_id in ids:
             self._unschedule(job_id)
-        return sorted(ids)
+        return ids
 
-    def _answers(
-        self, round_no: int, ids: set[str], failed: BaseException | None
-    ) -> list[tuple[concurrent.futures.Future[Jobs], Jobs | BaseException]]:
-        """Take the waiters round ``round_no`` (which described ``ids``) answered, under the
-        lock, with their answers: a waiter made before the round whose last needed ids it
-        described, or, if it failed, any waiter made before it that needed one of its ids."""
-        ready: list[tuple[concurrent.futures.Future[Jobs], Jobs | BaseException]] = []
-        pending = []
-        for w in self._waiters:
-            if w.future.cancelled():
-                continue
-            hit = w.need & ids if w.after_round < round_no else set()
-            if hit and failed is not None:
-                ready.append((w.future, failed))
-                continue
-            w.need -= hit
-            if w.need:
-                pending.append(w)
-            else:
-                ready.append((w.future, {i: self._results[i][1] for i in w.ids}))
-        self._waiters = pending
-        return ready
+    def _due_in_order(self) -> Iterator[tuple[float, str]]:
+        """The scheduled ``(due time, id)`` pairs, earliest first; each leaves the heap once
+        the next one is asked for (one not taken stays)."""
+        while (due := self._earliest_due()) is not None:
+            yield due, self._heap[0][1]
+            heapq.heappop(self._heap)
 
     # ------------------------------------------------------------------ the thread
 
@@ -462,7 +489,7 @@ class StatusPoller:
             try:
                 with self._cond:
                     self.calls += 1
-                resp = call_with_retry(self.client.describe_jobs, jobs=chunk)
+                resp = call_with_retry(self.client.describe_jobs, jobs=chunk, sleep=self.sleep)
             except Exception as err:
                 self._answer_round(round_no, start, ids[n:], {}, err)  # every id left: the error
                 return
@@ -487,7 +514,7 @@ class StatusPoller:
                     elif job is not None:
                         self._expected.pop(job_id, None)
                     self._results[job_id] = (start, job)
-            ready = self._answers(round_no, set(ids), failed)
+            ready, self._waiters = answer_waiters(self._waiters, round_no, set(ids), self._results, failed)
             self._cond.notify_all()
         for future, answer in ready:  # outside the lock: callbacks may ask again
             settle(future, functools.partial(_answer, answer))
