@@ -626,11 +626,13 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     # ------------------------------------------------------------------ logs
 
-    def _log_streams(self, app_id: str, role_name: str, k: int) -> tuple[builtins.list[str], bool] | None:
+    def _log_streams(
+        self, app_id: str, role_name: str, k: int, max_age: float = LOG_STREAMS_MAX_AGE
+    ) -> tuple[builtins.list[str], bool] | None:
         """The node's log streams in attempt order and whether the job is terminal; None while
         the job is not visible yet. Unknown app/role/replica raise. The job's entry may be
-        ``LOG_STREAMS_MAX_AGE`` old (see there)."""
-        job = self._job(app_id, max_age=LOG_STREAMS_MAX_AGE)
+        ``max_age`` old (default ``LOG_STREAMS_MAX_AGE``: see there)."""
+        job = self._job(app_id, max_age=max_age)
         if job is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
         if job is NOT_VISIBLE:
@@ -708,7 +710,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         cursor = LogCursor()
         delay = 0.5
         while True:
-            target = self._log_streams(app_id, role_name, k)
+            # A tail sees the job's end within its own pause, not a log read's allowed age.
+            target = self._log_streams(app_id, role_name, k, max_age=delay if should_tail else LOG_STREAMS_MAX_AGE)
             eof = False
             events: builtins.list[dict[str, Any]] = []
             if target is not None:
