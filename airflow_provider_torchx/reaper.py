@@ -106,7 +106,7 @@ def live_jobs(wanted: Callable[[TaskIdentity], bool] | None = None) -> list[Live
     """Every live job with Airflow labels (and, given ``wanted``, whose identity it accepts),
     from one ``list_live`` per source: each host-bound scheduler's job store and each ``torchx``
     connection of another scheduler. A source that fails is logged and skipped."""
-    from airflow_provider_torchx.plugins.jobs import host_bound_schedulers, listing_sources, torchx_connection_ids
+    from airflow_provider_torchx.plugins.jobs import source_listings, torchx_connection_ids
 
     connections: list[str] = []
     try:
@@ -114,16 +114,10 @@ def live_jobs(wanted: Callable[[TaskIdentity], bool] | None = None) -> list[Live
     except Exception as e:
         log.warning("orphaned jobs: could not list the torchx connections (%s: %s)", type(e).__name__, e)
     found: dict[str, LiveJob] = {}
-    for conn_id, hook in listing_sources(connections):
-        try:
-            scheduler = hook.settings.scheduler
-            if conn_id and scheduler in host_bound_schedulers():
-                continue
-            apps = hook.get_runner().list_live(scheduler, hook.resolve_cfg() if conn_id else None)
-        except Exception as e:
-            log.warning(
-                "orphaned jobs: listing %s failed (%s: %s)", conn_id or "the local job store", type(e).__name__, e
-            )
+    for conn_id, scheduler, apps in source_listings(connections, live=True):
+        if isinstance(apps, Exception):
+            what = conn_id or "the local job store"
+            log.warning("orphaned jobs: listing %s failed (%s: %s)", what, type(apps).__name__, apps)
             continue
         for app in apps:
             ident = TaskIdentity.from_labels(app.labels)

@@ -439,13 +439,15 @@ def _tail(
 
 def _list(runner: Runner, args: argparse.Namespace) -> int:
     cfg = runner.cfg_from_str(args.scheduler, *args.scheduler_args)
-    apps = runner.list(args.scheduler, cfg, dict(args.label))
+    labels = dict(args.label)
+    # One more than shown tells whether older jobs are hidden; only then are they counted.
+    apps = runner.list(args.scheduler, cfg, labels, limit=None if args.all else LIST_DEFAULT_LIMIT + 1)
     if not apps and not args.json:
         _err(f"no jobs on {args.scheduler}")
         return EXIT_OK
-    hidden = 0 if args.all else max(0, len(apps) - LIST_DEFAULT_LIMIT)
-    if hidden:
-        apps = apps[hidden:]  # oldest first: the newest are at the end
+    if len(apps) > LIST_DEFAULT_LIMIT and not args.all:
+        apps = apps[-LIST_DEFAULT_LIMIT:]  # oldest first: the newest are at the end
+        hidden = runner.count(args.scheduler, cfg, labels) - LIST_DEFAULT_LIMIT
         _err(f"{hidden} older job(s) not shown: `{PROG} list --all` shows every job")
     if args.json:
         _out(json.dumps(jobviews.list_dict(apps), indent=2))

@@ -28,11 +28,12 @@ Guarantees of ``find_root_cause``:
    caller falls back to the log tail).
 2. Of several failed replicas, one whose failure names a rank (torchrun's error file or
    summary) wins over one whose failure is torchrun's own (an agent's traceback, such as a
-   rendezvous store lost when a sibling node went down: a consequence); then the one whose
-   error is oldest (ties: the status' order), as torchrun picks its root cause among its
-   workers. A failed job's replicas that were stopped after the first failure count too when
-   torchrun reported a failed rank of theirs (not the stop): the first replica to end is not
-   always the one that failed first.
+   rendezvous store lost when a sibling node went down: a consequence); then one whose error
+   is not a peer gone (gloo's "Connection closed by peer", a lost store: also a consequence,
+   often within the same second); then the one whose error is oldest (ties: the status'
+   order), as torchrun picks its root cause among its workers. A failed job's replicas that
+   were stopped after the first failure count too when torchrun reported a failed rank of
+   theirs (not the stop): the first replica to end is not always the one that failed first.
 3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
    replica whose lines the caller passes), and, where the scheduler reads stderr apart
    (``separate_stderr``), ``SUMMARY_LINES`` lines of its stderr.
@@ -343,12 +344,29 @@ def _counts(cause: RootCause, stopped: bool) -> bool:
 _STOP = re.compile(r"\bSIG(TERM|KILL)\b")
 
 
+#: Errors that report a peer gone (its process ended, its store closed), not a failure of the
+#: rank's own: the ranks of the node that failed first see them a moment later, often within
+#: the same second as the failure they follow (gloo, NCCL, c10d store).
+_PEER_GONE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote worker crashing|RendezvousConnectionError"
+    r"|ncclRemoteError|remote process exited",
+    re.IGNORECASE,
+)
+
+
 def root_cause_of(causes: Sequence[RootCause]) -> RootCause | None:
     """The root cause among the replicas' ``causes`` (guarantee 2): a failed rank first, then
-    the oldest error, then the first given."""
+    one that is not a peer gone (``_PEER_GONE``), then the oldest error, then the first given."""
     if not causes:
         return None
-    return min(causes, key=lambda c: (c.rank is None, c.timestamp if c.timestamp is not None else float("inf")))
+    return min(
+        causes,
+        key=lambda c: (
+            c.rank is None,
+            bool(_PEER_GONE.search(c.error)),
+            c.timestamp if c.timestamp is not None else float("inf"),
+        ),
+    )
 
 
 def find_root_cause(

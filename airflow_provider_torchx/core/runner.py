@@ -373,13 +373,25 @@ class Runner:
         sched.wait_for_change(app_id, timeout)
 
     def list(
-        self, scheduler: str, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None
+        self,
+        scheduler: str,
+        cfg: Cfg | None = None,
+        labels: Mapping[str, str] | None = None,
+        *,
+        limit: int | None = None,
     ) -> list[ListAppResponse]:
-        """The apps on ``scheduler`` carrying every ``labels`` pair, with their handles."""
-        apps = self._scheduler(scheduler).list(cfg, labels)
+        """The apps on ``scheduler`` carrying every ``labels`` pair, with their handles, oldest
+        first; ``limit``: only the newest ``limit`` of them (``Scheduler.list``)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit: {limit!r} is not allowed; an integer >= 0, or None for every app")
+        apps = self._scheduler(scheduler).list(cfg, labels, limit=limit)
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
+
+    def count(self, scheduler: str, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> int:
+        """How many apps ``list(scheduler, cfg, labels)`` returns (``Scheduler.count``)."""
+        return self._scheduler(scheduler).count(cfg, labels)
 
     def list_live(self, scheduler: str, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
         """The apps on ``scheduler`` that have not ended (``Scheduler.list_live``), with their handles."""

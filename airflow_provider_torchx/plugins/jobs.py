@@ -31,14 +31,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errors import UnknownAppError
 from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse
 from airflow_provider_torchx.core.specs import Role, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.links.torchx import job_page_url
@@ -140,13 +140,26 @@ def host_bound_schedulers() -> tuple[str, ...]:
     return tuple(names)
 
 
-def listing_sources(connections: Iterable[str]) -> Iterable[tuple[str | None, TorchXHook]]:
-    """``(conn_id, hook)`` for each place to list jobs: the host-bound schedulers (no
-    connection), then every ``torchx`` connection of ``connections``."""
-    for scheduler in host_bound_schedulers():
-        yield None, TorchXHook(None, scheduler=scheduler)
-    for conn_id in connections:
-        yield conn_id, TorchXHook(conn_id)
+def source_listings(
+    connections: Iterable[str], live: bool = False
+) -> Iterator[tuple[str | None, str, list[ListAppResponse] | Exception]]:
+    """``(conn_id, scheduler, jobs)`` for each place to list jobs: the host-bound schedulers (no
+    connection), then every ``torchx`` connection of ``connections`` but those of a host-bound
+    scheduler (its jobs are listed once, without it). ``jobs``: ``Runner.list`` (``list_live``
+    if ``live``), or the exception the listing raised (the caller reports it and goes on)."""
+    sources = [(None, TorchXHook(None, scheduler=s)) for s in host_bound_schedulers()]
+    for conn_id, hook in [*sources, *((c, TorchXHook(c)) for c in connections)]:
+        scheduler = ""
+        try:
+            scheduler = hook.settings.scheduler
+            if conn_id and scheduler in host_bound_schedulers():
+                continue
+            runner, cfg = hook.get_runner(), hook.resolve_cfg() if conn_id else None
+            apps = runner.list_live(scheduler, cfg) if live else runner.list(scheduler, cfg)
+        except Exception as err:
+            yield conn_id, scheduler, err
+            continue
+        yield conn_id, scheduler, apps
 
 
 def list_jobs(filters: Mapping[str, str | None]) -> JobList:
@@ -209,14 +222,9 @@ def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...], 
     made_from: dict[str, tuple[Any, JobRow]] = {}
     reusable = previous.made_from if previous is not None else {}
     errors: dict[str, str] = {}
-    for conn_id, hook in listing_sources(connections):
-        try:
-            scheduler = hook.settings.scheduler
-            if conn_id and scheduler in host_bound_schedulers():
-                continue
-            apps = hook.get_runner().list(scheduler, hook.resolve_cfg() if conn_id else None)
-        except Exception as err:
-            errors[conn_id or "local job store"] = f"{type(err).__name__}: {err}"
+    for conn_id, scheduler, apps in source_listings(connections):
+        if isinstance(apps, Exception):
+            errors[conn_id or "local job store"] = f"{type(apps).__name__}: {apps}"
             continue
         for app in reversed(apps):
             if app.app_handle in rows:

@@ -10,10 +10,10 @@ leaves no error file: the root cause then shows the node's last stderr lines; wi
 ``--crash-once FILE`` only while FILE does not exist (it is created), so a retry passes.
 ``--hold``: after the all-reduce, wait until the job is stopped.
 
-The process ends with ``os._exit`` once the group is destroyed (see ``end``): gloo's worker
+The process ends with ``os._exit`` on every path, a failure's too (see ``end``): gloo's worker
 threads outlive ``destroy_process_group``, and one that lets go of its last all-reduce while
 the interpreter shuts down aborts the rank (SIGABRT, ``terminate called without an active
-exception``; docs/troubleshooting.md).
+exception``; docs/troubleshooting.md), which would turn an exit 1 into a -6.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -79,8 +80,8 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def end() -> None:
-    """Leave without the interpreter's teardown. In torch 2.13 the gloo process group's worker
+def end(code: int) -> None:
+    """Leave with ``code`` without the interpreter's teardown. In torch 2.13 the gloo process group's worker
     threads (``pt_gloo_runloop``) keep running after ``destroy_process_group``; a worker drops
     its reference to the last finished all-reduce a moment after the rank saw it complete, and
     dropping a tensor that Python also knows takes the GIL. If the interpreter is finalising
@@ -90,7 +91,7 @@ def end() -> None:
     ``Py_FinalizeEx``). It happens more often on a loaded machine."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def _crash_now(marker: str | None) -> bool:
@@ -104,5 +105,11 @@ def _crash_now(marker: str | None) -> bool:
 
 
 if __name__ == "__main__":
-    main()
-    end()
+    try:
+        main()  # ``record`` has written a raised exception to torchrun's error file
+    except SystemExit as stop:
+        end(stop.code if isinstance(stop.code, int) else 1)
+    except BaseException:
+        traceback.print_exc()  # what the interpreter would print
+        end(1)
+    end(0)

@@ -324,3 +324,18 @@ def test_a_real_torchrun_rank_exiting_4_is_the_one_exit_code_of_the_failure(runn
     assert (cause.error, cause.rank, cause.exit_code) == ("ValueError: shard 17 is corrupt", 1, 4)
     note = failed_replica_note(rep, cause)
     assert note == f"; failed replica {rep.role}/0 (torchrun's exit code for its failed rank 1)", note
+
+
+def test_a_rank_that_lost_its_peer_is_not_the_root_cause() -> None:
+    """gloo's error for a peer gone comes a moment after the failure it follows, often in the
+    same second and sometimes recorded first: the rank's own failure wins."""
+    peer = RootCause(
+        error="RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:21386. This is typically caused "
+        "by a remote worker crashing.",
+        replica="trainer/0",
+        rank=0,
+        timestamp=100.2,
+    )
+    own = RootCause(error="RuntimeError: boom on rank 1", replica="trainer/1", rank=1, timestamp=100.7)
+    assert root_cause_of([peer, own]) is own
+    assert root_cause_of([peer, dataclasses.replace(peer, replica="trainer/1", timestamp=99.0)]).replica == "trainer/1"

@@ -121,3 +121,11 @@ def test_cli_list_shows_the_newest_unless_all(
     assert main(["list", "--all"]) == 0
     out, err = capsys.readouterr()
     assert all(app_id in out for app_id in (first, second, third)) and err == ""
+    monkeypatch.setattr(cli, "LIST_DEFAULT_LIMIT", 3)  # exactly the limit: nothing hidden
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert all(app_id in out for app_id in (first, second, third)) and err == ""
+    monkeypatch.setattr(cli, "LIST_DEFAULT_LIMIT", 1)
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert third in out and second not in out and "2 older job(s) not shown" in err

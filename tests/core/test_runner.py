@@ -398,6 +398,13 @@ def test_labels_pass_through_and_list_filters(runner: Runner, factory: Factory) 
     assert {a.app_handle for a in runner.list("fake", labels={"airflow.dag_id": "d"})} == {handle, other}
     assert {a.app_handle for a in runner.list("fake")} == {handle, other, unlabelled}
     assert runner.list("fake", labels={"airflow.dag_id": "nope"}) == []
+    # FakeScheduler.list takes no ``limit`` (a plugin's, written before it): the base class cuts
+    # no ``created`` here: the newest are the last by app id
+    by_id = sorted([handle, other, unlabelled], key=lambda h: h.rsplit("/", 1)[1])
+    assert [a.app_handle for a in runner.list("fake", limit=2)] == by_id[1:]
+    assert runner.count("fake", labels={"airflow.dag_id": "d"}) == 2
+    with pytest.raises(ValueError, match=r"limit: -1 is not allowed"):
+        runner.list("fake", limit=-1)
 
 
 def test_cfg_from_str_and_run_opts(runner: Runner) -> None:

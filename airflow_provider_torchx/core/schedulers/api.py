@@ -11,6 +11,7 @@ import abc
 import builtins
 import concurrent.futures
 import enum
+import inspect
 import json
 import logging
 import re
@@ -155,6 +156,17 @@ def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterable[str]:
 def labels_match(have: Mapping[str, str], want: Mapping[str, str] | None) -> bool:
     """Whether a job's labels ``have`` include every ``want`` pair."""
     return all(have.get(k) == v for k, v in (want or {}).items())
+
+
+def newest(apps: Iterable[ListAppResponse], limit: int | None) -> list[ListAppResponse]:
+    """``apps`` oldest first (by ``created``, then app id), only the newest ``limit`` of them
+    (None: all); what ``Scheduler.list`` returns."""
+    ordered = sorted(apps, key=_created_key)
+    return ordered if limit is None else ordered[max(0, len(ordered) - limit) :]
+
+
+def _created_key(app: ListAppResponse) -> tuple[float, str]:
+    return (app.created or 0.0, app.app_id)
 
 
 class Scheduler(abc.ABC, Generic[T]):
@@ -307,13 +319,42 @@ class Scheduler(abc.ABC, Generic[T]):
         """Whether the scheduler knows the app."""
         return self.describe(app_id) is not None
 
-    @abc.abstractmethod
-    def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
-        """The apps of this scheduler whose labels include every ``labels`` pair.
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give a backend whose ``list`` predates ``limit`` (a plugin's ``list(cfg, labels)``)
+        one that takes it: the full list, cut to the newest ``limit`` (``newest``)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("list")
+        if own is not None and "limit" not in inspect.signature(own).parameters:
 
-        ``cfg`` may narrow where to look (e.g. one Batch queue). Returns every match, not a
-        page.
+            def list_limited(
+                self: Scheduler[Any],
+                cfg: Cfg | None = None,
+                labels: Mapping[str, str] | None = None,
+                *,
+                limit: int | None = None,
+            ) -> builtins.list[ListAppResponse]:
+                return newest(own(self, cfg, labels), limit)
+
+            list_limited.__doc__ = own.__doc__
+            cls.list = list_limited  # type: ignore[method-assign]
+
+    @abc.abstractmethod
+    def list(
+        self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None, *, limit: int | None = None
+    ) -> list[ListAppResponse]:
+        """The apps of this scheduler whose labels include every ``labels`` pair, oldest first
+        (by ``created``, then app id).
+
+        ``cfg`` may narrow where to look (e.g. one Batch queue). ``limit``: only the newest
+        ``limit`` matches, and a backend does work in proportion to them where it can (no
+        answer built for the others); None: every match. Not a page: there is no cursor.
         """
+
+    def count(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> int:
+        """How many apps ``list(cfg, labels)`` returns, for a caller that shows only the newest
+        and says how many it hid. The default lists them; a backend that can count without
+        building the answers (local) does."""
+        return len(self.list(cfg, labels))
 
     def list_live(self, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
         """The apps of this scheduler that have not ended (whatever their labels), for a

@@ -369,6 +369,10 @@ def test_list_describe_describe_native_delete(sched: AWSBatchScheduler, batch_qu
     assert [(a.app_id, a.labels) for a in found] == [(app_id, labels)]
     assert found[0].created is not None and abs(found[0].created - time.time()) < 300  # the submit time
     assert {app_id, other} <= {a.app_id for a in sched.list()}
+    newest = sched.list({"queue": batch_queue}, limit=2)  # the two submitted last, oldest first
+    assert {a.app_id for a in newest} == {app_id, other}
+    assert newest[0].created is not None and newest[1].created is not None
+    assert newest[0].created <= newest[1].created
     assert create_scheduler("x").list({"queue": batch_queue}, {**labels, "airflow.map_index": "0"}) == []
     desc, _ = wait_terminal(sched, app_id)
     assert desc.state == AppState.SUCCEEDED

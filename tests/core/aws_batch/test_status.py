@@ -185,6 +185,23 @@ def test_list_pages_through_all_queues_and_filters_on_our_tags_and_labels() -> N
     assert sched.list({"queue": "q1"}, {"airflow.dag_id": "other"}) == []
 
 
+def test_list_limit_describes_the_newest_only() -> None:
+    """``limit``: the newest jobs by ``createdAt``, oldest first, read with one DescribeJobs
+    batch of 100 instead of one per 100 jobs of the queue."""
+    batch = FakeBatch(page_size=100)
+    for i in range(250):  # job ids in the reverse of submission order
+        batch.jobs[f"j{999 - i}"] = mnp_job(job_id=f"j{999 - i}", name=f"app-{i}", createdAt=1_700_000_000_000 + i)
+    sched = make(batch)
+    everything = sched.list({"queue": "q1"})
+    assert [a.name for a in everything] == [f"app-{i}" for i in range(250)]
+    assert batch.names().count("describe_jobs") == 3
+    batch.calls.clear()
+    newest = sched.list({"queue": "q1"}, limit=3)
+    assert [a.name for a in newest] == ["app-247", "app-248", "app-249"]
+    assert batch.names().count("describe_jobs") == 1
+    assert sched.list({"queue": "q1"}, limit=0) == []
+
+
 @pytest.mark.parametrize(("status", "expected"), [("RUNNABLE", "cancel_job"), ("RUNNING", "terminate_job")])
 def test_cancel_uses_canceljob_before_start_and_terminatejob_after(status: str, expected: str) -> None:
     batch = FakeBatch()

@@ -199,7 +199,10 @@ def test_list_filters_on_labels_and_backend(sched: LocalScheduler, dir_sched: Lo
     c = dir_sched.submit(AppDef("c", roles=[Role("r", image=str(tmp_path), entrypoint="/bin/true")]))
     for s, app_id in ((sched, a), (sched, b), (dir_sched, c)):
         wait_done(s, app_id)
-    assert {r.app_id for r in sched.list()} == {a, b}
+    assert [r.app_id for r in sched.list()] == [a, b]  # oldest first
+    assert [r.app_id for r in sched.list(limit=1)] == [b]  # the newest
+    assert sched.list(limit=0) == []
+    assert (sched.count(), sched.count({}, {"dag": "d1", "task": "t2"}), dir_sched.count()) == (2, 1, 1)
     assert [r.app_id for r in sched.list(labels={"dag": "d1", "task": "t2"})] == [b]
     assert sched.list(labels={"dag": "nope"}) == []
     listed = dir_sched.list()

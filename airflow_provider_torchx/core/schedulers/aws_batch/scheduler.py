@@ -31,6 +31,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     Stream,
     filter_regex,
     labels_match,
+    newest,
     settle,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch import options, render, status
@@ -561,13 +562,17 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                 raise self._no_such_queue(queue) from None
             raise
 
-    def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
-        """This scheduler's jobs (by tag) in the cfg's queue or in every queue, with ``labels``.
+    def list(
+        self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None, *, limit: int | None = None
+    ) -> list[ListAppResponse]:
+        """This scheduler's jobs (by tag) in the cfg's queue or in every queue, with ``labels``,
+        oldest first; ``limit``: the newest ``limit``.
 
         Jobs with labels are found by their job-name prefix (the hash of the label set they
         were submitted with, so ``labels`` must be that whole set), then confirmed by tags.
         Without labels, all jobs of the queues are listed (``AFTER_CREATED_AT`` makes
-        ListJobs return every status) and described in batches of 100 to read their tags.
+        ListJobs return every status) and described in batches of 100 to read their tags,
+        newest first (ListJobs' ``createdAt``), stopping once ``limit`` are found.
         """
         self._use_location(cfg)
         want = dict(labels or {})
@@ -581,7 +586,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         for queue in queues:
             for s in self._list_jobs(queue, [name_filter or all_filter]):
                 summaries[s["jobId"]] = (queue, s)
-        return self._described(summaries, want)
+        return newest(self._described(summaries, want, limit), limit)
 
     def list_live(self, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
         """This scheduler's jobs that have not ended, in the cfg's queue or in every queue:
@@ -599,13 +604,19 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         return [app for app in self._described(summaries, {}) if not app.state.is_terminal()]
 
     def _described(
-        self, summaries: Mapping[str, tuple[str, dict[str, Any]]], want: Mapping[str, str]
+        self,
+        summaries: Mapping[str, tuple[str, dict[str, Any]]],
+        want: Mapping[str, str],
+        limit: int | None = None,
     ) -> builtins.list[ListAppResponse]:
         """The jobs of ``summaries`` (``{job id: (queue, summary)}``) that this scheduler
-        submitted and whose labels include ``want``, read with DescribeJobs per 100."""
-        ids = sorted(summaries)
+        submitted and whose labels include ``want``, read with DescribeJobs per 100, newest
+        first; ``limit``: stop after the batch in which that many were found."""
+        ids = sorted(summaries, key=lambda job_id: (summaries[job_id][1].get("createdAt") or 0, job_id), reverse=True)
         out: builtins.list[ListAppResponse] = []
         for n in range(0, len(ids), 100):
+            if limit is not None and len(out) >= limit:
+                break
             resp = call_with_retry(self.client.describe_jobs, jobs=ids[n : n + 100])
             for job in resp.get("jobs", []):
                 tags = job.get("tags") or {}
@@ -628,11 +639,13 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     # ------------------------------------------------------------------ logs
 
-    def _log_streams(self, app_id: str, role_name: str, k: int) -> tuple[builtins.list[str], bool] | None:
+    def _log_streams(
+        self, app_id: str, role_name: str, k: int, max_age: float = LOG_STREAMS_MAX_AGE
+    ) -> tuple[builtins.list[str], bool] | None:
         """The node's log streams in attempt order and whether the job is terminal; None while
         the job is not visible yet. Unknown app/role/replica raise. The job's entry may be
-        ``LOG_STREAMS_MAX_AGE`` old (see there)."""
-        job = self._job(app_id, max_age=LOG_STREAMS_MAX_AGE)
+        ``max_age`` old (default ``LOG_STREAMS_MAX_AGE``: see there)."""
+        job = self._job(app_id, max_age=max_age)
         if job is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
         if job is NOT_VISIBLE:
@@ -710,7 +723,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         cursor = LogCursor()
         delay = 0.5
         while True:
-            target = self._log_streams(app_id, role_name, k)
+            # A tail sees the job's end within its own pause, not a log read's allowed age.
+            target = self._log_streams(app_id, role_name, k, max_age=delay if should_tail else LOG_STREAMS_MAX_AGE)
             eof = False
             events: builtins.list[dict[str, Any]] = []
             if target is not None:

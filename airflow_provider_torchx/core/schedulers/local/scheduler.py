@@ -9,7 +9,9 @@ honoured; logs are also readable through a resumable cursor (``read_log``).
 
 from __future__ import annotations
 
+import builtins
 import copy
+import heapq
 import json
 import logging
 import os
@@ -77,6 +79,13 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 #: A job whose supervisor has not shown up this long after submission is FAILED.
 SUPERVISOR_START_TIMEOUT = ledger.START_TIMEOUT
 _TERMINAL_NAMES = {s.name for s in AppState if s.is_terminal()}
+
+
+def _summary_key(item: tuple[str, dict[str, Any]]) -> tuple[float, str]:
+    """Oldest first: by submission time, then app id (``Scheduler.list``'s order)."""
+    return (item[1]["created"] or 0.0, item[0])
+
+
 #: ``AppState`` by name: a dict lookup, cheaper than ``AppState[name]`` when listing thousands.
 _STATES = {s.name: s for s in AppState}
 _PENDING_STATE: dict[str, Any] = {"state": "PENDING", "num_restarts": 0, "msg": "", "replicas": {}}
@@ -485,7 +494,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             ended = {k: v for k, v in index.items() if isinstance(v, dict) and v.get("state") in _TERMINAL_NAMES}
             self._ended_index = (index, ended)
         ended = self._ended_index[1]
-        present = set(self.store.app_ids())
+        present = self.store.app_ids()
         found: dict[str, dict[str, Any]] = {app_id: ended[app_id] for app_id in present & ended.keys()}
         learned = {}
         for app_id in present - ended.keys():
@@ -548,18 +557,43 @@ class LocalScheduler(Scheduler[PopenRequest]):
             self.store.record_finished({}, set(summaries) - {app_id for app_id, _ in pruned})
         return pruned
 
-    def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
+    def _matching(
+        self, summaries: dict[str, dict[str, Any]], labels: Mapping[str, str] | None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``(app id, summary)`` of this backend's jobs in ``summaries`` whose labels include
+        ``labels``."""
+        backend = self.backend
+        return [
+            (app_id, entry)
+            for app_id, entry in summaries.items()
+            if entry["backend"] == backend and (not labels or labels_match(entry["labels"], labels))
+        ]
+
+    def list(
+        self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None, *, limit: int | None = None
+    ) -> list[ListAppResponse]:
         """Every job of this backend in the store (any session) whose labels include every
-        ``labels`` pair, oldest first (from ``summaries``; the answers for ended jobs are
-        built once per process and shared: read them, do not change them)."""
-        found = []
+        ``labels`` pair, oldest first, or the newest ``limit`` (from ``summaries``; answers are
+        built for those only, and those of ended jobs once per process and shared: read them,
+        do not change them)."""
+        with store.gc_paused():
+            return self._newest(self.summaries(), labels, limit)
+
+    def _newest(
+        self, summaries: dict[str, dict[str, Any]], labels: Mapping[str, str] | None, limit: int | None
+    ) -> builtins.list[ListAppResponse]:
+        """``list``'s answer from ``summaries``."""
         ended = self._ended_listed
-        summaries = self.summaries()
         for gone in ended.keys() - summaries.keys():  # deleted since
             del ended[gone]
-        for app_id, entry in summaries.items():
-            if entry["backend"] != self.backend or (labels and not labels_match(entry["labels"], labels)):
-                continue
+        matching = self._matching(summaries, labels)
+        if limit is not None and limit < len(matching):
+            chosen = heapq.nlargest(limit, matching, key=_summary_key)
+            chosen.reverse()
+        else:
+            chosen = sorted(matching, key=_summary_key)
+        found = []
+        for app_id, entry in chosen:
             resp = ended.get(app_id)
             if resp is None:
                 resp = ListAppResponse(
@@ -572,7 +606,12 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 if entry["state"] in _TERMINAL_NAMES and not entry.get("orphaned"):
                     ended[app_id] = resp
             found.append(resp)
-        return sorted(found, key=lambda r: (r.created or 0.0, r.app_id))
+        return found
+
+    def count(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> int:
+        """How many jobs ``list`` returns, counted on the summaries (no answer built)."""
+        with store.gc_paused():
+            return len(self._matching(self.summaries(), labels))
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block until the job's supervisor exits (the job is over) or ``timeout`` passes,

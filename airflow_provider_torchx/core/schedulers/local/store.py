@@ -32,12 +32,15 @@ Standard library only: the supervisor imports this.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
 import json
 import os
 import re
 import stat
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Set
 
 from airflow_provider_torchx.core.statedir import default_state_dir
 
@@ -62,6 +65,26 @@ JOB_ENV = "AIRFLOW_TORCHX_LOCAL_JOB"
 
 #: What an app id may look like: it becomes a directory name in the store.
 APP_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+#: The app ids among names joined by ``/`` (which no file name holds): one pass of the regex
+#: over a whole directory listing instead of one match per name.
+_APP_IDS_RE = re.compile(r"(?<![^/])[A-Za-z0-9_][A-Za-z0-9_.-]*(?![^/])")
+#: How old a directory's mtime must be for a listing to be reused while it is unchanged:
+#: well above the coarse clock tick that stamps it.
+_RACY_NS = 2_000_000_000
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Run the block without the cyclic garbage collector (restored after, if it was on).
+    Parsing the index or listing a big store makes hundreds of thousands of objects, none of
+    them garbage, and would otherwise trigger collections that scan all of them again."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def is_valid_app_id(app_id: object) -> bool:
@@ -208,6 +231,8 @@ class JobStore:
         self.root = os.path.join(base, "local")
         # The parsed index and the (inode, mtime, size) it was read at: reread only when changed.
         self._index: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+        # The app ids as last listed and the store directory's mtime then (``app_ids``).
+        self._ids: tuple[int, frozenset[str]] | None = None
 
     def ensure(self) -> None:
         """Create the store (owner-only) if missing; ``StoreError`` if it cannot be."""
@@ -234,13 +259,20 @@ class JobStore:
             raise store_error(self.root, f"create the job {app_id!r}", e) from None
         return path
 
-    def app_ids(self) -> Iterator[str]:
-        """The ids of the jobs in the store (any order)."""
+    def app_ids(self) -> frozenset[str]:
+        """The ids of the jobs in the store. The listing is reused while the store directory's
+        mtime is what it was and was already ``_RACY_NS`` old when listed (a job created in
+        the same clock tick as an earlier listing could leave the mtime unchanged)."""
         try:
-            names = os.listdir(self.root)
+            st = os.stat(self.root)
         except FileNotFoundError:
-            return
-        yield from (n for n in names if is_valid_app_id(n))
+            return frozenset()
+        if self._ids is not None and self._ids[0] == st.st_mtime_ns:
+            return self._ids[1]
+        ids = frozenset(n for n in _APP_IDS_RE.findall("/".join(os.listdir(self.root))) if ".." not in n)
+        if time.time_ns() - st.st_mtime_ns > _RACY_NS:
+            self._ids = (st.st_mtime_ns, ids)
+        return ids
 
     def finished(self) -> dict[str, Any]:
         """The index of ended jobs (app id -> summary); empty when missing or unreadable."""
@@ -253,7 +285,8 @@ class JobStore:
         if self._index is not None and self._index[0] == key:
             return self._index[1]
         try:
-            index = read_json(path, self.root)
+            with gc_paused():
+                index = read_json(path, self.root)
         except (OSError, ValueError):
             index = None
         if not isinstance(index, dict):
@@ -261,7 +294,7 @@ class JobStore:
         self._index = (key, index)
         return index
 
-    def record_finished(self, entries: dict[str, Any], present: set[str]) -> None:
+    def record_finished(self, entries: dict[str, Any], present: Set[str]) -> None:
         """Add ``entries`` to the index, dropping the jobs not in ``present`` (deleted); a store
         that cannot be written keeps the old index (this is a cache)."""
         index = {k: v for k, v in self.finished().items() if k in present}
