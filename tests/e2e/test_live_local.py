@@ -71,6 +71,7 @@ def test_deferred_job_logs_while_deferred_and_each_line_once_through_a_triggerer
     assert_each_line_once(live.log(DEFERRED, run_id), expected_lines(20, 2), run_id)
 
 
+@pytest.mark.timeout(1800)  # within its own waits' deadlines (900 + 300 + 600 s), not the default 300 s
 def test_50_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_masked(
     live_airflow: LiveAirflow, tmp_path: Path
 ) -> None:
@@ -91,10 +92,12 @@ def test_50_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_mask
         assert not ended, f"{[(ti['map_index'], ti['state']) for ti in ended]} ended before the gate opened"
         return [ti["state"] for ti in tis]
 
-    wait_until(lambda: states().count("deferred") == SECRET_TASKS, 900, f"{SECRET_TASKS} tasks deferred at once")
-    everyone = set(range(SECRET_TASKS))
-    wait_until(lambda: api.deferrals_taken_in(run_id) >= everyone, 300, "the scheduler to take in every deferral")
-    gate.touch()
+    try:
+        wait_until(lambda: states().count("deferred") == SECRET_TASKS, 900, f"{SECRET_TASKS} tasks deferred at once")
+        everyone = set(range(SECRET_TASKS))
+        wait_until(lambda: api.deferrals_taken_in(run_id) >= everyone, 300, "the scheduler to take in every deferral")
+    finally:
+        gate.touch()  # also on a failure: 50 held jobs would keep the next tests' tasks from slots
 
     def done() -> list[dict[str, Any]] | None:
         assert triggerer.poll() is None, "the triggerer exited:\n" + api.component_log("triggerer")[-6000:]
