@@ -25,7 +25,10 @@ def main(dag_file: str, dag_id: str) -> None:
     for ti in dag_run.get_task_instances():
         usage = ti.xcom_pull(task_ids=ti.task_id, key="usage")
         result[ti.task_id] = {"state": str(ti.state), "usage": usage}
-    print("RESULT " + json.dumps(result), flush=True)
+    # One write: ``print`` writes the text and the newline apart, and a log line of another
+    # thread (Python runs unbuffered here) could land between them, on the RESULT line.
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

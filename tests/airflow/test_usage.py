@@ -104,7 +104,7 @@ def test_metrics_and_openlineage_events(
         text=True,
         timeout=240,
     )
-    result_line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    result_line = next((x[x.index("RESULT ") :] for x in proc.stdout.splitlines() if "RESULT " in x), None)
     assert result_line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(result_line[len("RESULT ") :])
     assert result["train"]["state"] == "success" and result["fail"]["state"] == "failed"
