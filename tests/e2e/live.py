@@ -38,6 +38,20 @@ TRIGGER_STARTED = re.compile(r"^trigger .+ starting$")
 _RUN_IDS = itertools.count(1)
 
 
+#: A DAG file with one task that does nothing (``.format(dag_id=...)``): a DAG the UI tests
+#: label their jobs with, for Airflow's access checks.
+ONE_TASK_DAG = """
+from airflow.sdk import DAG, task
+
+with DAG({dag_id!r}, schedule=None):
+    @task
+    def job() -> None:
+        pass
+
+    job()
+"""
+
+
 def task_labels(dag_id: str, run_id: str, task_id: str = "job") -> dict[str, str]:
     """The labels a task instance (not mapped) gives its job: its Airflow identity."""
     return {"airflow.dag_id": dag_id, "airflow.task_id": task_id, "airflow.run_id": run_id, "airflow.map_index": "-1"}

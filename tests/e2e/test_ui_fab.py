@@ -23,23 +23,13 @@ import pytest
 
 from airflow_provider_torchx.core.specs import AppDef, Role
 from tests.e2e.deployment import AirflowDeployment, wait_until
-from tests.e2e.live import LiveAirflow
+from tests.e2e.live import ONE_TASK_DAG, LiveAirflow
 
 pytestmark = pytest.mark.airflow
 
 DAGS = ("fab_dag_a", "fab_dag_b")
 #: name -> (FAB role, password); the first one is the admin the deployment's API calls use.
 USERS = {"admin": ("Admin", "admin-pw"), "carol": ("dag_a_user", "carol-pw"), "dave": ("dag_a_only", "dave-pw")}
-DAG_FILE = """
-from airflow.sdk import DAG, task
-
-with DAG({dag_id!r}, schedule=None):
-    @task
-    def job() -> None:
-        pass
-
-    job()
-"""
 #: The role and users, made with FAB's own security manager (what ``airflow roles add-perms``
 #: and ``airflow users create`` do, in one process): DAG A's task instances, read and edit;
 #: DAG A alone, read.
@@ -70,7 +60,7 @@ def fab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     dags = []
     for dag_id in DAGS:
         path = root / f"{dag_id}.py"
-        path.write_text(DAG_FILE.format(dag_id=dag_id))
+        path.write_text(ONE_TASK_DAG.format(dag_id=dag_id))
         dags.append(path)
     env = {
         "AIRFLOW_TORCHX_STATE_DIR": str(state_dir),

@@ -36,23 +36,13 @@ import pytest
 
 from airflow_provider_torchx.core.specs import AppDef, Role
 from tests.e2e.deployment import AirflowDeployment, free_port, wait_until
-from tests.e2e.live import LiveAirflow
+from tests.e2e.live import ONE_TASK_DAG, LiveAirflow
 from tests.e2e.test_ui import browse
 
 pytestmark = pytest.mark.airflow
 
 TEAMS = ("team_a", "team_b")
 USERS = {"admin": ("admin", "admin"), "alice": ("user:team_a", "alice"), "bob": ("user:team_b", "bob")}
-DAG_FILE = """
-from airflow.sdk import DAG, task
-
-with DAG({dag_id!r}, schedule=None):
-    @task
-    def job() -> None:
-        pass
-
-    job()
-"""
 #: Secrets the jobs print: env values by sensitive names, a connection's and a variable's.
 ENV_SECRETS = {
     "MY_PASSWORD": "Hunter2Password",
@@ -80,7 +70,7 @@ def teams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     for team in TEAMS:
         folder = root / f"bundle_{team}"
         folder.mkdir()
-        (folder / f"{team}_dag.py").write_text(DAG_FILE.format(dag_id=f"{team}_dag"))
+        (folder / f"{team}_dag.py").write_text(ONE_TASK_DAG.format(dag_id=f"{team}_dag"))
         bundles.append(
             {
                 "name": f"bundle_{team}",
