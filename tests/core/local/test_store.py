@@ -1,9 +1,14 @@
-"""The local job store's listing of app ids (``store.JobStore.app_ids``)."""
+"""The local job store: its listing of app ids (``store.JobStore.app_ids``) and its reads of
+job files while their writer replaces them (``store.read_json``)."""
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from airflow_provider_torchx.core.schedulers.local import store
 
@@ -28,3 +33,46 @@ def test_app_ids_see_a_new_job_whether_or_not_the_listing_is_reused(tmp_path: Pa
     assert jobs.app_ids() is jobs.app_ids()
     jobs.create("third")  # the mtime moves on: listed again
     assert jobs.app_ids() == {"first", "second", "third"}
+
+
+def test_a_file_replaced_right_after_its_open_is_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's atomic replace lands between the reader's open and its identity check
+    (the kernel then names the open file "<path> (deleted)"): the old version is read, not
+    refused as a swapped file."""
+    path = tmp_path / "state.json"
+    store.write_json_atomic(path, {"version": 1})
+    real_fstat = os.fstat
+
+    def fstat_after_a_replace(fd: int) -> os.stat_result:
+        monkeypatch.setattr(os, "fstat", real_fstat)
+        store.write_json_atomic(path, {"version": 2})
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", fstat_after_a_replace)
+    assert store.read_json(path, tmp_path) == {"version": 1}
+    assert store.read_json(path, tmp_path) == {"version": 2}
+
+
+def test_reads_beside_a_writer_replacing_the_file_never_fail(tmp_path: Path) -> None:
+    """A supervisor rewrites ``state.json`` while a CLI reads it: every read is one whole
+    version, none is refused."""
+    path = tmp_path / "state.json"
+    store.write_json_atomic(path, {"n": 0})
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            store.write_json_atomic(path, {"n": n})
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    seen: list[Any] = []
+    try:
+        for _ in range(3000):
+            seen.append(store.read_json(path, tmp_path)["n"])
+    finally:
+        stop.set()
+        thread.join()
+    assert all(isinstance(n, int) for n in seen)

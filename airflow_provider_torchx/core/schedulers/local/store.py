@@ -204,7 +204,9 @@ def open_inside(path: StrPath, root: StrPath, what: str = "file") -> int | None:
             raise UnsafeFileError(what, path, f"it is {kind}")
         real = os.readlink(f"/proc/self/fd/{fd}")
         expected = os.path.join(os.path.realpath(root), os.path.relpath(os.path.abspath(path), os.path.abspath(root)))
-        if real != expected:
+        # A writer's atomic replace after the open unlinks the inode read: the kernel then
+        # names it "<path> (deleted)", still the path it was opened at (a whole old version).
+        if real not in (expected, f"{expected} (deleted)"):
             raise UnsafeFileError(what, path, f"a directory on its way below {root} is a symbolic link")
         return fd
     except BaseException:
