@@ -11,8 +11,9 @@ Airflow layer does not repeat version guards.
   ``mask_secret`` also tells the supervisor, synchronously; ``mask_locally`` adds the value to
   this process's masker only (no Task SDK call: what a triggerer's threads may use).
 - ``Stats``: Airflow's metrics client as the deployment configured it (StatsD, OpenTelemetry or
-  none): the Task SDK's (``airflow.sdk.observability.stats``, 3.3) where it exists, else core's
-  ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim).
+  none): the Task SDK's (``airflow.sdk.observability.stats``, 3.2) where it exists, else core's
+  ``airflow.stats`` (3.1; 3.3 keeps it only as a deprecated shim). ``stats()`` returns it set up
+  also in a process no Airflow component initialized.
 - ``connection_form_widgets`` / ``ui_field_behaviour``: the ``torchx`` connection form for
   Airflow 3.1, which reads it only from the hook's (later deprecated) methods. They are derived
   from ``conn-fields`` and ``ui-field-behaviour`` in the provider info, which Airflow >= 3.2
@@ -42,6 +43,26 @@ try:
 except ImportError:  # Airflow 3.1
     from airflow.stats import Stats
 
+
+def stats() -> Any:
+    """``Stats``, configured from ``[metrics]`` in a process no Airflow component set it up in
+    (the reaper's loop, a script). Airflow >= 3.2 leaves the Task SDK's client a no-op until a
+    component (scheduler, triggerer, task runner) calls ``Stats.initialize``, so the metrics of
+    such a process would be dropped; 3.1's client configures itself on first use."""
+    try:
+        from airflow.sdk._shared.observability.metrics import stats as client
+        from airflow.sdk.observability.metrics.stats_utils import get_stats_factory
+    except ImportError:  # Airflow 3.1
+        return Stats
+    if getattr(client, "_factory", None) is None and getattr(Stats, "factory", None) is None:
+        if hasattr(client, "_factory"):  # Airflow >= 3.3: module-level state
+            legacy = conf.getboolean("metrics", "legacy_names_on", fallback=True)
+            Stats.initialize(factory=get_stats_factory(), export_legacy_names=legacy)
+        else:  # Airflow 3.2: the factory takes the class
+            Stats.initialize(factory=get_stats_factory(Stats))  # type: ignore[call-arg]
+    return Stats
+
+
 try:
     from airflow.sdk._shared.secrets_masker import mask_secret as mask_locally
     from airflow.sdk._shared.secrets_masker import redact, should_hide_value_for_key
@@ -62,13 +83,13 @@ except ImportError:  # Airflow 3.1
 __all__ = [
     "AirflowFailException",
     "AirflowSensorTimeout",
-    "Stats",
     "conf",
     "connection_form_widgets",
     "mask_locally",
     "mask_secret",
     "redact",
     "should_hide_value_for_key",
+    "stats",
     "ui_field_behaviour",
 ]
 

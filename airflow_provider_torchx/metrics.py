@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow_provider_torchx._compat import Stats
+from airflow_provider_torchx._compat import stats
 from airflow_provider_torchx.core.usage import Usage
 
 #: Metric names (after Airflow's ``statsd_prefix``).
@@ -29,19 +29,20 @@ def emit_usage_metrics(usage: Usage, *, scheduler: str, app_name: str, dag_id: s
     """Emit the job's run time and queue wait (timers), GPU-hours, vCPU-hours and attempts
     (gauges); figures the scheduler does not know are left out."""
     tags = {"scheduler": scheduler, "app_name": app_name, "dag_id": dag_id, "task_id": task_id}
+    client = stats()
     if usage.run_time_s is not None:
-        Stats.timing(DURATION, timedelta(seconds=usage.run_time_s), tags=tags)
+        client.timing(DURATION, timedelta(seconds=usage.run_time_s), tags=tags)
     if usage.queue_wait_s is not None:
-        Stats.timing(QUEUE_WAIT, timedelta(seconds=usage.queue_wait_s), tags=tags)
+        client.timing(QUEUE_WAIT, timedelta(seconds=usage.queue_wait_s), tags=tags)
     if usage.gpu_hours is not None:
-        Stats.gauge(GPU_HOURS, usage.gpu_hours, tags=tags)
+        client.gauge(GPU_HOURS, usage.gpu_hours, tags=tags)
     if usage.vcpu_hours is not None:
-        Stats.gauge(VCPU_HOURS, usage.vcpu_hours, tags=tags)
-    Stats.gauge(ATTEMPTS, len(usage.attempts), tags=tags)
+        client.gauge(VCPU_HOURS, usage.vcpu_hours, tags=tags)
+    client.gauge(ATTEMPTS, len(usage.attempts), tags=tags)
 
 
 def emit_orphan_cancelled(*, scheduler: str, dag_id: str, task_id: str, reason: str) -> None:
     """Count a job cancelled for outliving its task instance, tagged with why (the decision
     table's reason: ``task_failed``, ``dag_run_deleted``, ``superseded``, ...)."""
     tags = {"scheduler": scheduler, "dag": dag_id, "task": task_id, "reason": reason}
-    Stats.incr(ORPHAN_CANCELLED, tags=tags)
+    stats().incr(ORPHAN_CANCELLED, tags=tags)
