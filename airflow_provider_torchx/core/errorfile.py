@@ -55,7 +55,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_torchx.core.logstream import last_lines
 from airflow_provider_torchx.core.schedulers.api import SchedulerCapabilities, Stream
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, parse_app_handle
 
@@ -271,6 +270,10 @@ def _replica_root_cause(
 ) -> RootCause | None:
     replica = f"{rep.role}/{rep.id}"
     if tail is None:
+        # Imported here: the local scheduler imports this module for its constants, and a
+        # CLI ``list`` or ``status`` has no use for the log machinery.
+        from airflow_provider_torchx.core.logstream import last_lines
+
         tail = last_lines(runner, app_handle, rep.role, rep.id, SUMMARY_LINES)
     stderr = node_stderr(_stderr_tail(runner, app_handle, rep) if capabilities.separate_stderr else tail)
     written = _error_file(runner, app_handle, rep) if capabilities.error_files else None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_scheduler
 from airflow_provider_torchx.core.specs import AppDef, AppState, RetryPolicy, Role
-from tests.core.local.helpers import sh_app, wait_done
+from tests.core.local.helpers import sh_app, wait_done, wait_running
 
 
 def test_success_with_macros_labels_and_roles(sched: LocalScheduler, tmp_path: Path) -> None:
@@ -209,6 +209,24 @@ def test_list_filters_on_labels_and_backend(sched: LocalScheduler, dir_sched: Lo
     assert [(r.app_id, r.name, r.state) for r in listed] == [(c, "c", AppState.SUCCEEDED)]
     # another process (a fresh scheduler instance) sees the same store
     assert {r.app_id for r in create_scheduler("other").list()} == {a, b}
+
+
+def test_count_counts_live_jobs_without_reading_their_state(sched: LocalScheduler, state_dir: Path) -> None:
+    """``count`` matches on backend and labels only: a running job whose ``state.json`` cannot
+    be read (a FIFO here, which ``list`` refuses and skips) is still counted."""
+    app_id = sched.submit(sh_app("sleep 30"), labels={"dag": "d1"})
+    try:
+        wait_running(sched, app_id)
+        state = state_dir / "local" / app_id / "state.json"
+        state.unlink()
+        os.mkfifo(state)
+        fresh = create_scheduler("other")  # nothing cached
+        assert (fresh.count(), fresh.count({}, {"dag": "d1"}), fresh.count({}, {"dag": "d2"})) == (1, 1, 0)
+        assert fresh.list() == []
+        state.unlink()
+    finally:
+        sched.cancel(app_id)
+    wait_done(sched, app_id)
 
 
 def test_entry_points_build_the_schedulers_and_ignore_unknown_kwargs() -> None:

@@ -484,11 +484,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         info._scheduler = rec["backend"]
         return info
 
-    def summaries(self) -> dict[str, dict[str, Any]]:
+    def summaries(self, states: bool = True) -> dict[str, dict[str, Any]]:
         """What a listing shows of every job of the store (any local backend): app id ->
         ``{"backend", "name", "labels", "created", "state", "ended"}``. Ended jobs come from
         the store's index (``store.FINISHED_INDEX``); only the others' files are read, and
-        those found ended are added to it. Corrupt entries are skipped (logged)."""
+        those found ended are added to it. Corrupt entries are skipped (logged). ``states``
+        False: the jobs not in the index have no ``state`` or ``ended`` (their state files are
+        not read: what matching by backend and labels needs)."""
         index = self.store.finished()  # the same dict while the file is unchanged
         if self._ended_index is None or self._ended_index[0] is not index:
             ended = {k: v for k, v in index.items() if isinstance(v, dict) and v.get("state") in _TERMINAL_NAMES}
@@ -502,7 +504,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 rec = self._record(app_id)
                 if rec is None:
                     continue
-                st = self._state(app_id, rec)
+                st = self._state(app_id, rec) if states else None
             except store.CorruptEntryError as e:
                 log.warning("list: skipping %s", e)
                 continue
@@ -511,9 +513,11 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 "name": rec["app_name"],
                 "labels": rec["labels"],
                 "created": rec["created"],
-                "state": st["state"],
-                "ended": st.get("ended"),
             }
+            if st is None:
+                found[app_id] = entry
+                continue
+            entry.update(state=st["state"], ended=st.get("ended"))
             if st.get("orphaned"):  # reported ended, not recorded: finalize records it
                 entry["orphaned"] = True
             elif st["state"] in _TERMINAL_NAMES:
@@ -609,9 +613,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
         return found
 
     def count(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> int:
-        """How many jobs ``list`` returns, counted on the summaries (no answer built)."""
+        """How many jobs ``list`` returns, counted on the summaries (no answer built, no
+        state file read: a job with a corrupt one, which ``list`` skips, is counted)."""
         with store.gc_paused():
-            return len(self._matching(self.summaries(), labels))
+            return len(self._matching(self.summaries(states=False), labels))
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block until the job's supervisor exits (the job is over) or ``timeout`` passes,
