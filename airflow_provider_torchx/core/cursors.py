@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_torchx.core.schedulers.local.store import read_json
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.core.statedir import default_state_dir
 
@@ -111,10 +112,13 @@ class CursorFile:
         return cls(base / CURSOR_DIR / parsed.scheduler_backend / f"{parsed.app_id}.{key}.json", app_handle, identity)
 
     def load(self) -> LogPosition | None:
-        """The saved position, or None when there is none (no file, unreadable, or one for
-        another job)."""
+        """The saved position, or None when there is none (no file, unreadable, one for
+        another job, or not a regular file: a symbolic link's target or a FIFO is never read,
+        so a swapped file can neither leak another file nor hold the reader)."""
         try:
-            data = json.loads(self.path.read_bytes())
+            data = read_json(self.path, self.path.parent)
+            if data is None:
+                return None
             if data.get("app_handle") != self.app_handle:
                 log.warning("ignoring cursor file %s: it is for %s", self.path, data.get("app_handle"))
                 return None

@@ -4,8 +4,10 @@ and what a reader ignores."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,24 @@ def test_a_reader_ignores_unreadable_or_foreign_files(
     cursor_file.path.write_bytes(content)
     assert cursor_file.load() is None
     assert "ignoring" in caplog.text and str(cursor_file.path) in caplog.text
+
+
+def test_a_swapped_cursor_file_is_never_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A cursor file replaced by a symbolic link (to a valid position of another file) or by a
+    FIFO: ``load`` ignores it at once, naming it; the link's target is not read, and no reader
+    waits on the FIFO."""
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"app_handle": HANDLE, "seq": 7, "cursors": {"r/0": "SECRET"}}))
+    cursor_file = CursorFile.locate(HANDLE, IDENTITY, tmp_path)
+    cursor_file.path.symlink_to(outside)
+    assert cursor_file.load() is None
+    cursor_file.path.unlink()
+    os.mkfifo(cursor_file.path)
+    start = time.monotonic()
+    assert cursor_file.load() is None
+    assert time.monotonic() - start < 5
+    assert caplog.text.count(f"ignoring unreadable cursor file {cursor_file.path}") == 2
+    assert "SECRET" not in caplog.text
 
 
 def test_concurrent_saves_leave_one_whole_position(tmp_path: Path) -> None:

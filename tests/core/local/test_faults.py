@@ -336,6 +336,18 @@ def test_a_swapped_job_file_is_refused_never_read(
     assert code == 0 and good in out and "swap" not in out
 
 
+def test_a_swapped_job_directory_is_no_sidecar_dir(sched: LocalScheduler, state_dir: Path, tmp_path: Path) -> None:
+    """Watchers keep their cursor files beside a job (``sidecar_dir``) only in its real
+    directory: a job directory that is a symbolic link gives none."""
+    good = sched.submit(sh_app("true"))
+    wait_done(sched, good)
+    outside = tmp_path / "outside"
+    shutil.copytree(sched.job_dir(good), outside)
+    (state_dir / "local" / "swap-dir-0123456789ab").symlink_to(outside)
+    assert sched.sidecar_dir(good) == sched.job_dir(good)
+    assert sched.sidecar_dir("swap-dir-0123456789ab") is None
+
+
 def test_a_swapped_cancel_request_still_cancels_and_is_never_read(sched: LocalScheduler, tmp_path: Path) -> None:
     """A ``cancel.json`` that is a symbolic link when the supervisor is signalled: the job
     ends CANCELLED all the same (its supervisor records it), the link's target is not read as

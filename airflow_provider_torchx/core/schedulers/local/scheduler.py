@@ -320,9 +320,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     def sidecar_dir(self, app_id: str) -> Path | None:
         """The job's directory: watchers' own files (log cursors) live beside the job in the
-        store and go away with ``delete``. None for an unknown job."""
+        store and go away with ``delete``. None for an unknown job, or one whose directory is
+        a symbolic link (a swapped job: its watchers keep their files under the state dir)."""
         path = self.job_dir(app_id)
-        return path if path.is_dir() else None
+        return path if path.is_dir() and not path.is_symlink() else None
 
     def _record(self, app_id: str) -> dict[str, Any] | None:
         """The job's request record, or None if there is no such job."""
