@@ -76,3 +76,19 @@ def test_reads_beside_a_writer_replacing_the_file_never_fail(tmp_path: Path) -> 
         stop.set()
         thread.join()
     assert all(isinstance(n, int) for n in seen)
+
+
+def test_the_index_is_parsed_once_per_change_for_every_store_of_a_directory(tmp_path: Path) -> None:
+    """Two stores of one directory (a ``local_cwd`` and a ``local_dir`` scheduler) share the
+    parsed index; what a store writes is not parsed again; a change by another writer is."""
+    cwd_jobs, dir_jobs = store.JobStore(tmp_path), store.JobStore(tmp_path)
+    cwd_jobs.create("a")
+    entry = {"backend": "local_cwd", "name": "n", "labels": {}, "created": 1.0, "state": "SUCCEEDED", "ended": 2.0}
+    cwd_jobs.record_finished({"a": entry}, {"a"})
+    assert cwd_jobs.finished() == {"a": entry}
+    assert cwd_jobs.finished()["a"] is entry  # the written dict itself: not parsed back
+    assert dir_jobs.finished() is cwd_jobs.finished()
+    index = Path(cwd_jobs.root) / store.FINISHED_INDEX
+    store.write_json_atomic(index, {"a": entry, "b": entry})  # another process's write
+    assert set(dir_jobs.finished()) == {"a", "b"}
+    assert cwd_jobs.finished() is dir_jobs.finished()

@@ -149,8 +149,9 @@ def makedirs_private(path: StrPath) -> None:
     os.chmod(path, 0o700)
 
 
-def write_json_atomic(path: StrPath, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temp file and a rename (owner-only). On any
+def write_json_atomic(path: StrPath, obj: Any) -> os.stat_result:
+    """Write ``obj`` as JSON to ``path`` through a temp file and a rename (owner-only); return
+    the written file's status (its inode is ``path``'s until the next writer's rename). On any
     error the temp file is removed and the old content of ``path`` stays."""
     head, name = os.path.split(path)
     tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
@@ -162,9 +163,11 @@ def write_json_atomic(path: StrPath, obj: Any) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+            written = os.fstat(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        return written
     except BaseException:
         try:  # noqa: SIM105 - contextlib would cost start-up time
             os.unlink(tmp)
@@ -225,14 +228,23 @@ def read_json(path: StrPath, root: StrPath) -> Any:
         return json.loads(f.read())
 
 
+#: Each store's parsed index and the ``_file_key`` it was read (or written) at, shared by the
+#: process's stores of one directory (a ``local_cwd`` and a ``local_dir`` scheduler): reread
+#: only when the file changed.
+_PARSED_INDEXES: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+
+def _file_key(st: os.stat_result) -> tuple[int, int, int]:
+    """(inode, mtime, size): a file replaced or rewritten since gets another key."""
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 class JobStore:
     """The jobs directory (``<state dir>/local``), created owner-only on first use."""
 
     def __init__(self, state_dir: StrPath | None = None) -> None:
         base = os.path.abspath(os.path.expanduser(state_dir)) if state_dir else default_state_dir()
         self.root = os.path.join(base, "local")
-        # The parsed index and the (inode, mtime, size) it was read at: reread only when changed.
-        self._index: tuple[tuple[int, int, int], dict[str, Any]] | None = None
         # The app ids as last listed and the store directory's mtime then (``app_ids``).
         self._ids: tuple[int, frozenset[str]] | None = None
 
@@ -283,9 +295,10 @@ class JobStore:
             st = os.stat(path)
         except OSError:
             return {}
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if self._index is not None and self._index[0] == key:
-            return self._index[1]
+        key = _file_key(st)
+        parsed = _PARSED_INDEXES.get(self.root)
+        if parsed is not None and parsed[0] == key:
+            return parsed[1]
         try:
             with gc_paused():
                 index = read_json(path, self.root)
@@ -293,7 +306,7 @@ class JobStore:
             index = None
         if not isinstance(index, dict):
             index = {}
-        self._index = (key, index)
+        _PARSED_INDEXES[self.root] = (key, index)
         return index
 
     def record_finished(self, entries: dict[str, Any], present: Set[str]) -> None:
@@ -302,10 +315,10 @@ class JobStore:
         index = {k: v for k, v in self.finished().items() if k in present}
         index.update(entries)
         try:
-            write_json_atomic(os.path.join(self.root, FINISHED_INDEX), index)
+            written = write_json_atomic(os.path.join(self.root, FINISHED_INDEX), index)
         except OSError:
             return
-        self._index = None
+        _PARSED_INDEXES[self.root] = (_file_key(written), index)  # what was written: not parsed again
 
     def disk_usage(self, app_id: str) -> int:
         """Bytes the job's directory takes on disk (symbolic links not followed)."""
