@@ -229,7 +229,9 @@ def test_worker_tasks_killed_or_lost_end_their_jobs_and_a_retry_adopts(
     wait_until(lambda: api.task_instance(RETRIED, retried_run, "job")["try_number"] == 2, 120, "the retry")
     api.wait_for_state(RETRIED, retried_run, "job", {"running"})
     assert the_job(live, retried) == retried.handle
-    assert api.xcom(RETRIED, retried_run, "job", "app_handle") == retried.handle
+    # The try runs before it adopts: its handle XCom (cleared for the try) follows.
+    pushed = wait_until(lambda: api.xcom(RETRIED, retried_run, "job", "app_handle"), 120, "the retry's app_handle")
+    assert pushed == retried.handle
 
     for row in (oom, lost):
         ti = api.wait_for_state(row.dag_id, row.run_id, row.task_id, {"failed"}, timeout=180)
