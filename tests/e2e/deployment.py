@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -49,6 +50,44 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def never_reuse_trigger_ids(db: Path) -> None:
+    """Give Airflow's ``trigger`` table an AUTOINCREMENT id, as a server database's sequence is.
+
+    On SQLite a new row takes the highest id left plus one, so a trigger created right after the
+    last one was deleted gets its id again. The triggerer, still running the old trigger under
+    that id, then takes it for the new one: the old trigger's late event resumes the new task
+    (seen in a full run: a task deferred, resumed 0.5 s later by the previous test's event, and
+    failed by the scheduler), and the new trigger never runs. Production databases never reuse
+    ids; the live tests must not either."""
+    con = sqlite3.connect(db)
+    try:
+        (table,) = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'trigger'").fetchone()
+        if "AUTOINCREMENT" in table:
+            return
+        indexes = [
+            sql
+            for (sql,) in con.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'trigger' AND sql IS NOT NULL"
+            )
+        ]
+        rebuilt, n = re.subn(
+            r"\bid INTEGER NOT NULL,", "id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,", table, count=1
+        )
+        rebuilt, m = re.subn(r",\s*CONSTRAINT trigger_pkey PRIMARY KEY \(id\)", "", rebuilt, count=1)
+        assert n == m == 1, f"unexpected trigger table: {table}"
+        con.execute("PRAGMA foreign_keys = OFF")
+        con.execute("PRAGMA legacy_alter_table = ON")  # other tables' references keep naming "trigger"
+        with con:
+            con.execute('ALTER TABLE "trigger" RENAME TO trigger_before')
+            con.execute(rebuilt)
+            con.execute('INSERT INTO "trigger" SELECT * FROM trigger_before')
+            con.execute("DROP TABLE trigger_before")
+            for sql in indexes:
+                con.execute(sql)
+    finally:
+        con.close()
 
 
 class AirflowDeployment:
@@ -114,7 +153,7 @@ class AirflowDeployment:
     # ------------------------------------------------------------------ processes
 
     def migrate(self) -> None:
-        """Create the SQLite database."""
+        """Create the SQLite database, with trigger ids never reused (``never_reuse_trigger_ids``)."""
         subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"],
             env=self.env,
@@ -122,6 +161,7 @@ class AirflowDeployment:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        never_reuse_trigger_ids(self.home / "airflow.db")
 
     def start(self, components: Iterable[str] = COMPONENTS) -> None:
         """Migrate, start ``components`` and wait until the API answers."""
