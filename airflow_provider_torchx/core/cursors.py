@@ -130,8 +130,6 @@ class CursorFile:
                 cursors={str(k): str(v) for k, v in cursors.items()},
                 reported=bool(data.get("reported", False)),
             )
-        except FileNotFoundError:
-            return None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             log.warning("ignoring unreadable cursor file %s: %s", self.path, e)
             return None
