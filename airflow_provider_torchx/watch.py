@@ -269,11 +269,11 @@ class TaskWatcher(JobWatch):
 
     async def current_status_async(self) -> AppStatus | None:
         """The job's status without holding a thread: from the scheduler's own thread
-        (``Runner.status_future``), read at once when cheap (a side-effect-free read), else on
+        (``Runner.status_on_loop``), read at once when cheap (a side-effect-free read), else on
         the watch pool. A job that ended unrecorded is settled on the pool (``finalize``)."""
-        future = self.runner.status_future(self.app_handle)
+        future = self.runner.status_on_loop(self.app_handle)
         if future is not None:
-            status = await asyncio.wrap_future(future)
+            status = await future
         elif self.runner.capabilities(parse_app_handle(self.app_handle).scheduler_backend).cheap_status:
             status = self.runner.status(self.app_handle)
         else:
@@ -288,7 +288,7 @@ class TaskWatcher(JobWatch):
 
     async def next_status_async(self, poll_interval: float, limit: float | None) -> AppStatus | None:
         """The job's status one poll on. Where the scheduler answers futures, its next
-        scheduled look (``Runner.status_future`` with a period): the scheduler sets the rhythm,
+        scheduled look (``Runner.status_on_loop`` with a period): the scheduler sets the rhythm,
         so the job is looked at every ``poll_interval`` whatever this watcher's own latency,
         and the first look that sees the end answers at once. Else after sleeping a poll.
         Else after a poll, cut short when the scheduler's change descriptor
@@ -299,9 +299,9 @@ class TaskWatcher(JobWatch):
         (a triggerer's start) do not all wake in the same instant ever after. Raises
         ``TimeoutError`` once ``limit`` seconds passed without an answer (the future path; the
         other one returns a status then)."""
-        future = self.runner.status_future(self.app_handle, poll_interval)
+        future = self.runner.status_on_loop(self.app_handle, poll_interval)
         if future is not None:
-            return await self._settled(await asyncio.wait_for(asyncio.wrap_future(future), limit))
+            return await self._settled(await (future if limit is None else asyncio.wait_for(future, limit)))
         pause = max(0.0, poll_interval if limit is None else min(poll_interval, limit))
         if not self._waited:  # triggers started together (a triggerer's start) spread out
             self._waited = True
@@ -383,12 +383,13 @@ class TaskWatcher(JobWatch):
         while True:
             action = rules.next_action(self.state, clock.monotonic(), clock.wall())
             if isinstance(action, Look):
-                status, timed_out = self.state.status, False
-                if action.pause == 0:
+                status, timed_out, pause, limit = self.state.status, False, action.pause, action.limit
+                del action  # not held while waiting: a look lasts a poll (``WatchState.looked_at``)
+                if pause == 0:
                     status = await self.current_status_async()
                 else:
                     try:
-                        status = await self.next_status_async(action.pause, action.limit)
+                        status = await self.next_status_async(pause, limit)
                     except TimeoutError:
                         timed_out = True
                 self.state = self.state.looked_at(status, clock.monotonic(), timed_out)

@@ -52,6 +52,7 @@ import argparse
 import asyncio
 import collections
 import gc
+import inspect
 import json
 import logging
 import math
@@ -128,7 +129,7 @@ async def contend(kind: str, targets: list[str], native_ids: list[str | None], a
     lags: list[float] = []
     neighbour: list[float] = []
     inflight: list[float] = []
-    phase = {"measure": False}
+    phase = {"measure": False, "steady": False}
     # The garbage collector's pauses in the steady phase, per generation: a full collection
     # stops the loop for as long as it scans the heap, which the lag figures include.
     gc_pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
@@ -137,7 +138,7 @@ async def contend(kind: str, targets: list[str], native_ids: list[str | None], a
     def on_gc(what: str, info: dict[str, int]) -> None:
         if what == "start":
             gc_started[0] = time.perf_counter()
-        elif phase["measure"]:
+        elif phase["steady"]:
             gc_pauses[info["generation"]].append(time.perf_counter() - gc_started[0])
 
     gc.callbacks.append(on_gc)
@@ -177,11 +178,13 @@ async def contend(kind: str, targets: list[str], native_ids: list[str | None], a
             await asyncio.sleep(0.2)
 
     helpers = [asyncio.create_task(sleeper()), asyncio.create_task(neighbour_trigger())]
+    if os.environ.get("TRIGGERER_SCALE_CENSUS"):
+        helpers.append(asyncio.create_task(census(phase)))
     tasks = [asyncio.create_task(drive(i, t)) for i, t in enumerate(triggers)]
     say(mark="started", t=time.time())
     await until(args.warmup, lambda: False)
     await until(float("inf"), lambda: os.path.exists(args.go_file))  # every trigger started
-    phase["measure"] = True
+    phase["measure"] = phase["steady"] = True
     say(mark="steady-start", t=time.time())
     cpu0, wall0 = time.process_time(), time.monotonic()
     rss: list[float] = []
@@ -191,6 +194,7 @@ async def contend(kind: str, targets: list[str], native_ids: list[str | None], a
         await asyncio.sleep(1.0)
         rss.append(rss_mb())
     cpu = (time.process_time() - cpu0) / (time.monotonic() - wall0) * 100
+    phase["steady"] = False
     steady_lags, steady_neighbour = list(lags), list(neighbour)
     if not stop.is_set():
         say(mark="steady-end", t=time.time())
@@ -213,6 +217,35 @@ async def contend(kind: str, targets: list[str], native_ids: list[str | None], a
             "gc": gc_pauses,
         }
     )
+
+
+def kind_of(obj: object) -> str:
+    """A heap census's name for ``obj``: its type, and a function's or cell's owner."""
+    if inspect.isfunction(obj):
+        return f"function {obj.__module__}.{obj.__qualname__}"
+    return type(obj).__qualname__
+
+
+async def census(phase: dict[str, bool]) -> None:
+    """Print (to stderr) what the collector tracks once the steady phase runs, and which
+    tracked objects reached its oldest generation in the next 5 s and are still alive: the
+    objects each full collection scans, and those that bring the next one on."""
+    while not phase["measure"]:
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2)
+    gc.collect()
+    kept = gc.get_objects()  # held, so that no later object gets the id of one of them
+    before = {id(o) for o in kept}
+    await asyncio.sleep(5)
+    tracked = [o for o in gc.get_objects() if o is not kept]
+    new = collections.Counter(kind_of(o) for o in gc.get_objects(generation=2) if id(o) not in before)
+    del kept
+    print(f"census: {len(tracked)} tracked objects; by kind:", file=sys.stderr)
+    for kind, count in collections.Counter(kind_of(o) for o in tracked).most_common(40):
+        print(f"  {count:8d} {kind}", file=sys.stderr)
+    print(f"census: {sum(new.values())} reached the oldest generation in 5 s and are alive:", file=sys.stderr)
+    for kind, count in new.most_common(30):
+        print(f"  {count:8d} {kind}", file=sys.stderr)
 
 
 def contender_main(args: argparse.Namespace) -> None:

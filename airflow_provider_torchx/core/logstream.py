@@ -152,6 +152,7 @@ class LogFollower:
         self._eof: dict[str, bool] = {}
         #: How far the log read so far lags the job's log, as the last batch said (seconds).
         self.behind_s: float | None = None
+        self._unread: LogBatch | None = None
 
     def replicas_to_read(self, status: AppStatus) -> list[tuple[str, int]]:
         """``(role, k)`` of the replicas a read looks at: every replica of a terminal job (the
@@ -171,12 +172,19 @@ class LogFollower:
     def read(self, status: AppStatus) -> LogBatch:
         """At most ``max_lines_per_poll`` new lines of each replica to read
         (``replicas_to_read``), in order per replica. Moves no cursor (see ``advance``);
-        blocks on the backend's log reads."""
+        blocks on the backend's log reads. A read of no replica (a job still queued) answers
+        the same batch until the position moves (see ``WatchState.looked_at``)."""
+        to_read = self.replicas_to_read(status)
+        if not to_read:
+            unread = self._unread
+            if unread is None or unread.cursors is not self.cursors or unread.behind_s != self.behind_s:
+                unread = self._unread = LogBatch([], self.cursors, False, self.behind_s)
+            return unread
         lines: list[LogLine] = []
         cursors = dict(self.cursors)
         more = False
         behind: list[float] = []
-        for role_name, k in self.replicas_to_read(status):
+        for role_name, k in to_read:
             key = replica_key(role_name, k)
             chunk = self.runner.read_log(
                 self.app_handle,
@@ -196,7 +204,8 @@ class LogFollower:
 
     def advance(self, batch: LogBatch) -> None:
         """Move the cursors past ``batch`` (once its lines were written out)."""
-        self.cursors = dict(batch.cursors)
+        if batch.cursors is not self.cursors:
+            self.cursors = dict(batch.cursors)
         self.behind_s = batch.behind_s
 
     def poll(self, status: AppStatus | None = None) -> list[LogLine]:
@@ -304,7 +313,12 @@ class WatchState:
 
     def looked_at(self, status: AppStatus | None, now: float, timed_out: bool = False) -> WatchState:
         """After a look: ``status`` (``timed_out``: the look ran past the deadline and
-        ``status`` is the previous one); a new round of reading begins at ``now``."""
+        ``status`` is the previous one); a new round of reading begins at ``now``. A status
+        equal to the last one is not kept, the last one is: a state lives until the next look,
+        a poll on, and in a triggerer watching thousands of jobs the objects that outlive the
+        collector's young generations bring on the full collections that hold its loop."""
+        if status is not None and status == self.status:
+            status = self.status
         return dataclasses.replace(
             self, status=status, looked=True, timed_out=timed_out, round_at=now, pending=None, last=None
         )

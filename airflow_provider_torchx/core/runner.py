@@ -21,7 +21,7 @@ from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core.errors import UnknownAppError, UnknownSchedulerError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, did_you_mean, runopts
@@ -43,6 +43,9 @@ from airflow_provider_torchx.core.specs import (
     parse_app_handle,
     validate_app,
 )
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -277,14 +280,15 @@ class Runner:
         sched, app_id = self._scheduler_app_id(app_handle)
         return _app_status(sched.finalize(app_id))
 
-    def status_future(
-        self, app_handle: str, period: float | None = None
-    ) -> concurrent.futures.Future[AppStatus | None] | None:
-        """The app's status as a future the scheduler resolves from a thread of its own
-        (``Scheduler.describe_future_as``, mapped there: one future per look; ``period`` asks
-        for its next scheduled look); None: call ``status`` instead. Never blocks."""
+    def status_on_loop(self, app_handle: str, period: float | None = None) -> asyncio.Future[AppStatus | None] | None:
+        """The app's status as a future of the running event loop, which the scheduler
+        resolves from a thread of its own (``Scheduler.describe_on_loop_as``, mapped there:
+        one future per look; ``period`` asks for its next scheduled look); None: call
+        ``status`` instead. Call it on the loop; never blocks."""
+        import asyncio
+
         sched, app_id = self._scheduler_app_id(app_handle)
-        return sched.describe_future_as(app_id, _app_status, period)
+        return sched.describe_on_loop_as(app_id, _app_status, asyncio.get_running_loop(), period)
 
     def describe_app_future(
         self, app_handle: str, period: float | None = None

@@ -46,3 +46,20 @@ def test_a_live_jobs_unstarted_replicas_are_not_read_and_lose_nothing() -> None:
     batch = follower.read(ended)
     assert runner.reads[1:] == [("w", 0), ("w", 1)]  # the drain reads every replica, from its cursor
     assert [line.line for line in batch.lines] == ["w/0 line 1\n", "w/1 line 0\n"]
+
+
+def test_a_read_of_no_replica_answers_the_same_batch_until_the_position_moves() -> None:
+    """A queued job's every look reads nothing: the follower answers one batch for it (what a
+    watcher keeps until its next look, a poll on, is not a new object per look), and that
+    batch follows the position once lines were read."""
+    runner = CountingRunner()
+    follower = LogFollower(runner, "aws_batch://s/q:app", {"w/0": "3"})  # type: ignore[arg-type]
+    queued = status(AppState.PENDING, AppState.PENDING)
+    first = follower.read(queued)
+    follower.advance(first)
+    again = follower.read(queued)
+    assert again is first and again.lines == [] and again.cursors == {"w/0": "3"} and not again.more
+
+    follower.advance(follower.read(status(AppState.RUNNING, AppState.RUNNING)))
+    after = follower.read(queued)  # a restarted replica, queued again
+    assert after is not first and after.cursors == {"w/0": "4"} and runner.reads == [("w", 0)]

@@ -273,3 +273,14 @@ def test_a_blocking_wait_streams_every_line_once_and_drains_the_end() -> None:
     final = watch.wait(1.0)
     assert final is not None and final.state == AppState.SUCCEEDED
     assert lines == [f"{i}\n" for i in range(runner.written)] and runner.written == 25
+
+
+def test_a_look_that_finds_the_same_status_keeps_the_one_it_had() -> None:
+    """A state lives until the next look, a poll on: a status equal to the last one is not
+    kept (the last one is), a changed one is."""
+    first = status(AppState.RUNNING)
+    state = WatchState().looked_at(first, 0.0)
+    same = state.looked_at(status(AppState.RUNNING), POLL)
+    assert same.status is first and same.round_at == POLL
+    changed = same.looked_at(status(AppState.RUNNING, msg="2 of 2 nodes up"), 2 * POLL)
+    assert changed.status is not first and changed.status is not None and changed.status.msg == "2 of 2 nodes up"

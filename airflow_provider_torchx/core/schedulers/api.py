@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import builtins
 import concurrent.futures
+import contextlib
 import enum
 import inspect
 import json
@@ -20,12 +21,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from airflow_provider_torchx.core.errors import UnknownAppError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role, RoleStatus, validate_app
 from airflow_provider_torchx.core.usage import Usage
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +147,29 @@ def settle(future: concurrent.futures.Future[T], compute: Callable[[], T]) -> No
         future.set_result(compute())
     except BaseException as err:
         future.set_exception(err)
+
+
+def settle_on_loop(loop: asyncio.AbstractEventLoop, future: asyncio.Future[T], compute: Callable[[], T]) -> None:
+    """``settle`` for an asyncio ``future`` of ``loop``, from any thread: ``compute()`` runs
+    here, its result or error is set on the loop. Nothing happens if the waiter cancelled the
+    future, or when the loop is closed (nobody waits any more)."""
+    if future.cancelled():
+        return
+    try:
+        value, error = compute(), None
+    except BaseException as err:
+        value, error = None, err
+    with contextlib.suppress(RuntimeError):  # the loop is closed
+        loop.call_soon_threadsafe(_resolve, future, value, error)
+
+
+def _resolve(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(value)
+    else:
+        future.set_exception(error)
 
 
 def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterable[str]:
@@ -289,9 +316,27 @@ class Scheduler(abc.ABC, Generic[T]):
     ) -> concurrent.futures.Future[R] | None:
         """``describe_future`` whose future holds what ``then`` returns (or raises) for the
         answer, applied on the scheduler's thread: a watcher that wants less than the
-        description (``Runner.status_future``: the status) gets one future per look, not a
+        description (``Runner.status_on_loop``: the status) gets one future per look, not a
         chain. The same guarantees; the default: None."""
         return None
+
+    def describe_on_loop_as(
+        self,
+        app_id: str,
+        then: Callable[[DescribeAppResponse | None], R],
+        loop: asyncio.AbstractEventLoop,
+        period: float | None = None,
+    ) -> asyncio.Future[R] | None:
+        """``describe_future_as`` as a future of ``loop``, the running event loop (call it
+        there), resolved on the loop: what a watcher on a loop awaits. The same guarantees;
+        cancelling the future cancels the look. The default wraps ``describe_future_as``'s
+        future (``asyncio.wrap_future``: two futures and a few callbacks per look); a
+        scheduler answering many waiting looks resolves the loop's future itself
+        (``settle_on_loop``), since whatever a look holds lives a whole poll."""
+        import asyncio
+
+        future = self.describe_future_as(app_id, then, period)
+        return None if future is None else asyncio.wrap_future(future, loop=loop)
 
     def native_id(self, app_id: str) -> str | None:
         """The scheduler's own id of the app (AWS Batch: the job id), for a watcher in another

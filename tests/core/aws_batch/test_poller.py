@@ -245,7 +245,7 @@ def test_a_round_takes_the_asked_ids_those_due_and_early_ones_while_its_calls_ha
 
 def test_a_round_answers_the_waiters_it_completes_and_a_failed_one_those_it_touched() -> None:
     def waiter(ids: list[str], need: set[str], after_round: int) -> Waiter:
-        return Waiter(ids, need, after_round, concurrent.futures.Future(), lambda answer: None)
+        return Waiter(tuple(ids), need, after_round, concurrent.futures.Future(), lambda answer: None)
 
     results = {"a": (1.0, {"status": "RUNNING"}), "b": (1.0, None)}
     done = waiter(["a", "b"], {"a"}, 0)
@@ -255,7 +255,7 @@ def test_a_round_answers_the_waiters_it_completes_and_a_failed_one_those_it_touc
     gone.future.cancel()
     ready, pending = answer_waiters([done, half, newer, gone], 5, {"a", "b"}, results, None)
     assert ready == [(done, {"a": {"status": "RUNNING"}, "b": None})]
-    assert [(w.ids, w.need) for w in pending] == [(["a", "c"], {"c"}), (["a"], {"a"})]
+    assert [(w.ids, w.need) for w in pending] == [(("a", "c"), {"c"}), (("a",), {"a"})]
     assert half.need == {"a", "c"}  # the snapshot is left as it was
     boom = RuntimeError("throttled")
     ready, pending = answer_waiters([done, half, newer], 5, {"a"}, results, boom)

@@ -9,13 +9,18 @@ and as AWS describes Fargate jobs. The same code runs against moto in
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import gc
 import json
+import threading
 import time
+from typing import Any
 
 import pytest
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError
-from airflow_provider_torchx.core.schedulers.api import Stream
+from airflow_provider_torchx.core.schedulers.api import Stream, settle_on_loop
 from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler
 from airflow_provider_torchx.core.schedulers.aws_batch.scheduler import AWSBatchScheduler
 from airflow_provider_torchx.core.schedulers.aws_batch.status import (
@@ -570,6 +575,108 @@ def test_a_log_read_finds_streams_from_the_pollers_recent_entry_without_a_new_ro
     time.sleep(0.05)  # past the poller's min_interval: a plain describe would ask again
     assert sched.read_log("q1:app-1", "main", 0).lines == ["epoch 1\n"]
     assert sum(1 for name, _ in batch.calls if name == "describe_jobs") == rounds
+
+
+def test_a_look_on_an_event_loop_is_resolved_there_by_the_pollers_thread() -> None:
+    """``describe_on_loop_as``: ``then`` maps the answer on the poller's thread and the loop's
+    own future gets it; an ended multi-node job's answer carries its nodes' exit codes (a
+    second request, for the child jobs); a look the caller cancelled is dropped by the next
+    round; an app whose job id is unknown gets None (describe it blocking)."""
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(status="FAILED", statusReason="Essential container in task exited")
+    for n in range(3):
+        batch.jobs[f"j1#{n}"] = child_job("j1", n, "FAILED" if n == 2 else "SUCCEEDED", 1 if n == 2 else 0)
+    batch.jobs["j2"] = mnp_job(job_id="j2", name="app-2", status="RUNNING")
+    sched = make(batch)
+    sched.adopt_native_id("q1:app-1", "j1")
+    sched.adopt_native_id("q1:app-2", "j2")
+    mapped_on: list[str] = []
+
+    def then(described: Any) -> Any:
+        mapped_on.append(threading.current_thread().name)
+        return described
+
+    async def looks() -> tuple[Any, Any]:
+        loop = asyncio.get_running_loop()
+        assert sched.describe_on_loop_as("q1:app-9", then, loop) is None
+        cancelled = sched.describe_on_loop_as("q1:app-2", then, loop, period=3600.0)
+        ended = sched.describe_on_loop_as("q1:app-1", then, loop)
+        assert cancelled is not None and ended is not None
+        cancelled.cancel()
+        return await asyncio.wait_for(ended, 10), sched.poller._waiters
+
+    got, waiters = asyncio.run(looks())
+    assert got is not None and "role 'ps' replica 0 (node 2) exited with code 1" in got.msg
+    assert mapped_on == ["aws-batch-status-poller"]  # the cancelled look was never mapped
+    assert [w.ids for w in waiters] in ([], [("j2",)])  # dropped at the latest by j2's round
+    described = [j for n, kw in batch.calls if n == "describe_jobs" for j in kw["jobs"]]
+    assert sorted(j for j in described if "#" in j) == ["j1#0", "j1#1", "j1#2"]
+
+
+def test_settling_on_a_loop_from_a_thread_and_on_a_closed_loop() -> None:
+    """``settle_on_loop``: the result or error computed on another thread is set on the loop;
+    a future its waiter cancelled is not computed; a closed loop (nobody waits) is no error
+    for the poller's thread."""
+    computed: list[str] = []
+
+    def compute(value: str) -> str:
+        computed.append(value)
+        if value == "boom":
+            raise RuntimeError(value)
+        return value
+
+    async def answers() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in range(3)]
+        futures[2].cancel()
+        for future, value in zip(futures, ["ok", "boom", "never"], strict=True):
+            threading.Thread(target=settle_on_loop, args=(loop, future, functools.partial(compute, value))).start()
+        return await asyncio.gather(*futures[:2], return_exceptions=True)
+
+    ok, boom = asyncio.run(answers())
+    assert ok == "ok" and isinstance(boom, RuntimeError) and sorted(computed) == ["boom", "ok"]
+    closed = asyncio.new_event_loop()
+    future = closed.create_future()
+    closed.close()
+    settle_on_loop(closed, future, lambda: "late")
+    assert not future.done()
+
+
+def test_a_scheduled_look_waiting_on_a_loop_holds_four_tracked_objects() -> None:
+    """A scheduled look waits a whole poll, so what it holds outlives the garbage collector's
+    young generations; in a triggerer watching thousands of jobs those objects bring on the
+    full collections that hold its loop. A waiting look holds its future, the poller's
+    waiter, the waiter's set of ids and one ``_Look``: four objects the collector tracks."""
+    batch = FakeBatch()
+    jobs = [f"j{n}" for n in range(1000)]
+    for n, job_id in enumerate(jobs):
+        batch.jobs[job_id] = container_job(job_id=job_id, name=f"app-{n}", status="RUNNABLE")
+    sched = make(batch)
+    for n, job_id in enumerate(jobs):
+        sched.adopt_native_id(f"q1:app-{n}", job_id)
+    assert sched.describe("q1:app-0") is not None  # every job described once: in the cache
+    sched.poller.get(jobs, max_age=3600.0)
+
+    async def waiting() -> int:
+        loop = asyncio.get_running_loop()
+        looks = []
+        gc.collect()
+        before = len(gc.get_objects())
+        for n in range(len(jobs)):
+            looks.append(sched.describe_on_loop_as(f"q1:app-{n}", _status_of, loop, period=3600.0))
+        gc.collect()
+        held = len(gc.get_objects()) - before - 1  # the list of looks
+        for look in looks:
+            assert look is not None
+            look.cancel()
+        return held
+
+    held = asyncio.run(waiting())
+    assert held <= 4 * len(jobs) + 50, held / len(jobs)  # 50: the poller's threads, started once
+
+
+def _status_of(described: Any) -> Any:
+    return described
 
 
 def test_a_watcher_given_the_job_id_makes_no_look_up() -> None:

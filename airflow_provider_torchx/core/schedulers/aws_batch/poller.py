@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from airflow_provider_torchx.core.schedulers.api import settle
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import ChangeSweep, Group
@@ -111,16 +111,23 @@ def call_with_retry(
 Jobs = dict[str, dict[str, Any] | None]
 
 
-@dataclass
+class Cancellable(Protocol):
+    """A waiter's future, concurrent or asyncio: the poller only asks whether it was cancelled."""
+
+    def cancelled(self) -> bool: ...
+
+
+@dataclass(slots=True)
 class Waiter:
     """A request waiting for rounds: its ids, those no round answered yet, the number of the
     last round started before it was made (only later rounds answer it), the caller's future
-    (dropped once cancelled) and what to call with the answer (``StatusPoller.request_then``)."""
+    (dropped once cancelled) and what to call with the answer (``StatusPoller.request_then``).
+    Slotted, its ids a tuple: a scheduled look's waiter lives a whole poll."""
 
-    ids: list[str]
+    ids: tuple[str, ...]
     need: set[str]
     after_round: int
-    future: concurrent.futures.Future[Any]
+    future: Cancellable
     then: Callable[[Jobs | BaseException], None]
 
 
@@ -319,7 +326,7 @@ class StatusPoller:
 
     def request_then(
         self,
-        future: concurrent.futures.Future[Any],
+        future: Cancellable,
         then: Callable[[Jobs | BaseException], None],
         job_ids: list[str],
         max_age: float | None = None,
@@ -327,9 +334,9 @@ class StatusPoller:
     ) -> None:
         """``request`` without a future of its own: ``then`` gets the answer (or what the
         round raised), from the poller's thread or, when the cache answers, at once; it
-        resolves ``future`` (the caller's, dropped from the waiters once cancelled). One
-        future per look for a caller that maps the answer (``describe_future_as``); ``then``
-        must not raise."""
+        resolves ``future`` (the caller's, concurrent or asyncio, dropped from the waiters
+        once cancelled). One future per look for a caller that maps the answer
+        (``describe_future_as``, ``describe_on_loop_as``); ``then`` must not raise."""
         max_age = self.min_interval if max_age is None else max_age
         with self._cond:
             now = self._last_request = self.clock()
@@ -350,7 +357,7 @@ class StatusPoller:
                     continue
                 need.add(job_id)
             if need:
-                self._waiters.append(Waiter(list(job_ids), need, self.rounds, future, then))
+                self._waiters.append(Waiter(tuple(job_ids), need, self.rounds, future, then))
                 self._ensure_thread()
                 if wake is None or (self._next_round_at() or wake) < wake:
                     self._cond.notify_all()  # the next round is sooner now

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow_provider_torchx.core import workspace
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError, UnknownQueueError
@@ -33,6 +33,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     labels_match,
     newest,
     settle,
+    settle_on_loop,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch import options, render, status
 from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events, shared_log_budget
@@ -46,6 +47,9 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
 from airflow_provider_torchx.core.schedulers.aws_batch.setup_errors import translate_setup_errors, translated_iter
 from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -419,32 +423,46 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         this instance made its client (building an AWS session may block) or for an app whose
         job id this process has not learnt yet (``describe`` does both, blocking;
         ``adopt_native_id`` does both without a look-up)."""
-        if self._client is None:
-            return None
-        poller = self.poller
-        job_id = poller.job_id(app_id)
+        job_id = self._known_job_id(app_id)
         if job_id is None:
             return None
-        out: concurrent.futures.Future[R] = concurrent.futures.Future()
+        future: concurrent.futures.Future[R] = concurrent.futures.Future()
+        self._look(app_id, job_id, then, period, future, None)
+        return future
 
-        def on_job(answer: dict[str, dict[str, Any] | None] | BaseException) -> None:
-            try:
-                job = answer_jobs(answer)[job_id]
-                ended = _ended_nodes(job)
-                if not job or not ended:
-                    settle(out, lambda: then(self._response(app_id, job, {})))
-                    return
-                ids = _node_ids(job, ended)
+    def describe_on_loop_as(
+        self,
+        app_id: str,
+        then: Callable[[DescribeAppResponse | None], R],
+        loop: asyncio.AbstractEventLoop,
+        period: float | None = None,
+    ) -> asyncio.Future[R] | None:
+        """``describe_future_as`` resolved on ``loop`` by the poller's thread itself: a look
+        holds an asyncio future, the poller's waiter and one ``_Look``, nothing more."""
+        job_id = self._known_job_id(app_id)
+        if job_id is None:
+            return None
+        future: asyncio.Future[R] = loop.create_future()
+        self._look(app_id, job_id, then, period, future, loop)
+        return future
 
-                def on_nodes(found: dict[str, dict[str, Any] | None] | BaseException) -> None:
-                    settle(out, lambda: then(self._response(app_id, job, _by_node(ids, answer_jobs(found)))))
+    def _known_job_id(self, app_id: str) -> str | None:
+        """The job id of ``app_id`` if it is known without a blocking call (the client made,
+        the id learnt: see ``describe_future_as``), else None."""
+        return None if self._client is None else self.poller.job_id(app_id)
 
-                poller.request_then(out, on_nodes, list(ids), max_age=3600.0)
-            except BaseException as err:
-                settle(out, functools.partial(_reraise, err))
-
-        poller.request_then(out, on_job, [job_id], period=period)
-        return out
+    def _look(
+        self,
+        app_id: str,
+        job_id: str,
+        then: Callable[[DescribeAppResponse | None], R],
+        period: float | None,
+        future: concurrent.futures.Future[R] | asyncio.Future[R],
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        """Ask the poller for job ``job_id`` of ``app_id`` on behalf of ``future`` (``_Look``)."""
+        poller = self.poller
+        poller.request_then(future, _Look(self, poller, app_id, job_id, then, future, loop), [job_id], period=period)
 
     def native_id(self, app_id: str) -> str | None:
         """The Batch job id (remembered, else looked up by name with ListJobs: may block)."""
@@ -836,6 +854,64 @@ def _by_node(ids: Mapping[str, int], found: Mapping[str, dict[str, Any] | None])
 
 def _reraise(err: BaseException) -> Any:
     raise err
+
+
+class _Look(Generic[R]):
+    """One look at an app's job for ``describe_future_as`` and ``describe_on_loop_as``,
+    called with the poller's answer: the job, then, for a multi-node job that ended, its
+    nodes' child jobs (``nodes``); described (``_response``), mapped by ``then`` on the
+    poller's thread and handed to ``future`` (on ``loop`` when it is an asyncio one). A look
+    waits a whole poll, so whatever it holds outlives the collector's young generations: one
+    slotted object instead of closures, because at 5,000 watched jobs the full collections
+    those brought on held a triggerer's loop for hundreds of milliseconds at a time."""
+
+    __slots__ = ("app_id", "future", "ids", "job", "job_id", "loop", "poller", "sched", "then")
+
+    def __init__(
+        self,
+        sched: AWSBatchScheduler,
+        poller: StatusPoller,
+        app_id: str,
+        job_id: str,
+        then: Callable[[DescribeAppResponse | None], R],
+        future: concurrent.futures.Future[R] | asyncio.Future[R],
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        self.sched, self.poller, self.app_id, self.job_id = sched, poller, app_id, job_id
+        self.then, self.future, self.loop = then, future, loop
+        self.job: dict[str, Any] | None = None
+        self.ids: dict[str, int] = {}
+
+    def __call__(self, answer: dict[str, dict[str, Any] | None] | BaseException) -> None:
+        """The job's answer: describe it, or first ask for its ended nodes."""
+        try:
+            self.job = job = answer_jobs(answer)[self.job_id]
+            ended = _ended_nodes(job)
+            if not job or not ended:
+                self._deliver({})
+                return
+            self.ids = _node_ids(job, ended)
+            self.poller.request_then(self.future, self.nodes, list(self.ids), max_age=3600.0)
+        except BaseException as err:
+            self._settle(functools.partial(_reraise, err))
+
+    def nodes(self, found: dict[str, dict[str, Any] | None] | BaseException) -> None:
+        """The answer for the job's nodes: describe the job with them."""
+        try:
+            self._deliver(_by_node(self.ids, answer_jobs(found)))
+        except BaseException as err:
+            self._settle(functools.partial(_reraise, err))
+
+    def _deliver(self, nodes: dict[int, dict[str, Any]]) -> None:
+        self._settle(lambda: self.then(self.sched._response(self.app_id, self.job, nodes)))
+
+    def _settle(self, compute: Callable[[], R]) -> None:
+        if self.loop is None:
+            assert isinstance(self.future, concurrent.futures.Future)
+            settle(self.future, compute)
+        else:
+            assert not isinstance(self.future, concurrent.futures.Future)
+            settle_on_loop(self.loop, self.future, compute)
 
 
 #: The keyword arguments ``create_scheduler`` passes on to ``AWSBatchScheduler``.
