@@ -4,6 +4,7 @@ in ``test_log_budget.py``; the moto-server run of the same poller is in ``test_i
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import itertools
 import math
 import statistics
@@ -22,6 +23,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     Waiter,
     answer_waiters,
     backoff_delays,
+    cached,
     call_with_retry,
     is_retryable,
     next_round_at,
@@ -59,6 +61,23 @@ def test_many_watchers_share_batched_rounds() -> None:
     assert poller.calls == len(sizes) <= 3 * poller.rounds
     assert poller.rounds <= 6
     assert poller.calls < 750 / 20
+
+
+def test_the_cache_holds_nothing_the_collector_tracks_and_every_answer_is_a_copy() -> None:
+    """The poller keeps every watched job's last description for a poll: as plain tuples of
+    atoms (``cached``), which the garbage collector stops tracking, not as DescribeJobs dicts
+    that would reach its oldest generation. Each answer is a copy of its own."""
+    batch = FakeBatch()
+    for i in range(200):
+        batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}")
+    poller = StatusPoller(batch, min_interval=0.01)
+    first = poller.get([f"j{i}" for i in range(200)])
+    assert first["j7"] == batch.jobs["j7"]
+    gc.collect()
+    assert not any(gc.is_tracked(entry) for entry in poller._results.values())
+    first["j7"]["status"] = "changed by a caller"
+    again = poller.get(["j7"], max_age=3600.0)["j7"]
+    assert again == batch.jobs["j7"] and again is not first["j7"]
 
 
 def test_terminal_jobs_are_answered_from_cache_and_not_polled_again() -> None:
@@ -247,7 +266,7 @@ def test_a_round_answers_the_waiters_it_completes_and_a_failed_one_those_it_touc
     def waiter(ids: list[str], need: set[str], after_round: int) -> Waiter:
         return Waiter(tuple(ids), need, after_round, concurrent.futures.Future(), lambda answer: None)
 
-    results = {"a": (1.0, {"status": "RUNNING"}), "b": (1.0, None)}
+    results = {"a": cached(1.0, {"status": "RUNNING"}), "b": cached(1.0, None)}
     done = waiter(["a", "b"], {"a"}, 0)
     half = waiter(["a", "c"], {"a", "c"}, 0)
     newer = waiter(["a"], {"a"}, 5)  # made after round 5 began: only a later round answers it

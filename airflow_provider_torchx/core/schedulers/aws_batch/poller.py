@@ -17,6 +17,7 @@ import functools
 import heapq
 import logging
 import math
+import pickle
 import random
 import threading
 import time
@@ -134,6 +135,33 @@ class Waiter:
 #: The marker result of a job submitted by this process that DescribeJobs does not show yet.
 NOT_VISIBLE: dict[str, Any] = {"status": "SUBMITTED", "statusReason": "submitted; not yet visible in DescribeJobs"}
 
+#: A cached answer for one id: when the round that gave it started, the job's status and job
+#: queue (what the change sweep groups by) and the job, pickled (None: no such job; empty:
+#: ``NOT_VISIBLE``). A plain tuple of atoms, which the garbage collector stops tracking: the
+#: cache holds every watched job for a poll, and DescribeJobs entries kept as dicts (dozens of
+#: containers each) would reach the collector's oldest generation and bring on the full
+#: collections that hold a triggerer's loop. Each answer unpickles a copy of its own.
+Entry = tuple[float, str | None, str | None, bytes | None]
+
+
+def cached(at: float, job: dict[str, Any] | None) -> Entry:
+    """The cache's ``Entry`` for ``job`` (a DescribeJobs entry, None or ``NOT_VISIBLE``)
+    described by a round started at ``at``."""
+    if job is None:
+        return (at, None, None, None)
+    if job is NOT_VISIBLE:
+        return (at, NOT_VISIBLE["status"], None, b"")
+    queue = job.get("jobQueue")
+    return (at, str(job.get("status", "")), None if queue is None else str(queue), pickle.dumps(job, 5))
+
+
+def job_of(entry: Entry) -> dict[str, Any] | None:
+    """The job an ``Entry`` holds (a copy of its own), None or ``NOT_VISIBLE``."""
+    data = entry[3]
+    if data is None:
+        return None
+    return pickle.loads(data) if data else NOT_VISIBLE
+
 
 def round_gap(rate: float, min_period: float, min_interval: float, batch: int = DESCRIBE_BATCH) -> float:
     """Seconds between two scheduled rounds: the time ``batch`` ids take to fall due at
@@ -191,11 +219,11 @@ def answer_waiters(
     waiters: Iterable[Waiter],
     round_no: int,
     ids: set[str],
-    results: Mapping[str, tuple[float, dict[str, Any] | None]],
+    results: Mapping[str, Entry],
     failed: BaseException | None,
 ) -> tuple[list[Answer], list[Waiter]]:
     """Which ``waiters`` round ``round_no`` (which described ``ids``; ``results``: the newest
-    answer per id) answers, with their answers, and those still waiting: a waiter made before
+    answer per id, ``cached``) answers, with their answers, and those still waiting: a waiter made before
     the round whose last needed ids it described, or, if the round ``failed``, any waiter made
     before it that needed one of its ids. Cancelled waiters are dropped."""
     ready: list[Answer] = []
@@ -209,7 +237,7 @@ def answer_waiters(
         elif w.need - hit:
             pending.append(dataclasses.replace(w, need=w.need - hit) if hit else w)
         else:
-            ready.append((w, {i: results[i][1] for i in w.ids}))
+            ready.append((w, {i: job_of(results[i]) for i in w.ids}))
     return ready, pending
 
 
@@ -262,7 +290,7 @@ class StatusPoller:
         self.clock = clock
         self.sleep = sleep
         self._cond = threading.Condition()
-        self._results: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._results: dict[str, Entry] = {}
         self._accessed: dict[str, float] = {}
         self._asap: set[str] = set()
         self._asap_since: float | None = None
@@ -345,7 +373,7 @@ class StatusPoller:
             for job_id in job_ids:
                 self._accessed[job_id] = now
                 got = self._results.get(job_id)
-                if got is not None and got[1] is not None and _terminal(got[1]):
+                if got is not None and got[1] in _TERMINAL:
                     continue
                 if period is not None and got is not None:
                     self._schedule(job_id, got[0] + period, period)
@@ -362,7 +390,7 @@ class StatusPoller:
                 if wake is None or (self._next_round_at() or wake) < wake:
                     self._cond.notify_all()  # the next round is sooner now
                 return
-            answer = {i: self._results[i][1] for i in job_ids}
+            answer = {i: job_of(self._results[i]) for i in job_ids}
         then(answer)
 
     def look_soon(self, group: Group, job_ids: list[str]) -> None:
@@ -373,8 +401,7 @@ class StatusPoller:
             wake = self._next_round_at()
             for job_id in job_ids:
                 got = self._results.get(job_id)
-                job = got[1] if got is not None else None
-                if job_id in self._due and job is not None and (job.get("jobQueue"), job.get("status")) == group:
+                if job_id in self._due and got is not None and (got[2], got[1]) == group:
                     if not self._asap:
                         self._asap_since = now
                     self._asap.add(job_id)
@@ -388,10 +415,9 @@ class StatusPoller:
         with self._cond:
             for job_id, (_, period) in self._due.items():
                 got = self._results.get(job_id)
-                job = got[1] if got is not None else None
-                if job is None or job is NOT_VISIBLE or not job.get("jobQueue"):
-                    continue
-                key = (str(job["jobQueue"]), str(job["status"]))
+                if got is None or not got[2] or got[1] is None:
+                    continue  # no such job, or not visible yet
+                key = (got[2], got[1])
                 ids, shortest = groups.get(key, (set(), period))
                 ids.add(job_id)
                 groups[key] = (ids, min(shortest, period))
@@ -540,7 +566,7 @@ class StatusPoller:
                         job = NOT_VISIBLE
                     elif job is not None:
                         self._expected.pop(job_id, None)
-                    self._results[job_id] = (start, job)
+                    self._results[job_id] = cached(start, job)
             ready, self._waiters = answer_waiters(self._waiters, round_no, set(ids), self._results, failed)
             self._cond.notify_all()
         for w, answer in ready:  # outside the lock: callbacks may ask again
@@ -567,10 +593,6 @@ def _settle_answer(future: concurrent.futures.Future[Jobs], answer: Jobs | BaseE
 
 
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED"})
-
-
-def _terminal(job: dict[str, Any]) -> bool:
-    return job.get("status") in _TERMINAL
 
 
 _pollers: dict[tuple[str, ...], StatusPoller] = {}
