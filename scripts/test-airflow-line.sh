@@ -7,6 +7,7 @@
 # (`bash scripts/services.sh start`; test.sh starts them).
 #
 #   scripts/test-airflow-line.sh 3.2 [PYTEST ARGS...]
+#   scripts/test-airflow-line.sh --prepare 3.2      # make or refresh the venv only (test.sh)
 #   scripts/test-airflow-line.sh --freeze 3.2.2 'fastapi<0.137' 'svcs<26'   # (re)write constraints-airflow-3.2.txt
 #
 # --freeze makes the constraints file the way every one was made: `pip freeze` of a fresh venv
@@ -17,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
-usage="usage: $0 LINE [PYTEST ARGS...] | --freeze VERSION [EXTRA REQUIREMENT...] (lines: $(ls constraints-airflow-*.txt | sed 's/constraints-airflow-\(.*\)\.txt/\1/' | tr '\n' ' '))"
+usage="usage: $0 [--prepare] LINE [PYTEST ARGS...] | --freeze VERSION [EXTRA REQUIREMENT...] (lines: $(ls constraints-airflow-*.txt | sed 's/constraints-airflow-\(.*\)\.txt/\1/' | tr '\n' ' '))"
 
 if [ "${1:-}" = "--freeze" ]; then
     version=${2:?$usage}
@@ -38,6 +39,11 @@ if [ "${1:-}" = "--freeze" ]; then
     exit 0
 fi
 
+prepare_only=false
+if [ "${1:-}" = "--prepare" ]; then
+    prepare_only=true
+    shift
+fi
 line=${1:?$usage}
 shift
 constraints=constraints-airflow-$line.txt
@@ -52,5 +58,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(not m.version("apache-airflow").startswith(sys.argv[1] + "."))' "$line" ||
     { echo "test-airflow-line: $venv does not hold Airflow $line" >&2; exit 1; }
+if $prepare_only; then exit 0; fi
 [ "$#" -gt 0 ] || set -- tests/airflow
 exec "$venv/bin/python" -m pytest "$@"
