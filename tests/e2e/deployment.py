@@ -40,6 +40,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: How many times ``AirflowDeployment.api`` sends a request that failed on SQLite's locking.
+SQLITE_LOCK_ATTEMPTS = 3
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout
@@ -228,15 +232,23 @@ class AirflowDeployment:
             return False
 
     def api(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-        """Call the REST API (``/api/v2`` + ``path``) as an admin; return the JSON answer."""
+        """Call the REST API (``/api/v2`` + ``path``) as an admin; return the JSON answer.
+        A request that failed on SQLite's locking ("Database error": two of the api-server's
+        transactions waited on each other for the 5 s busy timeout, say a user's mark and a
+        worker's XCom push at the same moment) was rolled back whole, and is sent again, as a
+        user would click again (docs/behaviour.md, known Airflow issues on SQLite)."""
         if self._token is None:
             self._token = self.token(next(iter(self.users), None))
-        resp = self._client.request(
-            method,
-            "/api/v2" + path,
-            json=body,
-            headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"},
-        )
+        for attempt in range(1, SQLITE_LOCK_ATTEMPTS + 1):
+            resp = self._client.request(
+                method,
+                "/api/v2" + path,
+                json=body,
+                headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"},
+            )
+            if resp.status_code != 500 or "Database error" not in resp.text or attempt == SQLITE_LOCK_ATTEMPTS:
+                break
+            time.sleep(0.5)
         if resp.status_code >= 400:
             raise RuntimeError(f"{method} {path} -> {resp.status_code}: {resp.text}")
         return resp.json() if resp.content else None
