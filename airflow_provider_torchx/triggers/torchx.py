@@ -28,7 +28,6 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_torchx.cancels import task_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.identity import DAG_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
@@ -338,7 +337,8 @@ class TorchXJobTrigger(BaseTrigger):
             )
             return
         self.log.info("Task is no longer deferred (now %s): cancelling %s", state, self.app_handle)
-        await self._cancel()
+        # A cancel of the task's own making (TASK_CANCEL_PREFIX), naming its run and state as the reaper's do.
+        await self._cancel(f"Airflow {task_name(self.identity)} is no longer deferred (now {state or 'no state'})")
 
     async def _cancel_if_orphaned(self) -> None:
         """On start: a task marked (failed, success, ...) before this trigger ran gets no
@@ -357,7 +357,7 @@ class TorchXJobTrigger(BaseTrigger):
             self.log.info(
                 "Task is no longer deferred (now %s): cancelling %s: %s", state, self.app_handle, decision.detail
             )
-            await self._cancel(reason=decision.detail)
+            await self._cancel(decision.detail)
             emit_orphan_cancelled(
                 scheduler=parse_app_handle(self.app_handle).scheduler_backend,
                 dag_id=self.identity[DAG_ID],
@@ -365,11 +365,9 @@ class TorchXJobTrigger(BaseTrigger):
                 reason=str(decision.reason),
             )
 
-    async def _cancel(self, reason: str | None = None) -> None:
+    async def _cancel(self, reason: str) -> None:
+        """Cancel the job, saying why (the reason names the task instance and what ended it)."""
         runner = await run_blocking(self._runner, await self._aws_connection())
-        if reason is None:
-            identity = self.identity or {}
-            reason = task_cancel_reason(identity.get(DAG_ID), identity.get(TASK_ID), "killed")
         await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
 
     async def on_kill(self) -> None:
@@ -378,4 +376,4 @@ class TorchXJobTrigger(BaseTrigger):
         if not self.cancel_on_kill or self._final_event_fired:
             return
         self.log.info("Task killed while deferred: cancelling %s", self.app_handle)
-        await self._cancel(reason=f"{task_name(self.identity or {})} was killed while deferred")
+        await self._cancel(f"{task_name(self.identity or {})} was killed while deferred")

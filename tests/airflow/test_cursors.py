@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_torchx.cancels import outside_canceller
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
+from airflow_provider_torchx.orphans import task_name
 from airflow_provider_torchx.triggers import torchx as triggers
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger, task_instance_state
 from airflow_provider_torchx.watch import cursor_file_for
@@ -182,7 +184,11 @@ def test_before_airflow_3_3_a_cancelled_trigger_cancels_only_a_no_longer_deferre
     assert len(pre_33.calls) == 1
     if cancelled:
         assert wait_until(lambda: runner.status(handle).is_terminal(), 30, "the cancel")  # type: ignore[union-attr]
-        assert runner.status(handle).state == AppState.CANCELLED  # type: ignore[union-attr]
+        desc = runner.describe_app(handle)
+        assert desc is not None and desc.state == AppState.CANCELLED
+        # the task's own cancel (not one from outside), naming its run and state as the reaper's do
+        assert desc.cancel_reason == f"Airflow {task_name(IDENTITY)} is no longer deferred (now {answer or 'no state'})"
+        assert outside_canceller(desc) is None
     else:
         desc = runner.describe_app(handle)
         assert desc is not None and desc.state == AppState.RUNNING and not desc.cancel_requested

@@ -41,7 +41,7 @@ def free_port() -> int:
 
 
 #: How many times ``AirflowDeployment.api`` sends a request that failed on SQLite's locking.
-SQLITE_LOCK_ATTEMPTS = 3
+SQLITE_LOCK_ATTEMPTS = 5
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
@@ -248,7 +248,7 @@ class AirflowDeployment:
             )
             if resp.status_code != 500 or "Database error" not in resp.text or attempt == SQLITE_LOCK_ATTEMPTS:
                 break
-            time.sleep(0.5)
+            time.sleep(1.0)
         if resp.status_code >= 400:
             raise RuntimeError(f"{method} {path} -> {resp.status_code}: {resp.text}")
         return resp.json() if resp.content else None

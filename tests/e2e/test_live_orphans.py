@@ -119,16 +119,9 @@ def assert_cancelled_with_reason(live: LiveAirflow, row: Row, wording: str) -> N
 
 
 def mark(api: AirflowDeployment, path: str, body: dict[str, str]) -> None:
-    """PATCH a task instance's or DAG run's state as a user would, again when SQLite was busy
-    (Airflow answers 500 "Database error" under load; the request changed nothing)."""
-    for attempt in range(5):
-        try:
-            api.api("PATCH", path, body)
-            return
-        except RuntimeError as err:
-            if "-> 500" not in str(err) or attempt == 4:
-                raise
-            time.sleep(1)
+    """PATCH a task instance's or DAG run's state as a user would (``api`` sends it again
+    when SQLite was busy)."""
+    api.api("PATCH", path, body)
 
 
 def mark_task(api: AirflowDeployment, row: Row, state: str) -> None:
