@@ -6,8 +6,11 @@ without retry (docs/behaviour.md, "Cancelling").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppState
+from airflow_provider_torchx.orphans import task_name
 
 #: How the reason of every cancel of a task's own making begins.
 TASK_CANCEL_PREFIX = "Airflow task "
@@ -16,6 +19,14 @@ TASK_CANCEL_PREFIX = "Airflow task "
 def task_cancel_reason(dag_id: str | None, task_id: str | None, what: str) -> str:
     """The reason a task gives its own cancel of its job (``what``: timeout, killed, ...)."""
     return f"{TASK_CANCEL_PREFIX}{dag_id}.{task_id}: {what}"
+
+
+def task_instance_cancel_reason(labels: Mapping[str, str], what: str) -> str:
+    """The reason a trigger gives its own cancel of the job of the task instance its job
+    ``labels`` name: the instance as messages name it (``orphans.task_name``: task, run, map
+    index), then ``what``; it begins with ``TASK_CANCEL_PREFIX``, as every cancel of a task's
+    own making does."""
+    return f"Airflow {task_name(labels)} {what}"
 
 
 def ui_cancel_reason(user: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_torchx.cancels import task_instance_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.identity import DAG_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
@@ -337,8 +338,10 @@ class TorchXJobTrigger(BaseTrigger):
             )
             return
         self.log.info("Task is no longer deferred (now %s): cancelling %s", state, self.app_handle)
-        # A cancel of the task's own making (TASK_CANCEL_PREFIX), naming its run and state as the reaper's do.
-        await self._cancel(f"Airflow {task_name(self.identity)} is no longer deferred (now {state or 'no state'})")
+        # a cancel of the task's own making, naming its run and state as the reaper's do
+        await self._cancel(
+            task_instance_cancel_reason(self.identity, f"is no longer deferred (now {state or 'no state'})")
+        )
 
     async def _cancel_if_orphaned(self) -> None:
         """On start: a task marked (failed, success, ...) before this trigger ran gets no

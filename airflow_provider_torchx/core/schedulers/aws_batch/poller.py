@@ -223,9 +223,9 @@ def answer_waiters(
     failed: BaseException | None,
 ) -> tuple[list[Answer], list[Waiter]]:
     """Which ``waiters`` round ``round_no`` (which described ``ids``; ``results``: the newest
-    answer per id, ``cached``) answers, with their answers, and those still waiting: a waiter made before
-    the round whose last needed ids it described, or, if the round ``failed``, any waiter made
-    before it that needed one of its ids. Cancelled waiters are dropped."""
+    answer per id, ``cached``) answers, with their answers, and those still waiting: a waiter
+    made before the round whose last needed ids it described, or, if the round ``failed``, any
+    waiter made before it that needed one of its ids. Cancelled waiters are dropped."""
     ready: list[Answer] = []
     pending: list[Waiter] = []
     for w in waiters:

@@ -427,7 +427,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         if job_id is None:
             return None
         future: concurrent.futures.Future[R] = concurrent.futures.Future()
-        self._look(app_id, job_id, then, period, future, None)
+        self._look(app_id, job_id, then, period, future)
         return future
 
     def describe_on_loop_as(
@@ -443,7 +443,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         if job_id is None:
             return None
         future: asyncio.Future[R] = loop.create_future()
-        self._look(app_id, job_id, then, period, future, loop)
+        self._look(app_id, job_id, then, period, future)
         return future
 
     def _known_job_id(self, app_id: str) -> str | None:
@@ -458,11 +458,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         then: Callable[[DescribeAppResponse | None], R],
         period: float | None,
         future: concurrent.futures.Future[R] | asyncio.Future[R],
-        loop: asyncio.AbstractEventLoop | None,
     ) -> None:
         """Ask the poller for job ``job_id`` of ``app_id`` on behalf of ``future`` (``_Look``)."""
         poller = self.poller
-        poller.request_then(future, _Look(self, poller, app_id, job_id, then, future, loop), [job_id], period=period)
+        poller.request_then(future, _Look(self, poller, app_id, job_id, then, future), [job_id], period=period)
 
     def native_id(self, app_id: str) -> str | None:
         """The Batch job id (remembered, else looked up by name with ListJobs: may block)."""
@@ -860,12 +859,12 @@ class _Look(Generic[R]):
     """One look at an app's job for ``describe_future_as`` and ``describe_on_loop_as``,
     called with the poller's answer: the job, then, for a multi-node job that ended, its
     nodes' child jobs (``nodes``); described (``_response``), mapped by ``then`` on the
-    poller's thread and handed to ``future`` (on ``loop`` when it is an asyncio one). A look
+    poller's thread and handed to ``future`` (on its loop when it is an asyncio one). A look
     waits a whole poll, so whatever it holds outlives the collector's young generations and
     hastens the next full collection, which holds a triggerer's loop for hundreds of
     milliseconds at 5,000 watched jobs: one slotted object, not closures."""
 
-    __slots__ = ("app_id", "future", "ids", "job", "job_id", "loop", "poller", "sched", "then")
+    __slots__ = ("app_id", "future", "ids", "job", "job_id", "poller", "sched", "then")
 
     def __init__(
         self,
@@ -875,10 +874,9 @@ class _Look(Generic[R]):
         job_id: str,
         then: Callable[[DescribeAppResponse | None], R],
         future: concurrent.futures.Future[R] | asyncio.Future[R],
-        loop: asyncio.AbstractEventLoop | None,
     ) -> None:
         self.sched, self.poller, self.app_id, self.job_id = sched, poller, app_id, job_id
-        self.then, self.future, self.loop = then, future, loop
+        self.then, self.future = then, future
         self.job: dict[str, Any] | None = None
         self.ids: dict[str, int] = {}
 
@@ -906,12 +904,10 @@ class _Look(Generic[R]):
         self._settle(lambda: self.then(self.sched._response(self.app_id, self.job, nodes)))
 
     def _settle(self, compute: Callable[[], R]) -> None:
-        if self.loop is None:
-            assert isinstance(self.future, concurrent.futures.Future)
+        if isinstance(self.future, concurrent.futures.Future):
             settle(self.future, compute)
         else:
-            assert not isinstance(self.future, concurrent.futures.Future)
-            settle_on_loop(self.loop, self.future, compute)
+            settle_on_loop(self.future.get_loop(), self.future, compute)
 
 
 #: The keyword arguments ``create_scheduler`` passes on to ``AWSBatchScheduler``.
