@@ -24,6 +24,7 @@ from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from tests.airflow.helpers import wait_until
 from tests.fixtures.airflow import assert_lines_once
 from tests.fixtures.torch import DDP_SCRIPT, ddp_failure, torch_job_env
+from tests.processes import processes_with_env
 
 pytestmark = [pytest.mark.airflow, pytest.mark.torch, pytest.mark.usefixtures("torch_venv")]
 
@@ -48,14 +49,7 @@ def submitted(out: str) -> str:
 
 def processes_of(job_dir: Path) -> list[psutil.Process]:
     """The live processes of the job (they carry its directory in their environment)."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get(store.JOB_ENV) == str(job_dir) and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+    return processes_with_env(**{store.JOB_ENV: str(job_dir)})
 
 
 def rank_lines(out: str, text: str) -> list[str]:

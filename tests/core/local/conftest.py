@@ -12,20 +12,14 @@ import psutil
 import pytest
 
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler, create_dir_scheduler
+from tests.processes import processes_with_env
 
 MARK = "LOCAL_TEST_MARK"
 
 
-def marked_processes(mark: str) -> list[psutil.Process]:
-    """Every process on the host whose environment carries ``MARK=mark``."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get(MARK) == mark and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+def marked_processes(mark: str, **env: str) -> list[psutil.Process]:
+    """Every live process on the host whose environment carries ``MARK=mark`` (and ``env``)."""
+    return processes_with_env(**{MARK: mark}, **env)
 
 
 def wait_gone(mark: str, timeout: float) -> list[psutil.Process]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_torchx.core.cli import main as cli_main
-from airflow_provider_torchx.core.schedulers.local import LocalScheduler, gpus, ledger
+from airflow_provider_torchx.core.schedulers.local import LocalScheduler, gpus, ledger, store
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, macros
 from tests.core.local.conftest import marked_processes
 from tests.core.local.helpers import wait_done
@@ -171,7 +171,7 @@ def test_a_sigkilled_supervisors_devices_go_to_the_next_job(sched: LocalSchedule
     os.kill(sup["pid"], signal.SIGKILL)
     wait_for(lambda: sched.describe(waiter).state == AppState.RUNNING, what="the next job to start")  # type: ignore[union-attr]
     assert devices_of(sched, waiter) == set(range(8))
-    left = [p for p in marked_processes(mark) if p.environ().get("AIRFLOW_TORCHX_LOCAL_JOB") == str(holder_dir)]
+    left = marked_processes(mark, **{store.JOB_ENV: str(holder_dir)})
     assert not left, f"the dead holder's processes still run: {left}"
     desc = sched.describe(holder)
     assert desc is not None and desc.state == AppState.FAILED and "supervisor" in desc.msg, desc
