@@ -307,8 +307,22 @@ class AirflowDeployment:
         except TimeoutError as err:
             ti = self.task_instance(dag_id, run_id, task_id)
             tail = self._log_tail(dag_id, run_id, task_id, ti["try_number"])
-            raise TimeoutError(f"{err}; it is {ti['state']!r}; its log ends:\n{tail}") from None
+            raise TimeoutError(
+                f"{err}; it is {ti['state']!r}; its log ends:\n{tail}\n{self._scheduling_note(dag_id, run_id)}"
+            ) from None
         return result
+
+    def _scheduling_note(self, dag_id: str, run_id: str, lines: int = 30) -> str:
+        """The run's state, the deployment's active task instances and the scheduler's last
+        lines, for a task that never got where it should (was it scheduled at all?)."""
+        try:
+            run_state = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            active = self.api("GET", "/dags/~/dagRuns/~/taskInstances?state=queued&state=running&limit=100")
+            busy = [f"{t['dag_id']}.{t['task_id']} {t['state']}" for t in active["task_instances"]]
+        except RuntimeError as err:
+            run_state, busy = f"(unknown: {err})", []
+        scheduler = "\n".join(self.component_log("scheduler").splitlines()[-lines:])
+        return f"its run is {run_state!r}; queued or running: {busy}; the scheduler's log ends:\n{scheduler}"
 
     def deferrals_taken_in(self, run_id: str) -> set[int]:
         """The map indexes of the run whose first try's exit (a deferral, say) the scheduler has
