@@ -228,11 +228,13 @@ def test_a_round_describes_only_the_ids_asked_for_since_the_last() -> None:
 # ---------------------------------------------------------------------- scheduled looks
 
 
-def test_round_gap_fills_a_call_within_an_eighth_of_the_period() -> None:
+def test_round_gap_fills_its_calls_within_an_eighth_of_the_period() -> None:
     assert round_gap(rate=1000 / 10, min_period=10, min_interval=1.0) == 1.0  # 100 ids a round
     assert round_gap(rate=500 / 10, min_period=10, min_interval=1.0) == 2.0  # 100 ids, 2 s apart
     assert round_gap(rate=10 / 10, min_period=10, min_interval=1.0) == 2.5  # few jobs: a quarter period
     assert round_gap(rate=5000 / 10, min_period=10, min_interval=1.0) == 1.0  # 5 calls a round
+    assert round_gap(rate=1500 / 10, min_period=10, min_interval=1.0) == pytest.approx(4 / 3)  # 2 full calls
+    assert round_gap(rate=sum([0.1] * 5000), min_period=10, min_interval=1.0) == 1.0  # a float sum's 500.0000001
     assert round_gap(rate=0.0, min_period=math.inf, min_interval=1.0) == 1.0
 
 
@@ -247,7 +249,7 @@ def test_next_round_at() -> None:
     assert next_round_at(100.0, 1.0, 2.0, 0.05, asap_since=None, earliest_due=None) is None
 
 
-def test_a_round_takes_the_asked_ids_those_due_and_early_ones_while_its_calls_have_room() -> None:
+def test_a_round_takes_asked_and_overdue_ids_its_share_of_due_ones_and_early_ones_while_calls_have_room() -> None:
     due = [(99.0, "late"), (100.02, "now"), (100.5, "early"), (101.5, "later")]
     # gap 2: due by 101 (half a gap ahead) is taken; "later" waits for its own round
     assert round_ids({"asked"}, due, now=100.0, gap=2.0, coalesce=0.05) == ["asked", "early", "late", "now"]
@@ -255,6 +257,12 @@ def test_a_round_takes_the_asked_ids_those_due_and_early_ones_while_its_calls_ha
     asked = {f"a{i:03}" for i in range(98)}
     assert round_ids(asked, due, now=100.0, gap=2.0, coalesce=0.05) == sorted({*asked, "late", "now"})
     assert round_ids(set(), [], now=100.0, gap=2.0, coalesce=0.05) == []
+    # a round's share of calls: due ids past it wait for the next round, overdue ones never do
+    crowd = [(100.0, f"d{i:03}") for i in range(150)]
+    assert round_ids(set(), crowd, now=100.0, gap=1.0, coalesce=0.05, calls=1) == [f"d{i:03}" for i in range(100)]
+    assert len(round_ids(set(), crowd, now=100.0, gap=1.0, coalesce=0.05, calls=2)) == 150
+    overdue = [(99.0, f"o{i:03}") for i in range(130)] + [(100.0, "now"), (100.3, "early")]
+    assert len(round_ids(set(), overdue, now=100.0, gap=1.0, coalesce=0.05, calls=1)) == 132  # its 2nd call filled
     # ``due`` is read only as far as the round takes, and one more
     seen: list[str] = []
     lazily = ((at, seen.append(job_id) or job_id) for at, job_id in due)
@@ -346,6 +354,34 @@ def test_scheduled_looks_keep_one_period_and_fill_their_calls() -> None:
     delays = sorted(looks[-1][0] - ended for looks in seen.values())
     assert all(looks[-1][1] == "SUCCEEDED" for looks in seen.values())
     assert delays[-1] <= period + poller.gap() / 2 + 0.2  # the first look after the end, no extra poll
+
+
+def test_watchers_joining_in_uneven_bursts_cost_one_full_call_a_second() -> None:
+    """1,000 jobs whose watchers join in bursts of 40 to 160 a second: each round's looks
+    fall due together a period later, so a burst over 100 would cost a second call every
+    period; the rounds' share keeps them at one full call a second, each job looked at about
+    every period and never more than a gap late."""
+    clock = FakeClock()
+    batch = FakeBatch()
+    period, bursts = 10.0, [130, 70, 160, 40, 100, 100, 150, 50, 120, 80]
+    n = sum(bursts)
+    for i in range(n):
+        batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}", status="RUNNING")
+    poller = HandPoller(batch, clock=clock)
+    seen: dict[str, list[tuple[float, str]]] = {f"j{i}": [] for i in range(n)}
+    joined = 0
+    for size in bursts:  # a burst a second
+        for i in range(joined, joined + size):
+            follow(poller, f"j{i}", period, seen)
+        joined += size
+        poller.step(clock, 1.0)
+    poller.step(clock, 40.0)  # settled
+    start = len(batch.calls)
+    poller.step(clock, 100.0)
+    steady = [kw["jobs"] for name, kw in batch.calls[start:] if name == "describe_jobs"]
+    assert len(steady) <= 101 and sum(map(len, steady)) >= 99 * 100, [len(ids) for ids in steady]
+    gaps = [b[0] - a[0] for looks in seen.values() for a, b in itertools.pairwise(looks[5:])]
+    assert 9.9 <= statistics.mean(gaps) <= 10.1 and max(gaps) <= period + poller.gap() + poller.coalesce
 
 
 def test_any_round_that_looks_at_a_job_answers_its_scheduled_waiters() -> None:

@@ -164,13 +164,21 @@ def job_of(entry: Entry) -> dict[str, Any] | None:
 
 
 def round_gap(rate: float, min_period: float, min_interval: float, batch: int = DESCRIBE_BATCH) -> float:
-    """Seconds between two scheduled rounds: the time ``batch`` ids take to fall due at
-    ``rate`` ids a second (so that a round fills its calls), at least ``min_interval`` and
-    at most a quarter of the shortest period asked for (so that no job is looked at more than
-    an eighth of its period early or late)."""
+    """Seconds between two scheduled rounds: the time ids falling due at ``rate`` a second
+    take to fill the round's calls (``round_calls``: one, or as many as fall due in
+    ``min_interval``), at least ``min_interval`` and at most a quarter of the shortest period
+    asked for (so that no job is looked at more than an eighth of its period early, nor, when
+    calls are full, a quarter late)."""
     if rate <= 0:
         return min_interval
-    return max(min_interval, min(batch / rate, min_period / 4))
+    calls = max(1, math.ceil(round(rate * min_interval / batch, 6)))  # 5.0000001 (a float sum) is 5
+    return max(min_interval, min(calls * batch / rate, min_period / 4))
+
+
+def round_calls(rate: float, gap: float, batch: int = DESCRIBE_BATCH) -> int:
+    """The calls a round of scheduled looks makes, ``gap`` seconds after the last (at least
+    one): those the ids falling due meanwhile fill."""
+    return max(1, round(rate * gap / batch))
 
 
 def next_round_at(
@@ -195,19 +203,24 @@ def next_round_at(
 
 
 def round_ids(
-    asap: Iterable[str], due: Iterable[tuple[float, str]], now: float, gap: float, coalesce: float
+    asap: Iterable[str], due: Iterable[tuple[float, str]], now: float, gap: float, coalesce: float, calls: int = 1
 ) -> list[str]:
     """The ids a round at ``now`` describes: every one asked for without a schedule
-    (``asap``), every scheduled one due by now (give or take ``coalesce``), and those due
-    within half a ``gap`` as long as they fit in the calls the others need (a call of 100 ids
-    costs what a call of 1 costs, and a round of 101 ids costs two). ``due``: the scheduled
+    (``asap``) and every scheduled one overdue (by more than ``coalesce``); those due by now
+    (give or take ``coalesce``) in up to ``calls`` calls (``round_calls``: the round's share); and
+    those due within half a ``gap`` as long as they fit in the calls the others need (a call
+    of 100 ids costs what a call of 1 costs, and a round of 101 ids costs two). A due id left
+    out is overdue in the next round, a gap later: a round's scheduled looks fill its calls
+    and never cost one more for a few (the looks a round makes fall due together a period
+    later, so such a call would come back every period). ``due``: the scheduled
     ``(due time, id)`` pairs, earliest first; read only as far as the round takes (and one
     more)."""
     ids = set(asap)
-    horizon = now + gap / 2
+    overdue, horizon = now - coalesce, now + gap / 2
     for at, job_id in due:
-        if at > horizon or (at > now + coalesce and ids and len(ids) % DESCRIBE_BATCH == 0):
-            break  # not due yet, or early and the calls so far are full: the next round takes it
+        full = bool(ids) and len(ids) % DESCRIBE_BATCH == 0
+        if at > horizon or (full and at > overdue and (at > now + coalesce or len(ids) >= calls * DESCRIBE_BATCH)):
+            break  # not due yet, or it would open a call: early, or past the round's share
         ids.add(job_id)
     return sorted(ids)
 
@@ -470,7 +483,8 @@ class StatusPoller:
 
     def _take(self, now: float) -> list[str]:
         """The ids this round describes (``round_ids``), unscheduled."""
-        ids = round_ids(self._asap, self._due_in_order(), now, self._gap(), self.coalesce)
+        gap = self._gap()
+        ids = round_ids(self._asap, self._due_in_order(), now, gap, self.coalesce, round_calls(self._rate, gap))
         self._asap.clear()
         self._asap_since = None
         for job_id in ids:
