@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.orphans import task_name
@@ -25,7 +26,9 @@ def task_instance_cancel_reason(labels: Mapping[str, str], what: str) -> str:
     """The reason a trigger gives its own cancel of the job of the task instance its job
     ``labels`` name: the instance as messages name it (``orphans.task_name``: task, run, map
     index), then ``what``; it begins with ``TASK_CANCEL_PREFIX``, as every cancel of a task's
-    own making does."""
+    own making does (a trigger of an older release carries no labels: "task (unnamed)")."""
+    if TaskIdentity.from_labels(labels) is None:
+        return f"{TASK_CANCEL_PREFIX}(unnamed) {what}"
     return f"Airflow {task_name(labels)} {what}"
 
 

@@ -42,7 +42,7 @@ from airflow_provider_torchx.hooks.torchx import (
 )
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
-from airflow_provider_torchx.orphans import Verdict, task_name
+from airflow_provider_torchx.orphans import Verdict
 from airflow_provider_torchx.reaper import start_decision
 from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, run_blocking
 
@@ -379,4 +379,4 @@ class TorchXJobTrigger(BaseTrigger):
         if not self.cancel_on_kill or self._final_event_fired:
             return
         self.log.info("Task killed while deferred: cancelling %s", self.app_handle)
-        await self._cancel(f"{task_name(self.identity or {})} was killed while deferred")
+        await self._cancel(task_instance_cancel_reason(self.identity or {}, "was killed while deferred"))

@@ -14,7 +14,7 @@ import pytest
 from airflow.exceptions import AirflowFailException
 from botocore.exceptions import ClientError
 
-from airflow_provider_torchx.cancels import outside_canceller
+from airflow_provider_torchx.cancels import outside_canceller, task_instance_cancel_reason
 from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownSchedulerError
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
@@ -112,6 +112,17 @@ def test_on_kill_cancels_only_when_asked(local_jobs: tuple[Runner, list[str]], c
 def test_who_cancelled_from_outside(state: AppState, requested: bool, reason: str | None, who: str | None) -> None:
     desc = DescribeAppResponse(state=state, cancel_requested=requested, cancel_reason=reason)
     assert outside_canceller(desc) == who
+
+
+def test_a_triggers_own_cancel_names_the_task_instance_and_is_never_from_outside() -> None:
+    labels = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "2"}
+    named = task_instance_cancel_reason(labels, "was killed while deferred")
+    assert named == "Airflow task d.t[2] of run r was killed while deferred"
+    unnamed = task_instance_cancel_reason({}, "was killed while deferred")  # a trigger of an older release
+    assert unnamed == "Airflow task (unnamed) was killed while deferred"
+    for reason in (named, unnamed):
+        desc = DescribeAppResponse(state=AppState.CANCELLED, cancel_requested=True, cancel_reason=reason)
+        assert outside_canceller(desc) is None
 
 
 def test_links_point_at_the_job_page_and_a_web_console_only() -> None:

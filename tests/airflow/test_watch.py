@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_torchx import watch
+from airflow_provider_torchx.cancels import outside_canceller
 from airflow_provider_torchx.core import cli
 from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.core.errorfile import find_root_cause
@@ -375,6 +376,9 @@ def test_third_party_scheduler_cancel_on_kill(acme: Path) -> None:
     status = runner.status(handle)
     assert status is not None and status.state == AppState.CANCELLED
     assert replica_lines(trigger._log.lines, "main/0") == ["started"]
+    desc = runner.describe_app(handle)
+    assert desc is not None and desc.cancel_reason == "Airflow task d.t of run r was killed while deferred"
+    assert outside_canceller(desc) is None  # the task's own cancel: a retry is not refused
 
 
 def test_third_party_scheduler_gets_root_causes_from_its_error_files(acme: Path) -> None:
