@@ -221,3 +221,44 @@ def test_no_reaping_thread_in_a_process_with_a_task_sdk_channel(monkeypatch: pyt
     called: list[int] = []
     reaper._submit(called.append, 1)
     assert reaper._announced is None and called == []
+
+
+@pytest.mark.parametrize("commits_after_reads", [0, 3, None])
+def test_an_announced_state_reaps_once_the_database_holds_it(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch, commits_after_reads: int | None
+) -> None:
+    """Airflow announces a task's state inside the transaction that sets it: the announced
+    path cancels the job once a read of the database shows that state (at once, or after the
+    commit a few reads later) and never on a state the database does not hold (the mark was
+    rolled back): that job is left to the reconciling loop."""
+    from airflow_provider_torchx import reaper
+
+    runner, handles = local_jobs
+    app = AppDef(name="announced", roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", "sleep 60"])])
+    handles.append(runner.run(app, "local_cwd", labels=LABELS))
+    ident = ("acc", "job", "r1", -1)
+    monkeypatch.setattr(
+        reaper,
+        "live_jobs",
+        lambda wanted: [reaper.LiveJob(handles[0], "local_cwd", None, AppState.RUNNING, LABELS, None)],
+    )
+    monkeypatch.setattr(reaper, "COMMIT_WAIT", 1.0)
+    monkeypatch.setattr(reaper, "COMMIT_POLL", 0.05)
+    reads: list[int] = []
+
+    def read(identities: object) -> dict[TaskIdentity, TaskView]:
+        reads.append(1)
+        held = commits_after_reads is not None and len(reads) > commits_after_reads
+        return {ident: task("failed" if held else "deferred", ended_at=None)}
+
+    view = task("failed", ended_at=time.time(), marked=True)
+    decided = reaper.reap_announced(lambda i: i == ident, view, "test", lambda v: v.state == "failed", read=read)
+    if commits_after_reads is None:
+        assert decided == [] and 2 <= len(reads) <= 21  # read again for COMMIT_WAIT (1 s, 0.05 s apart), then left
+        status = runner.describe_app(handles[0])
+        assert status is not None and status.state == AppState.RUNNING and not status.cancel_requested, status
+        return
+    assert len(reads) == commits_after_reads + 1
+    assert [d.verdict for _, d in decided] == [Verdict.CANCEL]
+    ended = runner.wait(handles[0], wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    assert ended is not None and ended.state == AppState.CANCELLED
