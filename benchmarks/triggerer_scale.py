@@ -198,7 +198,9 @@ async def contend(kind: str, targets: list[str], native_ids: list[str | None], a
     steady_lags, steady_neighbour = list(lags), list(neighbour)
     if not stop.is_set():
         say(mark="steady-end", t=time.time())
-        # The orchestrator now ends every job; wait for the events.
+        # The orchestrator now ends every job (one TerminateJob each: 5,000 take a minute or
+        # more on a loaded machine); wait for the events, ``wait_end`` from the last end.
+        await until(float("inf"), lambda: os.path.exists(args.ended_file) or all(t.done() for t in tasks))
         await until(args.wait_end, lambda: all(t.done() for t in tasks))
     stuck = [time.perf_counter() - t0 for t0 in inflight]
     for task in [*tasks, *helpers]:
@@ -369,12 +371,13 @@ class Contender:
         targets_file.write_text(json.dumps({"targets": targets, "native_ids": native_ids}))
         self.go_file = work / f"{tag}-go"
         self.end_file = work / f"{tag}-end"
+        self.ended_file = work / f"{tag}-ended"  # the orchestrator ended every job
         if go:
             self.go_file.touch()
         cmd = [python, str(Path(__file__).resolve()), "--contender", kind, "--targets", str(targets_file)]
         cmd += ["--poll", str(args.poll), "--warmup", str(warmup), "--steady", str(steady)]
         cmd += ["--wait-end", str(wait_end or args.wait_end), "--log-file", str(work / f"{tag}.log")]
-        cmd += ["--go-file", str(self.go_file), "--end-file", str(self.end_file)]
+        cmd += ["--go-file", str(self.go_file), "--end-file", str(self.end_file), "--ended-file", str(self.ended_file)]
         self.before = moto.calls() if moto else collections.Counter()
         self.started = time.monotonic()
         self.startup = float("nan")
@@ -488,7 +491,11 @@ def end_and_collect(contenders: list[Contender], end_jobs: Any) -> dict[str, flo
     for c in contenders:
         c.wait_mark("steady-end")
     before = contenders[0].moto.calls() if contenders[0].moto else None
+    t0 = time.monotonic()
     ends: dict[str, float] = end_jobs()
+    print(f"  ended {len(ends)} jobs in {time.monotonic() - t0:.0f}s", flush=True)
+    for c in contenders:
+        c.ended_file.touch()
     for c in contenders:
         c.finish()
     if before is not None and contenders[0].moto:
@@ -730,6 +737,7 @@ def main() -> None:
     parser.add_argument("--log-file")
     parser.add_argument("--go-file")
     parser.add_argument("--end-file")
+    parser.add_argument("--ended-file")
     args = parser.parse_args()
     if args.contender:
         contender_main(args)
