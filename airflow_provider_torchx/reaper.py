@@ -60,10 +60,6 @@ RECONCILE_EVERY = 10.0
 #: ``[torchx] orphan_grace``'s and ``cancel_orphaned_jobs``'s defaults (provider_info declares them).
 DEFAULT_GRACE = 30.0
 DEFAULT_ENABLED = True
-#: How long a state Airflow announced may take to be committed before the announced path
-#: leaves its jobs to the reconciling loop, and how often it looks (seconds).
-COMMIT_WAIT = 5.0
-COMMIT_POLL = 0.2
 
 
 @dataclass(frozen=True)
@@ -420,41 +416,24 @@ def _guarded(fn: Callable[..., object], *args: Any) -> None:
 
 
 def reap_announced(
-    wanted: Callable[[TaskIdentity], bool],
-    view: TaskView,
-    where: str,
-    committed: Callable[[TaskView], bool],
-    read: Callable[[Iterable[TaskIdentity]], dict[TaskIdentity, TaskView]] = read_task_views,
+    wanted: Callable[[TaskIdentity], bool], view: TaskView, where: str
 ) -> list[tuple[LiveJob, Decision]]:
     """Apply the table at once (no grace) to the live jobs ``wanted`` selects, with ``view``:
-    the state Airflow just announced, once the database holds it (``committed`` says so of
-    what the database holds). Airflow announces a state inside the transaction that sets it,
-    so the database is read again until it does, for ``COMMIT_WAIT`` seconds; a job whose
-    state never shows (rolled back, or changed since) is left to the reconciling loop, which
-    reads the states anew. Whether a try disowned its job is read there too; when the
-    database cannot be read, nothing is decided here: the loop asks again."""
+    the state Airflow just announced (whether a try disowned its job is read from the
+    database; when it cannot be, nothing is decided here: the loop asks again)."""
     settings = reaper_settings()
     if not settings.enabled:
         return []
     jobs = live_jobs(wanted)
     if not jobs:
         return []
-    deadline = time.monotonic() + COMMIT_WAIT
-    while True:
-        try:
-            stored = read({job.identity for job in jobs})
-        except Exception as e:
-            log.warning("orphaned jobs: could not read task instance states (%s: %s)", type(e).__name__, e)
-            return []
-        held = [job for job in jobs if job.identity in stored and committed(stored[job.identity])]
-        if len(held) == len(jobs) or time.monotonic() >= deadline:
-            break
-        time.sleep(COMMIT_POLL)
-    for job in jobs:
-        if job not in held:
-            log.info("orphaned jobs: %s: %s is not in the database; left to the reconciling loop", job.handle, where)
-    views = {job.identity: dataclasses.replace(view, disowned=stored[job.identity].disowned) for job in held}
-    return apply(held, views, settings=ReaperSettings(True, 0.0), now=time.time(), where=where)
+    try:
+        stored = read_task_views({job.identity for job in jobs})
+    except Exception as e:
+        log.warning("orphaned jobs: could not read task instance states (%s: %s)", type(e).__name__, e)
+        return []
+    views = {job.identity: dataclasses.replace(view, disowned=stored[job.identity].disowned) for job in jobs}
+    return apply(jobs, views, settings=ReaperSettings(True, 0.0), now=time.time(), where=where)
 
 
 def orphans_among(jobs: list[LiveJob]) -> dict[str, str]:
@@ -509,13 +488,7 @@ def _announce_task(task_instance: Any) -> None:
         marked=True,
     )
     if not _wake_loop():
-        _submit(
-            reap_announced,
-            lambda i: i == ident,
-            view,
-            f"announced by Airflow: task {view.state}",
-            lambda stored: stored.state == view.state,
-        )
+        _submit(reap_announced, lambda i: i == ident, view, f"announced by Airflow: task {view.state}")
 
 
 def _announce_run(dag_run: Any) -> None:
@@ -525,11 +498,7 @@ def _announce_run(dag_run: Any) -> None:
     view = TaskView(dag_known=True, run_state=state, found=True, ended_at=time.time(), marked=True)
     if not _wake_loop():
         _submit(
-            reap_announced,
-            lambda i: i[0] == dag_id and i[2] == run_id,
-            view,
-            f"announced by Airflow: DAG run {state}",
-            lambda stored: stored.run_state == state,
+            reap_announced, lambda i: i[0] == dag_id and i[2] == run_id, view, f"announced by Airflow: DAG run {state}"
         )
 
 
