@@ -318,9 +318,11 @@ def test_list_live_lists_the_jobs_that_have_not_ended(sched: AWSBatchScheduler, 
 def test_the_change_sweep_answers_a_scheduled_look_once_the_job_leaves_its_status(
     sched: AWSBatchScheduler, batch_queue: str
 ) -> None:
-    """Three PENDING jobs (a dependency that never finishes) looked at on a 30 s schedule: once
-    one is terminated, the change sweep's ``ListJobs(PENDING)`` misses it and the next round
-    describes it, long before its scheduled look; the two still listed wait for theirs."""
+    """Three PENDING jobs (a dependency that never finishes) looked at on a 60 s schedule: once
+    one is terminated, the change sweep's ``ListJobs(PENDING)`` (every 15 s: four times a
+    period) misses it and the next round describes it, long before its scheduled look; the two
+    still listed wait for theirs. (A 30 s schedule left a loaded CI machine 25 s for a
+    listing due every 7.5 s, and it once ran out.)"""
     batch = boto3.client("batch")
     app = AppDef("sweep", roles=[role("main", "true")])
     ids: dict[str, str] = {}
@@ -338,13 +340,13 @@ def test_the_change_sweep_answers_a_scheduled_look_once_the_job_leaves_its_statu
             while (desc := sched.describe(app_id)) is None or desc.state != AppState.PENDING:
                 assert time.monotonic() < deadline, desc
                 time.sleep(0.2)
-        futures = {app_id: sched.describe_future(app_id, period=30.0) for app_id in ids}
+        futures = {app_id: sched.describe_future(app_id, period=60.0) for app_id in ids}
         listed = sched.poller.sweep.calls
         first, *others = ids
         batch.terminate_job(jobId=ids[first], reason="test: ended before its scheduled look")
         fut = futures[first]
         assert fut is not None
-        desc = fut.result(timeout=25)  # the scheduled look comes 30 s after the last one
+        desc = fut.result(timeout=50)  # the scheduled look comes 60 s after the last one
         assert desc is not None and desc.state == AppState.FAILED
         assert sched.poller.sweep.calls > listed
         assert not any(f is None or f.done() for a, f in futures.items() if a in others)
