@@ -77,4 +77,9 @@ def test_batch_job_marked_failed_right_after_deferral_is_terminated_within_a_min
     job = batch.batch_job(handle)
     reason = job.get("statusReason", "")
     assert job["status"] == "FAILED" and reason.startswith(CANCEL_REASON), job
-    assert f"task {BATCH}.job of run {run_id} was marked failed" in reason, reason
+    # Airflow >= 3.3 also kills the deferred task: its trigger's on_kill cancel may come first.
+    ends = (
+        f"task {BATCH}.job of run {run_id} was marked failed",
+        f"task {BATCH}.job of run {run_id} was killed while deferred",
+    )
+    assert any(end in reason for end in ends), reason
