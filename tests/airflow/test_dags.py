@@ -12,6 +12,9 @@ from urllib.parse import quote
 
 import pytest
 
+from airflow_provider_torchx.core.specs import AppState, AppStatus
+from airflow_provider_torchx.watch import TaskWatcher
+from tests.airflow.dags.torchx_test_dags import LINES_GATE_ENV
 from tests.fixtures.airflow import EXAMPLE_DAGS, AirflowEnv, assert_lines_once
 
 pytestmark = pytest.mark.airflow
@@ -84,8 +87,25 @@ def test_dryrun_submits_nothing(run_dag: Any) -> None:
     assert not [line for line in out.splitlines() if "[error" in line], out[-3000:]  # no "XCom not found"
 
 
+def open_gate_on_running_note(monkeypatch: pytest.MonkeyPatch, gate: Path) -> None:
+    """Let the replicas of ``torchx_test_lines`` write their last line (``LINES_GATE_ENV``) once
+    the task's watcher, worker's or trigger's, has logged a RUNNING progress line."""
+    noted = TaskWatcher._progress
+
+    def progress(self: TaskWatcher, status: AppStatus, started_at: float | None) -> None:
+        noted(self, status, started_at)
+        if status.state == AppState.RUNNING:
+            gate.touch()
+
+    monkeypatch.setenv(LINES_GATE_ENV, str(gate))
+    monkeypatch.setattr(TaskWatcher, "_progress", progress)
+
+
 @pytest.mark.parametrize("deferrable", MODES)
-def test_every_line_of_every_replica_once(run_dag: Any, deferrable: bool) -> None:
+def test_every_line_of_every_replica_once(
+    run_dag: Any, deferrable: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    open_gate_on_running_note(monkeypatch, tmp_path / "gate")
     dag_run, out = run_dag("torchx_test_lines", deferrable=deferrable)
     assert dag_run.state == "success", out[-4000:]
     expected = [f"[{r}/{k}] {r} {k} line {i}" for r in ("trainer", "reader") for k in (0, 1) for i in range(1, 7)]

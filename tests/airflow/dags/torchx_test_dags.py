@@ -19,11 +19,27 @@ def sh_role(name: str, num_replicas: int, script: str) -> Role:
     return Role(name=name, image="local", entrypoint="sh", args=["-c", script], num_replicas=num_replicas)
 
 
-#: Two roles of two replicas; each writes 6 numbered lines over ~1 s (several polls).
+#: Where a test puts the file that lets the replicas of ``torchx_test_lines`` write their last
+#: line (unset: they do not wait); ``tests/airflow/test_dags.py`` creates it once the task has
+#: logged a RUNNING progress line, so a loaded machine cannot end the job before any look.
+LINES_GATE_ENV = "TORCHX_TEST_LINES_GATE"
+#: Seconds a replica waits for the gate before writing its last line anyway.
+LINES_GATE_WAIT = 60
+WAIT_FOR_GATE = (
+    f'if [ $i = 6 ] && [ -n "${LINES_GATE_ENV}" ]; then n=0; '
+    f'while [ ! -e "${LINES_GATE_ENV}" ] && [ $n -lt {LINES_GATE_WAIT * 10} ]; do sleep 0.1; n=$((n+1)); done; fi'
+)
+
+#: Two roles of two replicas; each writes 6 numbered lines over ~1 s (several polls), the last
+#: one only once the gate (``LINES_GATE_ENV``) opens.
 LINES = AppDef(
     name="lines",
     roles=[
-        sh_role(role, 2, f"for i in 1 2 3 4 5 6; do echo {role} {macros.replica_id} line $i; sleep 0.15; done")
+        sh_role(
+            role,
+            2,
+            f"for i in 1 2 3 4 5 6; do {WAIT_FOR_GATE}; echo {role} {macros.replica_id} line $i; sleep 0.15; done",
+        )
         for role in ("trainer", "reader")
     ],
 )
