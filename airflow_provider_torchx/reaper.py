@@ -28,7 +28,6 @@ import dataclasses
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -349,18 +348,50 @@ def main(parent: int) -> None:
     reconciler.run(alive=lambda: os.getppid() == parent)
 
 
-_loop: subprocess.Popen[bytes] | None = None
-_lock = threading.Lock()
+class LoopProcess:
+    """The reconciling loop's process, started with ``os.posix_spawn``: the scheduler is not
+    forked and no pipe reports the exec. (``subprocess.Popen`` forks and then reads a pipe
+    until the child execs; a process that another scheduler thread forks meanwhile, such as a
+    LocalExecutor worker, keeps that pipe's write end, and the read then waits as long as the
+    worker lives: docs/architecture.md, "The reconciling loop's start".)"""
+
+    def __init__(self, argv: list[str]) -> None:
+        stdin = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+        self.pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=stdin)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit code once the process ended (reaped here), else None."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: it ended
+                self.returncode = -1
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` while the process runs (not reaped yet: the pid is still its own)."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
+_loop: LoopProcess | None = None
+_loop_lock = threading.Lock()
 _announced: ThreadPoolExecutor | None = None
+_announced_lock = threading.Lock()
 
 
 def start_loop() -> None:
     """Start the loop's process for this scheduler (once); it logs to the scheduler's output."""
     global _loop
-    with _lock:
+    with _loop_lock:
         if _loop is None:
             code = f"from airflow_provider_torchx.reaper import main; main({os.getpid()})"
-            _loop = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
+            _loop = LoopProcess([sys.executable, "-c", code])
 
 
 def _when_scheduler(job: Any, timeout: float = 60.0) -> None:
@@ -376,10 +407,10 @@ def _when_scheduler(job: Any, timeout: float = 60.0) -> None:
 
 def _wake_loop() -> bool:
     """In the scheduler: ask the loop's process for a round now (True); elsewhere False."""
-    if _loop is None or _loop.poll() is not None:
+    loop = _loop
+    if loop is None or loop.poll() is not None:
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(_loop.pid, signal.SIGUSR1)
+    loop.signal(signal.SIGUSR1)
     return True
 
 
@@ -402,7 +433,7 @@ def _submit(fn: Callable[..., object], *args: Any) -> None:
     if _has_task_sdk_channel():
         log.debug("orphaned jobs: not reaping from a process with a Task SDK channel")
         return
-    with _lock:
+    with _announced_lock:
         if _announced is None:
             _announced = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchx-reaper-announced")
         _announced.submit(_guarded, fn, *args)
@@ -516,8 +547,8 @@ def on_starting(component: Any) -> None:
 @hookimpl
 def before_stopping(component: Any) -> None:
     """The component stops: so does its loop."""
-    if _loop is not None and _loop.poll() is None:
-        _loop.terminate()
+    if _loop is not None:
+        _loop.signal(signal.SIGTERM)
 
 
 @hookimpl

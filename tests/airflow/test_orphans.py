@@ -4,8 +4,14 @@ jobs."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sys
+import threading
 import time
 
+import psutil
 import pytest
 
 from airflow_provider_torchx.core.identity import TaskIdentity
@@ -221,3 +227,54 @@ def test_no_reaping_thread_in_a_process_with_a_task_sdk_channel(monkeypatch: pyt
     called: list[int] = []
     reaper._submit(called.append, 1)
     assert reaper._announced is None and called == []
+
+
+def test_the_loops_process_starts_without_a_pipe_and_is_signalled_only_while_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reconciling loop's process is spawned: no pipe, whose write end a LocalExecutor
+    worker forked meanwhile would keep (the start then waited as long as that worker lived);
+    ``poll`` reaps it once it ended, and it is signalled only until then."""
+    from airflow_provider_torchx.reaper import LoopProcess
+
+    def no_pipe() -> tuple[int, int]:
+        raise AssertionError("the loop's start made a pipe")
+
+    monkeypatch.setattr(os, "pipe", no_pipe)
+    monkeypatch.setattr(os, "pipe2", no_pipe, raising=False)
+    loop = LoopProcess([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert loop.poll() is None and psutil.Process(loop.pid).cmdline()[0] == sys.executable
+        loop.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while loop.poll() is None:
+            assert time.monotonic() < deadline, "the loop's process did not end on SIGTERM"
+            time.sleep(0.05)
+        assert loop.returncode == -signal.SIGTERM
+        loop.signal(signal.SIGTERM)  # ended and reaped: its pid is no longer its own, nothing is sent
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            if loop.poll() is None:
+                os.kill(loop.pid, signal.SIGKILL)
+
+
+def test_an_announcement_never_waits_for_the_loops_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DAG run's end announced in the scheduler while the loop's process is still being
+    started (its start holds the start's lock) goes to the reaper's thread at once: the
+    scheduler's loop is never held by the start."""
+    from airflow.models.dagrun import DagRun
+
+    from airflow_provider_torchx import reaper
+
+    handed: list[str] = []
+    monkeypatch.setattr(reaper, "_loop", None)
+    monkeypatch.setattr(reaper, "reap_announced", lambda wanted, view, where: handed.append(where))
+    run = DagRun(dag_id="d", run_id="r", state="success")
+    with reaper._loop_lock:  # a start in progress
+        announcing = threading.Thread(target=reaper.on_dag_run_success, args=(run, "success"), daemon=True)
+        announcing.start()
+        announcing.join(timeout=10)
+        assert not announcing.is_alive(), "the announcement waited for the loop's start"
+    assert reaper._announced is not None
+    reaper._announced.shutdown(wait=True)
+    assert handed == ["announced by Airflow: DAG run success"]
