@@ -28,7 +28,7 @@ from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownQu
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler, BatchJob, create_scheduler
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import StatusPoller
-from airflow_provider_torchx.core.schedulers.aws_batch.sweep import GroupSize, sweep_plan
+from airflow_provider_torchx.core.schedulers.aws_batch.sweep import sweep_plan
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, parse_app_handle
 from tests.fixtures.aws import FlakyProxy, create_job_queue
 
@@ -322,9 +322,8 @@ def sweep_note(poller: StatusPoller) -> str:
     """What the change sweep had planned when a look it should have answered did not come: the
     groups of scheduled jobs (their sizes), its plan, its next listings and its thread."""
     sweep = poller.sweep
-    groups = poller._sweep_groups()
-    sizes = {g: (len(ids), period, *sweep._sizes.get(g, (len(ids), 1))) for g, (ids, period) in groups.items()}
-    plan = sweep_plan({g: GroupSize(*size) for g, size in sizes.items()})
+    sizes = sweep.sizes(poller._sweep_groups())
+    plan = sweep_plan(sizes)
     thread = sweep._thread is not None and sweep._thread.is_alive()
     now = time.monotonic()
     due = {g: round(at - now, 1) for g, at in sweep._next.items()}

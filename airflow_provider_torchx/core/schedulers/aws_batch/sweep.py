@@ -150,11 +150,7 @@ class ChangeSweep:
         for dropped in set(self._next) - set(groups):
             self._next.pop(dropped, None)
             self._sizes.pop(dropped, None)
-        sizes = {
-            key: GroupSize(len(ids), period, *self._sizes.get(key, (len(ids), math.ceil(len(ids) / LIST_PAGE))))
-            for key, (ids, period) in groups.items()
-        }
-        plan = sweep_plan(sizes)
+        plan = sweep_plan(self.sizes(groups))
         wake: float | None = None
         for group in sorted(groups):
             interval = plan.get(group)
@@ -184,6 +180,14 @@ class ChangeSweep:
                     due = self._next[group] = now + interval
             wake = due if wake is None else min(wake, due)
         return wake
+
+    def sizes(self, groups: Mapping[Group, tuple[frozenset[str], float]]) -> dict[Group, GroupSize]:
+        """What ``sweep_plan`` plans ``groups`` from: their watched jobs and shortest period,
+        with what each one's last listing returned (before any: its own jobs, in full pages)."""
+        return {
+            key: GroupSize(len(ids), period, *self._sizes.get(key, (len(ids), math.ceil(len(ids) / LIST_PAGE))))
+            for key, (ids, period) in groups.items()
+        }
 
     def _list(self, group: Group) -> tuple[set[str], int]:
         """The ids ``ListJobs`` lists in ``group`` (every page) and the number of pages."""
