@@ -19,6 +19,8 @@ from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide, task_name
 
+pytestmark = pytest.mark.airflow_line  # the listeners and the reaper
+
 NOW = 10_000.0
 LABELS = {"airflow.dag_id": "acc", "airflow.task_id": "job", "airflow.run_id": "r1", "airflow.map_index": "-1"}
 
@@ -244,7 +246,13 @@ def test_the_loops_process_starts_without_a_pipe_and_is_signalled_only_while_it_
     monkeypatch.setattr(os, "pipe2", no_pipe, raising=False)
     loop = LoopProcess([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert loop.poll() is None and psutil.Process(loop.pid).cmdline()[0] == sys.executable
+        # posix_spawn returns once the child has replaced its memory, a moment before the kernel
+        # has laid out its argument list: /proc/PID/cmdline reads empty until then.
+        deadline = time.monotonic() + 10
+        while not (cmdline := psutil.Process(loop.pid).cmdline()):
+            assert time.monotonic() < deadline, "the spawned process showed no command line within 10 s"
+            time.sleep(0.01)
+        assert loop.poll() is None and cmdline[0] == sys.executable, cmdline
         loop.signal(signal.SIGTERM)
         deadline = time.monotonic() + 30
         while loop.poll() is None:
