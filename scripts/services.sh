@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Start/stop the services the Docker and AWS Batch (moto) tests need: a Docker engine with its
-# data and socket under the state dir, a tiny local busybox image, and a local image registry.
+# Start/stop the services the tests need: a Docker engine with its data and socket under the
+# state dir, a tiny local busybox image and a local image registry (the Docker and AWS Batch
+# tests), and a PostgreSQL server on loopback whose databases the live Airflow deployments of
+# tests/e2e/ run on (tests/e2e/deployment.py: one migrated template per Airflow line, a copy
+# per deployment).
 #
 #   scripts/services.sh start   # idempotent; writes $STATE/services.env
 #   scripts/services.sh stop    # stops what `start` started, by pid
@@ -16,6 +19,7 @@ D="$STATE/docker"
 ENV_FILE="$STATE/services.env"
 SOCK="$D/docker.sock"
 REGISTRY_DIR="$STATE/registry"
+PG="$STATE/postgres"
 export DOCKER_HOST="unix://$SOCK"
 
 log() { echo "services: $*" >&2; }
@@ -27,6 +31,7 @@ install_packages() {
     command -v dockerd >/dev/null || missing+=(docker.io)
     [[ -x /bin/busybox ]] || missing+=(busybox-static)
     command -v docker-registry >/dev/null || missing+=(docker-registry)
+    pg_bin >/dev/null || missing+=(postgresql)
     if ((${#missing[@]})); then
         [[ $(id -u) -eq 0 ]] || { log "missing ${missing[*]}; install them as root"; exit 1; }
         log "installing ${missing[*]}"
@@ -37,6 +42,54 @@ install_packages() {
 
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+pg_bin() {
+    local dir
+    dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    [[ -n "$dir" && -x "$dir/pg_ctl" ]] && echo "$dir"
+}
+
+# Run a PostgreSQL program as the cluster's owner: `postgres` when we are root (the server
+# refuses to run as root), else ourselves.
+as_pg_owner() {
+    if [[ $(id -u) -eq 0 ]]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+start_postgres() {
+    local bin port
+    bin=$(pg_bin)
+    if [[ -f "$PG/port" ]] && as_pg_owner "$bin/pg_isready" -q -h 127.0.0.1 -p "$(cat "$PG/port")"; then
+        return
+    fi
+    mkdir -p "$PG"
+    [[ $(id -u) -ne 0 ]] || chown postgres "$PG"
+    if [[ ! -f "$PG/data/PG_VERSION" ]]; then
+        log "creating a PostgreSQL cluster in $PG/data"
+        as_pg_owner "$bin/initdb" -D "$PG/data" -A trust -U airflow >"$PG/initdb.log" 2>&1 ||
+            { cat "$PG/initdb.log" >&2; exit 1; }
+    fi
+    port="$(free_port)"
+    log "starting PostgreSQL on 127.0.0.1:$port"
+    # Durability is not the point of a test database: fsync and synchronous commits off.
+    as_pg_owner "$bin/pg_ctl" -D "$PG/data" -l "$PG/postgres.log" -w -t 60 start \
+        -o "-p $port -k $PG -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+        >/dev/null || { log "PostgreSQL did not start; last log lines:"; tail -n 20 "$PG/postgres.log" >&2; exit 1; }
+    echo "$port" >"$PG/port"
+}
+
+stop_postgres() {
+    local bin
+    bin=$(pg_bin) || return 0
+    if [[ -f "$PG/data/postmaster.pid" ]]; then
+        log "stopping PostgreSQL"
+        as_pg_owner "$bin/pg_ctl" -D "$PG/data" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+    rm -f "$PG/port"
 }
 
 start_dockerd() {
@@ -112,6 +165,7 @@ write_env() {
     cat >"$ENV_FILE" <<EOF
 export DOCKER_HOST=unix://$SOCK
 export TORCHX_TEST_REGISTRY=127.0.0.1:$(cat "$STATE/registry.port")
+export TORCHX_TEST_POSTGRES=postgresql+psycopg2://airflow@127.0.0.1:$(cat "$PG/port")
 EOF
 }
 
@@ -145,6 +199,7 @@ start)
     start_dockerd
     import_busybox
     start_registry
+    start_postgres
     write_env
     cat "$ENV_FILE"
     ;;
@@ -153,6 +208,7 @@ stop)
     stop_pid "$STATE/registry.pid" docker-registry
     rm -f "$STATE/registry.port" "$ENV_FILE"
     stop_pid "$D/dockerd.pid" dockerd
+    stop_postgres
     ;;
 env)
     [[ -f "$ENV_FILE" ]] || { log "not started; run: $0 start"; exit 1; }

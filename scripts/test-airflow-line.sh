@@ -3,8 +3,9 @@
 # supported, with the pre-3.3 cancel-while-deferred path) or 3.2, each in its own virtualenv
 # .venv-airflowXY pinned by constraints-airflow-X.Y.txt. Idempotent: a venv is made once and
 # reinstalled only when its constraints or pyproject.toml change. Arguments after the line go
-# to pytest (default: tests/airflow). The Docker-marked tests need the services
-# (`bash scripts/services.sh start`; test.sh starts them).
+# to pytest (default: the tests whose behaviour differs between lines, but the PyTorch ones:
+# `tests -m "airflow_line and not torch"`). The Docker-marked and live tests need the services
+# (`bash scripts/services.sh start` and `source .ci/state/services.env`; test.sh does both).
 #
 #   scripts/test-airflow-line.sh 3.2 [PYTEST ARGS...]
 #   scripts/test-airflow-line.sh --prepare 3.2      # make or refresh the venv only (test.sh)
@@ -59,5 +60,5 @@ fi
 "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(not m.version("apache-airflow").startswith(sys.argv[1] + "."))' "$line" ||
     { echo "test-airflow-line: $venv does not hold Airflow $line" >&2; exit 1; }
 if $prepare_only; then exit 0; fi
-[ "$#" -gt 0 ] || set -- tests/airflow
+[ "$#" -gt 0 ] || set -- tests -m "airflow_line and not torch"
 exec "$venv/bin/python" -m pytest "$@"

@@ -1,32 +1,69 @@
 #!/usr/bin/env bash
 # Set up everything the tests need (virtualenv, PyTorch's and the browser's own venvs, Docker
-# engine, local registry, busybox image), lint and type-check, run the whole test suite on the
-# pinned Airflow 3.3.2, then the Airflow tests, the live local-deployment tests (but the PyTorch
-# ones) and the orphaned-jobs tests again on Airflow 3.1.8 (the pre-3.3 cancel-while-deferred
-# path) and on 3.2.2, each line in its own venv with its own constraints
-# (scripts/test-airflow-line.sh). Services are stopped on exit.
+# engine, local registry, PostgreSQL), lint and type-check, run the whole test suite on the
+# pinned Airflow 3.3.2, then the tests whose behaviour differs between Airflow lines (marker
+# `airflow_line`, but the PyTorch ones) again on Airflow 3.1.8 and on 3.2.2, each line in its
+# own venv with its own constraints (scripts/test-airflow-line.sh), in two lanes at once. Every
+# pass runs even when one before it failed; each writes its output and JUnit XML under
+# .ci/state/, and the end prints each pass's time and the run's slowest tests
+# (scripts/test_times.py). Services are stopped on exit. Arguments, if any, select what to run
+# on 3.3.2 alone (`bash scripts/test.sh tests/core -x`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# The older lines' venvs (a pip install each, about 70 s on a fresh machine) are made in the
-# background while the other venvs, the services and the checks are set up, one after the
-# other (an editable install rewrites the source tree's egg-info), and waited for before the
-# tests start (which read the entry points from that egg-info).
-older_log=$(mktemp)
-(bash scripts/test-airflow-line.sh --prepare 3.1 && bash scripts/test-airflow-line.sh --prepare 3.2) >"$older_log" 2>&1 &
+# The older lines' venvs (a pip install each, about 70 s on a fresh machine) and PyTorch's
+# (a large download) are made in the background while the browser's venv, the services and the
+# checks are set up, one after the other (apt takes one install at a time; an editable install
+# rewrites the source tree's egg-info), and waited for before the tests start (which read the
+# entry points from that egg-info).
+logs=$(mktemp -d)
+(bash scripts/test-airflow-line.sh --prepare 3.1 && bash scripts/test-airflow-line.sh --prepare 3.2) >"$logs/older" 2>&1 &
 older_pid=$!
-trap 'kill "$older_pid" 2>/dev/null || true; rm -f "$older_log"; bash scripts/services.sh stop' EXIT
+bash scripts/torch-venv.sh >"$logs/torch" 2>&1 &
+torch_pid=$!
+trap 'kill "$older_pid" "$torch_pid" 2>/dev/null || true; rm -rf "$logs"; bash scripts/services.sh stop' EXIT
 bash scripts/browser-venv.sh
-bash scripts/torch-venv.sh
 bash scripts/services.sh start
 # shellcheck disable=SC1091
 source .ci/state/services.env
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-wait "$older_pid" || { cat "$older_log"; echo "test.sh: making the Airflow 3.1/3.2 venvs failed" >&2; exit 1; }
-# --durations: the slowest tests of each pass, where the time to cut CI down would come from.
-.venv/bin/python -m pytest tests --durations=25 "$@"
-older=(tests/airflow tests/e2e/test_live_local.py tests/e2e/test_live_orphans.py -m "not torch" --durations=15)
-bash scripts/test-airflow-line.sh 3.1 "${older[@]}"
-bash scripts/test-airflow-line.sh 3.2 "${older[@]}"
+wait "$older_pid" || { cat "$logs/older"; echo "test.sh: making the Airflow 3.1/3.2 venvs failed" >&2; exit 1; }
+wait "$torch_pid" || { cat "$logs/torch"; echo "test.sh: making the PyTorch venv failed" >&2; exit 1; }
+
+state=.ci/state
+rm -f "$state"/junit-*.xml "$state"/pass-*.log "$state/passes.txt"
+pass_() { # NAME COMMAND...: run one pass into its log; record its time and exit status; print it
+    local name=$1 start rc=0
+    shift
+    start=$(date +%s)
+    "$@" -p no:cacheprovider --junitxml="$state/junit-$name.xml" >"$state/pass-$name.log" 2>&1 || rc=$?
+    echo "$name $(($(date +%s) - start)) $rc" >>"$state/passes.txt"
+    # One pass's output at a time, whole, though the two lanes end passes at any moment.
+    flock "$state/passes.txt" sh -c 'echo "===== pass $1 (exit $2)"; cat "$3"' - "$name" "$rc" "$state/pass-$name.log"
+    return "$rc"
+}
+older=(-m "airflow_line and not torch")
+if [ "$#" -gt 0 ]; then
+    # A developer's selection: on the pinned line only.
+    status=0
+    pass_ 3.3 .venv/bin/python -m pytest "$@" || status=$?
+else
+    # Two lanes at once (the live tests mostly wait on their deployments and jobs, the others
+    # mostly compute): the pinned line's own tests then the 3.1 pass, beside the pinned line's
+    # live tests then the 3.2 pass. Every pass runs, whatever failed before it.
+    (
+        rc=0
+        pass_ 3.3-own .venv/bin/python -m pytest tests --ignore=tests/e2e || rc=$?
+        pass_ 3.1 bash scripts/test-airflow-line.sh 3.1 tests "${older[@]}" || rc=$?
+        exit "$rc"
+    ) &
+    lane=$!
+    status=0
+    pass_ 3.3-live .venv/bin/python -m pytest tests/e2e || status=$?
+    pass_ 3.2 bash scripts/test-airflow-line.sh 3.2 tests "${older[@]}" || status=$?
+    wait "$lane" || status=$?
+fi
+.venv/bin/python scripts/test_times.py "$state"
+exit "$status"

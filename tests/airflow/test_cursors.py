@@ -24,7 +24,8 @@ from tests.airflow.helpers import gated_app, gated_lines, run_deferred, wait_unt
 from tests.fixtures.airflow import assert_lines_once
 
 #: Every trigger here talks to a stand-in of the triggerer's channel that fails a synchronous send.
-pytestmark = pytest.mark.usefixtures("triggerer_channel")
+# airflow_line: the pre-3.3 cancel while deferred.
+pytestmark = [pytest.mark.usefixtures("triggerer_channel"), pytest.mark.airflow_line]
 
 IDENTITY = {
     "airflow.dag_id": "dag",

@@ -17,7 +17,8 @@ from airflow_provider_torchx.watch import TaskWatcher
 from tests.airflow.dags.torchx_test_dags import LINES_GATE_ENV
 from tests.fixtures.airflow import EXAMPLE_DAGS, AirflowEnv, assert_lines_once
 
-pytestmark = pytest.mark.airflow
+# airflow_line: the operator's whole path on each line's task runner (its exception classes, config).
+pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]
 
 MODES = [pytest.param(False, id="worker"), pytest.param(True, id="deferred")]
 

@@ -20,6 +20,8 @@ from airflow_provider_torchx.hooks.torchx import TorchXHook, TorchXSettings
 from airflow_provider_torchx.provider_info import get_provider_info, installed_schedulers
 from airflow_provider_torchx.watch import progress_line
 
+pytestmark = pytest.mark.airflow_line  # the connection form: hook methods on 3.1, provider info later
+
 
 def set_conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, extra: dict[str, Any]) -> None:
     """Define a ``torchx`` connection through the environment (Airflow's JSON form)."""

@@ -26,6 +26,8 @@ from airflow_provider_torchx.operators.torchx import TorchXRunOperator, identity
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from tests.airflow.helpers import FakeTI
 
+pytestmark = pytest.mark.airflow_line  # each line's exception classes and the import hot path
+
 SLEEP_APP = AppDef(name="sleeper", roles=[Role(name="s", image="local", entrypoint="sleep", args=["60"])])
 
 

@@ -45,6 +45,8 @@ import sys
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from tests.airflow.helpers import FakeTI, gated_app
 
+pytestmark = pytest.mark.airflow_line  # the task state store (3.3) or labels alone (before)
+
 op = TorchXRunOperator(
     task_id="task", app=gated_app(sys.argv[1], 2), scheduler="local_cwd", poll_interval=0.2, deferrable=False
 )

@@ -11,7 +11,7 @@ import pytest
 from tests.airflow.dags.torchx_test_dags import SECRET
 from tests.fixtures.triggerer import TriggererChannel
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # each line's secrets masker
 
 
 def test_the_dry_run_masks_secret_env_values(run_dag: Any) -> None:

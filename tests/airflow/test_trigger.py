@@ -22,7 +22,8 @@ from tests.fixtures.airflow import assert_lines_once
 from tests.fixtures.triggerer import TriggererChannel
 
 #: Every trigger here talks to a stand-in of the triggerer's channel that fails a synchronous send.
-pytestmark = pytest.mark.usefixtures("triggerer_channel")
+# airflow_line: Task SDK calls from a trigger, the pre-3.3 cancel while deferred.
+pytestmark = [pytest.mark.usefixtures("triggerer_channel"), pytest.mark.airflow_line]
 
 CLASSPATH = "airflow_provider_torchx.triggers.torchx.TorchXJobTrigger"
 

@@ -15,7 +15,7 @@ import pytest
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # the UI plugin under each line's auth manager
 
 LINES = 'for i in 1 2 3; do echo "line $i"; done; sleep {pause}'
 

@@ -80,6 +80,7 @@ def test_usage_in_log_and_xcom_and_no_metrics_when_off(
     assert received(statsd_listener) == []
 
 
+@pytest.mark.airflow_line  # each line's metrics client (_compat.stats)
 def test_metrics_and_openlineage_events(
     airflow_env: AirflowEnv, statsd_listener: socket.socket, tmp_path: Path
 ) -> None:
@@ -188,6 +189,7 @@ def test_works_without_the_openlineage_provider(airflow_env: AirflowEnv) -> None
     assert loaded == []
 
 
+@pytest.mark.airflow_line  # each line's metrics client (_compat.stats)
 def test_an_orphan_cancel_is_counted_with_its_reason(statsd_listener: socket.socket) -> None:
     """``torchx.job.orphan_cancelled`` through Airflow's stats client (a fresh process: the
     client reads ``[metrics]`` once), tagged with the scheduler, DAG, task and reason."""

@@ -254,6 +254,7 @@ def run_triggers(
     return asyncio.run(main())
 
 
+@pytest.mark.airflow_line  # a trigger beside the triggerer's channel
 @pytest.mark.usefixtures("triggerer_channel")
 def test_100_local_triggers_need_no_default_executor(local_jobs: tuple[Runner, list[str]]) -> None:
     runner, handles = local_jobs
@@ -267,6 +268,7 @@ def test_100_local_triggers_need_no_default_executor(local_jobs: tuple[Runner, l
         assert replica_lines(trigger._log.lines) == [f"job {n}"]
 
 
+@pytest.mark.airflow_line  # a trigger beside the triggerer's channel
 @pytest.mark.usefixtures("triggerer_channel")
 @pytest.mark.docker
 def test_100_batch_triggers_need_no_default_executor(aws_env: str, batch_queue: str) -> None:
@@ -342,6 +344,7 @@ def test_third_party_scheduler_defers_streams_and_senses(
         assert len(found) == 2, out[-3000:]
 
 
+@pytest.mark.airflow_line  # a trigger beside the triggerer's channel
 @pytest.mark.usefixtures("triggerer_channel")
 def test_third_party_scheduler_cancel_on_kill(acme: Path) -> None:
     from airflow_provider_torchx.hooks.torchx import TorchXHook

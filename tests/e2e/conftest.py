@@ -1,6 +1,7 @@
-"""Fixtures for the live-deployment tests: a real Airflow (``deployment.AirflowDeployment``)
-whose DAGs folder holds ``tests/e2e/dags/`` (helpers in ``live.py``). Each is shared by the
-tests of one module and stopped after them, so two deployments never load the machine at once.
+"""Fixtures for the live-deployment tests: a real Airflow (``deployment.AirflowDeployment``,
+on a PostgreSQL database of its own) whose DAGs folder holds ``tests/e2e/dags/`` (helpers in
+``live.py``). Each is shared by the tests of one module, which its DAG ids keep apart, and
+stopped after them, so two deployments never load the machine at once.
 
 - ``live_airflow``: a deployment for the local scheduler, with a ``torchx`` connection
   (``torchx_e2e_local``) and a Variable (``torchx_e2e_setting``: ``E2E_SETTING``) that the
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.deployment import AirflowDeployment
-from tests.e2e.live import E2E_DAGS, E2E_SETTING, ORPHAN_GRACE, LiveAirflow, LiveBatch
+from tests.e2e.live import E2E_DAGS, E2E_SETTING, ORPHAN_GRACE, SECRET_TASKS, LiveAirflow, LiveBatch
 from tests.fixtures.aws import FAKE_CREDS, REGION, MotoServer
 
 
@@ -57,20 +58,17 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirfl
     env = {
         "AIRFLOW_CONN_TORCHX_E2E_LOCAL": json.dumps({"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}),
         "AIRFLOW_VAR_TORCHX_E2E_SETTING": E2E_SETTING,
+        "TORCHX_E2E_SECRET_TASKS": str(SECRET_TASKS),
     }
     with _deployment(tmp_path_factory.mktemp("live-airflow"), env) as live:
         yield live
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def live_airflow_heartbeat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
     """A live deployment for local jobs whose scheduler fails a task instance 20 s after its
     last heartbeat (the worker-lost tests) and whose reaper cancels an orphan ``ORPHAN_GRACE``
-    seconds after its task ended. One per test: each orphans test ends its tasks in ways that
-    leave the deployment's state behind (a triggerer restarted, runs marked failed), and once
-    on Airflow 3.1.8 the scheduler stopped scheduling after the first test's marks (see
-    "Seen on Airflow 3.1.8" in docs/behaviour.md), which a second test on the same deployment
-    inherited."""
+    seconds after its task ended."""
     env = {
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",

@@ -1,26 +1,34 @@
 """A real Airflow deployment on loopback for end-to-end tests.
 
 Starts ``airflow api-server``, ``scheduler``, ``dag-processor`` and ``triggerer`` as separate
-processes with a fresh ``AIRFLOW_HOME``, a fresh SQLite database and free ports, and drives DAGs
-through the REST API only, as a user would. Every process is started in its own session and
-stopped (process group) by ``stop()``; components can be stopped and restarted one by one to
-test restarts.
+processes with a fresh ``AIRFLOW_HOME``, a database of its own on PostgreSQL (as production
+runs Airflow) and free ports, and drives DAGs through the REST API only, as a user would. Every
+process is started in its own session and stopped (process group) by ``stop()``; components can
+be stopped and restarted one by one to test restarts.
+
+The PostgreSQL server is the one ``scripts/services.sh start`` runs (``TORCHX_TEST_POSTGRES``).
+A deployment's database is a copy (``CREATE DATABASE ... TEMPLATE``) of one migrated template
+per Airflow version and auth manager, so a deployment starts without ``airflow db migrate``
+(``MetadataDatabases``); it is dropped when the deployment stops.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import importlib.metadata
+import itertools
 import json
 import os
 import re
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +48,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-#: How many times ``AirflowDeployment.api`` sends a request that failed on SQLite's locking.
-SQLITE_LOCK_ATTEMPTS = 5
-
-
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout
@@ -56,42 +60,95 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
         time.sleep(interval)
 
 
-def never_reuse_trigger_ids(db: Path) -> None:
-    """Give Airflow's ``trigger`` table an AUTOINCREMENT id, as a server database's sequence is.
+#: The environment variable naming the test PostgreSQL server (a SQLAlchemy URL without a
+#: database), set by ``scripts/services.sh``.
+POSTGRES_ENV = "TORCHX_TEST_POSTGRES"
 
-    On SQLite a new row takes the highest id left plus one, so a trigger created right after the
-    last one was deleted gets its id again. The triggerer, still running the old trigger under
-    that id, then takes it for the new one: the old trigger's late event resumes the new task
-    (seen in a full run: a task deferred, resumed 0.5 s later by the previous test's event, and
-    failed by the scheduler), and the new trigger never runs. Production databases never reuse
-    ids; the live tests must not either."""
-    con = sqlite3.connect(db)
-    try:
-        (table,) = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'trigger'").fetchone()
-        if "AUTOINCREMENT" in table:
-            return
-        indexes = [
-            sql
-            for (sql,) in con.execute(
-                "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'trigger' AND sql IS NOT NULL"
+
+class MetadataDatabases:
+    """Airflow metadata databases on the test PostgreSQL server.
+
+    ``create(name, env)`` gives a deployment a database of its own as a copy of the template
+    for its Airflow version and auth manager (the FAB auth manager adds its own tables), which
+    is migrated once, the first time a deployment needs it, and kept with the server (a later
+    run on the same ``.ci/state`` reuses it). A template is built under a temporary name and
+    renamed when its migration succeeded, under an advisory lock (held by the admin session
+    until it closes), so a template is always whole and two test processes never build one
+    twice."""
+
+    _LOCK = 0x7470_7874  # pg_advisory_lock key of template builds
+
+    def __init__(self, server: str) -> None:
+        match = re.fullmatch(r"postgresql\+psycopg2://(?P<user>[^@/]+)@(?P<host>[^:/]+):(?P<port>\d+)/?", server)
+        if match is None:
+            raise RuntimeError(f"{POSTGRES_ENV}={server!r} is not postgresql+psycopg2://USER@HOST:PORT")
+        self.server = server.rstrip("/")
+        self._connect_args = {"user": match["user"], "host": match["host"], "port": int(match["port"])}
+
+    @classmethod
+    def from_env(cls) -> MetadataDatabases:
+        """The server of ``TORCHX_TEST_POSTGRES``; a clear error when it is not set."""
+        server = os.environ.get(POSTGRES_ENV)
+        if not server:
+            raise RuntimeError(
+                f"live deployments run on PostgreSQL and {POSTGRES_ENV} is not set: start it with "
+                "`bash scripts/services.sh start` and `source .ci/state/services.env`"
             )
-        ]
-        rebuilt, n = re.subn(
-            r"\bid INTEGER NOT NULL,", "id INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,", table, count=1
-        )
-        rebuilt, m = re.subn(r",\s*CONSTRAINT trigger_pkey PRIMARY KEY \(id\)", "", rebuilt, count=1)
-        assert n == m == 1, f"unexpected trigger table: {table}"
-        con.execute("PRAGMA foreign_keys = OFF")
-        con.execute("PRAGMA legacy_alter_table = ON")  # other tables' references keep naming "trigger"
-        with con:
-            con.execute('ALTER TABLE "trigger" RENAME TO trigger_before')
-            con.execute(rebuilt)
-            con.execute('INSERT INTO "trigger" SELECT * FROM trigger_before')
-            con.execute("DROP TABLE trigger_before")
-            for sql in indexes:
-                con.execute(sql)
-    finally:
-        con.close()
+        return cls(server)
+
+    def url(self, name: str) -> str:
+        """The SQLAlchemy URL of database ``name``."""
+        return f"{self.server}/{name}"
+
+    @contextlib.contextmanager
+    def _admin(self) -> Iterator[Any]:
+        import psycopg2
+
+        con = psycopg2.connect(dbname="postgres", connect_timeout=10, **self._connect_args)
+        con.autocommit = True
+        try:
+            with con.cursor() as cur:
+                yield cur
+        finally:
+            con.close()
+
+    @staticmethod
+    def template_name(env: Mapping[str, str]) -> str:
+        """The template of an Airflow version (the running interpreter's) and auth manager."""
+        version = re.sub(r"\W", "_", importlib.metadata.version("apache-airflow"))
+        auth = env.get("AIRFLOW__CORE__AUTH_MANAGER", "")
+        return f"airflow_{version}_{hashlib.sha1(auth.encode()).hexdigest()[:8]}"
+
+    def create(self, name: str, env: Mapping[str, str]) -> None:
+        """Create database ``name``, migrated for ``env``'s Airflow, from its template (built
+        first with ``airflow db migrate`` when there is none yet)."""
+        template = self.template_name(env)
+        with self._admin() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", (self._LOCK,))
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (template,))
+            if cur.fetchone() is None:
+                building = f"{template}_building"
+                cur.execute(f'DROP DATABASE IF EXISTS "{building}"')
+                cur.execute(f'CREATE DATABASE "{building}"')
+                migrate = [sys.executable, "-m", "airflow", "db", "migrate"]
+                done = subprocess.run(
+                    migrate,
+                    env={**env, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.url(building)},
+                    capture_output=True,
+                    text=True,
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(f"airflow db migrate of the template {template} failed:\n{done.stderr[-3000:]}")
+                cur.execute(f'ALTER DATABASE "{building}" RENAME TO "{template}"')
+            cur.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+
+    def drop(self, name: str) -> None:
+        """Drop database ``name``, ending any session still connected to it."""
+        with self._admin() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_DATABASE_NUMBERS = itertools.count(1)
 
 
 class AirflowDeployment:
@@ -114,6 +171,9 @@ class AirflowDeployment:
             shutil.copy(dag, self.dags_folder / dag.name)
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        self.databases = MetadataDatabases.from_env()
+        self.database = f"live_{os.getpid()}_{next(_DATABASE_NUMBERS)}"
+        self._database_created = False
         bin_dir = str(Path(sys.executable).parent)
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(_AIRFLOW_ENV_PREFIXES)},
@@ -123,7 +183,7 @@ class AirflowDeployment:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.databases.url(self.database),
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__BASE_URL": self.base_url,
@@ -137,6 +197,12 @@ class AirflowDeployment:
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+            # The secrets every component must share, as in any deployment of several processes:
+            # left unset, each component that finds no airflow.cfg writes one with its own
+            # random keys (the components start at once), and task tokens fail to verify.
+            "AIRFLOW__API_AUTH__JWT_SECRET": base64.b64encode(os.urandom(32)).decode(),
+            "AIRFLOW__API__SECRET_KEY": base64.b64encode(os.urandom(32)).decode(),
+            "AIRFLOW__CORE__FERNET_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
             **(env or {}),
         }
         if users:
@@ -156,20 +222,15 @@ class AirflowDeployment:
 
     # ------------------------------------------------------------------ processes
 
-    def migrate(self) -> None:
-        """Create the SQLite database, with trigger ids never reused (``never_reuse_trigger_ids``)."""
-        subprocess.run(
-            [sys.executable, "-m", "airflow", "db", "migrate"],
-            env=self.env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        never_reuse_trigger_ids(self.home / "airflow.db")
+    def create_database(self) -> None:
+        """Give the deployment its migrated database (once; ``start`` calls it)."""
+        if not self._database_created:
+            self.databases.create(self.database, self.env)
+            self._database_created = True
 
     def start(self, components: Iterable[str] = COMPONENTS) -> None:
-        """Migrate, start ``components`` and wait until the API answers."""
-        self.migrate()
+        """Create the database, start ``components`` and wait until the API answers."""
+        self.create_database()
         for name in components:
             self.start_component(name)
         wait_until(self._api_up, 90, "the API server")
@@ -208,6 +269,9 @@ class AirflowDeployment:
         for proc in procs:
             _reap_group(proc, max(0.0, deadline - time.monotonic()))
         self._client.close()
+        if self._database_created:
+            self.databases.drop(self.database)
+            self._database_created = False
 
     def started(self, pid: int) -> bool:
         """Whether ``pid`` is a component or a descendant of one (a task process of the
@@ -232,23 +296,15 @@ class AirflowDeployment:
             return False
 
     def api(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-        """Call the REST API (``/api/v2`` + ``path``) as an admin; return the JSON answer.
-        A request that failed on SQLite's locking ("Database error": two of the api-server's
-        transactions waited on each other for the 5 s busy timeout, say a user's mark and a
-        worker's XCom push at the same moment) was rolled back whole, and is sent again, as a
-        user would click again (docs/behaviour.md, known Airflow issues on SQLite)."""
+        """Call the REST API (``/api/v2`` + ``path``) as an admin; return the JSON answer."""
         if self._token is None:
             self._token = self.token(next(iter(self.users), None))
-        for attempt in range(1, SQLITE_LOCK_ATTEMPTS + 1):
-            resp = self._client.request(
-                method,
-                "/api/v2" + path,
-                json=body,
-                headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"},
-            )
-            if resp.status_code != 500 or "Database error" not in resp.text or attempt == SQLITE_LOCK_ATTEMPTS:
-                break
-            time.sleep(1.0)
+        resp = self._client.request(
+            method,
+            "/api/v2" + path,
+            json=body,
+            headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"},
+        )
         if resp.status_code >= 400:
             raise RuntimeError(f"{method} {path} -> {resp.status_code}: {resp.text}")
         return resp.json() if resp.content else None

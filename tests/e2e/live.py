@@ -9,6 +9,7 @@ log these show as ``[sh/k] rk line i``.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import itertools
 import json
 import os
@@ -32,6 +33,14 @@ E2E_SETTING = "e2e-variable-password-5mK9"
 #: ``[torchx] orphan_grace`` of ``live_airflow_heartbeat`` (seconds; the default is 30): how
 #: long the reaper's loop waits after a task's end before it cancels the task's job.
 ORPHAN_GRACE = 10.0
+#: The Airflow line the tests run on (the pinned 3.3 or an older one, scripts/test-airflow-line.sh).
+AIRFLOW_LINE = tuple(int(part) for part in importlib.metadata.version("apache-airflow").split(".")[:2])
+#: How many mapped tasks the secrets DAG defers at once (``TORCHX_E2E_SECRET_TASKS`` of
+#: ``live_airflow``): 50 on the pinned line, where the triggerer's capacity is the point; 8 on
+#: the older lines, where the point is the path that differs there (Task SDK calls from a
+#: trigger beside other triggers' messages: 8 deferred jobs with secrets crashed 3.1's
+#: triggerer when that path was wrong).
+SECRET_TASKS = 50 if AIRFLOW_LINE >= (3, 3) else 8
 REPLICA_LINE = re.compile(r"^\[sh/(\d+)\] r\d+ line \d+$")
 #: What the triggerer logs into the task log once it runs the task's trigger.
 TRIGGER_STARTED = re.compile(r"^trigger .+ starting$")

@@ -3,9 +3,9 @@
 Deferred tasks stream replica lines into the task log while deferred, each line once, through a
 triggerer restart that neither cancels the job nor repeats a line; marking a deferred task failed
 cancels its job; a 2 x 2 DDP job (real PyTorch, ``scripts/torch-venv.sh``) succeeds with every
-rank's lines once; 50 deferred tasks at once whose jobs print their secrets leave the triggerer
-up, succeed, and show the secrets masked in every task log. (A SIGKILLed task whose retry adopts
-its running job: ``test_live_orphans.py``.)
+rank's lines once; 50 deferred tasks at once (8 on the older Airflow lines: ``SECRET_TASKS``)
+whose jobs print their secrets leave the triggerer up, succeed, and show the secrets masked in
+every task log. (A SIGKILLed task whose retry adopts its running job: ``test_live_orphans.py``.)
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 from tests.e2e.deployment import COMPONENTS, TERMINAL_TI_STATES, wait_until
 from tests.e2e.live import (
     E2E_SETTING,
+    SECRET_TASKS,
     LiveAirflow,
     assert_each_line_once,
     expected_lines,
@@ -30,13 +31,11 @@ from tests.e2e.live import (
 )
 from tests.fixtures.torch import nodes_stderr
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # the live stack
 
 DEFERRED = "torchx_e2e_deferred"
 DDP = "torchx_e2e_ddp"
 SECRETS = "torchx_e2e_secrets"
-#: The mapped tasks of the secrets DAG (``tests/e2e/dags/torchx_e2e_secrets.py``).
-SECRET_TASKS = 50
 #: How long the job's processes may outlive marking the task failed (Airflow's on_kill timeout
 #: is 30 s; the cancel grace period 10 s).
 CANCEL_WITHIN = 35
@@ -72,10 +71,10 @@ def test_deferred_job_logs_while_deferred_and_each_line_once_through_a_triggerer
 
 
 @pytest.mark.timeout(1800)  # within its own waits' deadlines (900 + 300 + 600 s), not the default 300 s
-def test_50_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_masked(
+def test_many_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_masked(
     live_airflow: LiveAirflow, tmp_path: Path
 ) -> None:
-    """The triggerer watches 50 jobs at once whose env holds secrets (``MY_PASSWORD`` from a
+    """The triggerer watches ``SECRET_TASKS`` jobs at once whose env holds secrets (``MY_PASSWORD`` from a
     Variable, ``HF_TOKEN``; the tasks take their scheduler from a ``torchx`` connection):
     registering the secrets must not crash it (a synchronous Task SDK call from the watch pool
     did, on Airflow 3.1), every task succeeds and no task log shows a secret."""
@@ -97,7 +96,7 @@ def test_50_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_mask
         everyone = set(range(SECRET_TASKS))
         wait_until(lambda: api.deferrals_taken_in(run_id) >= everyone, 300, "the scheduler to take in every deferral")
     finally:
-        gate.touch()  # also on a failure: 50 held jobs would keep the next tests' tasks from slots
+        gate.touch()  # also on a failure: held jobs would keep the next tests' tasks from slots
 
     def done() -> list[dict[str, Any]] | None:
         assert triggerer.poll() is None, "the triggerer exited:\n" + api.component_log("triggerer")[-6000:]
@@ -146,9 +145,8 @@ def test_ddp_on_two_nodes_succeeds_with_every_ranks_lines_once(live_airflow: Liv
 
 
 def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirflow) -> None:
-    """Runs last in this module: the marked task's trigger row is deleted while the trigger
-    still runs, and Airflow 3.1 on SQLite hands that trigger id to the next deferral, whose task
-    the old trigger's event then resumes (a later test's task left ``deferred`` early)."""
+    """Marking the deferred task failed ends its job's processes within ``CANCEL_WITHIN``
+    seconds, the job ``CANCELLED`` and the task ``failed``."""
     live, api = live_airflow, live_airflow.deployment
     run_id, handle = live.start_watched(DEFERRED, {"lines": 600, "pause": 1, "replicas": 2})
     procs = live.job_processes(handle)

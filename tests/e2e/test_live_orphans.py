@@ -41,7 +41,8 @@ from tests.e2e.live import (
     task_labels,
 )
 
-pytestmark = pytest.mark.airflow
+# airflow_line: the live stack: listeners, the reaper, the pre-3.3 cancel while deferred.
+pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]
 
 ORPHANS = "torchx_e2e_orphans"
 EARLY = "torchx_e2e_orphans_early"
@@ -124,8 +125,7 @@ def assert_cancelled_with_reason(live: LiveAirflow, row: Row, wording: str) -> N
 
 
 def mark(api: AirflowDeployment, path: str, body: dict[str, str]) -> None:
-    """PATCH a task instance's or DAG run's state as a user would (``api`` sends it again
-    when SQLite was busy)."""
+    """PATCH a task instance's or DAG run's state as a user would."""
     api.api("PATCH", path, body)
 
 
@@ -149,9 +149,8 @@ def test_jobs_of_deferred_tasks_ended_by_users_end_within_a_minute(live_airflow_
             f"{row.name}'s trigger to start",
         )
     # Right after deferral: the triggers may not have started (then Airflow calls nothing on them).
-    # The three defer after every other task of the test (on SQLite, Airflow 3.1 reuses the id of
-    # a deleted trigger for the next one, and a still-running trigger's event then resumes
-    # another task), and are marked together as soon as all three are deferred.
+    # The three defer after every other task of the test and are marked together as soon as all
+    # three are deferred.
     early_run = live.trigger(EARLY, {})
     early = [Row(EARLY, early_run, f"early_{i}") for i in (1, 2, 3)]
     wait_until(

@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e.live import LiveAirflow, still_running
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # the pages on each line's api-server
 
 REPO = Path(__file__).resolve().parents[2]
 BROWSER_PYTHON = REPO / ".venv-browser" / "bin" / "python"

@@ -25,7 +25,7 @@ from airflow_provider_torchx.core.specs import AppDef, Role
 from tests.e2e.deployment import AirflowDeployment, wait_until
 from tests.e2e.live import ONE_TASK_DAG, LiveAirflow
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # the pages under each line's FAB auth manager
 
 DAGS = ("fab_dag_a", "fab_dag_b")
 #: name -> (FAB role, password); the first one is the admin the deployment's API calls use.

@@ -83,6 +83,7 @@ from pathlib import Path
 gate_dir, go = Path(sys.argv[1]), sys.argv[2]
 sched = create_cwd_scheduler("gpu")
 info = sched.submit_dryrun(gated(gate_dir, replicas=2, gpu=2), ON)
+Path(gate_dir, f"ready-{os.getpid()}").touch()
 while not os.path.exists(go):
     time.sleep(0.002)
 print(sched.schedule(info), flush=True)
@@ -97,7 +98,8 @@ def test_three_jobs_from_three_processes_share_eight_gpus(sched: LocalScheduler,
         )
         for _ in range(3)
     ]
-    time.sleep(0.5)  # let them import; they submit together once "go" exists
+    # They submit together once "go" exists, after each has imported and made its request.
+    wait_for(lambda: len(list(tmp_path.glob("ready-*"))) == 3, what="the three submitters to be ready")
     go.touch()
     app_ids = [p.communicate(timeout=60)[0].strip() for p in procs]
     assert all(p.returncode == 0 for p in procs) and len(set(app_ids)) == 3, app_ids

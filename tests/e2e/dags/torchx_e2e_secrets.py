@@ -5,18 +5,20 @@ connection (``torchx_e2e_local``, given to the deployment as ``AIRFLOW_CONN_TORC
 ``MY_PASSWORD`` comes from the Variable ``torchx_e2e_setting`` (a name Airflow does not deem
 sensitive: the env key is what masks it), ``HF_TOKEN`` from the run's conf. Each job prints
 ``job <i> started``, waits for the file ``params.gate`` (so every task is deferred at once),
-prints both secrets and ends.
+prints both secrets and ends. The live deployment sets how many tasks there are
+(``TORCHX_E2E_SECRET_TASKS``, read when the DAG is parsed; 50 unless it says otherwise).
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 from airflow.sdk import DAG
 
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 
-TASKS = 50
+TASKS = int(os.environ.get("TORCHX_E2E_SECRET_TASKS", "50"))
 GATED = (
     'echo "job {i} started"; while [ ! -e "{{{{ params.gate }}}}" ]; do sleep 0.5; done; '
     'echo "job {i} password $MY_PASSWORD token $HF_TOKEN"'
