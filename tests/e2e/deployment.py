@@ -48,15 +48,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` on timeout."""
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.5,
+    seen: Callable[[], object] | None = None,
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; on timeout fail naming ``what``
+    and what was seen then: ``seen()`` where given (the state the wait is about, component
+    logs), else the predicate's last value."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+            saw: object = value
+            if seen is not None:
+                try:
+                    saw = seen()
+                except Exception as err:  # a diagnosis must not hide the timeout
+                    saw = f"(could not read it: {err!r})"
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; saw: {saw}")
         time.sleep(interval)
 
 
@@ -233,7 +247,7 @@ class AirflowDeployment:
         self.create_database()
         for name in components:
             self.start_component(name)
-        wait_until(self._api_up, 90, "the API server")
+        wait_until(self._api_up, 90, "the API server", seen=lambda: self.log_tails("api-server"))
 
     def start_component(self, name: str) -> subprocess.Popen[bytes]:
         """Start one component (``triggerer``, ...) in its own session; log to a file."""
@@ -287,6 +301,14 @@ class AirflowDeployment:
         path = self.logs / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def log_tails(self, *names: str, lines: int = 20) -> str:
+        """The last ``lines`` lines of each named component's log (all four by default), for
+        the message of a wait that timed out."""
+        return "".join(
+            f"\n--- the {name}'s log ends:\n" + "\n".join(self.component_log(name).splitlines()[-lines:])
+            for name in names or COMPONENTS
+        )
+
     # ------------------------------------------------------------------ REST API
 
     def _api_up(self) -> bool:
@@ -330,7 +352,7 @@ class AirflowDeployment:
                 return False
             return True
 
-        wait_until(parsed, timeout, f"DAG {dag_id} to be parsed")
+        wait_until(parsed, timeout, f"DAG {dag_id} to be parsed", seen=lambda: self.log_tails("dag-processor"))
         self.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
 
     def trigger(self, dag_id: str, run_id: str, conf: Mapping[str, Any] | None = None) -> None:

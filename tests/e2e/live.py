@@ -122,7 +122,13 @@ class LiveAirflow:
     def app_handle(self, dag_id: str, run_id: str, timeout: float = 120) -> str:
         """The handle the task recorded (XCom ``app_handle``) once it has submitted."""
         handle: str = wait_until(
-            lambda: self.deployment.xcom(dag_id, run_id, "job", "app_handle"), timeout, f"{run_id}'s app handle"
+            lambda: self.deployment.xcom(dag_id, run_id, "job", "app_handle"),
+            timeout,
+            f"{run_id}'s app handle",
+            seen=lambda: (
+                f"the task is {self.deployment.task_instance(dag_id, run_id, 'job')['state']!r}"
+                + self.deployment.log_tails("scheduler")
+            ),
         )
         return handle
 

@@ -48,11 +48,21 @@ def test_batch_job_marked_failed_while_deferred_is_cancelled(live_airflow_batch:
     # Only a running trigger can cancel: Airflow drops a trigger no triggerer has picked up yet
     # without calling it (marking the task failed in that window leaves the job running).
     batch.live.wait_for_log(BATCH, run_id, "deferred", TRIGGER_STARTED)
-    wait_until(lambda: batch.batch_job(handle)["status"] == "RUNNING", 120, f"Batch job {job_id} to run")
+    wait_until(
+        lambda: batch.batch_job(handle)["status"] == "RUNNING",
+        120,
+        f"Batch job {job_id} to run",
+        seen=lambda: batch.batch_job(handle)["status"],
+    )
     assert batch.running_containers(job_id)
 
     api.set_state(BATCH, run_id, "job", "failed")
-    wait_until(lambda: batch.batch_job(handle)["status"] in ("SUCCEEDED", "FAILED"), CANCEL_WITHIN, f"{job_id} to end")
+    wait_until(
+        lambda: batch.batch_job(handle)["status"] in ("SUCCEEDED", "FAILED"),
+        CANCEL_WITHIN,
+        f"{job_id} to end",
+        seen=lambda: batch.batch_job(handle)["status"],
+    )
     job = batch.batch_job(handle)
     assert job["status"] == "FAILED" and job.get("statusReason", "").startswith(CANCEL_REASON), job
     status = batch.torchx_status(handle)
@@ -72,7 +82,12 @@ def test_batch_job_marked_failed_right_after_deferral_is_terminated_within_a_min
     marked = time.time()
     api.set_state(BATCH, run_id, "job", "failed")
     handle = batch.live.app_handle(BATCH, run_id)
-    wait_until(lambda: batch.batch_job(handle)["status"] in ("SUCCEEDED", "FAILED"), ORPHAN_WITHIN, f"{handle} to end")
+    wait_until(
+        lambda: batch.batch_job(handle)["status"] in ("SUCCEEDED", "FAILED"),
+        ORPHAN_WITHIN,
+        f"{handle} to end",
+        seen=lambda: batch.batch_job(handle)["status"],
+    )
     print(f"Batch job ended {time.time() - marked:.1f}s after its task was marked failed")
     job = batch.batch_job(handle)
     reason = job.get("statusReason", "")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +93,19 @@ def test_many_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_ma
         return [ti["state"] for ti in tis]
 
     try:
-        wait_until(lambda: states().count("deferred") == SECRET_TASKS, 900, f"{SECRET_TASKS} tasks deferred at once")
+        wait_until(
+            lambda: states().count("deferred") == SECRET_TASKS,
+            900,
+            f"{SECRET_TASKS} tasks deferred at once",
+            seen=lambda: f"task states {Counter(states())}" + api.log_tails("scheduler", "triggerer"),
+        )
         everyone = set(range(SECRET_TASKS))
-        wait_until(lambda: api.deferrals_taken_in(run_id) >= everyone, 300, "the scheduler to take in every deferral")
+        wait_until(
+            lambda: api.deferrals_taken_in(run_id) >= everyone,
+            300,
+            "the scheduler to take in every deferral",
+            seen=lambda: f"taken in: {sorted(api.deferrals_taken_in(run_id))}" + api.log_tails("scheduler"),
+        )
     finally:
         gate.touch()  # also on a failure: held jobs would keep the next tests' tasks from slots
 
@@ -103,7 +114,15 @@ def test_many_deferred_jobs_with_secrets_keep_the_triggerer_up_and_their_logs_ma
         tis = api.task_instances(SECRETS, run_id)
         return tis if all(ti["state"] in TERMINAL_TI_STATES for ti in tis) else None
 
-    tis = wait_until(done, 600, "every task to end")
+    tis = wait_until(
+        done,
+        600,
+        "every task to end",
+        seen=lambda: (
+            f"task states {Counter(ti['state'] for ti in api.task_instances(SECRETS, run_id))}"
+            + api.log_tails("scheduler", "triggerer")
+        ),
+    )
     failed = sorted((ti["map_index"], ti["state"]) for ti in tis if ti["state"] != "success")
     assert not failed, (
         f"not successful: {failed}\n"
