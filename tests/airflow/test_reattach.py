@@ -36,6 +36,8 @@ from airflow_provider_torchx.watch import cursor_file_for, identity_labels
 from tests.airflow.helpers import FakeTaskStateStore, FakeTI, gated_app, gated_lines, wait_until
 from tests.fixtures.airflow import REPO, assert_lines_once
 
+pytestmark = pytest.mark.airflow_line  # the task state store (3.3) or labels alone (before)
+
 SLEEP = AppDef(name="sleeper", roles=[Role(name="s", image="local", entrypoint="sleep", args=["60"])])
 ECHO = AppDef(name="echo", roles=[Role(name="e", image="local", entrypoint="sh", args=["-c", "echo e1; echo e2"])])
 FAIL = AppDef(name="fail", roles=[Role(name="f", image="local", entrypoint="sh", args=["-c", "exit 3"])])
@@ -44,8 +46,6 @@ TRY_ONE = """
 import sys
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from tests.airflow.helpers import FakeTI, gated_app
-
-pytestmark = pytest.mark.airflow_line  # the task state store (3.3) or labels alone (before)
 
 op = TorchXRunOperator(
     task_id="task", app=gated_app(sys.argv[1], 2), scheduler="local_cwd", poll_interval=0.2, deferrable=False
@@ -177,7 +177,12 @@ def test_retry_after_the_worker_was_killed_reattaches_and_logs_each_line_once(
         text=True,
     )
     try:
-        handle = wait_until(lambda: ident.jobs(), 60, "try 1 to submit")[0]
+
+        def submitted() -> list[str]:
+            assert first.poll() is None, f"try 1 exited {first.returncode} first:\n{first.communicate()[0]}"
+            return ident.jobs()
+
+        handle = wait_until(submitted, 60, "try 1 to submit")[0]
         cursor_file = cursor_file_for(runner, handle, ident.labels)
 
         def try_one_logged_and_saved_lines_1_2() -> bool:
