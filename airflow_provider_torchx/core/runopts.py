@@ -29,12 +29,13 @@ _NEXT_KEY = re.compile(r"[,;]\s*(?=[A-Za-z_][A-Za-z0-9_.-]*=)")
 
 @dataclass(frozen=True)
 class runopt:  # noqa: N801 - TorchX's public name
-    """One declared option."""
+    """One declared option; ``minimum``: the smallest value an int or float option takes."""
 
     default: CfgVal
     opt_type: type
     is_required: bool
     help: str
+    minimum: int | float | None = None
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -111,18 +112,26 @@ def as_type(kind: type, value: object) -> Any:
 
 
 def _coerce(name: str, opt: runopt, value: object) -> CfgVal:
-    """Check ``value`` against ``opt``'s type, parsing strings; raise naming the option."""
+    """Check ``value`` against ``opt``'s type (parsing strings) and minimum; raise naming the
+    option."""
     if value is None:
         return None
     t = opt.opt_type
+    typed: CfgVal
     if isinstance(value, str) and t is not str:
-        return _parse_value(name, t, value)
-    try:
-        typed: CfgVal = as_type(t, value)
-    except TypeError:
+        typed = _parse_value(name, t, value)
+    else:
+        try:
+            typed = as_type(t, value)
+        except TypeError:
+            raise InvalidRunConfigError(
+                f"cfg: {name}={value!r} has type {type(value).__name__}; expected {_TYPE_NAMES[t]}"
+            ) from None
+    if opt.minimum is not None and isinstance(typed, int | float) and typed < opt.minimum:
+        article = "an" if t is int else "a"
         raise InvalidRunConfigError(
-            f"cfg: {name}={value!r} has type {type(value).__name__}; expected {_TYPE_NAMES[t]}"
-        ) from None
+            f"cfg: {name}={typed!r} is below its minimum: it must be {article} {_TYPE_NAMES[t]} >= {opt.minimum}"
+        )
     return typed
 
 
@@ -139,15 +148,20 @@ class runopts:  # noqa: N801 - TorchX's public name
         help: str,  # noqa: A002 - TorchX's parameter name
         default: CfgVal = None,
         required: bool = False,
+        minimum: int | float | None = None,
     ) -> None:
-        """Declare an option. A required option has no default."""
+        """Declare an option. A required option has no default; ``minimum`` (int and float
+        options only) is the smallest value it takes, checked wherever values are."""
         if type_ not in _TYPE_NAMES:
             raise TypeError(f"runopts: type of {cfg_key!r} must be one of {', '.join(_TYPE_NAMES.values())}")
         if required and default is not None:
             raise ValueError(f"runopts: required option {cfg_key!r} cannot have a default")
+        if minimum is not None and type_ not in (int, float):
+            raise TypeError(f"runopts: {cfg_key!r} has a minimum, but only int and float options take one")
         # The default is stored in its declared type (a "1" declared for an int becomes 1).
-        typed_default = _coerce(cfg_key, runopt(None, type_, False, help), default)
-        self._opts[cfg_key] = runopt(typed_default, type_, required, help)
+        opt = runopt(None, type_, False, help, minimum)
+        typed_default = _coerce(cfg_key, opt, default)
+        self._opts[cfg_key] = runopt(typed_default, type_, required, help, minimum)
 
     def update(self, other: runopts) -> None:
         """Add every option of ``other``."""

@@ -4,8 +4,9 @@ what its dry run returns.
 ``check_literal_arguments`` runs in the operator's ``__init__``, so a DAG whose literal
 (non-templated) arguments are wrong fails to import, naming the problem: an unknown component
 or scheduler, an unknown or mistyped argument of a builtin component, an invalid ``app=``, an
-unknown or mistyped run option of a scheduler that declares its run options for these checks
-(entry point group ``airflow_provider_torchx.run_options``: the local schedulers do).
+unknown, mistyped or too small run option of a scheduler that declares its run options for
+these checks (entry point group ``airflow_provider_torchx.run_options``: the local schedulers
+do).
 DAG parsing is a hot path: nothing here imports a scheduler backend or calls a cloud API
 (a component name is resolved among the builtins and the entry points' names; run options come
 from the light function a scheduler names; a ``file.py:fn`` component is left to the task,
@@ -125,8 +126,8 @@ def declared_run_opts(scheduler: str) -> runopts | None:
 
 
 def check_cfg(scheduler: str, cfg: Mapping[str, Any] | str) -> None:
-    """Unknown keys (with the closest names) and mistyped literal values of ``cfg`` raise
-    ``InvalidRunConfigError`` for a scheduler that declares its run options
+    """Unknown keys (with the closest names) and mistyped or too small literal values of ``cfg``
+    raise ``InvalidRunConfigError`` for a scheduler that declares its run options
     (``declared_run_opts``); templated values are left alone."""
     opts = declared_run_opts(scheduler)
     if opts is None:

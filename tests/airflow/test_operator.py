@@ -195,6 +195,8 @@ def test_sensor_poke_fails_with_the_reason(local_jobs: tuple[Runner, list[str]])
     [
         ({"component": "utils.echo", "cfg": "colour=blue"}, "unknown option 'colour'"),
         ({"component": "utils.echo", "cfg": {"log_dri": "/tmp"}}, "Did you mean 'log_dir'"),
+        ({"component": "utils.echo", "cfg": {"attempt_timeout": 0}}, "attempt_timeout=0 is below its minimum"),
+        ({"component": "utils.echo", "cfg": "attempt_timeout=-5"}, "attempt_timeout=-5 is below its minimum"),
         ({"component": "utils.no_such_thing"}, "utils.no_such_thing"),
         ({"component": "utils.ehco"}, "Did you mean utils.echo"),
         ({"component": "utils.echo", "scheduler": "local_cdw"}, "Did you mean 'local_cwd'"),

@@ -165,6 +165,33 @@ def test_wrong_bool_and_dict_say_what_is_allowed() -> None:
         _typed_opts().cfg_from_str("tags=a")
 
 
+def test_a_minimum_is_checked_wherever_values_are() -> None:
+    opts = runopts()
+    opts.add("timeout", int, "Seconds (at least 60).", minimum=60)
+    opts.add("ratio", float, "A share.", minimum=0.5)
+    assert opts.cfg_from_str("timeout=60,ratio=0.5") == {"timeout": 60, "ratio": 0.5}
+    assert opts.resolve({"timeout": "61"}) == {"timeout": 61, "ratio": None}
+    seconds, share = "(Seconds (at least 60).)", "(A share.)"
+    refused = [
+        (lambda: opts.cfg_from_str("timeout=59"), "timeout=59 is below its minimum: it must be an int >= 60", seconds),
+        (lambda: opts.check({"timeout": -1}), "timeout=-1 is below its minimum: it must be an int >= 60", seconds),
+        (lambda: opts.resolve({"ratio": 0.25}), "ratio=0.25 is below its minimum: it must be a float >= 0.5", share),
+    ]
+    for call, shown, help_text in refused:
+        with pytest.raises(InvalidRunConfigError) as exc:
+            call()
+        assert shown in str(exc.value) and help_text in str(exc.value), str(exc.value)
+
+
+def test_only_numbers_take_a_minimum_and_a_default_must_reach_it() -> None:
+    opts = runopts()
+    with pytest.raises(TypeError, match="'name' has a minimum, but only int and float options take one"):
+        opts.add("name", str, "A name.", minimum=1)
+    with pytest.raises(InvalidRunConfigError, match="n=0 is below its minimum"):
+        opts.add("n", int, "n", default=0, minimum=1)
+    assert len(opts) == 0
+
+
 def test_cfg_from_str_unknown_key_lists_valid_options() -> None:
     with pytest.raises(InvalidRunConfigError) as exc:
         _local_opts().cfg_from_str("log_dir=/x,logdir=/y")

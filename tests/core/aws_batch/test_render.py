@@ -293,6 +293,16 @@ def test_job_names_are_valid_and_unique() -> None:
         ({"retry_on": "spot"}, AppDef("a", roles=[trainer()]), r"retry_on='spot' is not one of: any, infra"),
         ({"shm_size": -1}, AppDef("a", roles=[trainer()]), r"shm_size=-1 must be an int >= 0"),
         (
+            {"attempt_timeout": 59},
+            AppDef("a", roles=[one()]),
+            r"attempt_timeout=59 is below its minimum: it must be an int >= 60 \(.*AWS Batch's minimum",
+        ),
+        ({"attempt_timeout": 0}, AppDef("a", roles=[trainer()]), r"attempt_timeout=0 is below its minimum"),
+        ({"attempt_timeout": "-90"}, AppDef("a", roles=[one()]), r"attempt_timeout=-90 is below its minimum"),
+        ({"attempt_timeout": "1h"}, AppDef("a", roles=[one()]), r"attempt_timeout='1h' is not a valid int"),
+        ({"attempt_timeout": 90.5}, AppDef("a", roles=[one()]), r"attempt_timeout=90.5 has type float; expected int"),
+        ({"attempt_timeout": True}, AppDef("a", roles=[one()]), r"attempt_timeout=True has type bool; expected int"),
+        (
             {"job_type": "container"},
             AppDef("a", roles=[trainer()]),
             "job_type=container runs one container.*2 replicas",
@@ -389,6 +399,7 @@ def test_helpers() -> None:
         "assign_public_ip",
         "retry_on",
         "shm_size",
+        "attempt_timeout",
     ]
     assert opts.cfg_from_str("queue=q,ulimits=nofile:1:2,core:0:0,priority=3") == {
         "queue": "q",
@@ -539,6 +550,17 @@ def test_shm_size(shm_size: int | None, expected: int | None) -> None:
     for job in (dryrun(AppDef("a", roles=[one()]), cfg), dryrun(AppDef("a", roles=[trainer()]), cfg)):
         c = job.job_def.get("containerProperties") or container(job, 0)
         assert (c.get("linuxParameters") or {}).get("sharedMemorySize") == expected
+
+
+@pytest.mark.parametrize("app", [AppDef("a", roles=[one()]), AppDef("a", roles=[trainer()])], ids=["single", "multi"])
+def test_attempt_timeout_is_the_submitted_jobs_timeout(app: AppDef) -> None:
+    """SubmitJob's ``timeout``, which AWS Batch applies to each attempt (of every node of a
+    multi-node job); the job definition carries none, so the submit alone decides."""
+    info = sched().submit_dryrun(app, {"queue": "q1", "attempt_timeout": "60"})
+    assert info.request.submit_request()["timeout"] == {"attemptDurationSeconds": 60}
+    assert json.loads(str(info))["submit_job"]["timeout"] == {"attemptDurationSeconds": 60}
+    assert "timeout" not in info.request.job_def
+    assert "timeout" not in dryrun(app).submit_request()
 
 
 def test_priority_with_share_id_and_share_id_alone() -> None:

@@ -62,6 +62,11 @@ def test_bad_cfg(sched: LocalScheduler, state_dir: Path, mark: str) -> None:
         sched.submit(app, cfg={"log_dirr": "/tmp"})
     with pytest.raises(InvalidRunConfigError, match="prepend_cwd"):
         sched.submit(app, cfg={"prepend_cwd": "maybe"})
+    for value, shown in ((0, "0"), ("-3", "-3")):
+        with pytest.raises(
+            InvalidRunConfigError, match=f"attempt_timeout={shown} is below its minimum: it must be an int >= 1"
+        ):
+            sched.submit(app, cfg={"attempt_timeout": value})
     assert no_jobs_on_disk(state_dir)
 
 

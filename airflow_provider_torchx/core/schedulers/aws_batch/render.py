@@ -40,6 +40,8 @@ MAX_ATTEMPTS = 10
 MAX_TAGS = 50
 MIN_MEMORY_MB = 4
 MAX_PRIORITY = 9999
+#: The shortest ``timeout.attemptDurationSeconds`` AWS Batch takes.
+MIN_ATTEMPT_TIMEOUT = 60
 JOB_NAME_MAX = 128
 
 #: Where Batch sends container output (the awslogs driver's default group).
@@ -103,7 +105,9 @@ class BatchJob:
     """The native request: the job definition to register and how to submit it.
 
     ``images_to_push`` maps a local image id to the ``(repository, tag)`` it is pushed as
-    before the job definition is registered.
+    before the job definition is registered. ``attempt_timeout`` (seconds; None: no limit) is
+    submitted as the job's ``timeout``, which AWS Batch applies to each attempt of the whole
+    job (all nodes of a multi-node one).
     """
 
     name: str
@@ -112,6 +116,7 @@ class BatchJob:
     job_def: dict[str, Any]
     images_to_push: dict[str, tuple[str, str]] = field(default_factory=dict)
     priority: int = 0
+    attempt_timeout: int | None = None
 
     @property
     def app_id(self) -> str:
@@ -129,6 +134,8 @@ class BatchJob:
         if self.share_id:
             req["shareIdentifier"] = self.share_id
             req["schedulingPriorityOverride"] = self.priority
+        if self.attempt_timeout is not None:
+            req["timeout"] = {"attemptDurationSeconds": self.attempt_timeout}
         return req
 
     def format(self) -> str:
@@ -464,6 +471,7 @@ def render(
         job_def=job_def,
         images_to_push=dict(images_to_push),
         priority=priority,
+        attempt_timeout=int(cfg["attempt_timeout"]) if cfg.get("attempt_timeout") is not None else None,
     )
 
 

@@ -278,6 +278,14 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             int,
             "Size of /dev/shm in MiB (EC2 only); default: the role's memory, as TorchX; 0: Docker's 64 MiB.",
         )
+        opts.add(
+            "attempt_timeout",
+            int,
+            f"Seconds each attempt may run (timeout.attemptDurationSeconds, at least {render.MIN_ATTEMPT_TIMEOUT}, "
+            "AWS Batch's minimum); AWS Batch then stops it, a failed attempt that the retry strategy "
+            "(max_retries, retry_on) may retry; default: no limit.",
+            minimum=render.MIN_ATTEMPT_TIMEOUT,
+        )
         return opts
 
     def _validate(self, app: AppDef, scheduler: str, cfg: dict[str, CfgVal]) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from airflow_provider_torchx.core.runopts import runopts
 
+#: The shortest ``attempt_timeout`` (seconds) a local job takes.
+MIN_ATTEMPT_TIMEOUT = 1
+
 
 def run_opts() -> runopts:
     """The run options of ``local_cwd`` and ``local_dir``."""
@@ -26,5 +29,13 @@ def run_opts() -> runopts:
         bool,
         "Sets CUDA_VISIBLE_DEVICES for roles that request GPU resources.",
         default=False,
+    )
+    opts.add(
+        "attempt_timeout",
+        int,
+        "Seconds each attempt of a replica may run (from its start or restart); the supervisor then stops "
+        "it (SIGTERM, SIGKILL after the grace period) as a failed attempt, restarted while max_retries allow, "
+        "else the job is FAILED; default: no limit.",
+        minimum=MIN_ATTEMPT_TIMEOUT,
     )
     return opts

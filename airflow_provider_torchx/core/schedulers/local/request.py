@@ -37,8 +37,9 @@ class PopenRequest:
     """Everything needed to run every replica of every role of an app.
 
     Besides TorchX's fields: ``app_name``, the ``roles`` as submitted (for ``describe`` and the
-    retry policies), the grace period between SIGTERM and SIGKILL and, with
-    ``auto_set_cuda_visible_devices``, the job's GPU plan (``gpus.plan``; empty: none).
+    retry policies), the grace period between SIGTERM and SIGKILL, the run option
+    ``attempt_timeout`` (seconds; None: no limit) and, with ``auto_set_cuda_visible_devices``,
+    the job's GPU plan (``gpus.plan``; empty: none).
     """
 
     app_id: str
@@ -49,6 +50,7 @@ class PopenRequest:
     roles: list[Role] = field(default_factory=list)
     cancel_grace_period: float = 10.0
     gpus: dict[str, Any] = field(default_factory=dict)
+    attempt_timeout: int | None = None
 
 
 _MOUNT_TYPES: dict[str, type] = {"bind": BindMount, "volume": VolumeMount, "device": DeviceMount}
@@ -118,6 +120,7 @@ def request_to_json(req: PopenRequest) -> dict[str, Any]:
         "roles": [role_to_json(r) for r in req.roles],
         "cancel_grace_period": req.cancel_grace_period,
         "gpus": req.gpus,
+        "attempt_timeout": req.attempt_timeout,
     }
 
 
@@ -132,6 +135,7 @@ def request_from_json(data: dict[str, Any]) -> PopenRequest:
         roles=[role_from_json(r) for r in data.get("roles", [])],
         cancel_grace_period=float(data.get("cancel_grace_period", 10.0)),
         gpus=dict(data.get("gpus") or {}),
+        attempt_timeout=data.get("attempt_timeout"),
     )
 
 

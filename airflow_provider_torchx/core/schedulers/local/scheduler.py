@@ -200,6 +200,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             gpu_plan = self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
         else:
             _warn_shared_gpus(app)
+        timeout = cfg.get("attempt_timeout")  # an int >= 1 or None: cfg is resolved
         request = PopenRequest(
             app_id=app_id,
             log_dir=app_log_dir,
@@ -209,6 +210,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             roles=list(app.roles),
             cancel_grace_period=self.cancel_grace_period,
             gpus=gpu_plan or {},
+            attempt_timeout=timeout if isinstance(timeout, int) else None,
         )
         return AppDryRunInfo(request, format_request)
 

@@ -8,6 +8,13 @@ file never mixes two lines), records pids, start times and exit codes in ``state
 applies fail-fast and the retry policies, honours a cancel (SIGTERM; the grace period is in
 ``cancel.json``), kills what is left of the job at the end and exits.
 
+With ``attempt_timeout`` (seconds, in the request), a replica that runs longer than that since
+its start or restart is stopped like a failed replica (SIGTERM, SIGKILL after the grace
+period): its role's retry policy restarts it (each attempt gets the full time) while
+``max_retries`` allow, else the job is FAILED, saying so, and every replica is stopped. The
+clock starts when the replica starts (not while the job waits for GPUs), as AWS Batch's runs
+from an attempt's start.
+
 No process outlives the job: the supervisor is the subreaper of its replicas, so every
 process they start stays its descendant (an orphan is re-parented to it, not to pid 1); at the
 end it kills its descendants until it has no child left. Every ``_TRACK_INTERVAL`` it records
@@ -92,6 +99,9 @@ class _Replica:
         self.exit_code: int | None = None
         self.msg = ""
         self.stopping = False
+        #: When (``time.monotonic``) this attempt runs out of ``attempt_timeout``; None: never.
+        self.deadline: float | None = None
+        self.timed_out = False
         self.pipes: dict[int, str] = {}
         self.partial: dict[str, bytes] = {s: b"" for s in _STREAMS}
         self.files: dict[str, int] = {}
@@ -175,6 +185,7 @@ class Supervisor:
         self.base_env = dict(os.environ)
         self.started = time.time()
         self.grace = 10.0
+        self.attempt_timeout: int | None = None
         self.self_start = procfs.start_time(self.pid)
         self.holds_gpus = False
         self.libc = ctypes.CDLL(None, use_errno=True)
@@ -252,6 +263,8 @@ class Supervisor:
         os.close(out_w)
         os.close(err_w)
         r.pid, r.exit_code, r.stopping, r.state = pid, None, False, "RUNNING"
+        r.timed_out, r.msg = False, ""
+        r.deadline = time.monotonic() + self.attempt_timeout if self.attempt_timeout else None
         r.start = procfs.start_time(pid)
         r.attempts.append({"started": started, "ended": None, "exit_code": None})
         r.pidfd = os.pidfd_open(pid)
@@ -408,20 +421,44 @@ class Supervisor:
     def on_exit(self, r: _Replica, code: int) -> None:
         r.exit_code = code
         r.attempts[-1].update(ended=time.time(), exit_code=code)
-        if r.stopping:
+        if r.timed_out:  # its failure was handled when it timed out
+            r.state, r.stopping = "FAILED", False
+            r.msg = f"stopped: {self.timed_out_text}"
+        elif r.stopping:
             r.state, r.stopping = "CANCELLED", False
         elif code == 0:
             r.state = "SUCCEEDED"
         else:
             r.state = "FAILED"
             if self.final is None:
-                self.on_failure(r, code)
+                self.on_failure(r, _exit_text(r.role, r.idx, code))
         self.dirty = True
 
-    def on_failure(self, r: _Replica, code: int) -> None:
+    @property
+    def timed_out_text(self) -> str:
+        """How a timed-out attempt is described."""
+        return f"ran longer than attempt_timeout={self.attempt_timeout} (seconds)"
+
+    def time_out(self) -> None:
+        """Fail each running replica whose attempt ran out of ``attempt_timeout`` (see the
+        module docstring): stopped, then restarted or the end of the job, as ``on_failure``
+        decides."""
+        now = time.monotonic()
+        for r in self.replicas:
+            if self.final is None and r.running and not r.stopping and r.deadline is not None and now >= r.deadline:
+                r.timed_out = True
+                self.on_failure(r, f"role {r.role!r} replica {r.idx} {self.timed_out_text} and was stopped")
+
+    def next_deadline(self) -> float | None:
+        """The earliest ``attempt_timeout`` deadline of a running replica not being stopped."""
+        deadlines = [r.deadline for r in self.replicas if r.running and not r.stopping and r.deadline is not None]
+        return min(deadlines, default=None)
+
+    def on_failure(self, r: _Replica, what: str) -> None:
+        """Replica ``r``'s attempt failed (``what`` says how): restart its group (its role's
+        retry policy) while retries remain, else fail the job and stop every replica."""
         max_retries, policy = self.retry.get(r.role, (0, "APPLICATION"))
         used = self.retries_used.get(r.role, 0)
-        what = _exit_text(r.role, r.idx, code)
         if used < max_retries:
             self.retries_used[r.role] = used + 1
             self.num_restarts += 1
@@ -451,6 +488,7 @@ class Supervisor:
             self.restart_group = []
             self.grace = float((cancel or {}).get("grace", self.grace))
             self.stop([x for x in self.replicas if x.running], session=True)
+        self.time_out()
         if self.restart_group and not any(x.running for x in self.restart_group):
             group, self.restart_group = self.restart_group, []
             if not any(x.running for x in self.replicas):
@@ -486,6 +524,7 @@ class Supervisor:
         store.write_json_atomic(os.path.join(self.dir, store.SUPERVISOR), self.identity())
         request = store.read_json(os.path.join(self.dir, store.REQUEST), self.dir)
         self.grace = float(request.get("cancel_grace_period", 10.0))
+        self.attempt_timeout = request.get("attempt_timeout")
         for role in request["roles"]:
             self.retry[role["name"]] = (int(role.get("max_retries", 0)), str(role.get("retry_policy", "APPLICATION")))
         for role_name, params in request["role_params"].items():
@@ -512,6 +551,9 @@ class Supervisor:
             if self.final is not None and not any(x.running for x in self.replicas) and self.kill_at is None:
                 break
             wake_at = self.tracked_at + _TRACK_INTERVAL
+            deadline = self.next_deadline()
+            if deadline is not None:
+                wake_at = min(wake_at, deadline)
             if self.kill_at is not None:
                 wake_at = min(wake_at, self.kill_at)
                 if not any(x.running for x in self.replicas):  # orphans exit without a wake-up
