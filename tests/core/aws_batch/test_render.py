@@ -389,6 +389,7 @@ def test_helpers() -> None:
         "assign_public_ip",
         "retry_on",
         "shm_size",
+        "check_queue",
     ]
     assert opts.cfg_from_str("queue=q,ulimits=nofile:1:2,core:0:0,priority=3") == {
         "queue": "q",
