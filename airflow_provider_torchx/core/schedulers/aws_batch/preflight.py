@@ -147,11 +147,11 @@ def _vcpus(info: Mapping[str, Any]) -> int:
     return int((info.get("VCpuInfo") or {}).get("DefaultVCpus", 0))
 
 
-#: What a node is compared on, in this order: (unit, the node's need, an instance's).
-_DIMENSIONS: tuple[tuple[str, Callable[[NodeNeeds], int], Callable[[Mapping[str, Any]], int]], ...] = (
-    ("GPUs", lambda n: n.gpus, _gpus),
-    ("MiB of memory", lambda n: n.memory_mib, _memory),
-    ("vCPUs", lambda n: n.vcpus, _vcpus),
+#: What a node is compared on, in this order: (unit, plural, the node's need, an instance's).
+_DIMENSIONS: tuple[tuple[str, str, Callable[[NodeNeeds], int], Callable[[Mapping[str, Any]], int]], ...] = (
+    ("GPU", "GPUs", lambda n: n.gpus, _gpus),
+    ("MiB of memory", "MiB of memory", lambda n: n.memory_mib, _memory),
+    ("vCPU", "vCPUs", lambda n: n.vcpus, _vcpus),
 )
 
 
@@ -177,15 +177,16 @@ def _node_refusal(
             return f"{where} asks for instance type {need.instance_type}, not among its instance types ({listed})"
         candidates = [need.instance_type]
     among = ""
-    for unit, wanted, has in _DIMENSIONS:
+    for unit, units, wanted, has in _DIMENSIONS:
         fitting = [t for t in candidates if has(described[t]) >= wanted(need)]
         if not fitting:
             best = max(candidates, key=lambda t: (has(described[t]), t))
+            most = has(described[best])
             return (
-                f"{where} asks for {wanted(need)} {unit} per node, more than any of its instance types "
-                f"({listed}){among} has: at most {has(described[best])} ({best})"
+                f"{where} needs {wanted(need)} {unit if wanted(need) == 1 else units} per node, more than any of "
+                f"its instance types ({listed}){among} has: at most {most} {unit if most == 1 else units} ({best})"
             )
-        candidates, among = fitting, f" with enough {unit}" if not among else f"{among} and {unit}"
+        candidates, among = fitting, f" with enough {units}" if not among else f"{among} and {units}"
     return None
 
 
