@@ -242,6 +242,9 @@ def test_a_named_instance_type_must_be_allowed() -> None:
     ):
         check(view(ce("g5s", types=("g5",))), job)
     check(view(ce("p4ds", types=("p4d",))), job)
+    two = needs(node(), node(resource=named_resources["aws_p4d.24xlarge"]), job_type="multinode")
+    with pytest.raises(JobWontFitError, match=r"node range 1 asks for instance type p4d.24xlarge"):
+        check(view(ce("g5s", types=("g5",))), two)
 
 
 def test_unmanaged_environments_are_checked_for_state_only() -> None:

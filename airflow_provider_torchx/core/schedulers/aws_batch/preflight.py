@@ -166,11 +166,11 @@ def _state_refusal(what: str, entry: Mapping[str, Any]) -> str | None:
 
 
 def _node_refusal(
-    index: int, need: NodeNeeds, entries: Sequence[str], allowed: Sequence[str], described: Mapping[str, Any]
+    where: str, need: NodeNeeds, entries: Sequence[str], allowed: Sequence[str], described: Mapping[str, Any]
 ) -> str | None:
-    """Why no allowed instance type runs a node of range ``index``; None if one does."""
+    """Why no allowed instance type runs a node of ``need`` (``where``: the job, or its node
+    range); None if one does."""
     listed = ", ".join(entries)
-    where = f"node range {index}" if index else "the job"
     candidates = list(allowed)
     if need.instance_type:
         if need.instance_type not in allowed:
@@ -209,7 +209,8 @@ def env_refusal(env: Mapping[str, Any], job: JobNeeds, view: QueueView) -> str |
     if allowed is None:
         return None
     for index, need in enumerate(job.ranges):
-        refused = _node_refusal(index, need, entries, allowed, view.instance_types)
+        where = f"node range {index}" if len(job.ranges) > 1 else "the job"
+        refused = _node_refusal(where, need, entries, allowed, view.instance_types)
         if refused:
             return refused
     return None
