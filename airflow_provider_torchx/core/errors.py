@@ -22,6 +22,12 @@ class InvalidRunConfigError(ValueError):
     required option."""
 
 
+class JobWontFitError(InvalidRunConfigError):
+    """The job queue cannot run the job: the queue is not ENABLED/VALID, or none of its compute
+    environments can (each one named, with the limit the job passes). Raised before anything
+    is registered or submitted."""
+
+
 class MalformedAppHandleError(ValueError):
     """A string is not an app handle of the form ``scheduler://session/app_id``."""
 

@@ -400,6 +400,7 @@ def test_helpers() -> None:
         "retry_on",
         "shm_size",
         "attempt_timeout",
+        "check_queue",
     ]
     assert opts.cfg_from_str("queue=q,ulimits=nofile:1:2,core:0:0,priority=3") == {
         "queue": "q",

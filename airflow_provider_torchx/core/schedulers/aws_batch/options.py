@@ -195,6 +195,19 @@ def compute_kind(env: Mapping[str, Any]) -> str:
 _FARGATE_KINDS = frozenset({"FARGATE", "FARGATE_SPOT"})
 
 
+def refusal(kind: str, multinode: bool, platform: str) -> str | None:
+    """Why a compute environment of ``kind`` (``compute_kind``) runs no such job (multi-node
+    parallel or not, on ``platform``); None if it runs it."""
+    fargate = kind in _FARGATE_KINDS
+    if platform == "FARGATE" and not fargate:
+        return f"it runs {kind} jobs, not platform=FARGATE ones"
+    if platform != "FARGATE" and fargate:
+        return f"it runs {kind} jobs only, and the job is platform={platform}"
+    if multinode and (fargate or kind == "SPOT"):
+        return f"AWS Batch runs no multi-node parallel jobs on {kind}"
+    return None
+
+
 @dataclass(frozen=True)
 class QueueInfo:
     """What a job queue runs: the ``kinds`` of its compute environments (``compute_kind``)

@@ -478,7 +478,8 @@ def render(
 # --------------------------------------------------------------------------- reading back
 
 
-def _target_range(target: str, num_nodes: int) -> tuple[int, int]:
+def target_range(target: str, num_nodes: int) -> tuple[int, int]:
+    """The first and last node of a ``targetNodes`` value (``"2:5"``, ``"3:"``, ``"4"``)."""
     start, sep, end = target.partition(":")
     first = int(start) if start else 0
     if not sep:
@@ -504,7 +505,7 @@ def node_ranges(job: Mapping[str, Any]) -> list[tuple[str, int, int, dict[str, A
     for i, rng in enumerate(props.get("nodeRangeProperties", [])):
         container = rng.get("container", {})
         env = {e["name"]: e["value"] for e in container.get("environment", [])}
-        first, last = _target_range(rng["targetNodes"], num)
+        first, last = target_range(rng["targetNodes"], num)
         out.append((env.get(ENV_ROLE_NAME, f"node_range_{i}"), first, last, container))
     return out
 

@@ -35,13 +35,14 @@ from airflow_provider_torchx.core.schedulers.api import (
     settle,
     settle_on_loop,
 )
-from airflow_provider_torchx.core.schedulers.aws_batch import options, render, status
+from airflow_provider_torchx.core.schedulers.aws_batch import options, preflight, render, status
 from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events, shared_log_budget
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     NOT_VISIBLE,
     StatusPoller,
     answer_jobs,
     call_with_retry,
+    client_key,
     shared_poller,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch.setup_errors import translate_setup_errors, translated_iter
@@ -101,7 +102,8 @@ def _error_code(err: Exception) -> str:
 class AWSBatchScheduler(Scheduler[render.BatchJob]):
     """Runs apps on AWS Batch; app ids are ``queue:job_name``.
 
-    ``client`` (Batch), ``log_client`` (CloudWatch Logs), ``docker_client`` or a boto3
+    ``client`` (Batch), ``log_client`` (CloudWatch Logs), ``ec2_client`` (EC2: the queue
+    check's instance types), ``docker_client`` or a boto3
     ``session`` may be injected; otherwise they are created on first use, from
     ``session_factory``, else from ``region``/``profile`` (or the run options of those names,
     given before the first AWS call) over boto3's default chain. ``session_key`` names the
@@ -121,6 +123,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         log_client: Any | None = None,
         docker_client: Any | None = None,
         session: Any | None = None,
+        ec2_client: Any | None = None,
         session_factory: Callable[[], Any] | None = None,
         region: str | None = None,
         profile: str | None = None,
@@ -131,6 +134,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         self._client = client
         self._log_client = log_client
         self._docker_client = docker_client
+        self._ec2_client = ec2_client
         self._session = session
         self._session_factory = session_factory
         injected = session if session is not None else client
@@ -139,7 +143,6 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         self._session_key = session_key
         self._credentials_key_poller: tuple[str, StatusPoller | None] = ("", None)
         self._lock = threading.Lock()
-        self._queues: dict[str, options.QueueInfo] = {}
         self._summaries: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ clients
@@ -192,6 +195,11 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     def log_client(self) -> Any:
         """The CloudWatch Logs client."""
         return self._made("_log_client", lambda: self._boto_session().client("logs", config=_client_config()))
+
+    @property
+    def ec2_client(self) -> Any:
+        """The EC2 client (``DescribeInstanceTypes`` for the queue check)."""
+        return self._made("_ec2_client", lambda: self._boto_session().client("ec2", config=_client_config()))
 
     @property
     def docker_client(self) -> Any:
@@ -286,6 +294,13 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             "(max_retries, retry_on) may retry; default: no limit.",
             minimum=render.MIN_ATTEMPT_TIMEOUT,
         )
+        opts.add(
+            "check_queue",
+            bool,
+            "Before submitting, check that the queue and one of its compute environments can run the job "
+            "(state, maxvCpus, the GPUs, memory and vCPUs of its instance types); False: submit unchecked.",
+            default=True,
+        )
         return opts
 
     def _validate(self, app: AppDef, scheduler: str, cfg: dict[str, CfgVal]) -> None:
@@ -339,38 +354,32 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             f"cfg: queue={queue!r} does not exist in {self._region()}; existing queues: {', '.join(names) or '(none)'}"
         )
 
+    def _describe_queue(self, queue: str) -> preflight.QueueView | None:
+        return preflight.describe(self.client, lambda: self.ec2_client, queue, call_with_retry)
+
     def _check_queue(self, job: render.BatchJob) -> None:
         """A clear error for a queue that does not exist or cannot run ``job`` (read-only
-        calls, before any write): see ``options.check_queue``."""
+        calls, before any write; each queue's descriptions are shared by the process for
+        ``preflight.CACHE_TTL``): see ``options.check_queue`` and ``preflight.check``."""
         queue = job.queue
-        if queue not in self._queues:
-            found = call_with_retry(self.client.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
-            if not found:
-                raise self._no_such_queue(queue)
-            arns = [o["computeEnvironment"] for o in found[0].get("computeEnvironmentOrder", [])]
-            envs = (
-                call_with_retry(self.client.describe_compute_environments, computeEnvironments=arns).get(
-                    "computeEnvironments", []
-                )
-                if arns
-                else []
-            )
-            self._queues[queue] = options.QueueInfo(
-                kinds=frozenset(options.compute_kind(env) for env in envs),
-                fair_share=bool(found[0].get("schedulingPolicyArn")),
-            )
-        options.check_queue(
-            queue,
-            self._queues[queue],
-            str(job.job_def["type"]),
-            str(job.job_def["platformCapabilities"][0]),
-            job.share_id,
+        key = (*client_key(self.client, self.credentials_key), queue)
+        view = preflight.queue_cache.get(key, functools.partial(self._describe_queue, queue))
+        if view is None:
+            raise self._no_such_queue(queue)
+        info = options.QueueInfo(
+            kinds=frozenset(options.compute_kind(env) for env in view.envs),
+            fair_share=bool(view.queue.get("schedulingPolicyArn")),
         )
+        options.check_queue(
+            queue, info, str(job.job_def["type"]), str(job.job_def["platformCapabilities"][0]), job.share_id
+        )
+        preflight.check(view, preflight.job_needs(job.job_def))
 
     def schedule(self, dryrun_info: AppDryRunInfo[render.BatchJob]) -> str:
         """Push the images, register the job definition, submit the job; return its app id."""
         job = dryrun_info.request
-        self._check_queue(job)
+        if dryrun_info.cfg.get("check_queue", True):
+            self._check_queue(job)
         quiet = bool(dryrun_info.cfg.get("quiet"))
         for image_id, (repo, tag) in job.images_to_push.items():
             workspace.push_image(self.docker_client, image_id, repo, tag, quiet=quiet)

@@ -40,6 +40,13 @@ _REJECTED_CODES = frozenset(
 _DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException"})
 
 
+def is_denied(err: BaseException) -> bool:
+    """Whether ``err`` is AWS refusing the call to the identity in use (a missing permission)."""
+    import botocore.exceptions as bce
+
+    return isinstance(err, bce.ClientError) and str(err.response.get("Error", {}).get("Code", "")) in _DENIED_CODES
+
+
 def setup_error(err: BaseException) -> SchedulerSetupError | None:
     """The ``SchedulerSetupError`` for a botocore error caused by the host's AWS setup; None
     for any other error."""
