@@ -5,8 +5,8 @@ what its dry run returns.
 (non-templated) arguments are wrong fails to import, naming the problem: an unknown component
 or scheduler, an unknown or mistyped argument of a builtin component, an invalid ``app=``, an
 unknown, mistyped or too small run option of a scheduler that declares its run options for
-these checks (entry point group ``airflow_provider_torchx.run_options``: the local schedulers
-do).
+these checks (entry point group ``airflow_provider_torchx.run_options``: the builtin
+schedulers do).
 DAG parsing is a hot path: nothing here imports a scheduler backend or calls a cloud API
 (a component name is resolved among the builtins and the entry points' names; run options come
 from the light function a scheduler names; a ``file.py:fn`` component is left to the task,

@@ -170,7 +170,12 @@ def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
     modules, run_deferrable, sensor_deferrable = json.loads(out.strip().splitlines()[-1])
     heavy = [m for m in modules if m.split(".")[0] in ("boto3", "botocore", "docker", "moto")]
     assert heavy == []
-    assert not [m for m in modules if m.startswith("airflow_provider_torchx.core.schedulers.aws_batch")]
+    batch = [m for m in modules if m.startswith("airflow_provider_torchx.core.schedulers.aws_batch")]
+    # Only the light run options (the parse-time check of the Batch task's cfg), never the scheduler.
+    assert batch == [
+        "airflow_provider_torchx.core.schedulers.aws_batch",
+        "airflow_provider_torchx.core.schedulers.aws_batch.run_options",
+    ], batch
     assert "airflow_provider_torchx.core.schedulers.local.scheduler" not in modules
     assert "airflow_provider_torchx.operators.torchx" in modules
     assert "airflow_provider_torchx.plugins.app" not in modules, "every process loads the plugin: its web app waits"
@@ -197,6 +202,12 @@ def test_sensor_poke_fails_with_the_reason(local_jobs: tuple[Runner, list[str]])
         ({"component": "utils.echo", "cfg": {"log_dri": "/tmp"}}, "Did you mean 'log_dir'"),
         ({"component": "utils.echo", "cfg": {"attempt_timeout": 0}}, "attempt_timeout=0 is below its minimum"),
         ({"component": "utils.echo", "cfg": "attempt_timeout=-5"}, "attempt_timeout=-5 is below its minimum"),
+        (
+            {"component": "utils.echo", "scheduler": "aws_batch", "cfg": {"queue": "q", "attempt_timeout": 30}},
+            r"attempt_timeout=30 is below its minimum: it must be an int >= 60",
+        ),
+        ({"component": "utils.echo", "scheduler": "aws_batch", "cfg": "queue=q,retries=2"}, "unknown option 'retries'"),
+        ({"component": "utils.echo", "scheduler": "aws_batch", "cfg": {"check_queue": "maybe"}}, "check_queue"),
         ({"component": "utils.no_such_thing"}, "utils.no_such_thing"),
         ({"component": "utils.ehco"}, "Did you mean utils.echo"),
         ({"component": "utils.echo", "scheduler": "local_cdw"}, "Did you mean 'local_cwd'"),

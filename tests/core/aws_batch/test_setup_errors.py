@@ -87,7 +87,8 @@ def test_the_region_and_profile_run_options(tmp_path: Path, moto_without_docker:
         text=True,
         timeout=120,
     )
-    assert (proc.returncode, proc.stderr.strip()) == (0, "no jobs on aws_batch"), proc.stderr
+    # The listing itself worked (the session's moto server may hold other tests' jobs).
+    assert proc.returncode == 0 and proc.stderr.strip() in ("", "no jobs on aws_batch"), proc.stderr
 
 
 def _client_error(code: str) -> ClientError:

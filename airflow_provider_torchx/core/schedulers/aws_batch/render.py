@@ -40,8 +40,6 @@ MAX_ATTEMPTS = 10
 MAX_TAGS = 50
 MIN_MEMORY_MB = 4
 MAX_PRIORITY = 9999
-#: The shortest ``timeout.attemptDurationSeconds`` AWS Batch takes.
-MIN_ATTEMPT_TIMEOUT = 60
 JOB_NAME_MAX = 128
 
 #: Where Batch sends container output (the awslogs driver's default group).
