@@ -11,7 +11,8 @@ runs on to success with its replicas untouched and every line in the tries' logs
 once), a CLI job without Airflow labels. Rows run side by side in a few DAG runs; each prints
 how long its job outlived its task. The deployment's ``[torchx] orphan_grace`` is
 ``ORPHAN_GRACE`` (10 s; the default is 30): the loop's rows wait that long, and the negative
-rows are watched for that grace and a round.
+rows are watched for that grace and a round. The two tests share one deployment: their DAGs
+keep them apart, and neither needs one of its own.
 """
 
 from __future__ import annotations
