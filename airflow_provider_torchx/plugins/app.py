@@ -34,7 +34,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel
 
 from airflow_provider_torchx.cancels import ui_cancel_reason
-from airflow_provider_torchx.core.errors import UnknownAppError
+from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownAppError, shown
 from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError
 from airflow_provider_torchx.plugins import access, jobs
 from airflow_provider_torchx.plugins.access import EDIT, READ, PageUser, User
@@ -60,9 +60,13 @@ class CancelRequest(BaseModel):
 
 def _job(user: Any, handle: str, conn_id: str | None, method: str, what: str) -> tuple[Any, Any, Masker]:
     """``(runner, describe response, masker of its secrets)`` of the job ``handle``, checked
-    for ``user``."""
+    for ``user``. A scheduler this api-server is not set up for (an AWS region or credentials
+    missing) is a 400 naming the handle and what to set."""
     runner = jobs.runner_for(handle, conn_id)
-    desc = jobs.describe(runner, handle)
+    try:
+        desc = jobs.describe(runner, handle)
+    except SchedulerSetupError as err:
+        raise HTTPException(400, f"handle: {shown(handle)}: the api-server cannot reach it: {err}") from None
     access.require(user, desc.labels.get(jobs.IDENTITY_LABELS["dag_id"]), method, what)
     return runner, desc, Masker(job_secrets(desc.roles))
 

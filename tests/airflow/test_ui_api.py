@@ -367,3 +367,43 @@ def test_secrets_of_connections_and_variables_only_in_the_environment_are_masked
     assert log.status_code == 200 and log.json()["lines"] == [" ".join(["***"] * len(leaked))], log.text
     job = client.get("/api/job", params={"handle": handle}, headers=admin)
     assert job.status_code == 200 and not [s for s in leaked if s in job.text], job.text
+
+
+#: A cursor nested deeper than Python's JSON parser goes.
+DEEP = "[" * 3000 + "]" * 3000
+
+
+def test_hostile_values_are_a_400_naming_them(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    """An app id longer than a file name, and cursors nested too deep to parse, are bad input
+    named (shortened) in a 400, never a crash of the file system call or of the parser."""
+    import base64
+
+    admin, long_handle = _headers(auth, "admin"), "local_cwd://torchx/" + "a" * 300
+    for method, path, sent, named in (
+        ("GET", "/api/job", {"params": {"handle": long_handle}}, "is longer than 255 characters"),
+        ("GET", "/api/log", {"params": {"handle": long_handle, "role": "worker"}}, "is longer than 255 characters"),
+        ("POST", "/api/cancel", {"json": {"handle": long_handle}}, "is longer than 255 characters"),
+        ("GET", "/api/log", {"params": {"handle": jobs["done"], "role": "worker", "cursor": DEEP}}, "cursor: '[[[["),
+        ("GET", "/api/jobs", {"params": {"cursor": base64.urlsafe_b64encode(DEEP.encode()).decode()}}, "cursor: "),
+    ):
+        resp = client.request(method, path, headers=admin, **sent)
+        assert resp.status_code == 400 and named in resp.json()["detail"], (path, resp.text[:500])
+        assert len(resp.text) < 1000, f"the value is shortened: {resp.text[:500]}"
+
+
+def test_a_batch_handle_without_an_aws_region_is_a_400_saying_what_to_set(
+    client: Any, auth: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    handle = "aws_batch://torchx/queue:0a1b2c3d-0000-4000-8000-000000000000"
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    for method, path, sent in (
+        ("GET", "/api/job", {"params": {"handle": handle}}),
+        ("GET", "/api/log", {"params": {"handle": handle, "role": "worker"}}),
+        ("POST", "/api/cancel", {"json": {"handle": handle}}),
+    ):
+        resp = client.request(method, path, headers=_headers(auth, "admin"), **sent)
+        assert resp.status_code == 400, (path, resp.text)
+        detail = resp.json()["detail"]
+        assert repr(handle) in detail and "region_name" in detail and "AWS_DEFAULT_REGION" in detail, detail

@@ -191,10 +191,17 @@ def test_a_swapped_log_is_refused_never_read(sched: LocalScheduler, tmp_path: Pa
         list(sched.log_iter(app_id, "r0", 0))
 
 
-@pytest.mark.parametrize("offset", ["1e400", "1.5", "true", str(1 << 70), "-1"])
-def test_a_malformed_cursor_offset_is_a_value_error(sched: LocalScheduler, offset: str) -> None:
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        *('{"stream": "combined", "offset": ' + n + "}" for n in ("1e400", "1.5", "true", str(1 << 70), "-1")),
+        "[" * 3000 + "]" * 3000,  # deeper than the JSON parser goes
+        '{"stream": "combined", "offset": ' + "[" * 3000 + "]" * 3000 + "}",
+    ],
+)
+def test_a_malformed_cursor_is_a_value_error(sched: LocalScheduler, cursor: str) -> None:
     app_id = sched.submit(sh_app("echo a"))
     wait_done(sched, app_id)
-    cursor = '{"stream": "combined", "offset": ' + offset + "}"
-    with pytest.raises(ValueError, match=r"cursor: .* is not a cursor read_log returned"):
+    with pytest.raises(ValueError, match=r"cursor: .* is not a cursor read_log returned") as err:
         sched.read_log(app_id, "r0", cursor=cursor)
+    assert len(str(err.value)) < 300, "a long cursor is shortened"

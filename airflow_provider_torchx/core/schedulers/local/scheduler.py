@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME
-from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError
+from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError, shown
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     DescribeAppResponse,
@@ -41,6 +41,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     Scheduler,
     SchedulerCapabilities,
     Stream,
+    cursor_object,
     filter_regex,
     labels_match,
 )
@@ -317,7 +318,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
         """The job's directory in the store (which need not exist); ``UnknownAppError`` for an
         id that cannot be a job of this store (``/``, ``..``)."""
         if not store.is_valid_app_id(app_id):
-            raise UnknownAppError(f"app_id: {app_id!r} is not a local app id (no '/', '..' or leading '.')")
+            raise UnknownAppError(
+                f"app_id: {shown(app_id)} is not a local app id (no '/', '..' or leading '.', "
+                f"at most {store.NAME_MAX} characters)"
+            )
         return Path(self.store.job_dir(app_id))
 
     def sidecar_dir(self, app_id: str) -> Path | None:
@@ -689,13 +693,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         offset = 0
         if cursor is not None:
             try:
-                parsed = json.loads(cursor)
+                parsed = cursor_object(cursor)
                 offset = parsed["offset"]
                 ok = parsed.get("stream") == stream and type(offset) is int and 0 <= offset < 1 << 62
             except (ValueError, TypeError, KeyError):
                 ok = False
             if not ok:
-                raise ValueError(f"cursor: {cursor!r} is not a cursor read_log returned for the {stream} stream")
+                raise ValueError(f"cursor: {shown(cursor)} is not a cursor read_log returned for the {stream} stream")
         rec = self._record(app_id)
         assert rec is not None
         final = self._state(app_id, rec)["state"] in _TERMINAL_NAMES
