@@ -213,6 +213,30 @@ def test_airflow_mounts_the_plugin_under_torchx(airflow_env: Any, auth: Any) -> 
         assert c.get("/torchx/api/jobs").status_code == 401
         page = c.get("/torchx/", headers=_headers(auth, "viewer"))
         assert page.status_code == 200 and "<title>TorchX jobs</title>" in page.text
+        bare = c.get("/torchx", follow_redirects=False)
+        assert (bare.status_code, bare.headers["location"]) == (307, "torchx/"), bare.text
+        followed = c.get("/torchx?dag_id=d", headers=_headers(auth, "viewer"))
+        assert followed.status_code == 200 and "<title>TorchX jobs</title>" in followed.text
+        assert str(followed.url).endswith("/torchx/?dag_id=d"), followed.url
+
+
+@pytest.mark.parametrize(
+    ("path", "root_path", "query", "location"),
+    [
+        ("/torchx", "", b"", "torchx/"),
+        ("/torchx", "", b"dag_id=a%20b&run_id=r", "torchx/?dag_id=a%20b&run_id=r"),
+        ("/airflow/torchx", "/airflow", b"", "torchx/"),  # the api-server under a path prefix
+        ("/torchx/", "", b"", None),  # the app's own page
+        ("/torchx/api/jobs", "", b"", None),
+        ("/torchxy", "", b"", None),
+        ("/other/torchx", "", b"", None),
+        ("/", "", b"", None),
+    ],
+)
+def test_only_the_bare_prefix_is_redirected(path: str, root_path: str, query: bytes, location: str | None) -> None:
+    from airflow_provider_torchx.plugins.torchx import bare_prefix_location
+
+    assert bare_prefix_location(path, root_path, query) == location
 
 
 @pytest.mark.docker
