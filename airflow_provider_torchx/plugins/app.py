@@ -35,7 +35,12 @@ from pydantic import BaseModel
 
 from airflow_provider_torchx.cancels import ui_cancel_reason
 from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownAppError, shown
-from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError
+from airflow_provider_torchx.core.schedulers.local.store import (
+    CancelDeliveredError,
+    CancelNotRecordedError,
+    CorruptEntryError,
+)
+from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.plugins import access, jobs
 from airflow_provider_torchx.plugins.access import EDIT, READ, PageUser, User
 from airflow_provider_torchx.plugins.secrets import Masker, job_secrets
@@ -184,7 +189,10 @@ def create_app() -> FastAPI:
     @app.post("/api/cancel", status_code=202, dependencies=[Depends(access.require_intent)])
     def cancel(user: User, body: CancelRequest) -> dict[str, Any]:
         """Ask the scheduler to stop the job; it ends CANCELLED (the task fails)."""
-        runner, desc, _ = _job(user, body.handle, body.conn_id, EDIT, "cancel this job")
+        try:
+            runner, desc, _ = _job(user, body.handle, body.conn_id, EDIT, "cancel this job")
+        except CorruptEntryError:
+            return _cancel_refused(user, body)
         answer = {"handle": body.handle, "state": desc.state.name, "cancel_requested": not desc.state.is_terminal()}
         if not desc.state.is_terminal():
             log.info("TorchX UI: %s cancels %s", user.get_name(), body.handle)
@@ -195,6 +203,27 @@ def create_app() -> FastAPI:
         return answer
 
     return app
+
+
+def _cancel_refused(user: Any, body: CancelRequest) -> dict[str, Any]:
+    """Cancel a job one of whose files is refused (it cannot be described): allowed as for the
+    DAG its record names when the record can be read, else only with the right on every DAG.
+    The scheduler reaches the job's supervisor without that file (202, ``msg`` naming the
+    refused file) or raises the refusal (400: no supervisor runs; ``delete`` removes it)."""
+    runner = jobs.runner_for(body.handle, body.conn_id)
+    try:
+        native = runner.describe_native(body.handle)
+    except CorruptEntryError:
+        native = None
+    dag_id = native.labels.get(jobs.IDENTITY_LABELS["dag_id"]) if native is not None else None
+    access.require(user, dag_id, EDIT, "cancel this job")
+    log.info("TorchX UI: %s cancels %s (a file of the job is refused)", user.get_name(), body.handle)
+    answer = {"handle": body.handle, "state": AppState.UNKNOWN.name, "cancel_requested": True}
+    try:
+        runner.cancel(body.handle, reason=ui_cancel_reason(user.get_name()))
+    except CancelDeliveredError as err:
+        answer["msg"] = str(err)
+    return answer
 
 
 def _login_url(next_url: str) -> str:

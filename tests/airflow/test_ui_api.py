@@ -431,3 +431,39 @@ def test_a_batch_handle_without_an_aws_region_is_a_400_saying_what_to_set(
         assert resp.status_code == 400, (path, resp.text)
         detail = resp.json()["detail"]
         assert repr(handle) in detail and "region_name" in detail and "AWS_DEFAULT_REGION" in detail, detail
+
+
+def test_a_job_whose_state_file_was_swapped_is_cancelled_all_the_same(
+    client: Any, auth: Any, local_jobs: Any, tmp_path: Any
+) -> None:
+    """The job cannot be described (its state file is a symbolic link), yet a user with edit
+    rights on its DAG (from its record) cancels it: the supervisor is reached and the answer
+    names the refused file; a viewer still gets 403."""
+    import os
+    import time
+    from pathlib import Path
+
+    from airflow_provider_torchx.core.schedulers.local import store
+    from airflow_provider_torchx.core.specs import parse_app_handle
+
+    runner: Runner = local_jobs[0]
+    handle = runner.run(_app(120), "local_cwd", labels=_identity("ui_swapped"))
+    local_jobs[1].append(handle)
+    state_file = os.path.join(store.JobStore().job_dir(parse_app_handle(handle).app_id), store.STATE)
+    deadline = time.monotonic() + 30
+    while not all(len(runner.read_log(handle, "worker", k).lines) == 3 for k in (0, 1)):  # both started
+        assert time.monotonic() < deadline, "the replicas never printed"
+        time.sleep(0.05)
+    (tmp_path / "state.json").write_text(Path(state_file).read_text())
+    os.unlink(state_file)
+    os.symlink(tmp_path / "state.json", state_file)
+    assert client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "viewer")).status_code == 403
+    resp = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user"))
+    assert resp.status_code == 202, resp.text
+    assert f"{state_file} is corrupt (refused: it is a symbolic link" in resp.json()["msg"], resp.text
+    assert "its supervisor (pid " in resp.json()["msg"]
+    while os.path.islink(state_file):  # the supervisor records the end, replacing the link
+        assert time.monotonic() < deadline + 30, "the supervisor never recorded the cancel"
+        time.sleep(0.05)
+    status = runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.CANCELLED, status

@@ -60,7 +60,7 @@ from airflow_provider_torchx.core.schedulers.local.request import (
     request_to_json,
     role_from_json,
 )
-from airflow_provider_torchx.core.schedulers.local.supervisor import supervisor_command
+from airflow_provider_torchx.core.schedulers.local.supervisor import is_supervisor_of, supervisor_command
 from airflow_provider_torchx.core.schedulers.local.usage import local_usage
 from airflow_provider_torchx.core.specs import (
     AppDef,
@@ -729,6 +729,40 @@ class LocalScheduler(Scheduler[PopenRequest]):
         return filter_regex(regex, LogIterator(app_id, path, self, should_tail, root=root))
 
     # ------------------------------------------------------------------ stop
+
+    def cancel(self, app_id: str, *, reason: str | None = None) -> None:
+        """``Scheduler.cancel``; a job one of whose files is refused (``CorruptEntryError``: a
+        state file or directory swapped for a symbolic link, a corrupt record) is stopped all the
+        same: its supervisor, known without that file (``_supervisor_pid``), is signalled and
+        ``CancelDeliveredError`` names the refused file (``CorruptEntryError`` itself when no
+        supervisor of the job runs: ``delete`` stops and removes such a job)."""
+        try:
+            super().cancel(app_id, reason=reason)
+        except store.CorruptEntryError as refused:
+            pid = self._signal_supervisor(app_id)
+            if pid is None:
+                raise
+            raise store.CancelDeliveredError(refused, pid) from None
+
+    def _signal_supervisor(self, app_id: str) -> int | None:
+        """SIGTERM the supervisor of ``app_id`` without trusting the job's files: the process
+        ``supervisor.json`` names if it still is the supervisor of this job directory (start
+        time and argv checked against ``/proc``), else the process of this host whose argv is
+        that supervisor's. Returns its pid, None when none runs (or it could not be signalled).
+        The supervisor takes the signal as a cancel (the default grace period when it cannot
+        read ``cancel.json``)."""
+        job_dir = self.store.job_dir(app_id)
+        try:
+            sup = _read_entry(app_id, os.path.join(job_dir, store.SUPERVISOR), _check_supervisor)
+        except store.CorruptEntryError:
+            sup = None
+
+        def stopped(pid: int, start: int) -> bool:
+            return is_supervisor_of(procfs.cmdline(pid), job_dir) and procfs.signal_if_same(pid, start, signal.SIGTERM)
+
+        if sup is not None and sup.get("boot") == procfs.boot_id() and stopped(sup["pid"], sup["start"]):
+            return int(sup["pid"])
+        return next((p.pid for p in procfs.scan() if stopped(p.pid, p.start)), None)
 
     def _cancel_existing(self, app_id: str, reason: str | None) -> None:
         """Record the cancel (with the grace period and ``reason``) and SIGTERM the supervisor, which

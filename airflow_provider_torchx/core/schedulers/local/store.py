@@ -123,6 +123,20 @@ class CorruptEntryError(ValueError):
         self.app_id, self.path = app_id, os.fspath(path)
 
 
+class CancelDeliveredError(CorruptEntryError):
+    """A cancel of a job one of whose files was refused (``refused``: swapped for a symbolic
+    link, not what its writer wrote) that reached the job's supervisor all the same (``pid``):
+    the job stops and ends CANCELLED. The message names the refused file and says so."""
+
+    def __init__(self, refused: CorruptEntryError, pid: int) -> None:
+        ValueError.__init__(
+            self,
+            f"{refused}; the cancel was delivered all the same: its supervisor (pid {pid}) was signalled "
+            "and stops the job",
+        )
+        self.app_id, self.path = refused.app_id, refused.path
+
+
 def cancelled_msg(cancel: dict[str, Any] | None) -> str:
     """An ended job's message after the cancel request ``cancel`` (``cancel.json``), naming
     who or what asked when the request says."""
