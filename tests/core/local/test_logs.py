@@ -205,3 +205,30 @@ def test_a_malformed_cursor_is_a_value_error(sched: LocalScheduler, cursor: str)
     with pytest.raises(ValueError, match=r"cursor: .* is not a cursor read_log returned") as err:
         sched.read_log(app_id, "r0", cursor=cursor)
     assert len(str(err.value)) < 300, "a long cursor is shortened"
+
+
+def test_a_rewritten_record_cannot_point_a_log_elsewhere(sched: LocalScheduler, tmp_path: Path) -> None:
+    """A job rewrites its ``request.json`` (a regular file, replaced in place) to name another
+    file as its log and another log directory: readers still read the replica's own log, found
+    from the store's layout; a role name that would leave the log directory is refused."""
+    import json
+
+    from airflow_provider_torchx.core.schedulers.local import create_cwd_scheduler, store
+
+    secret = tmp_path / "secret"
+    secret.write_text("SECRET-LINE\n")
+    secret.chmod(0o600)
+    app_id = sched.submit(sh_app("echo own line"))
+    wait_done(sched, app_id)
+    record_file = sched.job_dir(app_id) / store.REQUEST
+    rec = json.loads(record_file.read_text())
+    for param in rec["role_params"]["r0"]:
+        param.update(stdout=str(secret), stderr=str(secret), combined=str(secret))
+    rec["log_dir"] = str(tmp_path)
+    rec["role_params"]["../.."] = rec["role_params"]["r0"]
+    record_file.write_text(json.dumps(rec))
+    fresh = create_cwd_scheduler("test")  # nothing cached
+    assert fresh.read_log(app_id, "r0").lines == ["own line\n"]
+    assert list(fresh.log_iter(app_id, "r0")) == ["own line\n"]
+    with pytest.raises(ValueError, match=r"role_name: '\.\./\.\.' cannot name a log directory"):
+        fresh.read_log(app_id, "../..")

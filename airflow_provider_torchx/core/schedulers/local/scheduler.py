@@ -658,9 +658,20 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     # ------------------------------------------------------------------ logs
 
+    def _log_root(self, app_id: str, rec: dict[str, Any]) -> str:
+        """The job's log directory as the store's layout makes it (``_submit_dryrun``): the job's
+        directory, or ``<log_dir>/<app_id>`` under the ``log_dir`` run option. Never a path the
+        record names: a job may rewrite its ``request.json``."""
+        log_dir = rec["cfg"].get("log_dir")
+        if not log_dir:
+            return self.store.job_dir(app_id)
+        return os.path.join(os.path.abspath(str(log_dir)), app_id)
+
     def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | str | None) -> tuple[str, str, str]:
-        """``(stream name, path, the job's log directory)`` of a replica's log (every read stays
-        in that directory, ``logs.open_log``); raises for unknown app, role, replica or stream."""
+        """``(stream name, path, the job's log directory)`` of a replica's log, derived from the
+        store's layout (``<log root>/<role>/<k>/<stream>.log``, ``_log_root``), never read from
+        the job's record; every read stays in that directory (``logs.open_log``). Raises for
+        unknown app, role, replica or stream."""
         rec = self._record(app_id)
         if rec is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
@@ -675,7 +686,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
             stream = Stream(streams or Stream.COMBINED)
         except ValueError:
             raise ValueError(f"streams: {streams!r} is not one of {', '.join(s.value for s in Stream)}") from None
-        return stream.value, params[k][stream.value], rec["log_dir"]
+        if role_name in (".", "..") or "/" in role_name or "\0" in role_name:
+            raise ValueError(f"role_name: {shown(role_name)} cannot name a log directory")
+        root = self._log_root(app_id, rec)
+        return stream.value, os.path.join(root, role_name, str(k), f"{stream.value}.log"), root
 
     def read_log(
         self,
