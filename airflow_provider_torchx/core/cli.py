@@ -37,7 +37,11 @@ from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupEr
 from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Stream
-from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError, CorruptEntryError
+from airflow_provider_torchx.core.schedulers.local.store import (
+    CancelDeliveredError,
+    CancelNotRecordedError,
+    CorruptEntryError,
+)
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 if TYPE_CHECKING:
@@ -529,6 +533,9 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
     try:
         status = _status_or_fail(runner, handle)
     except CorruptEntryError:
+        if args.command == "cancel":
+            _cancel(runner, handle)  # reaches the supervisor without the refused file, or raises
+            return EXIT_OK
         if args.command != "delete":
             raise
         runner.delete(handle)  # a corrupt job can only be deleted
@@ -553,16 +560,22 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
             runner.finalize(handle)  # stops what is left of a job whose supervisor died
             _out(f"{handle}: already {status.state.name}; nothing to cancel")
         else:
-            try:
-                runner.cancel(handle, reason=_cancel_reason("cancel"))
-            except CancelNotRecordedError as err:  # delivered all the same
-                _out(f"{handle}: cancel requested ({err})")
-            else:
-                _out(f"{handle}: cancel requested")
+            _cancel(runner, handle)
     else:
         runner.delete(handle)
         _out(f"{handle}: deleted")
     return EXIT_OK
+
+
+def _cancel(runner: Runner, handle: str) -> None:
+    """Cancel the job; a cancel delivered although the store could not record it, or although
+    a file of the job was refused, is printed with why."""
+    try:
+        runner.cancel(handle, reason=_cancel_reason("cancel"))
+    except (CancelNotRecordedError, CancelDeliveredError) as err:  # delivered all the same
+        _out(f"{handle}: cancel requested ({err})")
+    else:
+        _out(f"{handle}: cancel requested")
 
 
 def _dispatch(runner: Runner, args: argparse.Namespace) -> int:

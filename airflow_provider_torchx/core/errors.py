@@ -13,6 +13,18 @@ if TYPE_CHECKING:
     from airflow_provider_torchx.core.specs import AppStatus
 
 
+#: How much of a bad value an error message quotes.
+SHOWN_CHARS = 120
+
+
+def shown(value: object) -> str:
+    """``value`` quoted for an error message (``repr``); a string longer than ``SHOWN_CHARS``
+    as its start and its length (a megabyte of input makes no message a megabyte long)."""
+    if not isinstance(value, str) or len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
 class InvalidSpecError(ValueError):
     """An ``AppDef``, ``Role``, ``Resource`` or mount is not valid."""
 

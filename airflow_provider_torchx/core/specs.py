@@ -20,6 +20,7 @@ from airflow_provider_torchx.core.errors import (
     AppStatusError,
     InvalidSpecError,
     MalformedAppHandleError,
+    shown,
 )
 
 if TYPE_CHECKING:
@@ -564,16 +565,25 @@ class ParsedAppHandle(NamedTuple):
 
 _HANDLE_FORM = "scheduler://session/app_id (e.g. local_cwd://default/echo-x1y2)"
 _HANDLE_RE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_.-]+)://(?P<session>[^/]*)/(?P<app_id>[^/]+)$")
+#: The longest app id: a file name's limit (local jobs and cursor files are named by it); no
+#: scheduler's ids come near it (Batch: a queue and a UUID).
+MAX_APP_ID = 255
 
 
-def _check_app_id(app_id: str) -> None:
+def _app_id_error(app_id: str) -> str | None:
+    """Why ``app_id`` cannot be an app id (None: it can)."""
     if not app_id or "/" in app_id or ".." in app_id:
-        raise MalformedAppHandleError(f"app_id: {app_id!r} may not be empty or contain '/' or '..'")
+        return f"app_id: {shown(app_id)} may not be empty or contain '/' or '..'"
+    if len(app_id) > MAX_APP_ID:
+        return f"app_id: {shown(app_id)} is longer than {MAX_APP_ID} characters"
+    return None
 
 
 def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> str:
     """``scheduler_backend://session_name/app_id``."""
-    _check_app_id(app_id)
+    why = _app_id_error(app_id)
+    if why:
+        raise MalformedAppHandleError(why)
     return f"{scheduler_backend}://{session_name}/{app_id}"
 
 
@@ -581,7 +591,10 @@ def parse_app_handle(app_handle: str) -> ParsedAppHandle:
     """Split a handle into its parts; anything else raises ``MalformedAppHandleError``."""
     m = _HANDLE_RE.match(app_handle) if isinstance(app_handle, str) else None
     if not m or ".." in m.group("app_id"):
-        raise MalformedAppHandleError(f"app_handle: {app_handle!r} is not of the form {_HANDLE_FORM}")
+        raise MalformedAppHandleError(f"app_handle: {shown(app_handle)} is not of the form {_HANDLE_FORM}")
+    why = _app_id_error(m.group("app_id"))
+    if why:
+        raise MalformedAppHandleError(f"app_handle: {why}")
     return ParsedAppHandle(m.group("scheduler"), m.group("session"), m.group("app_id"))
 
 

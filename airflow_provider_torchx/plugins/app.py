@@ -34,8 +34,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel
 
 from airflow_provider_torchx.cancels import ui_cancel_reason
-from airflow_provider_torchx.core.errors import UnknownAppError
-from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError
+from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownAppError, shown
+from airflow_provider_torchx.core.schedulers.local.store import (
+    CancelDeliveredError,
+    CancelNotRecordedError,
+    CorruptEntryError,
+)
+from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.plugins import access, jobs
 from airflow_provider_torchx.plugins.access import EDIT, READ, PageUser, User
 from airflow_provider_torchx.plugins.secrets import Masker, job_secrets
@@ -60,9 +65,13 @@ class CancelRequest(BaseModel):
 
 def _job(user: Any, handle: str, conn_id: str | None, method: str, what: str) -> tuple[Any, Any, Masker]:
     """``(runner, describe response, masker of its secrets)`` of the job ``handle``, checked
-    for ``user``."""
+    for ``user``. A scheduler this api-server is not set up for (an AWS region or credentials
+    missing) is a 400 naming the handle and what to set."""
     runner = jobs.runner_for(handle, conn_id)
-    desc = jobs.describe(runner, handle)
+    try:
+        desc = jobs.describe(runner, handle)
+    except SchedulerSetupError as err:
+        raise HTTPException(400, f"handle: {shown(handle)}: the api-server cannot reach it: {err}") from None
     access.require(user, desc.labels.get(jobs.IDENTITY_LABELS["dag_id"]), method, what)
     return runner, desc, Masker(job_secrets(desc.roles))
 
@@ -180,7 +189,10 @@ def create_app() -> FastAPI:
     @app.post("/api/cancel", status_code=202, dependencies=[Depends(access.require_intent)])
     def cancel(user: User, body: CancelRequest) -> dict[str, Any]:
         """Ask the scheduler to stop the job; it ends CANCELLED (the task fails)."""
-        runner, desc, _ = _job(user, body.handle, body.conn_id, EDIT, "cancel this job")
+        try:
+            runner, desc, _ = _job(user, body.handle, body.conn_id, EDIT, "cancel this job")
+        except CorruptEntryError:
+            return _cancel_refused(user, body)
         answer = {"handle": body.handle, "state": desc.state.name, "cancel_requested": not desc.state.is_terminal()}
         if not desc.state.is_terminal():
             log.info("TorchX UI: %s cancels %s", user.get_name(), body.handle)
@@ -191,6 +203,27 @@ def create_app() -> FastAPI:
         return answer
 
     return app
+
+
+def _cancel_refused(user: Any, body: CancelRequest) -> dict[str, Any]:
+    """Cancel a job one of whose files is refused (it cannot be described): allowed as for the
+    DAG its record names when the record can be read, else only with the right on every DAG.
+    The scheduler reaches the job's supervisor without that file (202, ``msg`` naming the
+    refused file) or raises the refusal (400: no supervisor runs; ``delete`` removes it)."""
+    runner = jobs.runner_for(body.handle, body.conn_id)
+    try:
+        native = runner.describe_native(body.handle)
+    except CorruptEntryError:
+        native = None
+    dag_id = native.labels.get(jobs.IDENTITY_LABELS["dag_id"]) if native is not None else None
+    access.require(user, dag_id, EDIT, "cancel this job")
+    log.info("TorchX UI: %s cancels %s (a file of the job is refused)", user.get_name(), body.handle)
+    answer = {"handle": body.handle, "state": AppState.UNKNOWN.name, "cancel_requested": True}
+    try:
+        runner.cancel(body.handle, reason=ui_cancel_reason(user.get_name()))
+    except CancelDeliveredError as err:
+        answer["msg"] = str(err)
+    return answer
 
 
 def _login_url(next_url: str) -> str:

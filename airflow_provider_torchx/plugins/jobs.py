@@ -35,10 +35,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_torchx.core.errors import UnknownAppError
+from airflow_provider_torchx.core.errors import UnknownAppError, shown
 from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse, cursor_object
 from airflow_provider_torchx.core.specs import Role, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.links.torchx import job_page_url
@@ -256,12 +256,12 @@ def page_after(rows: list[JobRow], cursor: str | None, limit: int) -> tuple[list
     start = 0
     if cursor:
         try:
-            data = json.loads(base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)))
+            data = cursor_object(base64.urlsafe_b64decode(cursor.encode() + b"=" * (-len(cursor) % 4)))
             key = (float(data["created"]), str(data["handle"]))
             if not math.isfinite(key[0]):
                 raise ValueError("not finite")
         except (ValueError, TypeError, KeyError, binascii.Error):
-            raise ValueError(f"cursor: {cursor!r} is not a cursor api/jobs returned") from None
+            raise ValueError(f"cursor: {shown(cursor)} is not a cursor api/jobs returned") from None
         start = next((i for i, row in enumerate(rows) if sort_key(row) < key), len(rows))
     page = rows[start : start + limit]
     if start + limit >= len(rows):

@@ -1,6 +1,8 @@
 """``TorchXPlugin``, registered through the ``airflow.plugins`` entry point: the api-server
 mounts its web app (``plugins/app.py``) under ``/torchx`` and the UI shows a "TorchX Jobs" entry
 in the Browse menu and a "TorchX" tab on each task instance (the jobs of that task instance).
+A mount serves the paths below its prefix only, so a root middleware sends the bare ``/torchx``
+to ``/torchx/`` (``BarePrefixRedirect``).
 
 Every Airflow process loads plugins, so this module is light: the web app, FastAPI and the job
 listing are imported only when the api-server asks for ``fastapi_apps``.
@@ -8,6 +10,7 @@ listing are imported only when the api-server asks for ``fastapi_apps``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, MutableMapping
 from functools import cached_property
 from typing import Any
 
@@ -19,12 +22,47 @@ from airflow_provider_torchx import reaper
 URL_PREFIX = "/torchx"
 
 
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def bare_prefix_location(path: str, root_path: str, query: bytes) -> str | None:
+    """Where a request for ``path`` (under ``root_path``, the api-server's own prefix) goes
+    instead: ``torchx/`` with its query, relative, so it stays under whatever prefix the
+    browser used, when ``path`` is the bare ``URL_PREFIX``; None for every other path."""
+    if path.removeprefix(root_path) != URL_PREFIX:
+        return None
+    name = URL_PREFIX.rsplit("/", 1)[-1]
+    return f"{name}/?{query.decode('latin-1')}" if query else f"{name}/"
+
+
+class BarePrefixRedirect:
+    """ASGI middleware of the api-server's root app: ``GET /torchx`` (or any method) answers
+    307 to ``/torchx/`` (``bare_prefix_location``); every other request passes untouched."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        location = None
+        if scope["type"] == "http":
+            location = bare_prefix_location(scope["path"], scope.get("root_path", ""), scope.get("query_string", b""))
+        if location is None:
+            await self.app(scope, receive, send)
+            return
+        headers = [(b"location", location.encode("latin-1")), (b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": 307, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+
 class TorchXPlugin(AirflowPlugin):
     """TorchX jobs in Airflow's UI."""
 
     name = "torchx"
     #: Cancels the jobs that outlive their task instance (``reaper.py``).
     listeners = [reaper]
+    fastapi_root_middlewares = [{"middleware": BarePrefixRedirect, "name": "TorchX: /torchx to /torchx/"}]
     external_views = [
         {"name": "TorchX Jobs", "href": f"{URL_PREFIX}/", "url_route": "torchx", "category": "browse"},
         {

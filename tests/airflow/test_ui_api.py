@@ -213,6 +213,30 @@ def test_airflow_mounts_the_plugin_under_torchx(airflow_env: Any, auth: Any) -> 
         assert c.get("/torchx/api/jobs").status_code == 401
         page = c.get("/torchx/", headers=_headers(auth, "viewer"))
         assert page.status_code == 200 and "<title>TorchX jobs</title>" in page.text
+        bare = c.get("/torchx", follow_redirects=False)
+        assert (bare.status_code, bare.headers["location"]) == (307, "torchx/"), bare.text
+        followed = c.get("/torchx?dag_id=d", headers=_headers(auth, "viewer"))
+        assert followed.status_code == 200 and "<title>TorchX jobs</title>" in followed.text
+        assert str(followed.url).endswith("/torchx/?dag_id=d"), followed.url
+
+
+@pytest.mark.parametrize(
+    ("path", "root_path", "query", "location"),
+    [
+        ("/torchx", "", b"", "torchx/"),
+        ("/torchx", "", b"dag_id=a%20b&run_id=r", "torchx/?dag_id=a%20b&run_id=r"),
+        ("/airflow/torchx", "/airflow", b"", "torchx/"),  # the api-server under a path prefix
+        ("/torchx/", "", b"", None),  # the app's own page
+        ("/torchx/api/jobs", "", b"", None),
+        ("/torchxy", "", b"", None),
+        ("/other/torchx", "", b"", None),
+        ("/", "", b"", None),
+    ],
+)
+def test_only_the_bare_prefix_is_redirected(path: str, root_path: str, query: bytes, location: str | None) -> None:
+    from airflow_provider_torchx.plugins.torchx import bare_prefix_location
+
+    assert bare_prefix_location(path, root_path, query) == location
 
 
 @pytest.mark.docker
@@ -367,3 +391,79 @@ def test_secrets_of_connections_and_variables_only_in_the_environment_are_masked
     assert log.status_code == 200 and log.json()["lines"] == [" ".join(["***"] * len(leaked))], log.text
     job = client.get("/api/job", params={"handle": handle}, headers=admin)
     assert job.status_code == 200 and not [s for s in leaked if s in job.text], job.text
+
+
+#: A cursor nested deeper than Python's JSON parser goes.
+DEEP = "[" * 3000 + "]" * 3000
+
+
+def test_hostile_values_are_a_400_naming_them(client: Any, auth: Any, jobs: dict[str, str]) -> None:
+    """An app id longer than a file name, and cursors nested too deep to parse, are bad input
+    named (shortened) in a 400, never a crash of the file system call or of the parser."""
+    import base64
+
+    admin, long_handle = _headers(auth, "admin"), "local_cwd://torchx/" + "a" * 300
+    for method, path, sent, named in (
+        ("GET", "/api/job", {"params": {"handle": long_handle}}, "is longer than 255 characters"),
+        ("GET", "/api/log", {"params": {"handle": long_handle, "role": "worker"}}, "is longer than 255 characters"),
+        ("POST", "/api/cancel", {"json": {"handle": long_handle}}, "is longer than 255 characters"),
+        ("GET", "/api/log", {"params": {"handle": jobs["done"], "role": "worker", "cursor": DEEP}}, "cursor: '[[[["),
+        ("GET", "/api/jobs", {"params": {"cursor": base64.urlsafe_b64encode(DEEP.encode()).decode()}}, "cursor: "),
+    ):
+        resp = client.request(method, path, headers=admin, **sent)
+        assert resp.status_code == 400 and named in resp.json()["detail"], (path, resp.text[:500])
+        assert len(resp.text) < 1000, f"the value is shortened: {resp.text[:500]}"
+
+
+def test_a_batch_handle_without_an_aws_region_is_a_400_saying_what_to_set(
+    client: Any, auth: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    handle = "aws_batch://torchx/queue:0a1b2c3d-0000-4000-8000-000000000000"
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    for method, path, sent in (
+        ("GET", "/api/job", {"params": {"handle": handle}}),
+        ("GET", "/api/log", {"params": {"handle": handle, "role": "worker"}}),
+        ("POST", "/api/cancel", {"json": {"handle": handle}}),
+    ):
+        resp = client.request(method, path, headers=_headers(auth, "admin"), **sent)
+        assert resp.status_code == 400, (path, resp.text)
+        detail = resp.json()["detail"]
+        assert repr(handle) in detail and "region_name" in detail and "AWS_DEFAULT_REGION" in detail, detail
+
+
+def test_a_job_whose_state_file_was_swapped_is_cancelled_all_the_same(
+    client: Any, auth: Any, local_jobs: Any, tmp_path: Any
+) -> None:
+    """The job cannot be described (its state file is a symbolic link), yet a user with edit
+    rights on its DAG (from its record) cancels it: the supervisor is reached and the answer
+    names the refused file; a viewer still gets 403."""
+    import os
+    import time
+    from pathlib import Path
+
+    from airflow_provider_torchx.core.schedulers.local import store
+    from airflow_provider_torchx.core.specs import parse_app_handle
+
+    runner: Runner = local_jobs[0]
+    handle = runner.run(_app(120), "local_cwd", labels=_identity("ui_swapped"))
+    local_jobs[1].append(handle)
+    state_file = os.path.join(store.JobStore().job_dir(parse_app_handle(handle).app_id), store.STATE)
+    deadline = time.monotonic() + 30
+    while not all(len(runner.read_log(handle, "worker", k).lines) == 3 for k in (0, 1)):  # both started
+        assert time.monotonic() < deadline, "the replicas never printed"
+        time.sleep(0.05)
+    (tmp_path / "state.json").write_text(Path(state_file).read_text())
+    os.unlink(state_file)
+    os.symlink(tmp_path / "state.json", state_file)
+    assert client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "viewer")).status_code == 403
+    resp = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user"))
+    assert resp.status_code == 202, resp.text
+    assert f"{state_file} is corrupt (refused: it is a symbolic link" in resp.json()["msg"], resp.text
+    assert "its supervisor (pid " in resp.json()["msg"]
+    while os.path.islink(state_file):  # the supervisor records the end, replacing the link
+        assert time.monotonic() < deadline + 30, "the supervisor never recorded the cancel"
+        time.sleep(0.05)
+    status = runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    assert status is not None and status.state == AppState.CANCELLED, status

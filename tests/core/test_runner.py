@@ -452,6 +452,9 @@ def test_logs(runner: Runner) -> None:
     assert chunk.lines == ["trainer[1] line 0\n", "trainer[1] line 1\n"] and not chunk.eof
     rest = runner.read_log(handle, "trainer", k=1, cursor=chunk.cursor)
     assert rest.lines == ["trainer[1] line 2\n"]
+    for bad in ("garbage", '{"skip": -1}', '{"nope": 1}', "[1]", "[" * 3000 + "]" * 3000):
+        with pytest.raises(ValueError, match=r"cursor: .* is not a cursor read_log returned"):
+            runner.read_log(handle, "trainer", k=1, cursor=bad)
 
 
 # --------------------------------------------------------------------------- stopping

@@ -433,6 +433,15 @@ def test_malformed_handle_shows_expected_form(handle: str) -> None:
     assert isinstance(exc.value, ValueError)
 
 
+def test_an_app_id_longer_than_a_file_name_is_malformed() -> None:
+    """No scheduler names a job by a longer id; a longer one is named, shortened, in the error."""
+    assert parse_app_handle("local_cwd://s/" + "a" * 255).app_id == "a" * 255
+    with pytest.raises(MalformedAppHandleError, match=r"app_id: 'a{120}'\.\.\. \(256 characters\) is longer than 255"):
+        parse_app_handle("local_cwd://s/" + "a" * 256)
+    with pytest.raises(MalformedAppHandleError, match="is longer than 255 characters"):
+        make_app_handle("local_cwd", "s", "a" * 256)
+
+
 def test_parse_app_handle_rejects_non_strings() -> None:
     with pytest.raises(MalformedAppHandleError, match="scheduler://session/app_id"):
         parse_app_handle(None)  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from airflow_provider_torchx.core.errors import UnknownAppError
+from airflow_provider_torchx.core.errors import UnknownAppError, shown
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role, RoleStatus, validate_app
 from airflow_provider_torchx.core.usage import Usage
@@ -82,6 +82,19 @@ class ListAppResponse:
     labels: dict[str, str] = field(default_factory=dict)
     #: When the app was submitted (epoch seconds; None: unknown).
     created: float | None = None
+
+
+def cursor_object(cursor: str | bytes) -> dict[str, Any]:
+    """The JSON object a log cursor holds (every backend's cursor is one flat object);
+    ``ValueError`` when it holds none: not JSON, not an object, or nested deeper than the
+    parser goes (``RecursionError``, which would otherwise escape as a crash)."""
+    try:
+        value = json.loads(cursor)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"a JSON {type(value).__name__}, not an object")
+    return value
 
 
 @dataclass
@@ -475,7 +488,12 @@ class Scheduler(abc.ABC, Generic[T]):
         3. At most ``max_lines`` lines when given.
         4. Unknown app: ``UnknownAppError``.
         """
-        skip = int(json.loads(cursor)["skip"]) if cursor else 0
+        try:
+            skip = int(cursor_object(cursor)["skip"]) if cursor else 0
+            if skip < 0:
+                raise ValueError("negative")
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"cursor: {shown(cursor)} is not a cursor read_log returned") from None
         desc = self.describe(app_id)
         if desc is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")

@@ -372,6 +372,8 @@ def test_log_errors() -> None:
         sched.read_log("q1:app-1", "ps", 0, streams=Stream.STDERR)
     with pytest.raises(ValueError, match="cursor"):
         sched.read_log("q1:app-1", "ps", 0, cursor="garbage")
+    with pytest.raises(ValueError, match=r"cursor: .*\(6000 characters\) is not a cursor.*nested too deep"):
+        sched.read_log("q1:app-1", "ps", 0, cursor="[" * 3000 + "]" * 3000)
 
 
 # ---------------------------------------------------------------------- single-node jobs

@@ -79,3 +79,16 @@ def test_scheduling_a_dryrun_twice_is_refused(sched: LocalScheduler) -> None:
 
 def test_errors_are_value_errors() -> None:
     assert issubclass(InvalidSpecError, ValueError)
+
+
+def test_an_app_id_longer_than_a_file_name_names_no_job(sched: LocalScheduler) -> None:
+    """Asked by id (the core's API, not a handle), a longer id is an unknown job, not the file
+    system's ``File name too long``."""
+    from airflow_provider_torchx.core.errors import UnknownAppError
+
+    long_id = "a" * 256
+    assert sched.describe(long_id) is None
+    with pytest.raises(UnknownAppError, match="at most 255 characters"):
+        sched.job_dir(long_id)
+    with pytest.raises(UnknownAppError):
+        sched.read_log(long_id, "r0")

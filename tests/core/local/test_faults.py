@@ -369,6 +369,41 @@ def test_a_swapped_cancel_request_still_cancels_and_is_never_read(sched: LocalSc
         sched.describe(app_id)
 
 
+def test_a_job_whose_state_file_or_directory_was_swapped_is_cancelled_all_the_same(
+    sched: LocalScheduler, mark: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A running job whose ``state.json`` or whole directory became a symbolic link cannot be
+    described, yet a cancel (the scheduler's, the CLI's) reaches its supervisor (known from
+    ``/proc``, not from the refused file) and the job's processes end; the message names the
+    refused file. A job with no supervisor left is still refused (``delete`` removes it)."""
+    by_state, by_dir = (sched.submit(sh_app("sleep 600")) for _ in range(2))
+    for app_id in (by_state, by_dir):
+        wait_running(sched, app_id)
+    state_file = sched.job_dir(by_state) / store.STATE
+    (tmp_path / "state.json").write_text(state_file.read_text())
+    state_file.unlink()
+    state_file.symlink_to(tmp_path / "state.json")
+    moved = tmp_path / "moved"
+    sched.job_dir(by_dir).rename(moved)
+    sched.job_dir(by_dir).symlink_to(moved)
+    fresh = create_cwd_scheduler("test")  # nothing cached
+
+    with pytest.raises(store.CancelDeliveredError) as err:
+        fresh.cancel(by_state)
+    assert f"{state_file} is corrupt (refused: it is a symbolic link" in str(err.value)
+    assert "its supervisor (pid " in str(err.value)
+    code, out, err_text = run_cli(capsys, "cancel", make_app_handle("local_cwd", "test", by_dir))
+    assert code == 0, err_text
+    refused = sched.job_dir(by_dir) / store.REQUEST
+    assert f"cancel requested (job '{by_dir}': {refused} is corrupt (refused: a directory on its way" in out, out
+    assert wait_gone(mark, 30) == [], "the jobs' processes outlived the cancel"
+    with pytest.raises(store.CorruptEntryError, match="is corrupt") as err:  # no supervisor to reach any more
+        fresh.cancel(by_dir)
+    assert not isinstance(err.value, store.CancelDeliveredError)
+    for app_id in (by_state, by_dir):
+        fresh.delete(app_id)
+
+
 def test_the_cli_warns_on_stderr_naming_the_corrupt_file(sched: LocalScheduler, state_dir: Path) -> None:
     good = sched.submit(sh_app("true"))
     wait_done(sched, good)

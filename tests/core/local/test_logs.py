@@ -191,10 +191,44 @@ def test_a_swapped_log_is_refused_never_read(sched: LocalScheduler, tmp_path: Pa
         list(sched.log_iter(app_id, "r0", 0))
 
 
-@pytest.mark.parametrize("offset", ["1e400", "1.5", "true", str(1 << 70), "-1"])
-def test_a_malformed_cursor_offset_is_a_value_error(sched: LocalScheduler, offset: str) -> None:
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        *('{"stream": "combined", "offset": ' + n + "}" for n in ("1e400", "1.5", "true", str(1 << 70), "-1")),
+        "[" * 3000 + "]" * 3000,  # deeper than the JSON parser goes
+        '{"stream": "combined", "offset": ' + "[" * 3000 + "]" * 3000 + "}",
+    ],
+)
+def test_a_malformed_cursor_is_a_value_error(sched: LocalScheduler, cursor: str) -> None:
     app_id = sched.submit(sh_app("echo a"))
     wait_done(sched, app_id)
-    cursor = '{"stream": "combined", "offset": ' + offset + "}"
-    with pytest.raises(ValueError, match=r"cursor: .* is not a cursor read_log returned"):
+    with pytest.raises(ValueError, match=r"cursor: .* is not a cursor read_log returned") as err:
         sched.read_log(app_id, "r0", cursor=cursor)
+    assert len(str(err.value)) < 300, "a long cursor is shortened"
+
+
+def test_a_rewritten_record_cannot_point_a_log_elsewhere(sched: LocalScheduler, tmp_path: Path) -> None:
+    """A job rewrites its ``request.json`` (a regular file, replaced in place) to name another
+    file as its log and another log directory: readers still read the replica's own log, found
+    from the store's layout; a role name that would leave the log directory is refused."""
+    import json
+
+    from airflow_provider_torchx.core.schedulers.local import create_cwd_scheduler, store
+
+    secret = tmp_path / "secret"
+    secret.write_text("SECRET-LINE\n")
+    secret.chmod(0o600)
+    app_id = sched.submit(sh_app("echo own line"))
+    wait_done(sched, app_id)
+    record_file = sched.job_dir(app_id) / store.REQUEST
+    rec = json.loads(record_file.read_text())
+    for param in rec["role_params"]["r0"]:
+        param.update(stdout=str(secret), stderr=str(secret), combined=str(secret))
+    rec["log_dir"] = str(tmp_path)
+    rec["role_params"]["../.."] = rec["role_params"]["r0"]
+    record_file.write_text(json.dumps(rec))
+    fresh = create_cwd_scheduler("test")  # nothing cached
+    assert fresh.read_log(app_id, "r0").lines == ["own line\n"]
+    assert list(fresh.log_iter(app_id, "r0")) == ["own line\n"]
+    with pytest.raises(ValueError, match=r"role_name: '\.\./\.\.' cannot name a log directory"):
+        fresh.read_log(app_id, "../..")

@@ -22,6 +22,8 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_torchx.core.errors import shown
+from airflow_provider_torchx.core.schedulers.api import cursor_object
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import call_with_retry, client_key
 from airflow_provider_torchx.core.schedulers.aws_batch.render import LOG_GROUP
 
@@ -163,10 +165,10 @@ class LogCursor:
         if not text:
             return cls()
         try:
-            data = json.loads(text)
+            data = cursor_object(text)
             return cls(index=int(data["i"]), token=data["token"], skip=int(data["skip"]))
         except (ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"cursor: {text!r} is not a cursor returned by aws_batch read_log ({err})") from None
+            raise ValueError(f"cursor: {shown(text)} is not a cursor returned by aws_batch read_log ({err})") from None
 
     def dump(self) -> str:
         """The opaque JSON string handed to callers."""

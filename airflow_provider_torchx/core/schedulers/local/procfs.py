@@ -122,6 +122,16 @@ def scan() -> list[ProcInfo]:
     return out
 
 
+def cmdline(pid: int) -> list[str] | None:
+    """The argv of ``pid``, or None when it is gone (or a kernel thread, with none)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [arg.decode(errors="replace") for arg in raw.split(b"\0")[:-1]] or None
+
+
 def has_env(pid: int, marker: bytes) -> bool:
     """Whether the environment of ``pid`` holds the ``KEY=value`` ``marker``."""
     try:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME
-from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError
+from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError, shown
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     DescribeAppResponse,
@@ -41,6 +41,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     Scheduler,
     SchedulerCapabilities,
     Stream,
+    cursor_object,
     filter_regex,
     labels_match,
 )
@@ -59,7 +60,7 @@ from airflow_provider_torchx.core.schedulers.local.request import (
     request_to_json,
     role_from_json,
 )
-from airflow_provider_torchx.core.schedulers.local.supervisor import supervisor_command
+from airflow_provider_torchx.core.schedulers.local.supervisor import is_supervisor_of, supervisor_command
 from airflow_provider_torchx.core.schedulers.local.usage import local_usage
 from airflow_provider_torchx.core.specs import (
     AppDef,
@@ -317,7 +318,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
         """The job's directory in the store (which need not exist); ``UnknownAppError`` for an
         id that cannot be a job of this store (``/``, ``..``)."""
         if not store.is_valid_app_id(app_id):
-            raise UnknownAppError(f"app_id: {app_id!r} is not a local app id (no '/', '..' or leading '.')")
+            raise UnknownAppError(
+                f"app_id: {shown(app_id)} is not a local app id (no '/', '..' or leading '.', "
+                f"at most {store.NAME_MAX} characters)"
+            )
         return Path(self.store.job_dir(app_id))
 
     def sidecar_dir(self, app_id: str) -> Path | None:
@@ -654,9 +658,20 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     # ------------------------------------------------------------------ logs
 
+    def _log_root(self, app_id: str, rec: dict[str, Any]) -> str:
+        """The job's log directory as the store's layout makes it (``_submit_dryrun``): the job's
+        directory, or ``<log_dir>/<app_id>`` under the ``log_dir`` run option. Never a path the
+        record names: a job may rewrite its ``request.json``."""
+        log_dir = rec["cfg"].get("log_dir")
+        if not log_dir:
+            return self.store.job_dir(app_id)
+        return os.path.join(os.path.abspath(str(log_dir)), app_id)
+
     def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | str | None) -> tuple[str, str, str]:
-        """``(stream name, path, the job's log directory)`` of a replica's log (every read stays
-        in that directory, ``logs.open_log``); raises for unknown app, role, replica or stream."""
+        """``(stream name, path, the job's log directory)`` of a replica's log, derived from the
+        store's layout (``<log root>/<role>/<k>/<stream>.log``, ``_log_root``), never read from
+        the job's record; every read stays in that directory (``logs.open_log``). Raises for
+        unknown app, role, replica or stream."""
         rec = self._record(app_id)
         if rec is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
@@ -671,7 +686,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
             stream = Stream(streams or Stream.COMBINED)
         except ValueError:
             raise ValueError(f"streams: {streams!r} is not one of {', '.join(s.value for s in Stream)}") from None
-        return stream.value, params[k][stream.value], rec["log_dir"]
+        if role_name in (".", "..") or "/" in role_name or "\0" in role_name:
+            raise ValueError(f"role_name: {shown(role_name)} cannot name a log directory")
+        root = self._log_root(app_id, rec)
+        return stream.value, os.path.join(root, role_name, str(k), f"{stream.value}.log"), root
 
     def read_log(
         self,
@@ -689,13 +707,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         offset = 0
         if cursor is not None:
             try:
-                parsed = json.loads(cursor)
+                parsed = cursor_object(cursor)
                 offset = parsed["offset"]
                 ok = parsed.get("stream") == stream and type(offset) is int and 0 <= offset < 1 << 62
             except (ValueError, TypeError, KeyError):
                 ok = False
             if not ok:
-                raise ValueError(f"cursor: {cursor!r} is not a cursor read_log returned for the {stream} stream")
+                raise ValueError(f"cursor: {shown(cursor)} is not a cursor read_log returned for the {stream} stream")
         rec = self._record(app_id)
         assert rec is not None
         final = self._state(app_id, rec)["state"] in _TERMINAL_NAMES
@@ -725,6 +743,40 @@ class LocalScheduler(Scheduler[PopenRequest]):
         return filter_regex(regex, LogIterator(app_id, path, self, should_tail, root=root))
 
     # ------------------------------------------------------------------ stop
+
+    def cancel(self, app_id: str, *, reason: str | None = None) -> None:
+        """``Scheduler.cancel``; a job one of whose files is refused (``CorruptEntryError``: a
+        state file or directory swapped for a symbolic link, a corrupt record) is stopped all the
+        same: its supervisor, known without that file (``_supervisor_pid``), is signalled and
+        ``CancelDeliveredError`` names the refused file (``CorruptEntryError`` itself when no
+        supervisor of the job runs: ``delete`` stops and removes such a job)."""
+        try:
+            super().cancel(app_id, reason=reason)
+        except store.CorruptEntryError as refused:
+            pid = self._signal_supervisor(app_id)
+            if pid is None:
+                raise
+            raise store.CancelDeliveredError(refused, pid) from None
+
+    def _signal_supervisor(self, app_id: str) -> int | None:
+        """SIGTERM the supervisor of ``app_id`` without trusting the job's files: the process
+        ``supervisor.json`` names if it still is the supervisor of this job directory (start
+        time and argv checked against ``/proc``), else the process of this host whose argv is
+        that supervisor's. Returns its pid, None when none runs (or it could not be signalled).
+        The supervisor takes the signal as a cancel (the default grace period when it cannot
+        read ``cancel.json``)."""
+        job_dir = self.store.job_dir(app_id)
+        try:
+            sup = _read_entry(app_id, os.path.join(job_dir, store.SUPERVISOR), _check_supervisor)
+        except store.CorruptEntryError:
+            sup = None
+
+        def stopped(pid: int, start: int) -> bool:
+            return is_supervisor_of(procfs.cmdline(pid), job_dir) and procfs.signal_if_same(pid, start, signal.SIGTERM)
+
+        if sup is not None and sup.get("boot") == procfs.boot_id() and stopped(sup["pid"], sup["start"]):
+            return int(sup["pid"])
+        return next((p.pid for p in procfs.scan() if stopped(p.pid, p.start)), None)
 
     def _cancel_existing(self, app_id: str, reason: str | None) -> None:
         """Record the cancel (with the grace period and ``reason``) and SIGTERM the supervisor, which

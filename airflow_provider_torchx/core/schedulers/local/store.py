@@ -65,6 +65,8 @@ JOB_ENV = "AIRFLOW_TORCHX_LOCAL_JOB"
 
 #: What an app id may look like: it becomes a directory name in the store.
 APP_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+#: The longest file name (``NAME_MAX``): a longer id names no job of the store.
+NAME_MAX = 255
 #: The app ids among names joined by ``/`` (which no file name holds): one pass of the regex
 #: over a whole directory listing instead of one match per name.
 _APP_IDS_RE = re.compile(r"(?<![^/])[A-Za-z0-9_][A-Za-z0-9_.-]*(?![^/])")
@@ -88,8 +90,9 @@ def gc_paused() -> Iterator[None]:
 
 
 def is_valid_app_id(app_id: object) -> bool:
-    """Whether ``app_id`` can name a job directory (no ``/``, no ``..``, not hidden)."""
-    return isinstance(app_id, str) and ".." not in app_id and bool(APP_ID_RE.match(app_id))
+    """Whether ``app_id`` can name a job directory (no ``/``, no ``..``, not hidden, not longer
+    than a file name may be)."""
+    return isinstance(app_id, str) and len(app_id) <= NAME_MAX and ".." not in app_id and bool(APP_ID_RE.match(app_id))
 
 
 def job_marker(job_dir: StrPath) -> str:
@@ -118,6 +121,20 @@ class CorruptEntryError(ValueError):
     def __init__(self, app_id: str, path: StrPath, why: str) -> None:
         super().__init__(f"job {app_id!r}: {os.fspath(path)} is corrupt ({why}); delete the job or fix the file")
         self.app_id, self.path = app_id, os.fspath(path)
+
+
+class CancelDeliveredError(CorruptEntryError):
+    """A cancel of a job one of whose files was refused (``refused``: swapped for a symbolic
+    link, not what its writer wrote) that reached the job's supervisor all the same (``pid``):
+    the job stops and ends CANCELLED. The message names the refused file and says so."""
+
+    def __init__(self, refused: CorruptEntryError, pid: int) -> None:
+        ValueError.__init__(
+            self,
+            f"{refused}; the cancel was delivered all the same: its supervisor (pid {pid}) was signalled "
+            "and stops the job",
+        )
+        self.app_id, self.path = refused.app_id, refused.path
 
 
 def cancelled_msg(cancel: dict[str, Any] | None) -> str:

@@ -66,17 +66,23 @@ _RESERVE = ".reserve"
 _RECORD_RETRY_MAX_S = 5.0
 
 
+#: The end of the supervisor's ``-c`` code (``supervisor_command``, ``is_supervisor_of``).
+_ENTRY = "from airflow_provider_torchx.core.schedulers.local.supervisor import main; main(sys.argv[1])"
+
+
 def supervisor_command(job_dir: str) -> list[str]:
     """The argv that runs the supervisor of ``job_dir`` (without ``site``: fast start-up)."""
     package_root = os.path.realpath(__file__)
     for _ in range(5):  # .../airflow_provider_torchx/core/schedulers/local/supervisor.py
         package_root = os.path.dirname(package_root)
-    code = (
-        f"import sys; sys.path.insert(0, {package_root!r}); "
-        "from airflow_provider_torchx.core.schedulers.local.supervisor import main; "
-        "main(sys.argv[1])"
-    )
+    code = f"import sys; sys.path.insert(0, {package_root!r}); {_ENTRY}"
     return [sys.executable, "-S", "-E", "-c", code, job_dir]
+
+
+def is_supervisor_of(argv: list[str] | None, job_dir: str) -> bool:
+    """Whether ``argv`` is that of the supervisor of ``job_dir`` (``supervisor_command``,
+    whichever interpreter ran it): how a canceller knows the supervisor without the job's files."""
+    return argv is not None and len(argv) >= 2 and argv[-1] == job_dir and argv[-2].endswith(_ENTRY)
 
 
 def _write_all(fd: int, data: bytes) -> None:
