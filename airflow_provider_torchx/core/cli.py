@@ -11,6 +11,11 @@ interrupted an attached ``run --wait`` (the job is cancelled first).
 
 ``dryrun`` and ``describe`` print the values of secret env vars (``core/masking.py``) as
 ``***`` unless given ``--show-secrets``.
+
+Plain-text output shows what comes from a job (names, labels, messages, the roles in log
+prefixes, prefixed log lines) through ``jobviews.printable``: control characters other than
+tab are escaped, so a job cannot forge lines of the CLI's own output. A replica's lines printed
+alone (``log HANDLE/ROLE/K``) are the job's own output and are printed as they are.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.identity import task_label
+from airflow_provider_torchx.core.jobviews import printable, printable_tree
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Stream
 from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError, CorruptEntryError
@@ -238,9 +244,11 @@ def _format_app(
     shown = app if show_secrets else mask_tree(app)
     if as_json is not None and desc is not None:
         text = json.dumps(jobviews.describe_dict(as_json, shown, desc), indent=2)
+        written = [json.dumps(secret)[1:-1] for secret in secret_values(app)]
     else:
-        text = jobviews.describe_text(shown, desc)
-    return text if show_secrets else redact(text, secret_values(app))
+        text = jobviews.describe_text(printable_tree(shown), printable_tree(desc))
+        written = [printable(secret) for secret in secret_values(app)]
+    return text if show_secrets else redact(text, written)
 
 
 def _described(runner: Runner, handle: str) -> DescribeAppResponse:
@@ -347,11 +355,12 @@ def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float
             signal.signal(sig_num, handler)
     if status.state == AppState.SUCCEEDED:
         return EXIT_OK
-    _err(status.format())
+    _err(printable_tree(status).format())
     failed = status.failed_replica()
     if failed and not stream_logs:
         tail = last_lines(runner, handle, failed.role, failed.id)
-        _err(f"last {len(tail)} lines of {failed.role}/{failed.id}:\n" + "".join(tail).rstrip("\n"))
+        shown = "\n".join(_log_text(line) for line in tail)
+        _err(f"last {len(tail)} lines of {printable(failed.role)}/{failed.id}:\n{shown}")
     return EXIT_JOB_FAILED
 
 
@@ -370,7 +379,18 @@ def _cancelled(runner: Runner, handle: str, sig: SignalException, previous: dict
 
 def _print_lines(lines: list[LogLine]) -> None:
     for line in lines:
-        _out(line.format())
+        _out(_prefixed(line.role, line.k, line.line))
+
+
+def _log_text(line: str) -> str:
+    """A log line as plain output shows it: without its line ending, ``printable``."""
+    return printable(line.rstrip("\r\n"))
+
+
+def _prefixed(role: str, k: int, line: str) -> str:
+    """``[role/k] line``, both ``printable``: neither the role nor the line can forge another
+    replica's prefix (a carriage return, an escape sequence moving the cursor)."""
+    return f"[{printable(role)}/{k}] {_log_text(line)}"
 
 
 def _replicas(runner: Runner, handle: str, role: str | None) -> list[tuple[str, int]]:
@@ -407,8 +427,7 @@ def _log(runner: Runner, args: argparse.Namespace) -> int:
     for role_name, k in replicas:
         lines = runner.log_lines(handle, role_name, k, regex=args.regex, streams=streams)
         for line in collections.deque(lines, maxlen=args.lines) if args.lines else lines:
-            text = line.rstrip("\n")
-            _out(f"[{role_name}/{k}] {text}" if prefixed else text)
+            _out(_prefixed(role_name, k, line) if prefixed else line.rstrip("\n"))
     return EXIT_OK
 
 
@@ -431,7 +450,7 @@ def _tail(
     def write(lines: list[LogLine]) -> None:
         for line in lines:
             if pattern is None or pattern.search(line.line):
-                _out(line.format() if prefixed else line.line.rstrip("\n"))
+                _out(_prefixed(line.role, line.k, line.line) if prefixed else line.line.rstrip("\n"))
 
     JobWatch(runner, handle, write, replicas=replicas, streams=streams, finalize=False).wait(TAIL_POLL)
     return EXIT_OK
@@ -452,7 +471,16 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
     if args.json:
         _out(json.dumps(jobviews.list_dict(apps), indent=2))
         return EXIT_OK
-    rows = [(a.app_handle, a.state.name, jobviews.when(a.created), task_label(a.labels) or "-", a.name) for a in apps]
+    rows = [
+        (
+            printable(a.app_handle),
+            a.state.name,
+            jobviews.when(a.created),
+            printable(task_label(a.labels) or "-"),
+            printable(a.name),
+        )
+        for a in apps
+    ]
     widths = [max(len(row[i]) for row in [_LIST_HEADER, *rows]) for i in range(4)]
     for row in [_LIST_HEADER, *rows]:
         _out("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)) + f"  {row[4]}")
@@ -537,7 +565,7 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
     if args.command == "status" and args.json:
         _out(json.dumps(jobviews.status_dict(handle, _described(runner, handle)), indent=2))
     elif args.command == "status":
-        _out(status.format())
+        _out(printable_tree(status).format())
         timing = _timing(runner, handle)
         if timing:
             _out(timing)
@@ -547,7 +575,7 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
             raise _NoSuchJobError(handle)
         _out(_format_app(app, args.show_secrets, _described(runner, handle), handle if args.json else None))
         if status.usage is not None and not args.json:
-            _out(status.usage.format())
+            _out(printable_tree(status.usage).format())
     elif args.command == "cancel":
         if status.is_terminal():
             runner.finalize(handle)  # stops what is left of a job whose supervisor died

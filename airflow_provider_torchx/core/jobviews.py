@@ -1,19 +1,57 @@
 """What the CLI shows of jobs: a readable form (no Python reprs) and a JSON form whose keys are
 documented in docs/cli.md ("JSON output") and kept stable, for ``status``, ``describe`` and
 ``list``. Secrets in env vars are masked by the caller (``core/masking.py``) before they get here.
+
+Plain text shows a job's strings (names, labels, messages, log lines) through ``printable``, so
+that a newline, carriage return or terminal escape in them cannot forge lines of the CLI's own
+output; JSON needs nothing (``json.dumps`` escapes every control character).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import re
 import shlex
 import time
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse
 from airflow_provider_torchx.core.specs import AppDef, ReplicaStatus, Resource, Role
+
+T = TypeVar("T")
+
+#: What ``printable`` escapes: the C0 controls but tab, DEL, the C1 controls and Unicode's line
+#: and paragraph separators. Tab stays: it cannot leave its line nor overwrite what is printed.
+_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character ``_CONTROLS`` names written as Python writes it in a
+    string literal (``\\n``, ``\\r``, ``\\x1b``): what plain-text output shows of a job's
+    own strings cannot start a line, move the cursor or send a terminal command."""
+    return _CONTROLS.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def printable_tree(value: T) -> T:
+    """A copy of ``value`` (dataclasses, dicts, lists, tuples: an ``AppDef``, a status) with
+    ``printable`` applied to every string, dict keys included; enums and other objects are
+    kept as they are."""
+    result: Any
+    if isinstance(value, str) and not isinstance(value, enum.Enum):
+        result = printable(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [f.name for f in dataclasses.fields(value) if f.init]
+        result = dataclasses.replace(value, **{name: printable_tree(getattr(value, name)) for name in fields})
+    elif isinstance(value, dict):
+        result = {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    elif isinstance(value, list | tuple) and type(value) in (list, tuple):
+        result = type(value)(printable_tree(v) for v in value)
+    else:
+        result = value
+    return result
 
 
 def plain(value: Any) -> Any:

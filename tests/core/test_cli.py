@@ -18,8 +18,17 @@ import psutil
 import pytest
 
 from airflow_provider_torchx.core.cli import main
+from airflow_provider_torchx.core.jobviews import printable, printable_tree
 from airflow_provider_torchx.core.runner import get_runner
-from airflow_provider_torchx.core.specs import AppState, parse_app_handle
+from airflow_provider_torchx.core.specs import (
+    AppState,
+    AppStatus,
+    ReplicaStatus,
+    RetryPolicy,
+    Role,
+    RoleStatus,
+    parse_app_handle,
+)
 
 CLI = str(Path(sys.executable).parent / "airflow-torchx")
 
@@ -434,3 +443,46 @@ def test_warnings_are_one_line_counts_singular_and_a_pending_job_shows_no_start(
         assert run_cli(capsys, "cancel", handle)[0] == 0
         ended = get_runner().wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
         assert ended is not None and ended.state == AppState.CANCELLED
+
+
+# --------------------------------------------------------------------------- control characters
+
+
+def test_printable_escapes_what_could_forge_a_line_and_keeps_tab() -> None:
+    assert printable("a\nb\rc\x1b[2Jd\x00\x7f\x85\u2028\te") == "a\\nb\\rc\\x1b[2Jd\\x00\\x7f\\x85\\u2028\te"
+    assert printable("plain text, üñí, \\n as typed") == "plain text, üñí, \\n as typed"
+    status = AppStatus(
+        AppState.FAILED,
+        msg="boom\nState: SUCCEEDED",
+        roles=[RoleStatus("r\rx", [ReplicaStatus(0, AppState.FAILED, "r\rx", "host\x1b[1A")])],
+    )
+    shown = printable_tree(status)
+    assert shown.msg == "boom\\nState: SUCCEEDED" and shown.roles[0].replicas[0].hostname == "host\\x1b[1A"
+    assert status.msg == "boom\nState: SUCCEEDED"  # a copy: the status itself is untouched
+    assert shown.state is AppState.FAILED
+    assert [line.strip() for line in shown.format().splitlines()].count("State: SUCCEEDED") == 0
+    role = Role("r", image="i", entrypoint="e", retry_policy=RetryPolicy.REPLICA, metadata={"k\n": "v\r"})
+    shown_role = printable_tree(role)
+    assert shown_role.retry_policy is RetryPolicy.REPLICA and shown_role.metadata == {"k\\n": "v\\r"}
+
+
+def test_describe_and_log_escape_control_characters_of_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    """A label with a newline cannot forge a line of ``describe``, nor a log line with a
+    carriage return and an escape sequence another replica's prefix; ``log HANDLE/ROLE/K``
+    prints the job's own lines as they are."""
+    code, out, err = run_cli(
+        capsys, "run", "--log", "-s", "local_cwd", "--label", "note=x\nState: FAILED", "utils.sh",
+        r"printf 'ok\r[sh/1] forged\033[2J\tcol\n'",
+    )  # fmt: skip
+    assert code == 0, err
+    handle = only_handle(out)
+    assert out.splitlines()[1:] == ["[sh/0] ok\\r[sh/1] forged\\x1b[2J\tcol"]
+    code, out, _ = run_cli(capsys, "describe", handle)
+    assert code == 0 and "Labels: note=x\\nState: FAILED" in out, out
+    assert "State: FAILED" not in out.splitlines() and "\r" not in out
+    code, out, _ = run_cli(capsys, "log", handle)
+    assert code == 0 and out == "[sh/0] ok\\r[sh/1] forged\\x1b[2J\tcol\n"
+    assert run_cli(capsys, "log", "--tail", handle)[1] == out
+    assert run_cli(capsys, "log", f"{handle}/sh/0")[1] == "ok\r[sh/1] forged\x1b[2J\tcol\n"
+    code, out, _ = run_cli(capsys, "describe", "--json", handle)
+    assert json.loads(out)["status"]["labels"] == {"note": "x\nState: FAILED"}
