@@ -26,6 +26,7 @@ import copy
 import getpass
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -115,6 +116,18 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _positive_seconds(text: str) -> float:
+    """A duration flag's value: a finite number of seconds > 0 (a zero or negative interval
+    would poll without pause or never)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give a number of seconds > 0 (e.g. 0.5 or 2)")
+    return seconds
+
+
 def _add_json(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--json", action="store_true", help="print one JSON document (keys: docs/cli.md)")
 
@@ -144,7 +157,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dryrun", action="store_true", help="print the request instead of submitting it")
     run.add_argument("--wait", action="store_true", help="wait for the job to end, showing its state changes")
     run.add_argument("--log", action="store_true", help="stream every replica's log while waiting (implies --wait)")
-    run.add_argument("--poll_interval", type=float, default=1.0, help="seconds between status/log polls (default: 1)")
+    run.add_argument(
+        "--poll_interval",
+        type=_positive_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between status/log polls, > 0 (default: 1)",
+    )
     _add_submit_args(run)
     _add_submit_args(sub("dryrun", "print the request a component would submit (like run --dryrun)"))
 

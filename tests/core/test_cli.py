@@ -141,6 +141,13 @@ def test_runopts(capsys: pytest.CaptureFixture[str]) -> None:
         (["list", "-s", "local_cwd", "-cfg", "x=1"], "cfg: unknown option 'x'"),
         (["log", "-n", "0", "local_cwd://torchx/x"], "argument -n/--lines: '0' is not a whole number >= 1"),
         (["log", "-n", "3", "--tail", "local_cwd://torchx/x"], "argument -t/--tail: not allowed with argument -n"),
+        *(
+            (
+                ["run", "--poll_interval", value, "utils.echo"],
+                f"argument --poll_interval: {value!r} is not allowed: give a number of seconds > 0",
+            )
+            for value in ("0", "-1", "-0.5", "nan", "inf", "soon")
+        ),
     ],
 )
 def test_usage_errors_exit_2_without_traceback(
