@@ -135,7 +135,7 @@ def test_runopts(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "utils.echo", "--num_replicas", "x"], "--num_replicas: 'x' is not a valid int"),
         (["run", "utils.python"], "-m/-c/--script: give exactly one of them"),
         (["run", "dist.spmd", "--scirpt", "train.py"], "unrecognized arguments: --scirpt. Did you mean '--script'"),
-        (["dryrun", "utils.echo", "--num_replicas", "0"], "num_replicas=0; must be an int > 0"),
+        (["dryrun", "utils.echo", "--num_replicas", "0"], "--num_replicas: 0 is not allowed: it must be an int >= 1"),
         (["status", "not-a-handle"], "app_handle: 'not-a-handle' is not of the form scheduler://session/app_id"),
         (["log", "local_cwd:/x"], "is not of the form scheduler://session/app_id"),
         (["list", "-s", "local_cwd", "-cfg", "x=1"], "cfg: unknown option 'x'"),
