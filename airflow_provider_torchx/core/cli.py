@@ -9,7 +9,8 @@ or rejected credentials, access denied, an unknown queue, an unreachable endpoin
 saying what to set); 128 + the signal number when SIGINT or SIGTERM
 interrupted an attached ``run --wait`` (the job is cancelled first).
 
-``dryrun`` and ``describe`` print the values of secret env vars (``core/masking.py``) as
+``dryrun``, ``describe``, ``log`` and ``run --log`` print the job's secrets (``core/masking.py``:
+values of env vars with sensitive names, of sensitive flags in the command, URL passwords) as
 ``***`` unless given ``--show-secrets``.
 
 Plain-text output shows what comes from a job (names, labels, messages, the roles in log
@@ -34,7 +35,7 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -193,6 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     log_cmd.add_argument(
         "--streams", choices=[s.value for s in Stream], default=None, help="which output (default: the scheduler's)"
     )
+    _add_show_secrets(log_cmd)
 
     list_cmd = sub("list", "list a scheduler's jobs")
     list_cmd.add_argument("-s", "--scheduler", default=DEFAULT_SCHEDULER, help=f"default: {DEFAULT_SCHEDULER}")
@@ -321,7 +323,7 @@ def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
     _out(handle)
     if not (args.wait or args.log):
         return EXIT_OK
-    return _attach(runner, handle, args.log, args.poll_interval)
+    return _attach(runner, handle, args.log, args.poll_interval, _masker(runner, handle, args.show_secrets))
 
 
 def _wants_help(component: str, component_args: list[str]) -> bool:
@@ -343,14 +345,31 @@ def _raise_signal(signum: int, frame: FrameType | None) -> None:
     raise SignalException(f"got {signal.Signals(signum).name}", signal.Signals(signum))
 
 
-def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float) -> int:
+def _masker(runner: Runner, handle: str, show_secrets: bool) -> Callable[[str], str]:
+    """What a log line of the job goes through before it is printed: the job's secrets
+    (``core/masking.py``, ``secret_values`` of its app as the scheduler keeps it) redacted, unless
+    ``show_secrets``."""
+    if show_secrets:
+        return str
+    from airflow_provider_torchx.core.masking import redact, secret_values
+
+    app = runner.describe(handle)
+    secrets = secret_values(app) if app is not None else set()
+    return lambda line: redact(line, secrets)
+
+
+def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float, mask: Callable[[str], str]) -> int:
     """Wait for the job, printing its state changes (stderr) and, with ``stream_logs``, every
     replica's new lines (stdout, ``[role/k] line``). SIGINT/SIGTERM cancel the job."""
     # The one watching path (core/logstream.py): lines at the speed of stdout, and every line
     # of the ended job (no time limit on the final drain).
     from airflow_provider_torchx.core.logstream import JobWatch, last_lines
 
-    watch = JobWatch(runner, handle, _print_lines, stream_logs=stream_logs)
+    def print_lines(lines: list[LogLine]) -> None:
+        for line in lines:
+            _out(_prefixed(line.role, line.k, mask(line.line)))
+
+    watch = JobWatch(runner, handle, print_lines, stream_logs=stream_logs)
     last_state: list[AppState] = []
 
     def on_poll(status: AppStatus) -> None:
@@ -378,7 +397,7 @@ def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float
     failed = status.failed_replica()
     if failed and not stream_logs:
         tail = last_lines(runner, handle, failed.role, failed.id)
-        shown = "\n".join(_log_text(line) for line in tail)
+        shown = "\n".join(_log_text(mask(line)) for line in tail)
         _err(f"last {len(tail)} lines of {printable(failed.role)}/{failed.id}:\n{shown}")
     return EXIT_JOB_FAILED
 
@@ -394,11 +413,6 @@ def _cancelled(runner: Runner, handle: str, sig: SignalException, previous: dict
     except KeyboardInterrupt:
         pass
     return 128 + int(sig.sigval)
-
-
-def _print_lines(lines: list[LogLine]) -> None:
-    for line in lines:
-        _out(_prefixed(line.role, line.k, line.line))
 
 
 def _log_text(line: str) -> str:
@@ -440,13 +454,18 @@ def _log(runner: Runner, args: argparse.Namespace) -> int:
     else:
         replicas, prefixed = _replicas(runner, handle, role), True
     streams = Stream(args.streams) if args.streams else None
+    mask = _masker(runner, handle, args.show_secrets)
+
+    def show(role_name: str, k: int, line: str) -> None:
+        _out(_prefixed(role_name, k, mask(line)) if prefixed else mask(line).rstrip("\n"))
+
     if args.tail:
         narrowed = None if role is None else replicas  # else every replica, those that start late too
-        return _tail(runner, handle, narrowed, prefixed, streams, args.regex)
+        return _tail(runner, handle, narrowed, show, streams, args.regex)
     for role_name, k in replicas:
         lines = runner.log_lines(handle, role_name, k, regex=args.regex, streams=streams)
         for line in collections.deque(lines, maxlen=args.lines) if args.lines else lines:
-            _out(_prefixed(role_name, k, line) if prefixed else line.rstrip("\n"))
+            show(role_name, k, line)
     return EXIT_OK
 
 
@@ -454,14 +473,14 @@ def _tail(
     runner: Runner,
     handle: str,
     replicas: list[tuple[str, int]] | None,
-    prefixed: bool,
+    show: Callable[[str, int, str], None],
     streams: Stream | None,
     regex: str | None,
 ) -> int:
-    """Follow the replicas' logs until the job ended and every line was printed: the watching
-    rules of ``run --wait --log`` (``JobWatch``: bounded reads through cursors, the drain
-    rule), a look every ``TAIL_POLL`` seconds. A read: the job is neither cancelled nor
-    settled."""
+    """Follow the replicas' logs until the job ended and every line was printed (``show``
+    prints one): the watching rules of ``run --wait --log`` (``JobWatch``: bounded reads
+    through cursors, the drain rule), a look every ``TAIL_POLL`` seconds. A read: the job is
+    neither cancelled nor settled."""
     from airflow_provider_torchx.core.logstream import JobWatch
 
     pattern = re.compile(regex) if regex else None
@@ -469,7 +488,7 @@ def _tail(
     def write(lines: list[LogLine]) -> None:
         for line in lines:
             if pattern is None or pattern.search(line.line):
-                _out(_prefixed(line.role, line.k, line.line) if prefixed else line.line.rstrip("\n"))
+                show(line.role, line.k, line.line)
 
     JobWatch(runner, handle, write, replicas=replicas, streams=streams, finalize=False).wait(TAIL_POLL)
     return EXIT_OK
