@@ -42,13 +42,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.identity import task_label
-from airflow_provider_torchx.core.jobviews import printable, printable_tree
+from airflow_provider_torchx.core.jobviews import map_strings, printable, printable_tree
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Stream
 from airflow_provider_torchx.core.schedulers.local.store import CancelNotRecordedError, CorruptEntryError
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 if TYPE_CHECKING:
+    from airflow_provider_torchx.core.errorfile import RootCause
     from airflow_provider_torchx.core.logstream import LogLine
 
 # Components, log streaming, masking and durations are imported by the commands that use them:
@@ -178,7 +179,6 @@ def _parser() -> argparse.ArgumentParser:
         handle_cmd.add_argument("app_handle", help="scheduler://session/app_id")
         if name in ("status", "describe"):
             _add_json(handle_cmd)
-        if name == "describe":
             _add_show_secrets(handle_cmd)
 
     log_cmd = sub("log", "print (or follow) the logs of a job's replicas")
@@ -255,21 +255,43 @@ def _err(text: str) -> None:
 
 
 def _format_app(
-    app: AppDef, show_secrets: bool = False, desc: DescribeAppResponse | None = None, as_json: str | None = None
+    app: AppDef,
+    show_secrets: bool = False,
+    desc: DescribeAppResponse | None = None,
+    as_json: str | None = None,
+    root_cause: RootCause | None = None,
 ) -> str:
-    """The app (with the job's status when ``desc`` is given) as plain lines, or as the JSON
-    of ``describe --json`` for the handle ``as_json``; secret env values masked unless
+    """The app (with the job's status and root cause when ``desc`` is given) as plain lines,
+    or as the JSON of ``describe --json`` for the handle ``as_json``; secrets masked unless
     ``show_secrets``."""
-    from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
+    from airflow_provider_torchx.core.masking import mask_tree
 
     shown = app if show_secrets else mask_tree(app)
     if as_json is not None and desc is not None:
-        text = json.dumps(jobviews.describe_dict(as_json, shown, desc), indent=2)
-        written = [json.dumps(secret)[1:-1] for secret in secret_values(app)]
+        text = json.dumps(jobviews.describe_dict(as_json, shown, desc, root_cause), indent=2)
     else:
-        text = jobviews.describe_text(printable_tree(shown), printable_tree(desc))
-        written = [printable(secret) for secret in secret_values(app)]
-    return text if show_secrets else redact(text, written)
+        text = jobviews.describe_text(printable_tree(shown), printable_tree(desc), printable_tree(root_cause))
+    return _hide_secrets(text, app, show_secrets, as_json is not None)
+
+
+def _hide_secrets(text: str, app: AppDef | None, show_secrets: bool, as_json: bool) -> str:
+    """``text`` with the secrets of ``app`` (``core/masking.py``) as ``***``, each in the form
+    the output writes it (JSON-escaped or ``printable``), unless ``show_secrets``."""
+    if show_secrets or app is None:
+        return text
+    from airflow_provider_torchx.core.masking import redact, secret_values
+
+    return redact(text, [json.dumps(s)[1:-1] if as_json else printable(s) for s in secret_values(app)])
+
+
+def _root_cause(runner: Runner, handle: str, status: AppStatus) -> RootCause | None:
+    """A FAILED job's root cause, as the task's failure message shows it (``core/errorfile.py``:
+    the failing rank's exception from torchrun's error file or summary); None otherwise."""
+    if status.state != AppState.FAILED:
+        return None
+    from airflow_provider_torchx.core.errorfile import find_root_cause
+
+    return find_root_cause(runner, handle, status)
 
 
 def _described(runner: Runner, handle: str) -> DescribeAppResponse:
@@ -394,6 +416,9 @@ def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float
     if status.state == AppState.SUCCEEDED:
         return EXIT_OK
     _err(printable_tree(status).format())
+    root = _root_cause(runner, handle, status)
+    if root is not None:
+        _err(printable_tree(map_strings(root, mask)).format())
     failed = status.failed_replica()
     if failed and not stream_logs:
         tail = last_lines(runner, handle, failed.role, failed.id)
@@ -600,18 +625,24 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         runner.delete(handle)  # a corrupt job can only be deleted
         _out(f"{handle}: deleted")
         return EXIT_OK
-    if args.command == "status" and args.json:
-        _out(json.dumps(jobviews.status_dict(handle, _described(runner, handle)), indent=2))
-    elif args.command == "status":
-        _out(printable_tree(status).format())
-        timing = _timing(runner, handle)
-        if timing:
-            _out(timing)
+    if args.command == "status":
+        root = _root_cause(runner, handle, status)
+        if args.json:
+            text = json.dumps(jobviews.status_dict(handle, _described(runner, handle), root), indent=2)
+        else:
+            shown = [
+                printable_tree(status).format(),
+                printable_tree(root).format() if root else "",
+                _timing(runner, handle),
+            ]
+            text = "\n".join(part for part in shown if part)
+        _out(_hide_secrets(text, runner.describe(handle), args.show_secrets, args.json))
     elif args.command == "describe":
         app = runner.describe(handle)
         if app is None:
             raise _NoSuchJobError(handle)
-        _out(_format_app(app, args.show_secrets, _described(runner, handle), handle if args.json else None))
+        root = _root_cause(runner, handle, status)
+        _out(_format_app(app, args.show_secrets, _described(runner, handle), handle if args.json else None, root))
         if status.usage is not None and not args.json:
             _out(printable_tree(status.usage).format())
     elif args.command == "cancel":

@@ -14,12 +14,16 @@ import enum
 import re
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse
 from airflow_provider_torchx.core.specs import AppDef, ReplicaStatus, Resource, Role
+
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.errorfile import RootCause
 
 T = TypeVar("T")
 
@@ -35,23 +39,28 @@ def printable(text: str) -> str:
     return _CONTROLS.sub(lambda m: repr(m.group())[1:-1], text)
 
 
-def printable_tree(value: T) -> T:
+def map_strings(value: T, fn: Callable[[str], str]) -> T:
     """A copy of ``value`` (dataclasses, dicts, lists, tuples: an ``AppDef``, a status) with
-    ``printable`` applied to every string, dict keys included; enums and other objects are
-    kept as they are."""
+    ``fn`` applied to every string, dict keys included; enums and other objects are kept as
+    they are."""
     result: Any
     if isinstance(value, str) and not isinstance(value, enum.Enum):
-        result = printable(value)
+        result = fn(value)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = [f.name for f in dataclasses.fields(value) if f.init]
-        result = dataclasses.replace(value, **{name: printable_tree(getattr(value, name)) for name in fields})
+        result = dataclasses.replace(value, **{name: map_strings(getattr(value, name), fn) for name in fields})
     elif isinstance(value, dict):
-        result = {printable_tree(k): printable_tree(v) for k, v in value.items()}
+        result = {map_strings(k, fn): map_strings(v, fn) for k, v in value.items()}
     elif isinstance(value, list | tuple) and type(value) in (list, tuple):
-        result = type(value)(printable_tree(v) for v in value)
+        result = type(value)(map_strings(v, fn) for v in value)
     else:
         result = value
     return result
+
+
+def printable_tree(value: T) -> T:
+    """A copy of ``value`` with ``printable`` applied to every string (``map_strings``)."""
+    return map_strings(value, printable)
 
 
 def plain(value: Any) -> Any:
@@ -81,8 +90,9 @@ def replica_dict(rep: ReplicaStatus) -> dict[str, Any]:
     }
 
 
-def status_dict(handle: str, desc: DescribeAppResponse) -> dict[str, Any]:
-    """``status --json``: the job's state and why, its replicas, times and usage."""
+def status_dict(handle: str, desc: DescribeAppResponse, root_cause: RootCause | None = None) -> dict[str, Any]:
+    """``status --json``: the job's state and why (with a failed job's ``root_cause``,
+    ``core/errorfile.py``), its replicas, times and usage."""
     return {
         "handle": handle,
         "state": desc.state.name,
@@ -98,12 +108,15 @@ def status_dict(handle: str, desc: DescribeAppResponse) -> dict[str, Any]:
         "labels": dict(desc.labels),
         "roles": [{"role": rs.role, "replicas": [replica_dict(r) for r in rs.replicas]} for rs in desc.roles_statuses],
         "usage": desc.usage.to_dict() if desc.usage is not None else None,
+        "root_cause": plain(root_cause) if root_cause is not None else None,
     }
 
 
-def describe_dict(handle: str, app: AppDef, desc: DescribeAppResponse) -> dict[str, Any]:
+def describe_dict(
+    handle: str, app: AppDef, desc: DescribeAppResponse, root_cause: RootCause | None = None
+) -> dict[str, Any]:
     """``describe --json``: the app as the scheduler keeps it and the job's status."""
-    return {"handle": handle, "app": plain(app), "status": status_dict(handle, desc)}
+    return {"handle": handle, "app": plain(app), "status": status_dict(handle, desc, root_cause)}
 
 
 def list_dict(apps: list[ListAppResponse]) -> dict[str, Any]:
@@ -171,9 +184,9 @@ def _role_text(role: Role, replicas: list[ReplicaStatus]) -> list[str]:
     return lines
 
 
-def describe_text(app: AppDef, desc: DescribeAppResponse | None) -> str:
+def describe_text(app: AppDef, desc: DescribeAppResponse | None, root_cause: RootCause | None = None) -> str:
     """``describe``: the app (its roles: image, command, resources, retries, env, ports,
-    mounts) and each replica's state and devices, as plain lines."""
+    mounts), each replica's state and devices, and a failed job's root cause, as plain lines."""
     replicas = {rs.role: rs.replicas for rs in (desc.roles_statuses if desc else [])}
     lines = [f"App: {app.name}"]
     if app.metadata:
@@ -184,6 +197,8 @@ def describe_text(app: AppDef, desc: DescribeAppResponse | None) -> str:
             lines.append("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(desc.labels.items())))
     for role in app.roles:
         lines += _role_text(role, replicas.get(role.name, []))
+    if root_cause is not None:
+        lines.append(root_cause.format())
     return "\n".join(lines)
 
 

@@ -31,6 +31,7 @@ from airflow_provider_torchx.core.specs import (
 )
 
 CLI = str(Path(sys.executable).parent / "airflow-torchx")
+STANDIN = str(Path(__file__).resolve().parents[1] / "fixtures" / "standin_torchrun.py")
 
 
 @pytest.fixture(autouse=True)
@@ -253,6 +254,31 @@ def test_run_log_streams_every_replica_once(capsys: pytest.CaptureFixture[str]) 
     assert len(lines) == 6
 
 
+def test_status_and_describe_of_a_failed_ddp_job_show_its_root_cause(capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 1 of two workers under the torchrun stand-in raises: ``run --wait``, ``status`` and
+    ``describe`` show the failing rank's exception, as the task's failure message does, in
+    plain text and in JSON; a job that did not fail has none."""
+    code, out, err = run_cli(capsys, "run", "--wait", "utils.sh", f"{sys.executable} {STANDIN} 2 1")
+    assert code == 1, err
+    handle = only_handle(out)
+    cause = "Root cause (rank 1, replica sh/0, exit code 1): RuntimeError: boom on rank 1\n"
+    frame = '    raise RuntimeError(f"boom on rank {rank}")'
+    assert cause in err and frame in err, err
+    for command in ("status", "describe"):
+        code, out, _ = run_cli(capsys, command, handle)
+        assert code == 0 and cause in out and frame in out, out
+        code, out, _ = run_cli(capsys, command, "--json", handle)
+        shown = json.loads(out)
+        root = (shown if command == "status" else shown["status"])["root_cause"]
+        assert (root["error"], root["rank"], root["replica"], root["exit_code"]) == (
+            "RuntimeError: boom on rank 1", 1, "sh/0", 1,
+        )  # fmt: skip
+        assert root["frames"][-1] == frame[2:]  # the plain form indents each frame line by two more
+    code, out, _ = run_cli(capsys, "run", "--wait", "utils.echo")
+    code, out, _ = run_cli(capsys, "status", "--json", only_handle(out))
+    assert code == 0 and json.loads(out)["root_cause"] is None
+
+
 def test_cancel_a_running_job(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "run", "-s", "local_cwd", "utils.sh", "sleep 60")
     handle = only_handle(out)
@@ -414,7 +440,7 @@ def test_describe_status_and_list_readable_and_json_with_each_replicas_gpus(
 #: The keys of ``status --json`` (docs/cli.md, "JSON output").
 STATUS_KEYS = (
     "handle", "state", "terminal", "num_restarts", "msg", "structured_error_msg", "ui_url", "started", "ended",
-    "cancel_requested", "cancel_reason", "labels", "roles", "usage",
+    "cancel_requested", "cancel_reason", "labels", "roles", "usage", "root_cause",
 )  # fmt: skip
 
 
