@@ -9,8 +9,14 @@ or rejected credentials, access denied, an unknown queue, an unreachable endpoin
 saying what to set); 128 + the signal number when SIGINT or SIGTERM
 interrupted an attached ``run --wait`` (the job is cancelled first).
 
-``dryrun`` and ``describe`` print the values of secret env vars (``core/masking.py``) as
+``dryrun``, ``describe``, ``log`` and ``run --log`` print the job's secrets (``core/masking.py``:
+values of env vars with sensitive names, of sensitive flags in the command, URL passwords) as
 ``***`` unless given ``--show-secrets``.
+
+Plain-text output shows what comes from a job (names, labels, messages, the roles in log
+prefixes, prefixed log lines) through ``jobviews.printable``: control characters other than
+tab are escaped, so a job cannot forge lines of the CLI's own output. A replica's lines printed
+alone (``log HANDLE/ROLE/K``) are the job's own output and are printed as they are.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import copy
 import getpass
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -28,13 +35,14 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
 from airflow_provider_torchx.core.identity import task_label
+from airflow_provider_torchx.core.jobviews import map_strings, printable, printable_tree
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Stream
 from airflow_provider_torchx.core.schedulers.local.store import (
@@ -45,6 +53,7 @@ from airflow_provider_torchx.core.schedulers.local.store import (
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 if TYPE_CHECKING:
+    from airflow_provider_torchx.core.errorfile import RootCause
     from airflow_provider_torchx.core.logstream import LogLine
 
 # Components, log streaming, masking and durations are imported by the commands that use them:
@@ -113,6 +122,18 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _positive_seconds(text: str) -> float:
+    """A duration flag's value: a finite number of seconds > 0 (a zero or negative interval
+    would poll without pause or never)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give a number of seconds > 0 (e.g. 0.5 or 2)")
+    return seconds
+
+
 def _add_json(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--json", action="store_true", help="print one JSON document (keys: docs/cli.md)")
 
@@ -142,7 +163,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dryrun", action="store_true", help="print the request instead of submitting it")
     run.add_argument("--wait", action="store_true", help="wait for the job to end, showing its state changes")
     run.add_argument("--log", action="store_true", help="stream every replica's log while waiting (implies --wait)")
-    run.add_argument("--poll_interval", type=float, default=1.0, help="seconds between status/log polls (default: 1)")
+    run.add_argument(
+        "--poll_interval",
+        type=_positive_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between status/log polls, > 0 (default: 1)",
+    )
     _add_submit_args(run)
     _add_submit_args(sub("dryrun", "print the request a component would submit (like run --dryrun)"))
 
@@ -156,7 +183,6 @@ def _parser() -> argparse.ArgumentParser:
         handle_cmd.add_argument("app_handle", help="scheduler://session/app_id")
         if name in ("status", "describe"):
             _add_json(handle_cmd)
-        if name == "describe":
             _add_show_secrets(handle_cmd)
 
     log_cmd = sub("log", "print (or follow) the logs of a job's replicas")
@@ -172,6 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     log_cmd.add_argument(
         "--streams", choices=[s.value for s in Stream], default=None, help="which output (default: the scheduler's)"
     )
+    _add_show_secrets(log_cmd)
 
     list_cmd = sub("list", "list a scheduler's jobs")
     list_cmd.add_argument("-s", "--scheduler", default=DEFAULT_SCHEDULER, help=f"default: {DEFAULT_SCHEDULER}")
@@ -232,19 +259,43 @@ def _err(text: str) -> None:
 
 
 def _format_app(
-    app: AppDef, show_secrets: bool = False, desc: DescribeAppResponse | None = None, as_json: str | None = None
+    app: AppDef,
+    show_secrets: bool = False,
+    desc: DescribeAppResponse | None = None,
+    as_json: str | None = None,
+    root_cause: RootCause | None = None,
 ) -> str:
-    """The app (with the job's status when ``desc`` is given) as plain lines, or as the JSON
-    of ``describe --json`` for the handle ``as_json``; secret env values masked unless
+    """The app (with the job's status and root cause when ``desc`` is given) as plain lines,
+    or as the JSON of ``describe --json`` for the handle ``as_json``; secrets masked unless
     ``show_secrets``."""
-    from airflow_provider_torchx.core.masking import mask_tree, redact, secret_values
+    from airflow_provider_torchx.core.masking import mask_tree
 
     shown = app if show_secrets else mask_tree(app)
     if as_json is not None and desc is not None:
-        text = json.dumps(jobviews.describe_dict(as_json, shown, desc), indent=2)
+        text = json.dumps(jobviews.describe_dict(as_json, shown, desc, root_cause), indent=2)
     else:
-        text = jobviews.describe_text(shown, desc)
-    return text if show_secrets else redact(text, secret_values(app))
+        text = jobviews.describe_text(printable_tree(shown), printable_tree(desc), printable_tree(root_cause))
+    return _hide_secrets(text, app, show_secrets, as_json is not None)
+
+
+def _hide_secrets(text: str, app: AppDef | None, show_secrets: bool, as_json: bool) -> str:
+    """``text`` with the secrets of ``app`` (``core/masking.py``) as ``***``, each in the form
+    the output writes it (JSON-escaped or ``printable``), unless ``show_secrets``."""
+    if show_secrets or app is None:
+        return text
+    from airflow_provider_torchx.core.masking import redact, secret_values
+
+    return redact(text, [json.dumps(s)[1:-1] if as_json else printable(s) for s in secret_values(app)])
+
+
+def _root_cause(runner: Runner, handle: str, status: AppStatus) -> RootCause | None:
+    """A FAILED job's root cause, as the task's failure message shows it (``core/errorfile.py``:
+    the failing rank's exception from torchrun's error file or summary); None otherwise."""
+    if status.state != AppState.FAILED:
+        return None
+    from airflow_provider_torchx.core.errorfile import find_root_cause
+
+    return find_root_cause(runner, handle, status)
 
 
 def _described(runner: Runner, handle: str) -> DescribeAppResponse:
@@ -298,7 +349,7 @@ def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
     _out(handle)
     if not (args.wait or args.log):
         return EXIT_OK
-    return _attach(runner, handle, args.log, args.poll_interval)
+    return _attach(runner, handle, args.log, args.poll_interval, _masker(runner, handle, args.show_secrets))
 
 
 def _wants_help(component: str, component_args: list[str]) -> bool:
@@ -320,14 +371,31 @@ def _raise_signal(signum: int, frame: FrameType | None) -> None:
     raise SignalException(f"got {signal.Signals(signum).name}", signal.Signals(signum))
 
 
-def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float) -> int:
+def _masker(runner: Runner, handle: str, show_secrets: bool) -> Callable[[str], str]:
+    """What a log line of the job goes through before it is printed: the job's secrets
+    (``core/masking.py``, ``secret_values`` of its app as the scheduler keeps it) redacted, unless
+    ``show_secrets``."""
+    if show_secrets:
+        return str
+    from airflow_provider_torchx.core.masking import redact, secret_values
+
+    app = runner.describe(handle)
+    secrets = secret_values(app) if app is not None else set()
+    return lambda line: redact(line, secrets)
+
+
+def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float, mask: Callable[[str], str]) -> int:
     """Wait for the job, printing its state changes (stderr) and, with ``stream_logs``, every
     replica's new lines (stdout, ``[role/k] line``). SIGINT/SIGTERM cancel the job."""
     # The one watching path (core/logstream.py): lines at the speed of stdout, and every line
     # of the ended job (no time limit on the final drain).
     from airflow_provider_torchx.core.logstream import JobWatch, last_lines
 
-    watch = JobWatch(runner, handle, _print_lines, stream_logs=stream_logs)
+    def print_lines(lines: list[LogLine]) -> None:
+        for line in lines:
+            _out(_prefixed(line.role, line.k, mask(line.line)))
+
+    watch = JobWatch(runner, handle, print_lines, stream_logs=stream_logs)
     last_state: list[AppState] = []
 
     def on_poll(status: AppStatus) -> None:
@@ -351,11 +419,15 @@ def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float
             signal.signal(sig_num, handler)
     if status.state == AppState.SUCCEEDED:
         return EXIT_OK
-    _err(status.format())
+    _err(printable_tree(status).format())
+    root = _root_cause(runner, handle, status)
+    if root is not None:
+        _err(printable_tree(map_strings(root, mask)).format())
     failed = status.failed_replica()
     if failed and not stream_logs:
         tail = last_lines(runner, handle, failed.role, failed.id)
-        _err(f"last {len(tail)} lines of {failed.role}/{failed.id}:\n" + "".join(tail).rstrip("\n"))
+        shown = "\n".join(_log_text(mask(line)) for line in tail)
+        _err(f"last {len(tail)} lines of {printable(failed.role)}/{failed.id}:\n{shown}")
     return EXIT_JOB_FAILED
 
 
@@ -372,9 +444,15 @@ def _cancelled(runner: Runner, handle: str, sig: SignalException, previous: dict
     return 128 + int(sig.sigval)
 
 
-def _print_lines(lines: list[LogLine]) -> None:
-    for line in lines:
-        _out(line.format())
+def _log_text(line: str) -> str:
+    """A log line as plain output shows it: without its line ending, ``printable``."""
+    return printable(line.rstrip("\r\n"))
+
+
+def _prefixed(role: str, k: int, line: str) -> str:
+    """``[role/k] line``, both ``printable``: neither the role nor the line can forge another
+    replica's prefix (a carriage return, an escape sequence moving the cursor)."""
+    return f"[{printable(role)}/{k}] {_log_text(line)}"
 
 
 def _replicas(runner: Runner, handle: str, role: str | None) -> list[tuple[str, int]]:
@@ -405,14 +483,18 @@ def _log(runner: Runner, args: argparse.Namespace) -> int:
     else:
         replicas, prefixed = _replicas(runner, handle, role), True
     streams = Stream(args.streams) if args.streams else None
+    mask = _masker(runner, handle, args.show_secrets)
+
+    def show(role_name: str, k: int, line: str) -> None:
+        _out(_prefixed(role_name, k, mask(line)) if prefixed else mask(line).rstrip("\n"))
+
     if args.tail:
         narrowed = None if role is None else replicas  # else every replica, those that start late too
-        return _tail(runner, handle, narrowed, prefixed, streams, args.regex)
+        return _tail(runner, handle, narrowed, show, streams, args.regex)
     for role_name, k in replicas:
         lines = runner.log_lines(handle, role_name, k, regex=args.regex, streams=streams)
         for line in collections.deque(lines, maxlen=args.lines) if args.lines else lines:
-            text = line.rstrip("\n")
-            _out(f"[{role_name}/{k}] {text}" if prefixed else text)
+            show(role_name, k, line)
     return EXIT_OK
 
 
@@ -420,14 +502,14 @@ def _tail(
     runner: Runner,
     handle: str,
     replicas: list[tuple[str, int]] | None,
-    prefixed: bool,
+    show: Callable[[str, int, str], None],
     streams: Stream | None,
     regex: str | None,
 ) -> int:
-    """Follow the replicas' logs until the job ended and every line was printed: the watching
-    rules of ``run --wait --log`` (``JobWatch``: bounded reads through cursors, the drain
-    rule), a look every ``TAIL_POLL`` seconds. A read: the job is neither cancelled nor
-    settled."""
+    """Follow the replicas' logs until the job ended and every line was printed (``show``
+    prints one): the watching rules of ``run --wait --log`` (``JobWatch``: bounded reads
+    through cursors, the drain rule), a look every ``TAIL_POLL`` seconds. A read: the job is
+    neither cancelled nor settled."""
     from airflow_provider_torchx.core.logstream import JobWatch
 
     pattern = re.compile(regex) if regex else None
@@ -435,7 +517,7 @@ def _tail(
     def write(lines: list[LogLine]) -> None:
         for line in lines:
             if pattern is None or pattern.search(line.line):
-                _out(line.format() if prefixed else line.line.rstrip("\n"))
+                show(line.role, line.k, line.line)
 
     JobWatch(runner, handle, write, replicas=replicas, streams=streams, finalize=False).wait(TAIL_POLL)
     return EXIT_OK
@@ -456,7 +538,16 @@ def _list(runner: Runner, args: argparse.Namespace) -> int:
     if args.json:
         _out(json.dumps(jobviews.list_dict(apps), indent=2))
         return EXIT_OK
-    rows = [(a.app_handle, a.state.name, jobviews.when(a.created), task_label(a.labels) or "-", a.name) for a in apps]
+    rows = [
+        (
+            printable(a.app_handle),
+            a.state.name,
+            jobviews.when(a.created),
+            printable(task_label(a.labels) or "-"),
+            printable(a.name),
+        )
+        for a in apps
+    ]
     widths = [max(len(row[i]) for row in [_LIST_HEADER, *rows]) for i in range(4)]
     for row in [_LIST_HEADER, *rows]:
         _out("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)) + f"  {row[4]}")
@@ -541,20 +632,26 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
         runner.delete(handle)  # a corrupt job can only be deleted
         _out(f"{handle}: deleted")
         return EXIT_OK
-    if args.command == "status" and args.json:
-        _out(json.dumps(jobviews.status_dict(handle, _described(runner, handle)), indent=2))
-    elif args.command == "status":
-        _out(status.format())
-        timing = _timing(runner, handle)
-        if timing:
-            _out(timing)
+    if args.command == "status":
+        root = _root_cause(runner, handle, status)
+        if args.json:
+            text = json.dumps(jobviews.status_dict(handle, _described(runner, handle), root), indent=2)
+        else:
+            shown = [
+                printable_tree(status).format(),
+                printable_tree(root).format() if root else "",
+                _timing(runner, handle),
+            ]
+            text = "\n".join(part for part in shown if part)
+        _out(_hide_secrets(text, runner.describe(handle), args.show_secrets, args.json))
     elif args.command == "describe":
         app = runner.describe(handle)
         if app is None:
             raise _NoSuchJobError(handle)
-        _out(_format_app(app, args.show_secrets, _described(runner, handle), handle if args.json else None))
+        root = _root_cause(runner, handle, status)
+        _out(_format_app(app, args.show_secrets, _described(runner, handle), handle if args.json else None, root))
         if status.usage is not None and not args.json:
-            _out(status.usage.format())
+            _out(printable_tree(status.usage).format())
     elif args.command == "cancel":
         if status.is_terminal():
             runner.finalize(handle)  # stops what is left of a job whose supervisor died

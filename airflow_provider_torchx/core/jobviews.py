@@ -1,19 +1,66 @@
 """What the CLI shows of jobs: a readable form (no Python reprs) and a JSON form whose keys are
 documented in docs/cli.md ("JSON output") and kept stable, for ``status``, ``describe`` and
 ``list``. Secrets in env vars are masked by the caller (``core/masking.py``) before they get here.
+
+Plain text shows a job's strings (names, labels, messages, log lines) through ``printable``, so
+that a newline, carriage return or terminal escape in them cannot forge lines of the CLI's own
+output; JSON needs nothing (``json.dumps`` escapes every control character).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import re
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse
 from airflow_provider_torchx.core.specs import AppDef, ReplicaStatus, Resource, Role
+
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.errorfile import RootCause
+
+T = TypeVar("T")
+
+#: What ``printable`` escapes: the C0 controls but tab, DEL, the C1 controls and Unicode's line
+#: and paragraph separators. Tab stays: it cannot leave its line nor overwrite what is printed.
+_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character ``_CONTROLS`` names written as Python writes it in a
+    string literal (``\\n``, ``\\r``, ``\\x1b``): what plain-text output shows of a job's
+    own strings cannot start a line, move the cursor or send a terminal command."""
+    return _CONTROLS.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def map_strings(value: T, fn: Callable[[str], str]) -> T:
+    """A copy of ``value`` (dataclasses, dicts, lists, tuples: an ``AppDef``, a status) with
+    ``fn`` applied to every string, dict keys included; enums and other objects are kept as
+    they are."""
+    result: Any
+    if isinstance(value, str) and not isinstance(value, enum.Enum):
+        result = fn(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [f.name for f in dataclasses.fields(value) if f.init]
+        result = dataclasses.replace(value, **{name: map_strings(getattr(value, name), fn) for name in fields})
+    elif isinstance(value, dict):
+        result = {map_strings(k, fn): map_strings(v, fn) for k, v in value.items()}
+    elif isinstance(value, list | tuple) and type(value) in (list, tuple):
+        result = type(value)(map_strings(v, fn) for v in value)
+    else:
+        result = value
+    return result
+
+
+def printable_tree(value: T) -> T:
+    """A copy of ``value`` with ``printable`` applied to every string (``map_strings``)."""
+    return map_strings(value, printable)
 
 
 def plain(value: Any) -> Any:
@@ -43,8 +90,9 @@ def replica_dict(rep: ReplicaStatus) -> dict[str, Any]:
     }
 
 
-def status_dict(handle: str, desc: DescribeAppResponse) -> dict[str, Any]:
-    """``status --json``: the job's state and why, its replicas, times and usage."""
+def status_dict(handle: str, desc: DescribeAppResponse, root_cause: RootCause | None = None) -> dict[str, Any]:
+    """``status --json``: the job's state and why (with a failed job's ``root_cause``,
+    ``core/errorfile.py``), its replicas, times and usage."""
     return {
         "handle": handle,
         "state": desc.state.name,
@@ -60,12 +108,15 @@ def status_dict(handle: str, desc: DescribeAppResponse) -> dict[str, Any]:
         "labels": dict(desc.labels),
         "roles": [{"role": rs.role, "replicas": [replica_dict(r) for r in rs.replicas]} for rs in desc.roles_statuses],
         "usage": desc.usage.to_dict() if desc.usage is not None else None,
+        "root_cause": plain(root_cause) if root_cause is not None else None,
     }
 
 
-def describe_dict(handle: str, app: AppDef, desc: DescribeAppResponse) -> dict[str, Any]:
+def describe_dict(
+    handle: str, app: AppDef, desc: DescribeAppResponse, root_cause: RootCause | None = None
+) -> dict[str, Any]:
     """``describe --json``: the app as the scheduler keeps it and the job's status."""
-    return {"handle": handle, "app": plain(app), "status": status_dict(handle, desc)}
+    return {"handle": handle, "app": plain(app), "status": status_dict(handle, desc, root_cause)}
 
 
 def list_dict(apps: list[ListAppResponse]) -> dict[str, Any]:
@@ -133,9 +184,9 @@ def _role_text(role: Role, replicas: list[ReplicaStatus]) -> list[str]:
     return lines
 
 
-def describe_text(app: AppDef, desc: DescribeAppResponse | None) -> str:
+def describe_text(app: AppDef, desc: DescribeAppResponse | None, root_cause: RootCause | None = None) -> str:
     """``describe``: the app (its roles: image, command, resources, retries, env, ports,
-    mounts) and each replica's state and devices, as plain lines."""
+    mounts), each replica's state and devices, and a failed job's root cause, as plain lines."""
     replicas = {rs.role: rs.replicas for rs in (desc.roles_statuses if desc else [])}
     lines = [f"App: {app.name}"]
     if app.metadata:
@@ -146,6 +197,8 @@ def describe_text(app: AppDef, desc: DescribeAppResponse | None) -> str:
             lines.append("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(desc.labels.items())))
     for role in app.roles:
         lines += _role_text(role, replicas.get(role.name, []))
+    if root_cause is not None:
+        lines.append(root_cause.format())
     return "\n".join(lines)
 
 

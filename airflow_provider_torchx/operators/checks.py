@@ -3,7 +3,9 @@ what its dry run returns.
 
 ``check_literal_arguments`` runs in the operator's ``__init__``, so a DAG whose literal
 (non-templated) arguments are wrong fails to import, naming the problem: an unknown component
-or scheduler, an unknown or mistyped argument of a builtin component, an invalid ``app=``, an
+or scheduler, ``component_args`` that are neither a list of str nor a dict, an unknown,
+mistyped or disallowed argument of a builtin component (``num_replicas=0``, ``-j 0x2``: its
+``Annotated`` checks), an invalid ``app=``, an
 unknown, mistyped or too small run option of a scheduler that declares its run options for
 these checks (entry point group ``airflow_provider_torchx.run_options``: the builtin
 schedulers do).
@@ -151,6 +153,8 @@ def check_literal_arguments(
     raise the core's ``ValueError`` naming the field."""
     if app is not None:
         validate_app(app)
+    if component_args is not None and not (isinstance(component_args, str) and not is_literal(component_args)):
+        components.check_args_form(component_args)  # a template may render into a list (native rendering)
     if component is not None and is_literal(component) and ":" not in component:
         check_component(component)
         check_component_args(component, component_args)

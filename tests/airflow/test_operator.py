@@ -211,6 +211,20 @@ def test_sensor_poke_fails_with_the_reason(local_jobs: tuple[Runner, list[str]])
         ({"component": "utils.no_such_thing"}, "utils.no_such_thing"),
         ({"component": "utils.ehco"}, "Did you mean utils.echo"),
         ({"component": "utils.echo", "scheduler": "local_cdw"}, "Did you mean 'local_cwd'"),
+        (
+            {"component": "utils.sh", "component_args": {"num_replicas": 0}},
+            r"utils.sh: --num_replicas: 0 is not allowed: it must be an int >= 1",
+        ),
+        ({"component": "utils.echo", "component_args": ["--num_replicas", "-2"]}, r"--num_replicas: -2 is not allowed"),
+        (
+            {"component": "dist.spmd", "component_args": {"j": "0x2", "script": "t.py"}},
+            r"-j: '0x2' is not NODESxPROCS or PROCS with positive integers",
+        ),
+        (
+            {"component": "utils.echo", "component_args": "--msg hi"},
+            r"component_args: '--msg hi' \(str\) is not allowed: give a list of str",
+        ),
+        ({"component": "utils.echo", "component_args": ["--num_replicas", 2]}, r"component_args: .* \(list\)"),
         ({"app": AppDef(name="bad", roles=[Role(name="r", image="local", entrypoint="")])}, "entrypoint"),
     ],
 )
@@ -222,6 +236,9 @@ def test_literal_bad_input_fails_when_the_dag_is_parsed(kwargs: dict[str, Any], 
 def test_templated_values_are_left_to_the_task() -> None:
     TorchXRunOperator(task_id="t", component="utils.echo", scheduler="local_cwd", cfg={"log_dir": "{{ ds }}"})
     TorchXRunOperator(task_id="u", component="{{ params.c }}", scheduler="local_cwd", cfg="{{ params.cfg }}")
+    # a template may render into a list (render_template_as_native_obj), and a templated value is the task's
+    TorchXRunOperator(task_id="v", component="utils.echo", scheduler="local_cwd", component_args="{{ params.args }}")
+    TorchXRunOperator(task_id="w", component="utils.echo", component_args={"num_replicas": "{{ params.n }}"})
 
 
 def test_bad_input_at_run_time_fails_without_retry_and_submits_nothing() -> None:

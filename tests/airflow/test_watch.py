@@ -118,7 +118,7 @@ def watch_with_sensor(runner: Runner, handle: str, monkeypatch: pytest.MonkeyPat
 
 def watch_with_cli(runner: Runner, handle: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
     capsys.readouterr()
-    assert cli._attach(runner, handle, stream_logs=True, poll_interval=0.3) == cli.EXIT_OK
+    assert cli._attach(runner, handle, stream_logs=True, poll_interval=0.3, mask=str) == cli.EXIT_OK
     return capsys.readouterr().out.splitlines()
 
 

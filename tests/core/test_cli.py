@@ -18,10 +18,20 @@ import psutil
 import pytest
 
 from airflow_provider_torchx.core.cli import main
+from airflow_provider_torchx.core.jobviews import printable, printable_tree
 from airflow_provider_torchx.core.runner import get_runner
-from airflow_provider_torchx.core.specs import AppState, parse_app_handle
+from airflow_provider_torchx.core.specs import (
+    AppState,
+    AppStatus,
+    ReplicaStatus,
+    RetryPolicy,
+    Role,
+    RoleStatus,
+    parse_app_handle,
+)
 
 CLI = str(Path(sys.executable).parent / "airflow-torchx")
+STANDIN = str(Path(__file__).resolve().parents[1] / "fixtures" / "standin_torchrun.py")
 
 
 @pytest.fixture(autouse=True)
@@ -126,12 +136,19 @@ def test_runopts(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "utils.echo", "--num_replicas", "x"], "--num_replicas: 'x' is not a valid int"),
         (["run", "utils.python"], "-m/-c/--script: give exactly one of them"),
         (["run", "dist.spmd", "--scirpt", "train.py"], "unrecognized arguments: --scirpt. Did you mean '--script'"),
-        (["dryrun", "utils.echo", "--num_replicas", "0"], "num_replicas=0; must be an int > 0"),
+        (["dryrun", "utils.echo", "--num_replicas", "0"], "--num_replicas: 0 is not allowed: it must be an int >= 1"),
         (["status", "not-a-handle"], "app_handle: 'not-a-handle' is not of the form scheduler://session/app_id"),
         (["log", "local_cwd:/x"], "is not of the form scheduler://session/app_id"),
         (["list", "-s", "local_cwd", "-cfg", "x=1"], "cfg: unknown option 'x'"),
         (["log", "-n", "0", "local_cwd://torchx/x"], "argument -n/--lines: '0' is not a whole number >= 1"),
         (["log", "-n", "3", "--tail", "local_cwd://torchx/x"], "argument -t/--tail: not allowed with argument -n"),
+        *(
+            (
+                ["run", "--poll_interval", value, "utils.echo"],
+                f"argument --poll_interval: {value!r} is not allowed: give a number of seconds > 0",
+            )
+            for value in ("0", "-1", "-0.5", "nan", "inf", "soon")
+        ),
     ],
 )
 def test_usage_errors_exit_2_without_traceback(
@@ -235,6 +252,31 @@ def test_run_log_streams_every_replica_once(capsys: pytest.CaptureFixture[str]) 
     for k in (0, 1):
         assert [x for x in lines if x.startswith(f"[sh/{k}]")] == [f"[sh/{k}] line {i} of {k}" for i in (1, 2, 3)]
     assert len(lines) == 6
+
+
+def test_status_and_describe_of_a_failed_ddp_job_show_its_root_cause(capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 1 of two workers under the torchrun stand-in raises: ``run --wait``, ``status`` and
+    ``describe`` show the failing rank's exception, as the task's failure message does, in
+    plain text and in JSON; a job that did not fail has none."""
+    code, out, err = run_cli(capsys, "run", "--wait", "utils.sh", f"{sys.executable} {STANDIN} 2 1")
+    assert code == 1, err
+    handle = only_handle(out)
+    cause = "Root cause (rank 1, replica sh/0, exit code 1): RuntimeError: boom on rank 1\n"
+    frame = '    raise RuntimeError(f"boom on rank {rank}")'
+    assert cause in err and frame in err, err
+    for command in ("status", "describe"):
+        code, out, _ = run_cli(capsys, command, handle)
+        assert code == 0 and cause in out and frame in out, out
+        code, out, _ = run_cli(capsys, command, "--json", handle)
+        shown = json.loads(out)
+        root = (shown if command == "status" else shown["status"])["root_cause"]
+        assert (root["error"], root["rank"], root["replica"], root["exit_code"]) == (
+            "RuntimeError: boom on rank 1", 1, "sh/0", 1,
+        )  # fmt: skip
+        assert root["frames"][-1] == frame[2:]  # the plain form indents each frame line by two more
+    code, out, _ = run_cli(capsys, "run", "--wait", "utils.echo")
+    code, out, _ = run_cli(capsys, "status", "--json", only_handle(out))
+    assert code == 0 and json.loads(out)["root_cause"] is None
 
 
 def test_cancel_a_running_job(capsys: pytest.CaptureFixture[str]) -> None:
@@ -398,7 +440,7 @@ def test_describe_status_and_list_readable_and_json_with_each_replicas_gpus(
 #: The keys of ``status --json`` (docs/cli.md, "JSON output").
 STATUS_KEYS = (
     "handle", "state", "terminal", "num_restarts", "msg", "structured_error_msg", "ui_url", "started", "ended",
-    "cancel_requested", "cancel_reason", "labels", "roles", "usage",
+    "cancel_requested", "cancel_reason", "labels", "roles", "usage", "root_cause",
 )  # fmt: skip
 
 
@@ -434,3 +476,46 @@ def test_warnings_are_one_line_counts_singular_and_a_pending_job_shows_no_start(
         assert run_cli(capsys, "cancel", handle)[0] == 0
         ended = get_runner().wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
         assert ended is not None and ended.state == AppState.CANCELLED
+
+
+# --------------------------------------------------------------------------- control characters
+
+
+def test_printable_escapes_what_could_forge_a_line_and_keeps_tab() -> None:
+    assert printable("a\nb\rc\x1b[2Jd\x00\x7f\x85\u2028\te") == "a\\nb\\rc\\x1b[2Jd\\x00\\x7f\\x85\\u2028\te"
+    assert printable("plain text, üñí, \\n as typed") == "plain text, üñí, \\n as typed"
+    status = AppStatus(
+        AppState.FAILED,
+        msg="boom\nState: SUCCEEDED",
+        roles=[RoleStatus("r\rx", [ReplicaStatus(0, AppState.FAILED, "r\rx", "host\x1b[1A")])],
+    )
+    shown = printable_tree(status)
+    assert shown.msg == "boom\\nState: SUCCEEDED" and shown.roles[0].replicas[0].hostname == "host\\x1b[1A"
+    assert status.msg == "boom\nState: SUCCEEDED"  # a copy: the status itself is untouched
+    assert shown.state is AppState.FAILED
+    assert [line.strip() for line in shown.format().splitlines()].count("State: SUCCEEDED") == 0
+    role = Role("r", image="i", entrypoint="e", retry_policy=RetryPolicy.REPLICA, metadata={"k\n": "v\r"})
+    shown_role = printable_tree(role)
+    assert shown_role.retry_policy is RetryPolicy.REPLICA and shown_role.metadata == {"k\\n": "v\\r"}
+
+
+def test_describe_and_log_escape_control_characters_of_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    """A label with a newline cannot forge a line of ``describe``, nor a log line with a
+    carriage return and an escape sequence another replica's prefix; ``log HANDLE/ROLE/K``
+    prints the job's own lines as they are."""
+    code, out, err = run_cli(
+        capsys, "run", "--log", "-s", "local_cwd", "--label", "note=x\nState: FAILED", "utils.sh",
+        r"printf 'ok\r[sh/1] forged\033[2J\tcol\n'",
+    )  # fmt: skip
+    assert code == 0, err
+    handle = only_handle(out)
+    assert out.splitlines()[1:] == ["[sh/0] ok\\r[sh/1] forged\\x1b[2J\tcol"]
+    code, out, _ = run_cli(capsys, "describe", handle)
+    assert code == 0 and "Labels: note=x\\nState: FAILED" in out, out
+    assert "State: FAILED" not in out.splitlines() and "\r" not in out
+    code, out, _ = run_cli(capsys, "log", handle)
+    assert code == 0 and out == "[sh/0] ok\\r[sh/1] forged\\x1b[2J\tcol\n"
+    assert run_cli(capsys, "log", "--tail", handle)[1] == out
+    assert run_cli(capsys, "log", f"{handle}/sh/0")[1] == "ok\r[sh/1] forged\x1b[2J\tcol\n"
+    code, out, _ = run_cli(capsys, "describe", "--json", handle)
+    assert json.loads(out)["status"]["labels"] == {"note": "x\nState: FAILED"}

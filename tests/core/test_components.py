@@ -247,7 +247,9 @@ def test_bad_defaults(defaults: dict[str, str], pattern: str) -> None:
         ({"num_replicas": True}, r"--num_replicas: True is a bool; expected int"),
         ({"msg": None}, r"--msg: None is a NoneType; expected str"),
         ({"msg": ["a"]}, r"--msg: \['a'\] is a list; expected str"),
-        ("--msg hi", r"component_args: '--msg hi' must be a list of str or a dict"),
+        ("--msg hi", r"component_args: '--msg hi' \(str\) is not allowed: give a list of str"),
+        ({"num_replicas": 0}, r"--num_replicas: 0 is not allowed: it must be an int >= 1"),
+        (["--num_replicas", "-1"], r"--num_replicas: -1 is not allowed: it must be an int >= 1"),
     ],
 )
 def test_bad_args_raise_component_error_with_usage(args: object, pattern: str) -> None:

@@ -4,6 +4,10 @@ command-line style or keyword arguments.
 A component's arguments come from its signature (types from the annotations: ``str``,
 ``int``, ``float``, ``bool``, ``list[str]``, ``dict[str, str]``, each possibly optional) and its
 docstring (the first paragraph describes it, the ``Args:`` section gives each argument's help).
+An argument annotated ``Annotated[T, check, ...]`` has its given values passed to each
+``check(flag, value)`` after conversion, which raises ``ComponentError`` naming the flag, the
+value and what is allowed (``AtLeast(1)``: an int >= 1); the checks run when the component is
+called and when a DAG's literal arguments are checked at parse time.
 
 Resolution order of a name (as TorchX): functions registered through the entry-point group
 ``airflow_provider_torchx.components`` (an entry point names a module, whose public functions
@@ -36,8 +40,10 @@ from airflow_provider_torchx.core.specs import AppDef
 
 __all__ = [
     "COMPONENT_ENTRY_POINT_GROUP",
+    "AtLeast",
     "Component",
     "ComponentError",
+    "check_args_form",
     "get_app",
     "get_component",
     "list_components",
@@ -66,17 +72,33 @@ _ARG_LINE = re.compile(r"^\*{0,2}(\w+)(?:\s*\([^)]*\))?:\s*(.*)$")
 
 # --------------------------------------------------------------------------- argument types
 
+#: A check of an argument's converted value (``Annotated`` metadata): ``check(flag, value)``.
+ArgCheck = Callable[[str, Any], object]
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    """``Annotated[int, AtLeast(1)]``: the argument's smallest allowed value."""
+
+    minimum: int
+
+    def __call__(self, flag: str, value: Any) -> None:
+        if value < self.minimum:
+            raise ComponentError(f"{flag}: {value!r} is not allowed: it must be an int >= {self.minimum}")
+
 
 @dataclass(frozen=True)
 class _Param:
     """One named argument of a component: its base type (a key of ``_TYPE_HELP``), whether
-    ``None`` is allowed, its default (``_REQUIRED`` if none) and its help text."""
+    ``None`` is allowed, its default (``_REQUIRED`` if none), its help text and the checks of
+    its given values (``Annotated`` metadata)."""
 
     name: str
     kind: type
     optional: bool
     default: Any
     help: str
+    checks: tuple[ArgCheck, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -84,7 +106,17 @@ class _Param:
         return f"-{self.name}" if len(self.name) == 1 else f"--{self.name}"
 
     def from_str(self, raw: str) -> Any:
-        """Convert a command-line string into this argument's type; raise naming it."""
+        """Convert a command-line string into this argument's type and check it; raise naming it."""
+        return self._checked(self._converted(raw))
+
+    def _checked(self, value: Any) -> Any:
+        """``value`` once every check accepted it (None, where allowed, is not checked)."""
+        if value is not None:
+            for check in self.checks:
+                check(self.flag, value)
+        return value
+
+    def _converted(self, raw: str) -> Any:
         text = raw.strip()
         if self.kind is str:
             return raw
@@ -123,14 +155,19 @@ class _Param:
         if isinstance(value, str) and self.kind is not str:
             return self.from_str(value)
         try:
-            return as_type(self.kind, value)
+            return self._checked(as_type(self.kind, value))
         except TypeError:
             allowed = _TYPE_HELP[self.kind] + (" or None" if self.optional else "")
             raise ComponentError(f"{self.flag}: {value!r} is a {type(value).__name__}; expected {allowed}") from None
 
 
-def _base_type(fn_name: str, name: str, annotation: Any) -> tuple[type, bool]:
-    """``(base type, optional)`` of an annotation; anything unsupported raises."""
+def _base_type(fn_name: str, name: str, annotation: Any) -> tuple[type, bool, tuple[ArgCheck, ...]]:
+    """``(base type, optional, checks)`` of an annotation (``checks``: the callables of an
+    outer ``Annotated``); anything unsupported raises."""
+    checks: tuple[ArgCheck, ...] = ()
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation, *metadata = typing.get_args(annotation)
+        checks = tuple(m for m in metadata if callable(m))
     optional = False
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
@@ -140,12 +177,12 @@ def _base_type(fn_name: str, name: str, annotation: Any) -> tuple[type, bool]:
             annotation = members[0]
             origin = typing.get_origin(annotation)
     if annotation in (str, int, float, bool):
-        return annotation, optional
+        return annotation, optional, checks
     args = typing.get_args(annotation)
     if (origin or annotation) is list and args in ((), (str,)):
-        return list, optional
+        return list, optional, checks
     if (origin or annotation) is dict and args in ((), (str, str)):
-        return dict, optional
+        return dict, optional, checks
     raise ComponentError(
         f"component {fn_name}: argument {name!r} has the unsupported type {annotation!r}; "
         "use str, int, float, bool, list[str], dict[str, str] or an Optional of them"
@@ -204,7 +241,7 @@ class Component:
     def _signature(self) -> tuple[list[_Param], _Param | None]:
         """The named arguments and the ``*args`` parameter (or None)."""
         try:
-            hints = typing.get_type_hints(self.fn)
+            hints = typing.get_type_hints(self.fn, include_extras=True)
         except Exception as err:
             raise ComponentError(f"component {self.name}: cannot read its type annotations: {err}") from err
         helps = _docstring_parts(self.fn)[1]
@@ -216,8 +253,8 @@ class Component:
                 continue
             if p.kind in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY):
                 raise ComponentError(f"component {self.name}: argument {p.name!r} must be a named parameter")
-            kind, optional = _base_type(self.name, p.name, hints.get(p.name, str))
-            params.append(_Param(p.name, kind, optional or p.default is None, p.default, helps.get(p.name, "")))
+            kind, optional, checks = _base_type(self.name, p.name, hints.get(p.name, str))
+            params.append(_Param(p.name, kind, optional or p.default is None, p.default, helps.get(p.name, ""), checks))
         return params, varargs
 
     def _with_defaults(self, defaults: dict[str, str] | None) -> list[_Param]:
@@ -231,7 +268,7 @@ class Component:
                 f"arguments: {', '.join(by_name) or '(none)'}"
             )
         return [
-            _Param(p.name, p.kind, p.optional, p.check((defaults or {})[p.name]), p.help)
+            _Param(p.name, p.kind, p.optional, p.check((defaults or {})[p.name]), p.help, p.checks)
             if p.name in (defaults or {})
             else p
             for p in params
@@ -291,10 +328,9 @@ class Component:
         with self._usage_on_error(parser):
             if isinstance(args, Mapping):
                 given, varargs = self._from_dict(params, varargs_name, dict(args))
-            elif isinstance(args, list | tuple) and all(isinstance(a, str) for a in args):
-                given, varargs = self._from_list(parser, params, varargs_name, list(args))
             else:
-                raise ComponentError(f"component_args: {args!r} must be a list of str or a dict")
+                check_args_form(args)
+                given, varargs = self._from_list(parser, params, varargs_name, list(args))
             kwargs: dict[str, Any] = {}
             for p in params:
                 if p.name in given:
@@ -378,6 +414,18 @@ class Component:
             else:
                 raise _unknown_argument(key, [*by_name, *([varargs_name] if varargs_name else [])])
         return given, varargs
+
+
+def check_args_form(args: Any) -> None:
+    """Component arguments are a mapping (keyword arguments) or a list or tuple of str (a
+    command line); anything else raises ``ComponentError`` naming ``component_args``, the value
+    and what is allowed."""
+    if isinstance(args, Mapping) or (isinstance(args, list | tuple) and all(isinstance(a, str) for a in args)):
+        return
+    raise ComponentError(
+        f"component_args: {args!r} ({type(args).__name__}) is not allowed: give a list of str, as on a command "
+        "line (['--msg', 'hi']), or a dict of keyword arguments ({'msg': 'hi'})"
+    )
 
 
 def _unknown_argument(key: str, allowed: list[str]) -> ComponentError:

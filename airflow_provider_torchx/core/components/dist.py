@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from typing import Annotated
 
 from airflow_provider_torchx.core.components._common import PYTHON_IMAGE, replica_resource, role_mounts
 from airflow_provider_torchx.core.errors import ComponentError
@@ -35,6 +36,11 @@ def _parse_j(j: str) -> tuple[int, int]:
     return nodes, procs
 
 
+def _check_j(flag: str, j: str) -> None:
+    """``-j``'s check (``Annotated``): the form ``_parse_j`` reads."""
+    _parse_j(j)
+
+
 def spmd(
     *script_args: str,
     script: str | None = None,
@@ -45,7 +51,7 @@ def spmd(
     cpu: int = 1,
     gpu: int = 0,
     memMB: int = 1024,
-    j: str = "1x2",
+    j: Annotated[str, _check_j] = "1x2",
     env: dict[str, str] | None = None,
     max_retries: int = 0,
     rdzv_port: int | None = None,

@@ -6,6 +6,9 @@ command-line interface (``airflow-torchx run -s local_cwd utils.echo --msg hi``)
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from airflow_provider_torchx.core.components import AtLeast
 from airflow_provider_torchx.core.components._common import (
     PYTHON_IMAGE,
     SHELL_IMAGE,
@@ -16,7 +19,7 @@ from airflow_provider_torchx.core.errors import ComponentError
 from airflow_provider_torchx.core.specs import AppDef, Role, resource
 
 
-def echo(msg: str = "hello world", image: str = SHELL_IMAGE, num_replicas: int = 1) -> AppDef:
+def echo(msg: str = "hello world", image: str = SHELL_IMAGE, num_replicas: Annotated[int, AtLeast(1)] = 1) -> AppDef:
     """Prints a message to stdout: a smoke test of a scheduler.
 
     Args:
@@ -42,7 +45,7 @@ def echo(msg: str = "hello world", image: str = SHELL_IMAGE, num_replicas: int =
 def sh(
     *args: str,
     image: str = SHELL_IMAGE,
-    num_replicas: int = 1,
+    num_replicas: Annotated[int, AtLeast(1)] = 1,
     cpu: int = 1,
     gpu: int = 0,
     memMB: int = 1024,
@@ -97,7 +100,7 @@ def python(
     gpu: int = 0,
     memMB: int = 1024,
     h: str | None = None,
-    num_replicas: int = 1,
+    num_replicas: Annotated[int, AtLeast(1)] = 1,
     env: dict[str, str] | None = None,
     max_retries: int = 0,
     mounts: list[str] | None = None,

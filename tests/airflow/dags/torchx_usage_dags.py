@@ -31,7 +31,7 @@ with DAG(dag_id="torchx_test_usage", schedule=None, start_date=datetime(2024, 1,
         task_id="train",
         app=SLEEPERS,
         scheduler="local_cwd",
-        cfg={"auto_set_cuda_visible_devices": False},
+        cfg={"auto_set_cuda_visible_devices": False, "allow_no_gpus": True},  # the CI host has no GPU
         poll_interval=0.3,
         deferrable=False,
         inlets=[Asset("file:///data/torchx-usage/input.csv")],

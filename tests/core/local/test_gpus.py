@@ -10,11 +10,13 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_torchx.core.cli import main as cli_main
+from airflow_provider_torchx.core.errors import InvalidSpecError
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, gpus, ledger, store
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, macros
 from tests.core.local.conftest import marked_processes
@@ -221,3 +223,29 @@ def test_a_corrupt_job_record_does_not_trip_the_ledger(tmp_path: Path, content: 
     assert ledger.job_over(str(root), "corrupt-job") is True
     (job / "supervisor.json").unlink()
     assert ledger.job_over(str(root), "corrupt-job") is False  # just created: its supervisor may yet start
+
+
+def test_a_gpu_job_on_a_host_without_gpus_is_refused_at_submission_unless_allowed(
+    sched: LocalScheduler, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a host without GPUs a job asking for some is refused by its dry run, naming the role
+    and the GPUs asked, with or without ``auto_set_cuda_visible_devices``, and nothing is
+    submitted; ``allow_no_gpus=True`` runs it, without the warning about sharing the host's
+    GPUs (there are none)."""
+    monkeypatch.setenv(gpus.GPUS_ENV, "")
+    app = AppDef("nogpu", roles=[Role("trainer", entrypoint="true", num_replicas=2, resource=Resource(1, 2, 64))])
+    for cfg in ({}, ON):
+        with pytest.raises(InvalidSpecError) as raised:
+            sched.submit_dryrun(app, cfg)  # type: ignore[arg-type]
+        assert str(raised.value).startswith(
+            "resource.gpu: role 'trainer' asks for 2 GPUs per replica (2 replicas), but this host has no GPU"
+        )
+        assert "set the run option allow_no_gpus=True" in str(raised.value)
+    assert cli_main(["run", "utils.sh", "--gpu", "1", "true"]) == 2
+    err = capsys.readouterr().err
+    assert "role 'sh' asks for 1 GPU per replica (1 replicas), but this host has no GPU" in err, err
+    assert sched.list() == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "see every GPU of the host" on a host with none
+        app_id = sched.schedule(sched.submit_dryrun(app, {"allow_no_gpus": True}))  # type: ignore[arg-type]
+    assert wait_done(sched, app_id).state == AppState.SUCCEEDED

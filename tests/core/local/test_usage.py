@@ -27,7 +27,7 @@ def test_two_replicas_of_sleep_1(sched: LocalScheduler) -> None:
         ],
     )
     before = time.time()
-    app_id = sched.submit(app, {"auto_set_cuda_visible_devices": False})
+    app_id = sched.submit(app, {"auto_set_cuda_visible_devices": False, "allow_no_gpus": True})
     desc = wait_done(sched, app_id)
     after = time.time()
     usage = desc.usage

@@ -31,6 +31,13 @@ def run_opts() -> runopts:
         default=False,
     )
     opts.add(
+        "allow_no_gpus",
+        bool,
+        "Run a job asking for GPUs on a host without any (its replicas then run without GPUs); "
+        "by default such a job is refused at submission.",
+        default=False,
+    )
+    opts.add(
         "attempt_timeout",
         int,
         "Seconds each attempt of a replica may run (from its start or restart); the supervisor then stops "

@@ -165,6 +165,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def _submit_dryrun(
         self, app: AppDef, cfg: dict[str, CfgVal], labels: dict[str, str]
     ) -> AppDryRunInfo[PopenRequest]:
+        host_gpus = self._host_gpus() if any(r.resource.gpu > 0 for r in app.roles) else None
+        if host_gpus == [] and not cfg.get("allow_no_gpus"):
+            raise _no_gpus_error(app)
         app_id = make_app_id(app.name)
         provider = self.image_provider_class(cfg)
         log_dir_opt = cfg.get("log_dir")
@@ -199,7 +202,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         gpu_plan = None
         if cfg.get("auto_set_cuda_visible_devices"):
             gpu_plan = self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
-        else:
+        elif host_gpus:  # a host without GPUs (allow_no_gpus) has none to share
             _warn_shared_gpus(app)
         timeout = cfg.get("attempt_timeout")  # an int >= 1 or None: cfg is resolved
         request = PopenRequest(
@@ -223,6 +226,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
             base = param.env.get("PATH", os.environ.get("PATH", ""))
             param.env["PATH"] = os.pathsep.join([*front, base] if base else front)
 
+    def _host_gpus(self) -> list[int]:
+        """The host's GPU indices: ``device_count``'s, else ``gpus.host_devices()``."""
+        return list(range(self.device_count())) if self.device_count else gpus.host_devices()
+
     def auto_set_CUDA_VISIBLE_DEVICES(  # noqa: N802 - TorchX's public name
         self, role_params: dict[str, list[ReplicaParam]], app: AppDef, cfg: Cfg
     ) -> dict[str, Any] | None:
@@ -231,7 +238,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         or, when the host has fewer devices than requested in total, set it nowhere and warn
         with both counts. Returns the job's GPU plan (``gpus.plan``; None: no GPU or too many):
         at run time the host's GPU ledger decides which devices the replicas get."""
-        devices = list(range(self.device_count())) if self.device_count else gpus.host_devices()
+        devices = self._host_gpus()
         plan = gpus.plan(
             {r.name: max(r.resource.gpu, 0) for r in app.roles}, {r.name: r.num_replicas for r in app.roles}, devices
         )
@@ -842,6 +849,22 @@ class LocalScheduler(Scheduler[PopenRequest]):
         with self._cache_lock:
             self._cache.pop(app_id, None)
         self.store.remove(app_id)
+
+
+def _no_gpus_error(app: AppDef) -> InvalidSpecError:
+    """The error of a job asking for GPUs on a host without any (refused at the dry run, unless
+    the run option ``allow_no_gpus``): its replicas would run on the CPU, or fail, far from
+    where the mistake was made."""
+    asks = "; ".join(
+        f"role {r.name!r} asks for {gpus.gpus_text(r.resource.gpu)} per replica ({r.num_replicas} replicas)"
+        for r in app.roles
+        if r.resource.gpu > 0
+    )
+    return InvalidSpecError(
+        f"resource.gpu: {asks}, but this host has no GPU (none detected by nvidia-smi -L or "
+        f"/proc/driver/nvidia/gpus; {gpus.GPUS_ENV} is unset or empty). Run it on a host with GPUs, "
+        "ask for gpu=0, or set the run option allow_no_gpus=True to run it without GPUs"
+    )
 
 
 def _warn_shared_gpus(app: AppDef) -> None:
