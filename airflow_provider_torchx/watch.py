@@ -337,8 +337,8 @@ class TaskWatcher(JobWatch):
 
     async def _log_async(self, batch: LogBatch) -> None:
         """Log ``batch`` on the loop ``EMIT_CHUNK`` lines at a time, yielding in between, and
-        move past it. Cancelled meanwhile, it logs the rest of the batch and saves before
-        giving in, so the position stays exact."""
+        move past it. Cancelled meanwhile, it logs the rest of the batch before giving in, so
+        the position stays exact (``await_outcome`` saves it)."""
         done = 0
         try:
             while done < len(batch.lines):
@@ -348,7 +348,6 @@ class TaskWatcher(JobWatch):
         except asyncio.CancelledError:
             self._log_lines(batch.lines[done:])
             self.mark_logged(batch)
-            self.save()
             raise
         self.mark_logged(batch)
 
@@ -379,6 +378,16 @@ class TaskWatcher(JobWatch):
         (``next_status_async``), at once while a log backlog remains; nothing holds a thread
         while waiting (module docstring)."""
         rules = self.trigger_rules(poll_interval, deadline)
+        try:
+            return await self._follow(rules, started_at)
+        except asyncio.CancelledError:
+            # Cancelled between a batch logged and its save (during a look or a read, say, when
+            # the triggerer stops): save now, so that the next trigger goes on after the last
+            # line logged, never before it (a line logged twice).
+            self.save()
+            raise
+
+    async def _follow(self, rules: WatchRules, started_at: float | None) -> dict[str, Any]:
         clock = self.clock
         while True:
             action = rules.next_action(self.state, clock.monotonic(), clock.wall())

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_torchx import watch
 from airflow_provider_torchx.cancels import outside_canceller
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
@@ -137,6 +138,31 @@ def test_a_restarted_trigger_resumes_from_the_cursor_file_and_logs_each_line_onc
     assert_lines_once(first + second, gated_lines(2))  # the second trigger's lines, then the flush's
     done = cursor_file.load()
     assert done is not None and done.seq > saved.seq and done.seq >= event["cursor_seq"]
+
+
+def test_a_trigger_cancelled_before_its_save_ran_saves_what_it_logged(
+    local_jobs: tuple[Runner, list[str]], tmp_path: Path, pre_33: TaskStates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A triggerer stopped after the trigger logged a batch and before its save ran (queued
+    for a thread, which a cancelled future never runs): the cursor file still ends up past
+    that batch, so the next trigger never logs its lines again (a live 3.1 run logged a line
+    twice so)."""
+    runner, _ = local_jobs
+    handle = submit(local_jobs, gated_app(str(tmp_path), 2))
+    cursor_file = cursor_file_for(runner, handle, IDENTITY)
+    run_blocking = watch.run_blocking
+    held: list[Any] = []
+
+    async def saves_never_run(fn: Any, *args: Any) -> Any:
+        if getattr(fn, "__name__", "") == "save":
+            held.append(fn)
+            await asyncio.Event().wait()  # still queued when the triggerer stops
+        return await run_blocking(fn, *args)
+
+    monkeypatch.setattr(watch, "run_blocking", saves_never_run)
+    asyncio.run(run_then_cancel(trigger_for(handle, cancel_on_kill=True), lambda: bool(held)))
+    saved = cursor_file.load()  # no save ran but the one made as the trigger was cancelled
+    assert saved is not None and saved.seq >= 1 and saved.cursors, saved
 
 
 def test_kwargs_newer_than_the_file_win(
