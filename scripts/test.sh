@@ -51,17 +51,19 @@ if [ "$#" -gt 0 ]; then
     pass_ 3.3 .venv/bin/python -m pytest "$@" || status=$?
 else
     # Two lanes at once (the live tests mostly wait on their deployments and jobs, the others
-    # mostly compute): the pinned line's own tests then the 3.1 pass, beside the pinned line's
-    # live tests then the 3.2 pass. Every pass runs, whatever failed before it.
+    # mostly compute), of about equal length: the pinned line's own tests and its two FAB and
+    # multi-team UI modules, then the 3.1 pass, beside the pinned line's other live tests, then
+    # the 3.2 pass. Every pass runs, whatever failed before it.
+    ui=(tests/e2e/test_ui_fab.py tests/e2e/test_ui_security.py)
     (
         rc=0
-        pass_ 3.3-own .venv/bin/python -m pytest tests --ignore=tests/e2e || rc=$?
+        pass_ 3.3-own .venv/bin/python -m pytest tests/core tests/airflow "${ui[@]}" || rc=$?
         pass_ 3.1 bash scripts/test-airflow-line.sh 3.1 tests "${older[@]}" || rc=$?
         exit "$rc"
     ) &
     lane=$!
     status=0
-    pass_ 3.3-live .venv/bin/python -m pytest tests/e2e || status=$?
+    pass_ 3.3-live .venv/bin/python -m pytest tests/e2e "${ui[@]/#/--ignore=}" || status=$?
     pass_ 3.2 bash scripts/test-airflow-line.sh 3.2 tests "${older[@]}" || status=$?
     wait "$lane" || status=$?
 fi
