@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,13 +29,15 @@ _NEXT_KEY = re.compile(r"[,;]\s*(?=[A-Za-z_][A-Za-z0-9_.-]*=)")
 
 @dataclass(frozen=True)
 class runopt:  # noqa: N801 - TorchX's public name
-    """One declared option; ``minimum``: the smallest value an int or float option takes."""
+    """One declared option; ``minimum``: the smallest value an int or float option takes;
+    ``check``: called with a typed value, raises ``InvalidRunConfigError`` naming a bad one."""
 
     default: CfgVal
     opt_type: type
     is_required: bool
     help: str
     minimum: int | float | None = None
+    check: Callable[[CfgVal], object] | None = None
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -132,6 +134,8 @@ def _coerce(name: str, opt: runopt, value: object) -> CfgVal:
         raise InvalidRunConfigError(
             f"cfg: {name}={typed!r} is below its minimum: it must be {article} {_TYPE_NAMES[t]} >= {opt.minimum}"
         )
+    if opt.check is not None:
+        opt.check(typed)
     return typed
 
 
@@ -149,9 +153,11 @@ class runopts:  # noqa: N801 - TorchX's public name
         default: CfgVal = None,
         required: bool = False,
         minimum: int | float | None = None,
+        check: Callable[[CfgVal], object] | None = None,
     ) -> None:
         """Declare an option. A required option has no default; ``minimum`` (int and float
-        options only) is the smallest value it takes, checked wherever values are."""
+        options only) is the smallest value it takes and ``check`` a test of its value (it
+        raises ``InvalidRunConfigError``), both applied wherever values are checked."""
         if type_ not in _TYPE_NAMES:
             raise TypeError(f"runopts: type of {cfg_key!r} must be one of {', '.join(_TYPE_NAMES.values())}")
         if required and default is not None:
@@ -159,9 +165,9 @@ class runopts:  # noqa: N801 - TorchX's public name
         if minimum is not None and type_ not in (int, float):
             raise TypeError(f"runopts: {cfg_key!r} has a minimum, but only int and float options take one")
         # The default is stored in its declared type (a "1" declared for an int becomes 1).
-        opt = runopt(None, type_, False, help, minimum)
+        opt = runopt(None, type_, False, help, minimum, check)
         typed_default = _coerce(cfg_key, opt, default)
-        self._opts[cfg_key] = runopt(typed_default, type_, required, help, minimum)
+        self._opts[cfg_key] = runopt(typed_default, type_, required, help, minimum, check)
 
     def update(self, other: runopts) -> None:
         """Add every option of ``other``."""

@@ -289,7 +289,7 @@ def test_job_names_are_valid_and_unique() -> None:
         ({}, AppDef("a", roles=[trainer()], metadata={f"k{i}": "v" for i in range(48)}), "at most 50"),
         # options, and options that only apply together with another
         ({"job_type": "array"}, AppDef("a", roles=[trainer()]), r"job_type='array' is not one of: auto, container"),
-        ({"platform": "EKS"}, AppDef("a", roles=[trainer()]), r"platform='EKS' is not one of: EC2, FARGATE"),
+        ({"platform": "GKE"}, AppDef("a", roles=[trainer()]), r"platform='GKE' is not one of: EC2, FARGATE, EKS"),
         ({"retry_on": "spot"}, AppDef("a", roles=[trainer()]), r"retry_on='spot' is not one of: any, infra"),
         ({"shm_size": -1}, AppDef("a", roles=[trainer()]), r"shm_size=-1 must be an int >= 0"),
         (
@@ -401,6 +401,9 @@ def test_helpers() -> None:
         "shm_size",
         "attempt_timeout",
         "check_queue",
+        "namespace",
+        "service_account",
+        "consumable_resources",
     ]
     assert opts.cfg_from_str("queue=q,ulimits=nofile:1:2,core:0:0,priority=3") == {
         "queue": "q",

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
+from airflow_provider_torchx.core.schedulers.aws_batch.run_options import PLATFORMS, parse_consumables
 from airflow_provider_torchx.core.specs import INSTANCE_TYPE, AppDef, BindMount, DeviceMount
 
 JOB_TYPES = ("auto", "container", "multinode")
-PLATFORMS = ("EC2", "FARGATE")
 RETRY_ON = ("any", "infra")
 
 #: Memory sizes (MiB) Fargate offers for each whole number of vCPUs (AWS Batch API reference,
@@ -41,18 +41,28 @@ INFRA_RETRY_RULES: list[dict[str, str]] = [
 @dataclass(frozen=True)
 class BatchOptions:
     """The resolved shape of one job: ``job_type`` is ``container`` or ``multinode``
-    (``auto`` already decided), ``shm_size`` None means "the role's memory"."""
+    (``auto`` already decided), ``shm_size`` None means "the role's memory";
+    ``follows_queue``: no platform was asked for, so the queue's compute environments decide
+    it at submit (``platform`` is then ``EC2`` until they say EKS); ``consumables``: the
+    ``(name, quantity)`` pairs of ``consumable_resources``."""
 
     job_type: str
     platform: str
     retry_on: str
     shm_size: int | None
     assign_public_ip: bool
+    follows_queue: bool = False
+    consumables: tuple[tuple[str, int], ...] = ()
 
     @property
     def fargate(self) -> bool:
         """Whether the job runs on Fargate."""
         return self.platform == "FARGATE"
+
+    @property
+    def eks(self) -> bool:
+        """Whether the job runs as pods on a queue of EKS compute environments."""
+        return self.platform == "EKS"
 
 
 def _choice(cfg: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -127,11 +137,46 @@ def _check_fargate(app: AppDef, cfg: Mapping[str, Any], shm_size: int | None) ->
             )
 
 
+def _check_eks(app: AppDef, cfg: Mapping[str, Any]) -> None:
+    """What a pod on EKS does not take: ECS roles (a service account is EKS's), ulimits, host
+    devices (EFA included); a bind mount becomes a ``hostPath`` and a volume a PVC."""
+    for key, instead in (
+        ("job_role_arn", "service_account=<a service account bound to the role>"),
+        ("execution_role_arn", "nothing (the node's role pulls images)"),
+        ("ulimits", "nothing (pods take the node's limits)"),
+    ):
+        if cfg.get(key):
+            raise InvalidRunConfigError(
+                f"cfg: {key}={cfg.get(key)!r} does not apply with platform=EKS (AWS Batch takes it for ECS "
+                f"containers only); use {instead}, or platform=EC2"
+            )
+    for i, role in enumerate(app.roles):
+        if role.resource.devices:
+            raise InvalidSpecError(
+                f"roles[{i}].resource.devices: {role.resource.devices}; this scheduler renders no host devices "
+                "for pods on EKS (use the cluster's device plugin and platform=EC2 for EFA)"
+            )
+        for j, mount in enumerate(role.mounts):
+            if isinstance(mount, DeviceMount):
+                raise InvalidSpecError(
+                    f"roles[{i}].mounts[{j}]: a device mount of {mount.src_path!r}; pods on EKS take no device "
+                    "mounts (use the cluster's device plugin, or platform=EC2)"
+                )
+
+
 def resolve(app: AppDef, cfg: Mapping[str, Any]) -> BatchOptions:
     """The ``BatchOptions`` of ``app`` under ``cfg``; a bad value or combination raises
     (``InvalidRunConfigError`` for options, ``InvalidSpecError`` for the app), naming it."""
     job_type = _choice(cfg, "job_type", JOB_TYPES, "auto")
-    platform = _choice(cfg, "platform", PLATFORMS, "EC2")
+    pod_opts = [k for k in ("namespace", "service_account") if cfg.get(k)]
+    follows_queue = cfg.get("platform") in (None, "") and not pod_opts
+    platform = _choice(cfg, "platform", PLATFORMS, "EKS" if pod_opts else "EC2")
+    if pod_opts and platform != "EKS":
+        raise InvalidRunConfigError(
+            f"cfg: {pod_opts[0]}={cfg.get(pod_opts[0])!r} applies only with platform=EKS (pods), but platform="
+            f"{platform}; drop {pod_opts[0]} or set platform=EKS"
+        )
+    consumables = tuple(parse_consumables(cfg.get("consumable_resources")))
     retry_on = _choice(cfg, "retry_on", RETRY_ON, "any")
     raw_shm = cfg.get("shm_size")
     if raw_shm is not None and (not isinstance(raw_shm, int) or isinstance(raw_shm, bool) or raw_shm < 0):
@@ -155,7 +200,9 @@ def resolve(app: AppDef, cfg: Mapping[str, Any]) -> BatchOptions:
                 "use platform=EC2 or one role with one replica"
             )
         _check_fargate(app, cfg, raw_shm)
-    elif cfg.get("assign_public_ip"):
+    elif platform == "EKS":
+        _check_eks(app, cfg)
+    if platform != "FARGATE" and cfg.get("assign_public_ip"):
         raise InvalidRunConfigError(
             "cfg: assign_public_ip=True applies only with platform=FARGATE (jobs on EC2 use the network "
             "of their compute environment's instances); drop it or set platform=FARGATE"
@@ -173,6 +220,8 @@ def resolve(app: AppDef, cfg: Mapping[str, Any]) -> BatchOptions:
         retry_on=retry_on,
         shm_size=raw_shm,
         assign_public_ip=bool(cfg.get("assign_public_ip")),
+        follows_queue=follows_queue,
+        consumables=consumables,
     )
 
 
@@ -182,6 +231,11 @@ def retry_strategy(attempts: int, retry_on: str) -> dict[str, Any]:
     if retry_on == "infra":
         strategy["evaluateOnExit"] = [dict(rule) for rule in INFRA_RETRY_RULES]
     return strategy
+
+
+def is_eks(env: Mapping[str, Any]) -> bool:
+    """Whether a ``DescribeComputeEnvironments`` entry runs jobs as pods on an EKS cluster."""
+    return env.get("containerOrchestrationType") == "EKS" or bool(env.get("eksConfiguration"))
 
 
 def compute_kind(env: Mapping[str, Any]) -> str:
@@ -195,9 +249,14 @@ def compute_kind(env: Mapping[str, Any]) -> str:
 _FARGATE_KINDS = frozenset({"FARGATE", "FARGATE_SPOT"})
 
 
-def refusal(kind: str, multinode: bool, platform: str) -> str | None:
-    """Why a compute environment of ``kind`` (``compute_kind``) runs no such job (multi-node
-    parallel or not, on ``platform``); None if it runs it."""
+def refusal(kind: str, multinode: bool, platform: str, eks: bool = False) -> str | None:
+    """Why a compute environment of ``kind`` (``compute_kind``; ``eks``: on an EKS cluster,
+    ``is_eks``) runs no such job (multi-node parallel or not, on ``platform``); None if it
+    runs it."""
+    if eks != (platform == "EKS"):
+        if eks:
+            return f"it runs pods on EKS, and the job is platform={platform} (set platform=EKS or leave platform unset)"
+        return "it runs ECS containers, and the job is platform=EKS (pods): use a queue of EKS compute environments"
     fargate = kind in _FARGATE_KINDS
     if platform == "FARGATE" and not fargate:
         return f"it runs {kind} jobs, not platform=FARGATE ones"

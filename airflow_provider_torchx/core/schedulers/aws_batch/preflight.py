@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_torchx.core.errors import JobWontFitError
-from airflow_provider_torchx.core.schedulers.aws_batch import options, render
+from airflow_provider_torchx.core.schedulers.aws_batch import eks, options, render
 from airflow_provider_torchx.core.specs import INSTANCE_TYPE
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,10 @@ class QueueView:
 
 def job_needs(job_def: Mapping[str, Any]) -> JobNeeds:
     """The needs of a rendered job definition (``render.render``'s ``job_def``), read back
-    with the renderer's own reading of a container (``render.role_from_container``)."""
+    with the renderer's own reading of a container (``render.role_from_container``; a pod's
+    through ``eks.container_view``)."""
+    on_eks = eks.is_eks_job(job_def)
+    job_def = eks.as_ecs_shape(job_def)
     if job_def.get("nodeProperties"):
         props = job_def["nodeProperties"]
         ranges = []
@@ -97,12 +100,12 @@ def job_needs(job_def: Mapping[str, Any]) -> JobNeeds:
             first, last = render.target_range(rng["targetNodes"], int(props["numNodes"]))
             ranges.append((last - first + 1, rng["container"]))
     else:
-        ranges = [(1, job_def["containerProperties"])]
+        ranges = [(1, job_def["container"] if on_eks else job_def["containerProperties"])]
     needs = []
     for nodes, container in ranges:
         res = render.role_from_container("", nodes, container).resource
         needs.append(NodeNeeds(nodes, res.cpu, res.memMB, res.gpu, res.capabilities.get(INSTANCE_TYPE)))
-    platform = str((job_def.get("platformCapabilities") or ["EC2"])[0])
+    platform = "EKS" if on_eks else str((job_def.get("platformCapabilities") or ["EC2"])[0])
     return JobNeeds(tuple(needs), multinode=job_def.get("type") == "multinode", platform=platform)
 
 
@@ -193,7 +196,9 @@ def _node_refusal(
 def env_refusal(env: Mapping[str, Any], job: JobNeeds, view: QueueView) -> str | None:
     """Why compute environment ``env`` cannot run ``job``; None if it can (or nothing says
     it cannot)."""
-    refused = _state_refusal("it", env) or options.refusal(options.compute_kind(env), job.multinode, job.platform)
+    refused = _state_refusal("it", env) or options.refusal(
+        options.compute_kind(env), job.multinode, job.platform, options.is_eks(env)
+    )
     if refused or env.get("type") == "UNMANAGED":
         return refused
     resources = env.get("computeResources") or {}

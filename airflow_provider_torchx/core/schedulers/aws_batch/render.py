@@ -14,12 +14,12 @@ import json
 import re
 import secrets
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
-from airflow_provider_torchx.core.schedulers.aws_batch import options
+from airflow_provider_torchx.core.schedulers.aws_batch import eks, options
 from airflow_provider_torchx.core.schedulers.aws_batch.options import BatchOptions
 from airflow_provider_torchx.core.specs import (
     INSTANCE_TYPE,
@@ -92,6 +92,7 @@ _RESOURCE_HINT = (
 )
 _JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
 _EFS_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
+_PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _DEVICE_PERMS = {"r": "READ", "w": "WRITE", "m": "MKNOD"}
 # A marker no user string contains, substituted for ``${replica_id}`` and then turned into
 # shell code outside of quotes.
@@ -115,6 +116,14 @@ class BatchJob:
     images_to_push: dict[str, tuple[str, str]] = field(default_factory=dict)
     priority: int = 0
     attempt_timeout: int | None = None
+    #: No platform was asked for: ``schedule`` renders the job again for EKS when the
+    #: queue's compute environments are EKS (``options.BatchOptions.follows_queue``).
+    follows_queue: bool = False
+
+    @property
+    def on_eks(self) -> bool:
+        """Whether the job is rendered as pods for EKS compute environments."""
+        return eks.is_eks_job(self.job_def)
 
     @property
     def app_id(self) -> str:
@@ -127,8 +136,9 @@ class BatchJob:
             "jobName": self.name,
             "jobQueue": self.queue,
             "tags": dict(self.job_def.get("tags", {})),
-            "propagateTags": True,
         }
+        if not self.on_eks:  # AWS Batch refuses propagateTags for jobs on EKS
+            req["propagateTags"] = True
         if self.share_id:
             req["shareIdentifier"] = self.share_id
             req["schedulingPriorityOverride"] = self.priority
@@ -210,8 +220,9 @@ def make_job_name(app_name: str, labels: Mapping[str, str]) -> str:
 # --------------------------------------------------------------------------- validation
 
 
-def validate(app: AppDef) -> None:
-    """Batch's own limits (raise ``InvalidSpecError`` naming the field), before any AWS call."""
+def validate(app: AppDef, on_eks: bool = False) -> None:
+    """Batch's own limits (raise ``InvalidSpecError`` naming the field), before any AWS call;
+    ``on_eks``: the job runs pods (a volume mount's ``src`` names a PVC, not an EFS id)."""
     if len(app.roles) > MAX_NODE_RANGES:
         raise InvalidSpecError(
             f"app.roles: {len(app.roles)} roles; AWS Batch allows at most {MAX_NODE_RANGES} node ranges (one per role)"
@@ -245,7 +256,7 @@ def validate(app: AppDef) -> None:
         if res.capabilities.get(INSTANCE_TYPE):
             itypes.add(res.capabilities[INSTANCE_TYPE])
         for j, mount in enumerate(role.mounts):
-            _validate_mount(f"{where}.mounts[{j}]", mount)
+            _validate_mount(f"{where}.mounts[{j}]", mount, on_eks)
     if len(itypes) > 1:
         raise InvalidSpecError(
             f"roles[*].resource: instance types {sorted(itypes)}; all node ranges of an AWS Batch "
@@ -253,12 +264,17 @@ def validate(app: AppDef) -> None:
         )
 
 
-def _validate_mount(where: str, mount: BindMount | VolumeMount | DeviceMount) -> None:
+def _validate_mount(where: str, mount: BindMount | VolumeMount | DeviceMount, on_eks: bool) -> None:
     if isinstance(mount, BindMount | DeviceMount):
         paths = {"src": mount.src_path, "dst": mount.dst_path}
     else:
         paths = {"dst": mount.dst_path}
-        if not _EFS_ID.match(mount.src):
+        if on_eks and not _PVC_NAME.fullmatch(mount.src):
+            raise InvalidSpecError(
+                f"{where}: volume src={mount.src!r} is not a persistent volume claim name (platform=EKS mounts "
+                "a PVC of the pod's namespace: lower-case letters, digits, '-' and '.')"
+            )
+        if not on_eks and not _EFS_ID.match(mount.src):
             raise InvalidSpecError(
                 f"{where}: volume src={mount.src!r} is not an EFS file system id (fs-xxxxxxxx); "
                 "mount other file systems on the host and bind-mount them"
@@ -291,7 +307,18 @@ def _quote_with_replica(text: str) -> str:
     return f'"{REPLICA_ID_EXPR}"'.join(shlex.quote(p) if p or len(parts) == 1 else "" for p in parts)
 
 
-def _command(role: Role) -> list[str]:
+def role_env(role: Role, role_idx: int, first_node: int, opts: BatchOptions) -> list[dict[str, str]]:
+    """The environment of role ``role_idx`` (macros applied) whose first replica is node
+    ``first_node``, as Batch's ``name``/``value`` pairs (an ECS container's ``environment``, a
+    pod container's ``env``): the role's env, then ours (``OUR_ENV``); a single-node job gets
+    the ``${rank0_env}`` variable holding ``localhost``."""
+    env = {**role.env, ENV_ROLE_NAME: role.name, ENV_ROLE_IDX: str(role_idx), ENV_FIRST_NODE: str(first_node)}
+    if opts.job_type == "container":
+        env.setdefault(RANK0_HOST_ENV, "localhost")
+    return [{"name": k, "value": v.replace(_REPLICA_MARK, "0")} for k, v in env.items()]
+
+
+def command(role: Role) -> list[str]:
     """``entrypoint + args``; under ``sh -c`` when a value uses ``${replica_id}``."""
     argv = [role.entrypoint, *role.args]
     per_node_env = {k: v for k, v in role.env.items() if _REPLICA_MARK in v}
@@ -356,14 +383,11 @@ def container_properties(
     share tensors through it and die of Docker's 64 MiB) unless ``shm_size`` says otherwise.
     Fields Fargate does not take are left out; ``options.resolve`` rejected asking for them.
     """
-    env = {**role.env, ENV_ROLE_NAME: role.name, ENV_ROLE_IDX: str(role_idx), ENV_FIRST_NODE: str(first_node)}
-    if opts.job_type == "container":
-        env.setdefault(RANK0_HOST_ENV, "localhost")
     volumes, points, devices = _mounts(role)
     container: dict[str, Any] = {
         "image": role.image,
-        "command": _command(role),
-        "environment": [{"name": k, "value": v.replace(_REPLICA_MARK, "0")} for k, v in env.items()],
+        "command": command(role),
+        "environment": role_env(role, role_idx, first_node, opts),
         "resourceRequirements": _resource_requirements(role.resource),
         "logConfiguration": {"logDriver": "awslogs"},
         "volumes": volumes,
@@ -408,14 +432,19 @@ def render(
     session_name: str,
     version: str,
     images_to_push: Mapping[str, tuple[str, str]],
+    name: str | None = None,
+    platform: str | None = None,
 ) -> BatchJob:
     """The ``BatchJob`` for ``app`` (validated) with resolved ``cfg`` and job ``labels``.
 
     Substitutes the macros (``${app_id}`` is the full ``queue:job_name``; in a single-node job
     ``${replica_id}`` is ``0`` and ``${rank0_env}`` names a variable holding ``localhost``),
     points roles whose image is pushed at its repository tag, and sets ``TORCHX_JOB_ID`` to the
-    app handle when the runner did not.
+    app handle when the runner did not. ``name``: the job's name (default: a new one,
+    ``make_job_name``); ``platform``: the platform when ``cfg`` leaves it to the queue (EKS).
     """
+    if platform is not None and not cfg.get("platform"):
+        cfg = {**cfg, "platform": platform}
     opts = options.resolve(app, cfg)
     single = opts.job_type == "container"
     queue = queue_name(str(cfg["queue"]))
@@ -423,7 +452,7 @@ def render(
     priority = int(cfg.get("priority") or 0)
     if not 0 <= priority <= MAX_PRIORITY:
         raise InvalidRunConfigError(f"cfg: priority={priority} must be between 0 and {MAX_PRIORITY}")
-    name = make_job_name(app.name, labels)
+    name = name or make_job_name(app.name, labels)
     app_id = f"{queue}:{name}"
     app_values = macros.Values(img_root="", app_id=app_id, replica_id=macros.replica_id, rank0_env=RANK0_ENV)
     tags = {
@@ -448,20 +477,28 @@ def render(
         if role.image in images_to_push:
             repo, tag = images_to_push[role.image]
             role.image = f"{repo}:{tag}"
-        containers.append((first, role.num_replicas, container_properties(role, idx, first, cfg, ulimits, opts)))
+        if opts.eks:
+            props = eks.eks_properties(
+                role, command(role), role_env(role, idx, first, opts), cfg, opts, eks.pod_labels(app.name, labels)
+            )
+            containers.append((first, role.num_replicas, props))
+        else:
+            containers.append((first, role.num_replicas, container_properties(role, idx, first, cfg, ulimits, opts)))
         first += role.num_replicas
     job_def: dict[str, Any] = {"jobDefinitionName": name, "type": opts.job_type}
     if single:
-        job_def["containerProperties"] = containers[0][2]
+        job_def["eksProperties" if opts.eks else "containerProperties"] = containers[0][2]
     else:
         ranges = [node_range(c, start, n) for start, n, c in containers]
+        if opts.eks:
+            ranges = [_eks_node_range(rng, role) for rng, role in zip(ranges, app.roles, strict=True)]
         job_def["nodeProperties"] = {"numNodes": first, "mainNode": 0, "nodeRangeProperties": ranges}
-    job_def.update(
-        retryStrategy=options.retry_strategy(1 + max(r.max_retries for r in app.roles), opts.retry_on),
-        platformCapabilities=[opts.platform],
-        propagateTags=True,
-        tags=tags,
-    )
+    job_def["retryStrategy"] = options.retry_strategy(1 + max(r.max_retries for r in app.roles), opts.retry_on)
+    if not opts.eks:  # AWS Batch refuses both for jobs on EKS
+        job_def.update(platformCapabilities=[opts.platform], propagateTags=True)
+    if opts.consumables:
+        job_def["consumableResourceProperties"] = consumable_properties(opts.consumables)
+    job_def["tags"] = tags
     return BatchJob(
         name=name,
         queue=queue,
@@ -470,7 +507,23 @@ def render(
         images_to_push=dict(images_to_push),
         priority=priority,
         attempt_timeout=int(cfg["attempt_timeout"]) if cfg.get("attempt_timeout") is not None else None,
+        follows_queue=opts.follows_queue,
     )
+
+
+def _eks_node_range(rng: dict[str, Any], role: Role) -> dict[str, Any]:
+    """A node range of pods: ``eksProperties`` for ``container``, and the named resource's
+    instance type as the range's ``instanceTypes`` (one element, AWS's limit)."""
+    out = {"targetNodes": rng["targetNodes"], "eksProperties": rng["container"]}
+    if role.resource.capabilities.get(INSTANCE_TYPE):
+        out["instanceTypes"] = [role.resource.capabilities[INSTANCE_TYPE]]
+    return out
+
+
+def consumable_properties(consumables: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    """``consumableResourceProperties`` for ``(name or ARN, quantity)`` pairs: what the job
+    holds while it runs (the job definition's, or SubmitJob's override)."""
+    return {"consumableResourceList": [{"consumableResource": n, "quantity": q} for n, q in consumables]}
 
 
 # --------------------------------------------------------------------------- reading back
@@ -492,7 +545,9 @@ def is_multinode(job: Mapping[str, Any]) -> bool:
 
 def node_ranges(job: Mapping[str, Any]) -> list[tuple[str, int, int, dict[str, Any]]]:
     """``(role name, first node, last node, container)`` of each node range of a job; a
-    single-node job is one range of node 0 (its ``container``)."""
+    single-node job is one range of node 0 (its ``container``). A job on EKS is read through
+    ``eks.as_ecs_shape`` (its pod's container as an ECS one)."""
+    job = eks.as_ecs_shape(job)
     if not is_multinode(job):
         container = job.get("container") or {}
         env = {e["name"]: e["value"] for e in container.get("environment", [])}

@@ -34,7 +34,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     settle,
     settle_on_loop,
 )
-from airflow_provider_torchx.core.schedulers.aws_batch import options, preflight, render, run_options, status
+from airflow_provider_torchx.core.schedulers.aws_batch import eks, options, preflight, render, run_options, status
 from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events, shared_log_budget
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     NOT_VISIBLE,
@@ -235,8 +235,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def _validate(self, app: AppDef, scheduler: str, cfg: dict[str, CfgVal]) -> None:
         self._use_location(cfg)
-        render.validate(app)
-        options.resolve(app, cfg)
+        render.validate(app, on_eks=options.resolve(app, cfg).eks)
         render.queue_name(str(cfg["queue"]))
         render.parse_ulimits(cfg.get("ulimits"))  # type: ignore[arg-type]
         for i, role in enumerate(app.roles):
@@ -287,27 +286,51 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     def _describe_queue(self, queue: str) -> preflight.QueueView | None:
         return preflight.describe(self.client, lambda: self.ec2_client, queue, call_with_retry)
 
+    def _queue_view(self, queue: str) -> preflight.QueueView:
+        """The queue's descriptions, shared by the process for ``preflight.CACHE_TTL``; an
+        error for a queue that does not exist."""
+        key = (*client_key(self.client, self.credentials_key), queue)
+        view = preflight.queue_cache.get(key, functools.partial(self._describe_queue, queue))
+        if view is None:
+            raise self._no_such_queue(queue)
+        return view
+
+    def _for_queue(self, info: AppDryRunInfo[render.BatchJob]) -> render.BatchJob:
+        """The job to submit: one whose platform follows its queue (no ``platform`` asked
+        for) is rendered again, under the same name, for EKS when the queue's compute
+        environments are EKS (read with the queue check's cached descriptions)."""
+        job = info.request
+        if not job.follows_queue or info._app is None or not any(map(options.is_eks, self._queue_view(job.queue).envs)):
+            return job
+        return render.render(
+            info.app,
+            info.cfg,
+            info.labels,
+            backend=self.backend,
+            session_name=self.session_name,
+            version=_version(),
+            images_to_push=job.images_to_push,
+            name=job.name,
+            platform="EKS",
+        )
+
     def _check_queue(self, job: render.BatchJob) -> None:
         """A clear error for a queue that does not exist or cannot run ``job`` (read-only
         calls, before any write; each queue's descriptions are shared by the process for
         ``preflight.CACHE_TTL``): see ``options.check_queue`` and ``preflight.check``."""
         queue = job.queue
-        key = (*client_key(self.client, self.credentials_key), queue)
-        view = preflight.queue_cache.get(key, functools.partial(self._describe_queue, queue))
-        if view is None:
-            raise self._no_such_queue(queue)
+        view = self._queue_view(queue)
         info = options.QueueInfo(
             kinds=frozenset(options.compute_kind(env) for env in view.envs),
             fair_share=bool(view.queue.get("schedulingPolicyArn")),
         )
-        options.check_queue(
-            queue, info, str(job.job_def["type"]), str(job.job_def["platformCapabilities"][0]), job.share_id
-        )
+        platform = "EKS" if job.on_eks else str(job.job_def["platformCapabilities"][0])
+        options.check_queue(queue, info, str(job.job_def["type"]), platform, job.share_id)
         preflight.check(view, preflight.job_needs(job.job_def))
 
     def schedule(self, dryrun_info: AppDryRunInfo[render.BatchJob]) -> str:
         """Push the images, register the job definition, submit the job; return its app id."""
-        job = dryrun_info.request
+        job = self._for_queue(dryrun_info)
         if dryrun_info.cfg.get("check_queue", True):
             self._check_queue(job)
         quiet = bool(dryrun_info.cfg.get("quiet"))
@@ -434,6 +457,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             and status.app_state(job) == AppState.FAILED
             and status.exit_code(job) is None
             and job.get("startedAt")  # a job ended before it started has no exit code to look up
+            and not eks.is_eks_job(job)  # a pod's exit code is in the job's eksAttempts
         ):
             job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
         resp = status.describe_response(app_id, job, nodes, self._region())
@@ -472,12 +496,13 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         job = self._job(app_id)
         if job is None or job is NOT_VISIBLE:
             return None
-        multinode = render.is_multinode(job)
+        multinode, on_eks = render.is_multinode(job), eks.is_eks_job(job)
         job_def = {
             "jobDefinitionName": str(job.get("jobDefinition", "")).rsplit("/", 1)[-1].split(":")[0],
             "type": "multinode" if multinode else "container",
             "nodeProperties": job.get("nodeProperties"),
-            "containerProperties": None if multinode else _definition_fields(job.get("container") or {}),
+            "containerProperties": None if multinode or on_eks else _definition_fields(job.get("container") or {}),
+            "eksProperties": job.get("eksProperties") if on_eks and not multinode else None,
             "retryStrategy": job.get("retryStrategy"),
             "platformCapabilities": job.get("platformCapabilities"),
             "propagateTags": job.get("propagateTags"),

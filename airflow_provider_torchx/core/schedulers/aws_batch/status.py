@@ -3,6 +3,9 @@
 Pure functions over the shapes of the AWS API reference (``JobDetail``), so the paths moto
 does not model (child jobs ``jobId#N``, per-node exit codes, several attempts, Spot reclaims)
 are unit-tested on responses shaped like real AWS. A single-node job is its own only replica.
+A job on EKS is read through ``eks.as_ecs_shape``: its pod's exit code and reason, its
+``eksAttempts`` as attempts, its node's name as the replica's host and the pod's name in the
+replica's message.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.schedulers.aws_batch.eks import as_ecs_shape
 from airflow_provider_torchx.core.schedulers.aws_batch.render import (
     TAG_CANCEL,
     TAG_LABEL,
@@ -150,6 +154,13 @@ def _reason(job: Mapping[str, Any]) -> str:
     return str(job.get("statusReason") or container.get("reason") or "")
 
 
+def _pod(entry: Mapping[str, Any]) -> str:
+    """``pod NAMESPACE/NAME`` of a job on EKS (``eks.as_ecs_shape``); "" for others."""
+    if not entry.get("podName"):
+        return ""
+    return f"pod {entry['podNamespace']}/{entry['podName']}" if entry.get("podNamespace") else f"pod {entry['podName']}"
+
+
 def ui_url(region: str, job_id: str, multinode: bool = True) -> str:
     """The job's page in the AWS console (multi-node jobs have a page of their own)."""
     page = "mnp-job" if multinode else "detail"
@@ -165,6 +176,8 @@ def describe_response(
     """``DescribeAppResponse`` of ``job`` and, for a multi-node job, its child jobs ``nodes``
     (by node index; empty where the API gives none, as moto: replicas then take the job's
     state). A single-node job's replica is the job itself."""
+    job = as_ecs_shape(job)
+    nodes = {n: as_ecs_shape(child) for n, child in nodes.items()}
     cancelled = cancel_requested(job)
     multinode = is_multinode(job)
     if not multinode:
@@ -189,9 +202,9 @@ def describe_response(
                     id=k,
                     state=rep_state,
                     role=name,
-                    hostname=str(iface.get("privateIpv4Address", "")),
+                    hostname=str(child.get("nodeName") or iface.get("privateIpv4Address", "")),
                     exit_code=code,
-                    msg=_reason(child),
+                    msg="; ".join(part for part in (_reason(child), _pod(child)) if part),
                 )
             )
             if not failed_node and rep_state == AppState.FAILED and code not in (None, 0):

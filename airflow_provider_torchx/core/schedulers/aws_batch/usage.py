@@ -6,7 +6,8 @@ Pure functions over the shapes of the AWS API reference (``JobDetail``): the job
 shapes: a multi-node job (``nodeProperties``), whose nodes are its child jobs ``jobId#N``,
 each with its own attempts; and a single-node ``container`` job, whose one replica is the job.
 Where a node's child job is not known (moto models none), the node is taken to have run as
-long as its parent job ran, which is what a multi-node job's nodes do.
+long as its parent job ran, which is what a multi-node job's nodes do. A job on EKS has
+``eksAttempts`` instead (read through ``eks.as_ecs_shape``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_provider_torchx.core.schedulers.aws_batch.eks import as_ecs_shape
 from airflow_provider_torchx.core.schedulers.aws_batch.render import node_ranges
 from airflow_provider_torchx.core.schedulers.aws_batch.status import epoch_seconds
 from airflow_provider_torchx.core.specs import Role
@@ -52,7 +54,10 @@ def replica_attempts(role: str, replica: int, entry: Mapping[str, Any]) -> list[
 
 def batch_usage(job: Mapping[str, Any], nodes: Mapping[int, Mapping[str, Any]], roles: Sequence[Role]) -> Usage:
     """The usage of ``job`` (ended), its child jobs ``nodes`` by node index (may be empty) and
-    its ``roles`` as ``describe`` rebuilt them (resources from the job's containers)."""
+    its ``roles`` as ``describe`` rebuilt them (resources from the job's containers). A job on
+    EKS counts its ``eksAttempts`` (``eks.as_ecs_shape``)."""
+    job = as_ecs_shape(job)
+    nodes = {n: as_ecs_shape(child) for n, child in nodes.items()}
     attempts = [
         attempt
         for name, first, last, _ in node_ranges(job)  # a single-node job: node 0, the job itself
