@@ -298,7 +298,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     def _for_queue(self, info: AppDryRunInfo[render.BatchJob]) -> render.BatchJob:
         """The job to submit: one whose platform follows its queue (no ``platform`` asked
         for) is rendered again, under the same name, for EKS when the queue's compute
-        environments are EKS (read with the queue check's cached descriptions)."""
+        environments are EKS (read with the queue check's cached descriptions, so with
+        ``check_queue`` only)."""
         job = info.request
         if not job.follows_queue or info._app is None or not any(map(options.is_eks, self._queue_view(job.queue).envs)):
             return job
@@ -330,8 +331,9 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def schedule(self, dryrun_info: AppDryRunInfo[render.BatchJob]) -> str:
         """Push the images, register the job definition, submit the job; return its app id."""
-        job = self._for_queue(dryrun_info)
-        if dryrun_info.cfg.get("check_queue", True):
+        job = dryrun_info.request
+        if dryrun_info.cfg.get("check_queue", True):  # False: no describe call, the platform as rendered
+            job = self._for_queue(dryrun_info)
             self._check_queue(job)
         quiet = bool(dryrun_info.cfg.get("quiet"))
         for image_id, (repo, tag) in job.images_to_push.items():
