@@ -188,6 +188,7 @@ def as_ecs_shape(job: Mapping[str, Any]) -> Mapping[str, Any]:
     out = dict(job)
     out["attempts"] = [_attempt(a) for a in job.get("eksAttempts") or []]
     pod = (job.get("eksProperties") or {}).get("podProperties") or {}
+    out.pop("container", None)  # what moto puts there describes no pod
     if pod:
         out["container"] = container_view(pod)
     last = out["attempts"][-1] if out["attempts"] else {}

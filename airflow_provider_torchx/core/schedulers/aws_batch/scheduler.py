@@ -653,7 +653,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                 f"role_name: {role_name!r} is not a role of {app_id}; roles: {', '.join(r[0] for r in ranges)}"
             )
         child = self._nodes(job, [node]).get(node) if render.is_multinode(job) else None
-        streams = _attempt_streams(child if child is not None else job)
+        # A pod's output is not in Batch's log group (docs/schedulers.md, "Batch on EKS"): none.
+        streams = _attempt_streams(eks.as_ecs_shape(child if child is not None else job))
         return streams, job.get("status") in ("SUCCEEDED", "FAILED")
 
     def read_log(
