@@ -9,6 +9,7 @@ output shape: moto runs no pods, so what a running or ended pod looks like is on
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import botocore.session
@@ -33,6 +34,7 @@ from airflow_provider_torchx.core.specs import (
     named_resources,
 )
 from airflow_provider_torchx.operators import checks
+from tests.core.aws_batch.fakes import FakeBatch
 
 BATCH = botocore.session.get_session().get_service_model("batch")
 JOB_DEF_ARN = "arn:aws:batch:us-east-1:123456789012:job-definition/j:1"
@@ -516,3 +518,37 @@ def test_usage_of_a_single_node_eks_job_counts_every_eks_attempt() -> None:
         (1, 137, "OOMKilled"),
         (2, 3, "Essential container in task exited"),
     ]
+
+
+class EksBatch(FakeBatch):
+    """A fake Batch whose queue ``eks-<id>`` runs on one EKS compute environment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue = f"eks-{uuid.uuid4().hex[:8]}"
+        self.queues.append(self.queue)
+        self.queue_kinds[self.queue] = ["EC2"]
+
+    def describe_compute_environments(self, computeEnvironments: list[str]) -> dict[str, Any]:
+        envs = super().describe_compute_environments(computeEnvironments)["computeEnvironments"]
+        eks_config = {"eksClusterArn": CLUSTER, "kubernetesNamespace": "ml"}
+        return {
+            "computeEnvironments": [
+                {**e, "containerOrchestrationType": "EKS", "eksConfiguration": eks_config} for e in envs
+            ]
+        }
+
+
+def test_submits_without_a_platform_follow_an_eks_queue_with_one_look_up_per_queue() -> None:
+    batch = EksBatch()
+    sched = create_scheduler("s", client=batch, log_client=NoCalls(), docker_client=NoCalls())
+    for _ in range(3):
+        sched.submit(AppDef("fit", roles=[role()]), {"queue": batch.queue}, IDENTITY)
+    registered = [kw for name, kw in batch.calls if name == "register_job_definition"]
+    assert len(registered) == 3
+    assert all("eksProperties" in r["nodeProperties"]["nodeRangeProperties"][0] for r in registered)
+    assert batch.names().count("describe_job_queues") == 1
+    assert batch.names().count("describe_compute_environments") == 1
+    submitted = [kw for name, kw in batch.calls if name == "submit_job"]
+    assert [s["jobName"] for s in submitted] == [r["jobDefinitionName"] for r in registered]
+    assert all("propagateTags" not in s for s in submitted)
