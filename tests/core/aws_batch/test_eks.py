@@ -282,6 +282,7 @@ def test_the_eks_dry_run_masks_secret_env_like_the_ecs_one() -> None:
         (EKS, AppDef("a", roles=[role(mounts=[DeviceMount("/dev/fuse", "/dev/fuse")])]), r"mounts\[0\]: a device"),
         (EKS, AppDef("a", roles=[role(resource=EFA)]), r"resource.devices: .*no host devices for pods"),
         (EKS, AppDef("a", roles=[role(mounts=[VolumeMount("fs-12345678x/", "/d")])]), r"persistent volume claim"),
+        (EKS, AppDef("a", roles=[role(mounts=[VolumeMount("fs-12345678", "/d")])]), r"is an EFS file system id"),
     ],
 )
 def test_bad_eks_and_consumable_options_are_refused_naming_the_value(
@@ -552,3 +553,12 @@ def test_submits_without_a_platform_follow_an_eks_queue_with_one_look_up_per_que
     submitted = [kw for name, kw in batch.calls if name == "submit_job"]
     assert [s["jobName"] for s in submitted] == [r["jobDefinitionName"] for r in registered]
     assert all("propagateTags" not in s for s in submitted)
+
+
+def test_a_job_following_an_eks_queue_with_an_ecs_only_option_is_refused_before_any_write() -> None:
+    batch = EksBatch()
+    sched = create_scheduler("s", client=batch, log_client=NoCalls(), docker_client=NoCalls())
+    cfg = {"queue": batch.queue, "job_role_arn": "arn:aws:iam::1:role/r"}
+    with pytest.raises(InvalidRunConfigError, match=r"job_role_arn=.*does not apply with platform=EKS"):
+        sched.submit(AppDef("fit", roles=[role()]), cfg)
+    assert not {"register_job_definition", "submit_job"} & set(batch.names())

@@ -8,15 +8,18 @@ being rendered is rejected here with the reason, never dropped silently.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
 from airflow_provider_torchx.core.schedulers.aws_batch.run_options import PLATFORMS, parse_consumables
-from airflow_provider_torchx.core.specs import INSTANCE_TYPE, AppDef, BindMount, DeviceMount
+from airflow_provider_torchx.core.specs import INSTANCE_TYPE, AppDef, BindMount, DeviceMount, VolumeMount
 
 JOB_TYPES = ("auto", "container", "multinode")
+#: An EFS file system id (a volume mount's ``src`` on ECS).
+EFS_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
 RETRY_ON = ("any", "infra")
 
 #: Memory sizes (MiB) Fargate offers for each whole number of vCPUs (AWS Batch API reference,
@@ -161,6 +164,12 @@ def _check_eks(app: AppDef, cfg: Mapping[str, Any]) -> None:
                 raise InvalidSpecError(
                     f"roles[{i}].mounts[{j}]: a device mount of {mount.src_path!r}; pods on EKS take no device "
                     "mounts (use the cluster's device plugin, or platform=EC2)"
+                )
+            if isinstance(mount, VolumeMount) and EFS_ID.match(mount.src):
+                raise InvalidSpecError(
+                    f"roles[{i}].mounts[{j}]: volume src={mount.src!r} is an EFS file system id, but a pod's volume "
+                    "mount names a persistent volume claim: bind the file system to a PVC (EFS CSI driver) and "
+                    "give the claim's name"
                 )
 
 

@@ -5,6 +5,8 @@ several of them (``describe_job_definitions`` omits ``nodeProperties``, submit i
 A single-node job (``type: container``) runs the one replica of the one role; a multi-node
 parallel job makes each role one node range, node 0 (the first replica of the first role) the
 main node. ``options`` decides which, and checks the options that only apply to one of them.
+A job for EKS compute environments gets pods instead of ECS containers (``eks``), with the
+same command and environment (``command``, ``role_env``).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ _RESOURCE_HINT = (
     " (set Role.resource, e.g. Resource(cpu=1, gpu=0, memMB=1024) or a named resource such as aws_p3.2xlarge)"
 )
 _JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
-_EFS_ID = re.compile(r"^fs-[0-9a-f]{8,40}$")
+_EFS_ID = options.EFS_ID
 _PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _DEVICE_PERMS = {"r": "READ", "w": "WRITE", "m": "MKNOD"}
 # A marker no user string contains, substituted for ``${replica_id}`` and then turned into

@@ -143,7 +143,8 @@ def run_opts() -> runopts:
     opts.add(
         "shm_size",
         int,
-        "Size of /dev/shm in MiB (EC2 only); default: the role's memory, as TorchX; 0: Docker's 64 MiB.",
+        "Size of /dev/shm in MiB (EC2 and EKS); default: the role's memory, as TorchX; 0: Docker's 64 MiB "
+        "(EKS: no /dev/shm volume).",
     )
     opts.add(
         "attempt_timeout",
