@@ -58,14 +58,10 @@ def mount_in(mount: tx.BindMount | tx.VolumeMount | tx.DeviceMount, where: str) 
 
 
 def role_in(role: tx.Role, index: int) -> ours.Role:
-    """The core's ``Role`` for TorchX's. A role whose ``workspace`` is still set raises: this
-    plugin does not build workspaces (TorchX builds them only for schedulers that do)."""
+    """The core's ``Role`` for TorchX's. Its ``workspace`` stays behind: TorchX builds it into
+    ``role.image`` before the request is rendered (``BatchPluginScheduler``), and a role that
+    went through a build cannot be told from one that did not."""
     where = f"roles[{index}]"
-    if role.workspace:
-        raise InvalidSpecError(
-            f"{where}.workspace: {str(role.workspace)!r} is set, but the aws_batch plugin does not build "
-            "workspaces; build and push an image with your code and set Role.image, or clear the workspace"
-        )
     return ours.Role(
         name=role.name,
         image=role.image,

@@ -6,34 +6,79 @@ the core renders and submits it, and descriptions, lists, log lines and run opti
 TorchX's types. The request is the core's ``BatchJob``, so a TorchX dry run shows what
 ``airflow-torchx dryrun -s aws_batch`` shows. TorchX passes no job labels; the core's own
 validation, errors and statuses apply unchanged.
+
+Workspaces (TorchX's ``WorkspaceMixin``): with ``image_repo`` set, a role's workspace is built
+into an image on the role's image with Docker (the core's build) and pushed there when the job
+is scheduled, as TorchX 0.7.0's Batch scheduler did. TorchX's CLI hands every run the current
+directory as a workspace, so without ``image_repo`` the workspace is left unbuilt (logged) and
+the role's image runs as it is: ``torchx run -s aws_batch -cfg queue=q utils.echo`` needs no
+Docker.
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
+import tempfile
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from torchx import specs as tx
 from torchx.schedulers import api as tx_api
+from torchx.workspace.api import WorkspaceMixin
 
 from airflow_provider_torchx.core.schedulers.aws_batch.render import BatchJob
 from airflow_provider_torchx.core.schedulers.aws_batch.scheduler import BACKEND, AWSBatchScheduler
 from airflow_provider_torchx.core.schedulers.aws_batch.scheduler import create_scheduler as create_batch_scheduler
-from airflow_provider_torchx.core.specs import AppDryRunInfo
+from airflow_provider_torchx.core.specs import AppDryRunInfo, Role
 from airflow_provider_torchx.torchx_plugin import convert
+
+log = logging.getLogger(__name__)
 
 #: What a cancel through TorchX records as its reason (``describe``'s ``msg`` shows it).
 CANCEL_REASON = "torchx cancel"
 
 
-class BatchPluginScheduler(tx_api.Scheduler[Mapping[str, tx.CfgVal]]):
+class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, tx.CfgVal]]):
     """TorchX's ``aws_batch``: app ids are the core's (``queue:job_name``)."""
 
     def __init__(self, session_name: str, batch: AWSBatchScheduler) -> None:
         super().__init__(BACKEND, session_name)
         self.batch = batch
+
+    def caching_build_workspace_and_update_role(
+        self, role: tx.Role, cfg: Mapping[str, tx.CfgVal], build_cache: dict[object, object]
+    ) -> None:
+        """Build ``role.workspace`` on ``role.image`` and point ``role.image`` at the local
+        build (pushed to ``image_repo`` by ``schedule``); roles sharing an image and a
+        workspace share one build. Without ``image_repo``, nothing is built."""
+        workspace = role.workspace
+        if not workspace:
+            return
+        if not cfg.get("image_repo"):
+            log.info(
+                "aws_batch: role %s runs %s as it is: its workspace %s is built only with the run option image_repo",
+                role.name,
+                role.image,
+                workspace,
+            )
+            return
+        key = (role.image, str(workspace))
+        if key not in build_cache:
+            build_cache[key] = self._build(role, workspace, cfg)
+        role.image = str(build_cache[key])
+
+    def _build(self, role: tx.Role, workspace: tx.Workspace, cfg: Mapping[str, tx.CfgVal]) -> str:
+        """The core's build of ``workspace`` (one directory, or several merged into one): the
+        local image id."""
+        if workspace.is_unmapped_single_project():
+            built = self.batch.build_workspace_image(Role(role.name, image=role.image, workspace=str(workspace)), cfg)
+        else:
+            with tempfile.TemporaryDirectory(suffix="-torchx-workspace") as merged:
+                workspace.merge_into(merged)
+                built = self.batch.build_workspace_image(Role(role.name, image=role.image, workspace=merged), cfg)
+        return built or role.image
 
     def _run_opts(self) -> tx.runopts:
         return convert.runopts_out(self.batch.run_opts())

@@ -119,12 +119,6 @@ def test_every_role_field_goes_in_and_comes_back() -> None:
     assert convert.role_in(tx.Role("r", "img"), 0).entrypoint == ""  # the core then names the field
 
 
-def test_a_role_with_an_unbuilt_workspace_is_refused_naming_the_field() -> None:
-    role = tx.Role("r", "img", entrypoint="x", workspace=tx.Workspace.from_str("/src"))
-    with pytest.raises(InvalidSpecError, match=r"roles\[1\]\.workspace: '/src' is set.*does not build workspaces"):
-        convert.role_in(role, 1)
-
-
 def test_the_macros_are_the_same_strings_on_both_sides() -> None:
     for name in ("img_root", "app_id", "replica_id", "rank0_env"):
         assert getattr(tx.macros, name) == getattr(ours.macros, name)
