@@ -1,7 +1,7 @@
 """The plugin end to end, as a TorchX user runs it: the ``torchx`` CLI and TorchX's ``Runner``
 against the moto server over HTTP (every Batch node a real container on the test Docker
 engine, output read back from CloudWatch Logs), single-node and 2-node jobs: submit, status,
-log lines, list and cancel. What moto models and what it does not: tests/core/aws_batch/
+log lines (read, and tailed by `torchx run --log`), list and cancel. What moto models: tests/core/aws_batch/
 test_integration.py."""
 
 from __future__ import annotations
@@ -26,9 +26,14 @@ TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 def torchx(*args: str) -> str:
     """``torchx ARGS``: its stdout (a failure shows its stderr)."""
+    return torchx_outputs(*args)[0]
+
+
+def torchx_outputs(*args: str) -> tuple[str, str]:
+    """``torchx ARGS``: its stdout and stderr (a failure shows its stderr)."""
     proc = subprocess.run([str(BIN / "torchx"), *args], capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return proc.stdout, proc.stderr
 
 
 def cli_state(handle: str) -> str:
@@ -67,10 +72,11 @@ def test_torchx_cli_runs_logs_lists_and_cancels(batch_queue: str, runner: Runner
     both paths)."""
     cfg = ["-s", "aws_batch", "-cfg", f"queue={batch_queue}"]
     sleeper = torchx("run", *cfg, "utils.sh", "--image", IMAGE, "sleep", "60").strip().splitlines()[-1]
-    out = torchx(
-        "run", *cfg, "--wait", "utils.echo", "--msg", "hi from torchx", "--image", IMAGE, "--num_replicas", "2"
-    )
+    component = ["utils.echo", "--msg", "hi from torchx", "--image", IMAGE, "--num_replicas", "2"]
+    out, err = torchx_outputs("run", *cfg, "--log", *component)  # waits, tailing every replica's log
     handle = out.strip().splitlines()[0]
+    streamed = [line for line in err.splitlines() if line.startswith("echo/")]
+    assert sorted(streamed) == ["echo/0 hi from torchx"] * 2 + ["echo/1 hi from torchx"] * 2  # moto: one stream
     assert handle.startswith(f"aws_batch://torchx/{batch_queue}:echo-")
     assert cli_state(handle) == "SUCCEEDED"
     # `torchx log HANDLE`: every replica's lines, each prefixed with role/replica; moto writes
