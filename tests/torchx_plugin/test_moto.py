@@ -1,8 +1,8 @@
 """The plugin end to end, as a TorchX user runs it: the ``torchx`` CLI and TorchX's ``Runner``
 against the moto server over HTTP (every Batch node a real container on the test Docker
 engine, output read back from CloudWatch Logs), single-node and 2-node jobs: submit, status,
-log lines (read, and tailed by `torchx run --log`), list and cancel. What moto models: tests/core/aws_batch/
-test_integration.py."""
+log lines (read, and tailed by ``torchx run --log``), list and cancel. What moto models:
+tests/core/aws_batch/test_integration.py."""
 
 from __future__ import annotations
 
