@@ -166,6 +166,32 @@ def test_a_single_node_request_has_replica_0_and_localhost_as_rank0() -> None:
     assert {"name": render.RANK0_HOST_ENV, "value": "localhost"} in props["environment"]
 
 
+@pytest.mark.parametrize(
+    ("cfg", "platform", "retry"),
+    [
+        ({"platform": "FARGATE", "execution_role_arn": "arn:aws:iam::1:role/x"}, "FARGATE", {"attempts": 2}),
+        (
+            {"retry_on": "infra"},
+            "EC2",
+            {
+                "attempts": 2,
+                "evaluateOnExit": [
+                    {"onStatusReason": "Host EC2*", "action": "RETRY"},
+                    {"onReason": "*", "action": "EXIT"},
+                ],
+            },
+        ),
+    ],
+)
+def test_a_single_replica_is_a_single_node_job_for_fargate_and_spot_queues(
+    cfg: dict[str, str], platform: str, retry: dict[str, object]
+) -> None:
+    role = tx.Role("main", "img", entrypoint="echo", max_retries=1, resource=tx.Resource(cpu=1, gpu=0, memMB=2048))
+    job = create_scheduler("t").submit_dryrun(tx.AppDef("s", roles=[role]), {"queue": "q", **cfg}).request
+    assert (job.job_def["type"], job.job_def["platformCapabilities"]) == ("container", [platform])
+    assert job.job_def["retryStrategy"] == retry
+
+
 def test_run_options_come_out_with_their_types_defaults_help_and_required() -> None:
     mine = run_opts()
     theirs = convert.runopts_out(mine)

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from airflow_provider_torchx.torchx_plugin.scheduler import BatchPluginScheduler
 
 BIN = Path(sys.executable).parent
 MODULE = "torchx_plugins.schedulers.airflow_provider_torchx_aws_batch"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, cwd: Path | None = None) -> str:
@@ -43,6 +45,18 @@ def test_registry_lists_aws_batch_from_this_package() -> None:
     assert get_scheduler_factories()["aws_batch"] is factory
     sched = factory("s")
     assert isinstance(sched, BatchPluginScheduler) and (sched.backend, sched.session_name) == ("aws_batch", "s")
+
+
+def test_the_namespace_package_stays_a_namespace_package() -> None:
+    """An ``__init__.py`` in ``torchx_plugins/`` would hide every other distribution's plugins."""
+    assert not (REPO / "torchx_plugins" / "__init__.py").exists()
+    assert not (REPO / "torchx_plugins" / "schedulers" / "__init__.py").exists()
+
+
+def test_the_torchx_extra_pins_the_build_this_venv_tests() -> None:
+    pinned = f"torchx-nightly=={metadata.version('torchx-nightly')}"
+    assert f'{pinned}; extra == "torchx"' in (metadata.requires("airflow-provider-torchx") or [])
+    assert pinned in (REPO / "scripts" / "torchx-venv.sh").read_text()
 
 
 def test_runopts_cli_prints_every_option_of_ours(tmp_path: Path) -> None:
