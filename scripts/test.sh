@@ -59,7 +59,7 @@ else
     # Two lanes at once (the live tests mostly wait on their deployments and jobs, the others
     # mostly compute), of about equal length: the pinned line's own tests and its two FAB and
     # multi-team UI modules, then the 3.1 pass, then the TorchX plugin's tests (TorchX's venv,
-    # about 40 s), beside the pinned line's other live tests, then the 3.2 pass. Every pass runs,
+    # about 45 s), beside the pinned line's other live tests, then the 3.2 pass. Every pass runs,
     # whatever failed before it.
     ui=(tests/e2e/test_ui_fab.py tests/e2e/test_ui_security.py)
     (

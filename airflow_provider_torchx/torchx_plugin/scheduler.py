@@ -83,9 +83,14 @@ class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, t
     def _run_opts(self) -> tx.runopts:
         return convert.runopts_out(self.batch.run_opts())
 
+    def _pre_build_validate(self, app: tx.AppDef, scheduler: str, cfg: Mapping[str, tx.CfgVal]) -> None:
+        """The core's checks of the app and the cfg (a render: no AWS call), before TorchX
+        builds any workspace, so that bad input fails before a Docker build."""
+        self.batch.submit_dryrun(convert.app_in(app), convert.cfg_in(cfg))
+
     def _validate(self, app: tx.AppDef, scheduler: str, cfg: Mapping[str, tx.CfgVal]) -> None:
-        """Nothing here: the core checks the app and the cfg when it renders the request,
-        naming the field (TorchX's own check of a missing resource says less)."""
+        """Nothing more here: the core checks again when it renders the request, naming the
+        field (TorchX's own check of a missing resource says less)."""
 
     def _submit_dryrun(
         self, app: tx.AppDef, cfg: Mapping[str, tx.CfgVal]

@@ -89,6 +89,20 @@ def test_a_workspace_of_several_directories_is_built_merged(
     assert (image, files) == (IMAGE, ["app.py", "lib", "lib/lib.py"])
 
 
+def test_bad_input_fails_naming_the_field_before_any_build(
+    sched: tuple[BatchPluginScheduler, Builds], tmp_path: Path
+) -> None:
+    from torchx.runner import Runner
+
+    s, builds = sched
+    role = roles(tx.Workspace.from_str(str(tmp_path)))[0]
+    role.resource = tx.Resource(cpu=0, gpu=0, memMB=64)
+    bad = r"roles\[0\]\.resource\.cpu: role 'a' asks for 0 vCPUs"
+    with Runner("t", {"aws_batch": lambda session_name, **kw: s}) as runner, pytest.raises(ValueError, match=bad):
+        runner.dryrun(tx.AppDef("bad", roles=[role]), "aws_batch", {"queue": "q", "image_repo": "r"})
+    assert builds.calls == []
+
+
 @pytest.mark.docker
 @pytest.mark.timeout(120)
 def test_torchx_run_builds_the_workspace_pushes_it_and_runs_it(
