@@ -71,7 +71,7 @@ def test_torchx_cli_runs_logs_lists_and_cancels(batch_queue: str, runner: Runner
     starts TorchX anew, so the shapes share calls; the Runner test runs both shapes through
     both paths)."""
     cfg = ["-s", "aws_batch", "-cfg", f"queue={batch_queue}"]
-    sleeper = torchx("run", *cfg, "utils.sh", "--image", IMAGE, "sleep", "60").strip().splitlines()[-1]
+    sleeper = torchx("run", *cfg, "utils.sh", "--image", IMAGE, "sleep", "600").strip().splitlines()[-1]
     component = ["utils.echo", "--msg", "hi from torchx", "--image", IMAGE, "--num_replicas", "2"]
     out, err = torchx_outputs("run", *cfg, "--log", *component)  # waits, tailing every replica's log
     handle = out.strip().splitlines()[0]
@@ -110,7 +110,7 @@ def test_torchx_runner_runs_logs_lists_and_cancels(batch_queue: str, runner: Run
         resource=tx.Resource(cpu=1, gpu=0, memMB=64),
     )
     sleeper_role = tx.Role(
-        "main", IMAGE, entrypoint="sleep", args=["60"], num_replicas=replicas, resource=role.resource
+        "main", IMAGE, entrypoint="sleep", args=["600"], num_replicas=replicas, resource=role.resource
     )
     sleeper = runner.run(tx.AppDef("sleeper", roles=[sleeper_role]), "aws_batch", cfg)
     handle = runner.run(tx.AppDef("hello", roles=[role]), "aws_batch", cfg)
