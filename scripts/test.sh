@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Set up everything the tests need (virtualenv, PyTorch's and the browser's own venvs, Docker
-# engine, local registry, PostgreSQL), lint and type-check, run the whole test suite on the
+# Set up everything the tests need (virtualenv, PyTorch's, TorchX's and the browser's own venvs,
+# Docker engine, local registry, PostgreSQL), lint and type-check, run the whole test suite on the
 # pinned Airflow 3.3.2, then the tests whose behaviour differs between Airflow lines (marker
 # `airflow_line`, but the PyTorch ones) again on Airflow 3.1.8 and on 3.2.2, each line in its
-# own venv with its own constraints (scripts/test-airflow-line.sh), in two lanes at once. Every
+# own venv with its own constraints (scripts/test-airflow-line.sh), and the TorchX plugin's tests
+# in TorchX's venv without Airflow (scripts/torchx-venv.sh), in two lanes at once. Every
 # pass runs even when one before it failed; each writes its output and JUnit XML under
 # .ci/state/, and the end prints each pass's time and the run's slowest tests
 # (scripts/test_times.py). Services are stopped on exit. Arguments, if any, select what to run
@@ -11,13 +12,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# The older lines' venvs (a pip install each, about 70 s on a fresh machine) and PyTorch's
-# (a large download) are made in the background while the browser's venv, the services and the
-# checks are set up, one after the other (apt takes one install at a time; an editable install
-# rewrites the source tree's egg-info), and waited for before the tests start (which read the
-# entry points from that egg-info).
+# The older lines' venvs (a pip install each, about 70 s on a fresh machine), TorchX's (about
+# 90 s; after them: each install of the package is editable) and PyTorch's (a large download)
+# are made in the background while the browser's venv, the services and the checks are set up,
+# one after the other (apt takes one install at a time; an editable install rewrites the source
+# tree's egg-info), and waited for before the tests start (which read the entry points from that
+# egg-info).
 logs=$(mktemp -d)
-(bash scripts/test-airflow-line.sh --prepare 3.1 && bash scripts/test-airflow-line.sh --prepare 3.2) >"$logs/older" 2>&1 &
+(
+    bash scripts/test-airflow-line.sh --prepare 3.1 &&
+        bash scripts/test-airflow-line.sh --prepare 3.2 &&
+        bash scripts/torchx-venv.sh
+) >"$logs/older" 2>&1 &
 older_pid=$!
 bash scripts/torch-venv.sh >"$logs/torch" 2>&1 &
 torch_pid=$!
@@ -29,7 +35,7 @@ source .ci/state/services.env
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-wait "$older_pid" || { cat "$logs/older"; echo "test.sh: making the Airflow 3.1/3.2 venvs failed" >&2; exit 1; }
+wait "$older_pid" || { cat "$logs/older"; echo "test.sh: making the Airflow 3.1/3.2 or TorchX venvs failed" >&2; exit 1; }
 wait "$torch_pid" || { cat "$logs/torch"; echo "test.sh: making the PyTorch venv failed" >&2; exit 1; }
 
 state=.ci/state
@@ -52,13 +58,15 @@ if [ "$#" -gt 0 ]; then
 else
     # Two lanes at once (the live tests mostly wait on their deployments and jobs, the others
     # mostly compute), of about equal length: the pinned line's own tests and its two FAB and
-    # multi-team UI modules, then the 3.1 pass, beside the pinned line's other live tests, then
-    # the 3.2 pass. Every pass runs, whatever failed before it.
+    # multi-team UI modules, then the 3.1 pass, then the TorchX plugin's tests (TorchX's venv,
+    # about 45 s), beside the pinned line's other live tests, then the 3.2 pass. Every pass runs,
+    # whatever failed before it.
     ui=(tests/e2e/test_ui_fab.py tests/e2e/test_ui_security.py)
     (
         rc=0
         pass_ 3.3-own .venv/bin/python -m pytest tests/core tests/airflow "${ui[@]}" || rc=$?
         pass_ 3.1 bash scripts/test-airflow-line.sh 3.1 tests "${older[@]}" || rc=$?
+        pass_ torchx-plugin .venv-torchx/bin/python -m pytest tests/torchx_plugin || rc=$?
         exit "$rc"
     ) &
     lane=$!
