@@ -28,6 +28,7 @@ from airflow_provider_torchx.core.errorfile import (
 )
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, ReplicaStatus, Role
+from tests.fixtures import aborted_node
 from tests.fixtures.torch import torch_job_env
 
 STANDIN = str(Path(__file__).resolve().parents[1] / "fixtures" / "standin_torchrun.py")
@@ -344,96 +345,12 @@ def test_a_rank_that_lost_its_peer_is_not_the_root_cause() -> None:
     assert root_cause_of([peer, dataclasses.replace(peer, replica="trainer/1", timestamp=99.0)]).replica == "trainer/1"
 
 
-#: What torchrun 2.13 leaves of a node of 2 ranks (``dist.spmd``'s ``--tee 2``) whose local rank
-#: 1 (global rank 1) aborted: its node's stderr, where rank 0's collateral gloo traceback comes
-#: last, and each rank's own file below ``$PET_LOG_DIR``. An older run of the same replica (a
-#: restart) left a file of its own, older. Args: the summary.
-ABORTED_NODE = r"""
-import os, sys, time
-PEER = [
-    "Traceback (most recent call last):",
-    '  File "/app/train.py", line 57, in main',
-    "    loss.backward()",
-    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:6521",
-]
-OWN = [
-    "rank 1: corrupt shard, aborting",
-    "Fatal Python error: Aborted",
-    "",
-    "Current thread 0x00007f92f586ab80 (most recent call first):",
-    '  File "/app/train.py", line 66 in main',
-    '  File "/venv/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 357 in wrapper',
-]
-logs = os.environ["PET_LOG_DIR"]
-def write(run, rank, lines):
-    path = os.path.join(logs, run, "attempt_0", str(rank), "stderr.log")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write("".join(line + "\n" for line in lines))
-write("job_old", 1, ["rank 1 of an earlier run"])
-os.utime(os.path.join(logs, "job_old", "attempt_0", "1", "stderr.log"), (1, 1))
-write("job_new", 0, PEER)
-write("job_new", 1, OWN)
-sys.stderr.write("\n".join(OWN + PEER) + "\n")
-sys.stderr.write(
-    "E1202 10:50:32.200000 1574 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -6) "
-    "local_rank: 1 (pid: 1596) of binary: /venv/bin/python\n" + sys.argv[1] + "\n"
-)
-if len(sys.argv) > 2:  # torchrun's copy of its root cause's error file
-    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
-        f.write(sys.argv[2])
-sys.exit(1)
-"""
-
-#: torchrun 2.13's summary of that node when rank 0's collateral error came first (same
-#: second): its root cause is rank 0's, rank 1's abort is among the other failures.
-PEER_FIRST = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-train.py FAILED
-------------------------------------------------------------
-Failures:
-[1]:
-  time      : 2026-12-02_10:56:34
-  host      : localhost
-  rank      : 1 (local_rank: 1)
-  exitcode  : -6 (pid: 1596)
-  error_file: <N/A>
-  traceback : Signal 6 (SIGABRT) received by PID 1596
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-12-02_10:56:34
-  host      : localhost
-  rank      : 0 (local_rank: 0)
-  exitcode  : 1 (pid: 1595)
-  error_file: /tmp/ranks/job_new/attempt_0/0/error.json
-  traceback : Traceback (most recent call last):
-    File "/app/train.py", line 57, in main
-      loss.backward()
-  RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:6521
-============================================================"""
-PEER_FILE = json.dumps(
-    {
-        "message": {
-            "message": "RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:6521",
-            "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1764672994"},
-            "errorCode": 1,
-        }
-    }
-)
+ABORTED_NODE = aborted_node.__file__
 
 
-def _run_aborted_node(runner: Runner, *torchrun: str) -> tuple[str, AppState, RootCause | None]:
-    """Runs the node; ``torchrun``: its summary and error file (default: rank 1's abort)."""
-    summary = "\n".join(_summary("Signal 6 (SIGABRT) received by PID 1596")).replace(
-        "rank      : 3 (local_rank: 1)", "rank      : 1 (local_rank: 1)"
-    )
-    app = AppDef(
-        name="abort",
-        roles=[
-            Role("trainer", "local", entrypoint=sys.executable, args=["-c", ABORTED_NODE, *(torchrun or [summary])])
-        ],
-    )
+def _run_aborted_node(runner: Runner, mode: str = "rank-first") -> tuple[str, AppState, RootCause | None]:
+    """Runs the node stand-in (``mode``: which failure torchrun names first)."""
+    app = AppDef(name="abort", roles=[Role("trainer", "local", entrypoint=sys.executable, args=[ABORTED_NODE, mode])])
     handle = runner.run(app, "local_cwd")
     status = runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
     assert status is not None
@@ -446,7 +363,7 @@ def test_an_aborted_rank_is_quoted_from_its_own_stderr_not_its_siblings(runner: 
     assert cause is not None and (cause.rank, cause.local_rank, cause.own_stderr) == (1, 1, True)
     text = cause.format()
     assert text.startswith(
-        "Root cause (rank 1, replica trainer/0, exit code 1): Signal 6 (SIGABRT) received by PID 1596\n"
+        "Root cause (rank 1, replica trainer/0, exit code -6): Signal 6 (SIGABRT) received by PID 1596\n"
         "  Last lines of its stderr:\n"
         "  rank 1: corrupt shard, aborting\n"
         "  Fatal Python error: Aborted\n"
@@ -489,7 +406,7 @@ def test_a_nodes_traceback_is_the_ranks_only_when_it_is_its_one_and_not_a_peer_g
 def test_a_ranks_abort_wins_over_the_peer_gone_error_torchrun_saw_first(runner: Runner) -> None:
     """torchrun names rank 0's collateral error (and copies its error file) when it came in the
     same second: the root cause is rank 1's abort, from the summary's other failures."""
-    _, _, cause = _run_aborted_node(runner, PEER_FIRST, PEER_FILE)
+    _, _, cause = _run_aborted_node(runner, "peer-first")
     assert cause is not None
     assert (cause.rank, cause.local_rank, cause.exit_code, cause.error) == (
         1,
@@ -500,7 +417,9 @@ def test_a_ranks_abort_wins_over_the_peer_gone_error_torchrun_saw_first(runner: 
     assert cause.own_stderr and cause.stderr[0] == "rank 1: corrupt shard, aborting", cause.stderr
     # A summary whose root cause is not a peer gone, or whose other failures are only peers gone
     # or the stop torchrun dealt, stays torchrun's.
-    alone = PEER_FIRST.replace("Signal 6 (SIGABRT) received by PID 1596", "Signal 15 (SIGTERM) received by PID 1596")
+    alone = aborted_node.PEER_FIRST.replace(
+        "Signal 6 (SIGABRT) received by PID 1596", "Signal 15 (SIGTERM) received by PID 1596"
+    )
     found = parse_torchrun_summary(alone.splitlines(), "trainer/0")
     assert found is not None and found.rank == 0 and "Connection closed by peer" in found.error
     found = parse_torchrun_summary(_summary("Signal 6 (SIGABRT) received by PID 1"), "trainer/0")
