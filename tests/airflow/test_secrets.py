@@ -113,4 +113,3 @@ def test_a_password_from_a_connection_in_env_is_masked(run_dag: Any, monkeypatch
     rendered = dag_run.get_task_instance("dryrun").xcom_pull(task_ids="dryrun")
     for text in (out, rendered if isinstance(rendered, str) else json.dumps(rendered)):
         assert value not in text and '"HF_TOKEN": "***"' in text
-
