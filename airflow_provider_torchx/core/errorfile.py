@@ -42,6 +42,10 @@ Guarantees of ``find_root_cause``:
    order), as torchrun picks its root cause among its workers. A failed job's replicas that
    were stopped after the first failure count too when torchrun reported a failed rank of
    theirs (not the stop): the first replica to end is not always the one that failed first.
+   Within one node, the same: when torchrun's summary names a peer gone as its root cause (a
+   sibling rank that lost the failing one, in the same second), another failure of the
+   summary that is neither a peer gone nor torchrun's stop of its ranks (SIGTERM, SIGKILL) is
+   the node's cause.
 3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
    replica whose lines the caller passes), the failing rank's own last ``SUMMARY_LINES``
    stderr lines where the scheduler keeps them (``rank_stderr``), else, where the scheduler
