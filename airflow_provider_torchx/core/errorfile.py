@@ -18,9 +18,17 @@ can read (the local schedulers: ``error.json`` beside its logs) and names it
 the replica's log is what there is.
 
 A rank that recorded nothing (no ``record``, or killed by a signal: a C++ abort) still wrote its
-last words to stderr, which its node shares with its sibling ranks and torchrun: the root cause
-then carries the node's stderr lines from before torchrun reported the failure (torchrun's own
-log lines left out), and takes the exception and frames of a Python traceback among them.
+last words to stderr. ``dist.spmd`` has torchrun tee each rank's stderr into a file of its own
+(``--tee 2``) below torchrun's log directory; where the scheduler reads those files
+(``Scheduler.rank_stderr``: the local schedulers point ``$PET_LOG_DIR`` into the replica's log
+directory) the root cause carries the failing rank's own last lines, found by the local rank
+torchrun's summary names, and takes the exception and frames of its last Python traceback.
+Elsewhere (AWS Batch: the files stay in the container; a role that set its own ``--log-dir``)
+only the node's stderr is left, which the rank shares with its sibling ranks and torchrun: the
+root cause then carries the node's lines from before torchrun reported the failure (torchrun's
+own log lines left out), said to be the node's, and takes a Python traceback among them as the
+rank's only when it is the node's one traceback and not a peer gone (``_PEER_GONE``: a sibling
+rank's collateral error is never quoted as the rank's own).
 
 Guarantees of ``find_root_cause``:
 
@@ -34,9 +42,14 @@ Guarantees of ``find_root_cause``:
    order), as torchrun picks its root cause among its workers. A failed job's replicas that
    were stopped after the first failure count too when torchrun reported a failed rank of
    theirs (not the stop): the first replica to end is not always the one that failed first.
+   Within one node, the same: when torchrun's summary names a peer gone as its root cause (a
+   sibling rank that lost the failing one, in the same second), another failure of the
+   summary that is neither a peer gone nor torchrun's stop of its ranks (SIGTERM, SIGKILL) is
+   the node's cause.
 3. Reads at most ``MAX_REPLICAS`` replicas, ``SUMMARY_LINES`` log lines each (none of a
-   replica whose lines the caller passes), and, where the scheduler reads stderr apart
-   (``separate_stderr``), ``SUMMARY_LINES`` lines of its stderr.
+   replica whose lines the caller passes), the failing rank's own last ``SUMMARY_LINES``
+   stderr lines where the scheduler keeps them (``rank_stderr``), else, where the scheduler
+   reads stderr apart (``separate_stderr``), ``SUMMARY_LINES`` lines of the node's stderr.
 
 One exit code: a root cause from torchrun carries the failing rank's own exit code (``4`` for
 ``sys.exit(4)``, ``-6`` for SIGABRT). The replica's process is torchrun, which exits 1 whatever
@@ -65,6 +78,11 @@ if TYPE_CHECKING:
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 #: The local scheduler's error file of a replica, in the replica's log directory.
 ERROR_FILE_NAME = "error.json"
+#: The variable torchrun takes its ``--log-dir`` from, and the local scheduler's directory for
+#: it in the replica's log directory: torchrun keeps each rank's tee'd stderr there
+#: (``dist.spmd``'s ``--tee 2``), which the root cause quotes.
+RANK_LOGS_ENV = "PET_LOG_DIR"
+RANK_LOGS_NAME = "ranks"
 #: How many of the traceback's last frames the root cause shows.
 FRAMES = 3
 #: How many failed replicas are examined, and how many of their last log lines.
@@ -78,7 +96,11 @@ _NO_RECORD = "the worker recorded no traceback"
 _NO_TRACEBACK = "To enable traceback see"
 _FIELD = re.compile(r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
 _RANK = re.compile(r"^(?P<rank>-?\d+)")
+_LOCAL_RANK = re.compile(r"\blocal_rank:\s*(?P<rank>\d+)")
 _BORDER = re.compile(r"^\s*=+\s*$")
+_SECTION = re.compile(r"^\s*-{10,}\s*$")
+_ENTRY = re.compile(r"^\s*\[\d+\]:\s*$")
+_FAILURES_HEADER = "Failures:"
 #: A line of torchrun's own log (glog form: level, date, time, pid, source).
 _AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ (?P<pid>\d+) \S+\.py:\d+\] ")
 #: torchrun's line on a failed worker: where its failure report starts.
@@ -98,8 +120,12 @@ class RootCause:
     exit_code: int | None = None
     frames: tuple[str, ...] = ()
     timestamp: float | None = None
-    #: The last lines the failing rank's node wrote to stderr (``node_stderr``).
+    #: The last lines the failing rank wrote to stderr: its own (``own_stderr``), else its
+    #: node's (``node_stderr``: every rank of the node and torchrun).
     stderr: tuple[str, ...] = ()
+    own_stderr: bool = False
+    #: The failing rank's rank on its node (torchrun's summary), which names its own files.
+    local_rank: int | None = None
 
     def format(self) -> str:
         """``Root cause (rank 1, replica trainer/0): RuntimeError: boom`` and the last frames."""
@@ -116,7 +142,8 @@ class RootCause:
         if self.frames:
             return head + "\n  Last frames of its traceback:\n" + "\n".join(f"  {line}" for line in self.frames)
         if self.stderr:
-            return head + "\n  Last lines of its node's stderr:\n" + "\n".join(f"  {line}" for line in self.stderr)
+            whose = "its" if self.own_stderr else "its node's"
+            return head + f"\n  Last lines of {whose} stderr:\n" + "\n".join(f"  {line}" for line in self.stderr)
         return head
 
 
@@ -136,20 +163,33 @@ def node_stderr(lines: Sequence[str]) -> list[str]:
 
 
 def with_node_stderr(cause: RootCause, stderr: Sequence[str]) -> RootCause:
-    """``cause`` with the node's last stderr lines; a cause that recorded no traceback takes the
-    exception and frames of the last Python traceback the node printed."""
+    """``cause`` with the node's last stderr lines (``node_stderr``); a cause that recorded no
+    traceback takes the exception and frames of a Python traceback there only when it is the
+    node's one traceback and not a peer gone: the node's lines are its sibling ranks' too."""
+    return _with_stderr(cause, stderr, own=False)
+
+
+def with_rank_stderr(cause: RootCause, stderr: Sequence[str]) -> RootCause:
+    """``cause`` with the failing rank's own last stderr lines; a cause that recorded no
+    traceback takes the exception and frames of the last Python traceback there."""
+    return _with_stderr(cause, [line.rstrip("\r\n") for line in stderr if line.strip()], own=True)
+
+
+def _with_stderr(cause: RootCause, stderr: Sequence[str], own: bool) -> RootCause:
     if not stderr:
         return cause
     shown = tuple(
         line if len(line) <= STDERR_WIDTH else line[:STDERR_WIDTH] + " ..." for line in stderr[-STDERR_LINES:]
     )
-    cause = dataclasses.replace(cause, stderr=shown)
+    cause = dataclasses.replace(cause, stderr=shown, own_stderr=own)
     starts = [i for i, line in enumerate(stderr) if line.strip() == _PY_TRACEBACK]
     if cause.frames or not starts or not cause.error.startswith(_NO_RECORD):
         return cause
     traceback = "\n".join(stderr[starts[-1] :])
     error = _exception_line(traceback)
-    return dataclasses.replace(cause, error=error or cause.error, frames=last_frames(traceback)) if error else cause
+    if not error or (not own and (len(starts) > 1 or _PEER_GONE.search(error))):
+        return cause
+    return dataclasses.replace(cause, error=error, frames=last_frames(traceback))
 
 
 def last_frames(traceback: str, n: int = FRAMES) -> tuple[str, ...]:
@@ -210,15 +250,53 @@ def parse_error_file(text: str, replica: str) -> RootCause | None:
 
 def parse_torchrun_summary(lines: Sequence[str], replica: str) -> RootCause | None:
     """The root cause torchrun printed in its ``ChildFailedError`` summary (the last one in
-    ``lines``): rank, exit code and, when the worker recorded it, the traceback."""
+    ``lines``): rank, exit code and, when the worker recorded it, the traceback. torchrun's own
+    root cause, unless that is a peer gone (``_PEER_GONE``: a rank that lost its sibling of the
+    same node, reported in the same second) and one of the summary's other failures is not,
+    nor the stop torchrun dealt its other ranks (SIGTERM, SIGKILL): that one then."""
+    entries = _summary_entries(lines, replica)
+    return _pick(entries) if entries else None
+
+
+def _pick(entries: Sequence[RootCause]) -> RootCause:
+    """Of a summary's failures (its root cause first), the one ``parse_torchrun_summary`` says."""
+    root = entries[0]
+    if not _PEER_GONE.search(root.error):
+        return root
+    own = [e for e in entries[1:] if not _PEER_GONE.search(e.error) and not _STOP.search(e.error)]
+    return own[0] if own else root
+
+
+def _summary_entries(lines: Sequence[str], replica: str) -> list[RootCause]:
+    """The failures of torchrun's last summary in ``lines``: its root cause, then the others
+    (``Failures:``); empty when there is none."""
     lines = [line.rstrip("\r\n") for line in lines]
     starts = [i for i, line in enumerate(lines) if _ROOT_CAUSE_HEADER in line]
     if not starts:
-        return None
+        return []
+    entries = [_summary_entry(lines[starts[-1] + 1 :], replica)]
+    others = [i for i in range(starts[-1]) if lines[i].strip() == _FAILURES_HEADER]
+    if others:
+        section: list[str] = []
+        for line in lines[others[-1] + 1 : starts[-1]]:
+            if _BORDER.match(line) or _SECTION.match(line):
+                break
+            if _ENTRY.match(line) and section:
+                entries.append(_summary_entry(section, replica))
+                section = []
+            section.append(line)
+        if any(_FIELD.match(line) for line in section):
+            entries.append(_summary_entry(section, replica))
+    return entries
+
+
+def _summary_entry(lines: Sequence[str], replica: str) -> RootCause:
+    """One failure of torchrun's summary, from its field lines on (``[0]:``, ``time``, ...,
+    ``traceback``) to the end of ``lines`` or a border."""
     fields: dict[str, str] = {}
     traceback: list[str] = []
-    for line in lines[starts[-1] + 1 :]:
-        if _BORDER.match(line):
+    for line in lines:
+        if _BORDER.match(line) or _SECTION.match(line):
             break
         if traceback:
             traceback.append(line[2:] if line.startswith("  ") else line)
@@ -229,6 +307,7 @@ def parse_torchrun_summary(lines: Sequence[str], replica: str) -> RootCause | No
             if m["key"] == "traceback":
                 traceback.append(m["value"])
     rank = _RANK.match(fields.get("rank", ""))
+    local_rank = _LOCAL_RANK.search(fields.get("rank", ""))
     code = _RANK.match(fields.get("exitcode", ""))
     text = "\n".join(traceback).strip()
     if text.startswith(_NO_TRACEBACK) or not text:
@@ -243,6 +322,7 @@ def parse_torchrun_summary(lines: Sequence[str], replica: str) -> RootCause | No
         rank=int(rank["rank"]) if rank else None,
         exit_code=int(code["rank"]) if code else None,
         frames=frames,
+        local_rank=int(local_rank["rank"]) if local_rank else None,
     )
 
 
@@ -275,10 +355,28 @@ def _replica_root_cause(
         from airflow_provider_torchx.core.logstream import last_lines
 
         tail = last_lines(runner, app_handle, rep.role, rep.id, SUMMARY_LINES)
-    stderr = node_stderr(_stderr_tail(runner, app_handle, rep) if capabilities.separate_stderr else tail)
     written = _error_file(runner, app_handle, rep) if capabilities.error_files else None
     cause = _recorded_cause(tail, written, replica)
-    return with_node_stderr(cause, stderr) if cause is not None else None
+    if cause is None:
+        return None
+    own = _rank_stderr(runner, app_handle, rep, cause.local_rank)
+    if own:
+        return with_rank_stderr(cause, own)
+    stderr = node_stderr(_stderr_tail(runner, app_handle, rep) if capabilities.separate_stderr else tail)
+    return with_node_stderr(cause, stderr)
+
+
+def _rank_stderr(runner: Runner, app_handle: str, rep: ReplicaStatus, local_rank: int | None) -> list[str]:
+    """The failing rank's own last stderr lines (``Runner.rank_stderr``); empty when torchrun
+    named no local rank, or its file is missing, empty or refused (a file the job swapped for
+    a symbolic link: the node's stderr is quoted instead)."""
+    if local_rank is None:
+        return []
+    try:
+        lines = runner.rank_stderr(app_handle, rep.role, rep.id, local_rank, SUMMARY_LINES)
+    except (ValueError, NotImplementedError, OSError):
+        return []
+    return lines if lines and any(line.strip() for line in lines) else []
 
 
 def _stderr_tail(runner: Runner, app_handle: str, rep: ReplicaStatus) -> list[str]:
@@ -293,9 +391,11 @@ def _stderr_tail(runner: Runner, app_handle: str, rep: ReplicaStatus) -> list[st
 def _recorded_cause(tail: Sequence[str], written: tuple[str, float] | None, replica: str) -> RootCause | None:
     """The cause from torchrun's summary in ``tail`` and the replica's error file ``written``
     (its text and time)."""
-    summary = parse_torchrun_summary(tail, replica)
+    entries = _summary_entries(tail, replica)
+    summary = _pick(entries) if entries else None
     found = parse_error_file(written[0], replica) if written else None
-    if found is None:
+    if found is None or (summary is not None and summary is not entries[0]):
+        # The error file is a copy of torchrun's root cause's: not the rank picked instead.
         return summary
     if written:
         found = dataclasses.replace(found, timestamp=written[1])
@@ -308,6 +408,7 @@ def _recorded_cause(tail: Sequence[str], written: tuple[str, float] | None, repl
         exit_code=found.exit_code if found.exit_code is not None else summary.exit_code,
         frames=found.frames or summary.frames,
         timestamp=found.timestamp,
+        local_rank=summary.local_rank,
     )
 
 

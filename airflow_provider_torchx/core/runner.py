@@ -342,6 +342,12 @@ class Runner:
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.error_file(app_id, role_name, k)
 
+    def rank_stderr(self, app_handle: str, role_name: str, k: int, local_rank: int, n: int) -> list[str] | None:
+        """The last ``n`` lines a local rank of the replica wrote to its own stderr
+        (``Scheduler.rank_stderr``); None: none readable here."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.rank_stderr(app_id, role_name, k, local_rank, n)
+
     def sidecar_dir(self, app_handle: str) -> Path | None:
         """Where watchers may keep their own files beside the job (``Scheduler.sidecar_dir``);
         None: under the host's state dir."""

@@ -1,11 +1,11 @@
 """Real PyTorch DDP through ``TorchXRunOperator``, with the test venv's ``torchrun``
 (``scripts/torch-venv.sh``; these tests fail without it), on 2 nodes (gloo, CPU). In
 ``dag.test()``: 2 x 2 ranks succeed with every rank's lines in the task log once; a rank
-aborting (SIGABRT) fails the job fast, naming its replica, with the rank's last stderr lines
-under the root cause, and leaves no process behind;
+aborting (SIGABRT, 2 x 2) fails the job fast, naming its replica, with the rank's own last stderr
+lines (not its node sibling's) under the root cause, and leaves no process behind;
 ``max_retries=1`` runs the job again. ``on_kill`` (how Airflow stops a task) cancels a job
 whose ranks all run and stops every one of them. A DDP job costs about 20 s here (``import
-torch`` in every process): each case runs in one mode only, the failure cases on 2 x 1."""
+torch`` in every process): each case runs in one mode only, the other failure cases on 2 x 1."""
 
 from __future__ import annotations
 
@@ -81,13 +81,22 @@ def test_a_rank_aborting_fails_the_job_fast_with_its_last_stderr_lines(run_dag: 
         or f"replica {other} exited with code 1; failed replica {ROLE}/{other}, exit code 1" in out
     ), ddp_failure(out)
     assert f"failed replica {ROLE}/{crashed[0]}, exit code" not in out, ddp_failure(out)
+    # Rank 1 shares its node with rank 0 (2 x 2), whose collateral error (gloo's peer gone) the
+    # node's stderr holds too: the root cause quotes rank 1's own stderr, and only it.
     root = re.search(
         rf"Root cause \(rank 1, replica {ROLE}/{crashed[0]}, exit code -6\): Signal 6 \(SIGABRT\) received by PID \d+\n"
-        r"  Last lines of its node's stderr:\n(?:  .*\n)*?  rank 1: corrupt shard, aborting\n",
+        r"  Last lines of its stderr:\n((?:  .*\n)+?)TorchX job ",
         out,
     )
     assert root, ddp_failure(out)
-    assert "torch/distributed/run.py" not in root[0], root[0]  # torchrun's own lines are left out
+    own = root[1].splitlines()
+    assert "  rank 1: corrupt shard, aborting" in own and "  Fatal Python error: Aborted" in own, root[0]
+    assert any(line.strip().startswith('File "') and "ddp_train.py" in line for line in own), root[0]  # its frame
+    # The streamed log keeps the rank's lines, unprefixed by torchrun's tee (its summary's
+    # entries are ``[0]:`` lines of their own).
+    assert len(rank_lines(out, "Fatal Python error: Aborted")) == 1, ddp_failure(out)
+    assert not re.search(rf"\[{ROLE}/\d\] \[(default)?\d\]:\S", out), ddp_failure(out)
+    assert not re.search(r"Connection closed|Traceback|rank [023]\b|torch/distributed/run\.py", root[1]), root[0]
     assert "left behind" not in out, ddp_failure(out)  # torchrun and its ranks stopped, none escaped
     job_dir = job_dir_of(submitted(out))
     state = store.read_json(job_dir / store.STATE, job_dir)

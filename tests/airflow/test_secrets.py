@@ -101,3 +101,15 @@ def test_a_value_from_a_sensitive_variable_is_masked(run_dag: Any) -> None:
     rendered = dag_run.get_task_instance("dryrun").xcom_pull(task_ids="dryrun")
     for text in (out, rendered if isinstance(rendered, str) else json.dumps(rendered)):
         assert value not in text and '"RUN_SETTING": "***"' in text
+
+
+def test_a_password_from_a_connection_in_env_is_masked(run_dag: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The way docs/operators.md gives to pass a secret ("Passing secrets"): env from a
+    connection, under a sensitive name; the value is in neither the task log nor the XCom."""
+    value = "from-a-connection-0123456789"
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_TEST_HF", json.dumps({"conn_type": "generic", "password": value}))
+    dag_run, out = run_dag("torchx_test_secret_connection")
+    assert dag_run.state == "success", out[-4000:]
+    rendered = dag_run.get_task_instance("dryrun").xcom_pull(task_ids="dryrun")
+    for text in (out, rendered if isinstance(rendered, str) else json.dumps(rendered)):
+        assert value not in text and '"HF_TOKEN": "***"' in text

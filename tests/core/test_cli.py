@@ -29,6 +29,7 @@ from airflow_provider_torchx.core.specs import (
     RoleStatus,
     parse_app_handle,
 )
+from tests.fixtures import aborted_node
 
 CLI = str(Path(sys.executable).parent / "airflow-torchx")
 STANDIN = str(Path(__file__).resolve().parents[1] / "fixtures" / "standin_torchrun.py")
@@ -277,6 +278,27 @@ def test_status_and_describe_of_a_failed_ddp_job_show_its_root_cause(capsys: pyt
     code, out, _ = run_cli(capsys, "run", "--wait", "utils.echo")
     code, out, _ = run_cli(capsys, "status", "--json", only_handle(out))
     assert code == 0 and json.loads(out)["root_cause"] is None
+
+
+def test_status_and_describe_quote_the_failing_ranks_own_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """A node of 2 ranks whose rank 1 aborted, rank 0's collateral error reported first by
+    torchrun (``tests/fixtures/aborted_node.py``): ``status`` and ``describe`` quote rank 1's
+    own stderr lines, never rank 0's."""
+    node = f"{sys.executable} {aborted_node.__file__} peer-first"
+    code, out, err = run_cli(capsys, "run", "--wait", "utils.sh", node)
+    assert code == 1, err
+    handle = only_handle(out)
+    cause = (
+        "Root cause (rank 1, replica sh/0, exit code -6): Signal 6 (SIGABRT) received by PID 1596\n"
+        "  Last lines of its stderr:\n  rank 1: corrupt shard, aborting\n  Fatal Python error: Aborted\n"
+    )
+    for command in ("status", "describe"):
+        code, out, _ = run_cli(capsys, command, handle)
+        assert code == 0 and cause in out and "Connection closed by peer" not in out, out
+        code, out, _ = run_cli(capsys, command, "--json", handle)
+        shown = json.loads(out)
+        root = (shown if command == "status" else shown["status"])["root_cause"]
+        assert (root["rank"], root["own_stderr"], root["stderr"][0]) == (1, True, "rank 1: corrupt shard, aborting")
 
 
 def test_cancel_a_running_job(capsys: pytest.CaptureFixture[str]) -> None:

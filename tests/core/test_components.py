@@ -126,10 +126,11 @@ def test_spmd_single_node_uses_localhost() -> None:
     assert role.args == [
         "-c",
         "export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; exec torchrun --nnodes 1 --nproc_per_node 2 "
-        "--rdzv_backend c10d --rdzv_endpoint localhost:0 --rdzv_id ${app_id} train.py --lr 0.1 'a b'",
+        "--rdzv_backend c10d --rdzv_endpoint localhost:0 --rdzv_id ${app_id} --tee 2 --role '' train.py --lr 0.1 'a b'",
     ]
     assert role.port_map == {"c10d": 29500}
-    assert role.env == {}
+    # Each rank's stderr is tee'd into a file of its own, and reaches the log unprefixed.
+    assert role.env == {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "${role_name}"}
 
 
 def test_spmd_multi_node_takes_the_schedulers_port_unless_given_one() -> None:
@@ -163,7 +164,7 @@ def test_spmd_multi_node_reads_rank0_env_through_the_shell() -> None:
     rendered = macros.Values(img_root="", app_id="job-1", replica_id="2", rank0_env="MASTER_ADDR").apply(role)
     assert rendered.args[1] == (
         "export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; exec torchrun --nnodes 3 --nproc_per_node 4 "
-        "--rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:1234 --rdzv_id job-1 -m pkg.train"
+        "--rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:1234 --rdzv_id job-1 --tee 2 --role '' -m pkg.train"
     )
 
 

@@ -24,9 +24,11 @@ from airflow_provider_torchx.core.errorfile import (
     parse_torchrun_summary,
     root_cause_of,
     with_node_stderr,
+    with_rank_stderr,
 )
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, ReplicaStatus, Role
+from tests.fixtures import aborted_node
 from tests.fixtures.torch import torch_job_env
 
 STANDIN = str(Path(__file__).resolve().parents[1] / "fixtures" / "standin_torchrun.py")
@@ -141,6 +143,8 @@ def test_local_replicas_get_an_error_file_beside_their_logs(runner: Runner) -> N
     info = runner.dryrun(app, "local_cwd")
     for k, param in enumerate(info.request.role_params["w"]):
         assert param.env[ERROR_FILE_ENV] == str(Path(info.request.role_log_dirs["w"][k]) / "error.json")
+        # torchrun's log directory (its per-rank stderr files): beside them too.
+        assert param.env["PET_LOG_DIR"] == str(Path(info.request.role_log_dirs["w"][k]) / "ranks")
 
 
 def test_root_cause_of_a_real_local_job_whose_rank_1_raises(runner: Runner) -> None:
@@ -339,3 +343,84 @@ def test_a_rank_that_lost_its_peer_is_not_the_root_cause() -> None:
     own = RootCause(error="RuntimeError: boom on rank 1", replica="trainer/1", rank=1, timestamp=100.7)
     assert root_cause_of([peer, own]) is own
     assert root_cause_of([peer, dataclasses.replace(peer, replica="trainer/1", timestamp=99.0)]).replica == "trainer/1"
+
+
+ABORTED_NODE = aborted_node.__file__
+
+
+def _run_aborted_node(runner: Runner, mode: str = "rank-first") -> tuple[str, AppState, RootCause | None]:
+    """Runs the node stand-in (``mode``: which failure torchrun names first)."""
+    app = AppDef(name="abort", roles=[Role("trainer", "local", entrypoint=sys.executable, args=[ABORTED_NODE, mode])])
+    handle = runner.run(app, "local_cwd")
+    status = runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    assert status is not None
+    return handle, status.state, find_root_cause(runner, handle, status)
+
+
+def test_an_aborted_rank_is_quoted_from_its_own_stderr_not_its_siblings(runner: Runner) -> None:
+    _, state, cause = _run_aborted_node(runner)
+    assert state == AppState.FAILED
+    assert cause is not None and (cause.rank, cause.local_rank, cause.own_stderr) == (1, 1, True)
+    text = cause.format()
+    assert text.startswith(
+        "Root cause (rank 1, replica trainer/0, exit code -6): Signal 6 (SIGABRT) received by PID 1596\n"
+        "  Last lines of its stderr:\n"
+        "  rank 1: corrupt shard, aborting\n"
+        "  Fatal Python error: Aborted\n"
+    ), text
+    assert text.endswith("line 357 in wrapper"), text
+    assert "Connection closed by peer" not in text and "earlier run" not in text, text
+
+
+def test_without_the_ranks_own_file_the_nodes_lines_are_said_to_be_the_nodes(runner: Runner) -> None:
+    """A role that set its own ``--log-dir`` (or a rank file the job swapped for a symbolic
+    link): the node's lines, under the node's name, and the sibling's traceback is not taken
+    for the rank's error."""
+    handle, _, _ = _run_aborted_node(runner)
+    own = Path(runner.error_file(handle, "trainer", 0) or "").parent / "ranks" / "job_new" / "attempt_0" / "1"
+    (own / "stderr.log").unlink()
+    (own / "stderr.log").symlink_to(own.parent / "0" / "stderr.log")
+    status = runner.status(handle)
+    assert status is not None
+    cause = find_root_cause(runner, handle, status)
+    assert cause is not None and not cause.own_stderr
+    assert cause.error == "Signal 6 (SIGABRT) received by PID 1596"
+    assert "  Last lines of its node's stderr:\n" in cause.format()
+
+
+def test_a_nodes_traceback_is_the_ranks_only_when_it_is_its_one_and_not_a_peer_gone() -> None:
+    unrecorded = parse_torchrun_summary(
+        _summary("To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"), "trainer/0"
+    )
+    assert unrecorded is not None
+    own = CALLSTACK.replace("RuntimeError: boom on rank 3", "ValueError: shard 17 is corrupt").splitlines()
+    peer = [*own[:-1], "RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:6521"]
+    assert with_node_stderr(unrecorded, own).error == "ValueError: shard 17 is corrupt"
+    for node in (peer, own + peer, peer + own):
+        cause = with_node_stderr(unrecorded, node)
+        assert cause.error == unrecorded.error and cause.frames == () and cause.stderr, node
+    # The rank's own lines are its own, whatever their error.
+    assert with_rank_stderr(unrecorded, peer).error.endswith("Connection closed by peer [127.0.0.1]:6521")
+
+
+def test_a_ranks_abort_wins_over_the_peer_gone_error_torchrun_saw_first(runner: Runner) -> None:
+    """torchrun names rank 0's collateral error (and copies its error file) when it came in the
+    same second: the root cause is rank 1's abort, from the summary's other failures."""
+    _, _, cause = _run_aborted_node(runner, "peer-first")
+    assert cause is not None
+    assert (cause.rank, cause.local_rank, cause.exit_code, cause.error) == (
+        1,
+        1,
+        -6,
+        "Signal 6 (SIGABRT) received by PID 1596",
+    )
+    assert cause.own_stderr and cause.stderr[0] == "rank 1: corrupt shard, aborting", cause.stderr
+    # A summary whose root cause is not a peer gone, or whose other failures are only peers gone
+    # or the stop torchrun dealt, stays torchrun's.
+    alone = aborted_node.PEER_FIRST.replace(
+        "Signal 6 (SIGABRT) received by PID 1596", "Signal 15 (SIGTERM) received by PID 1596"
+    )
+    found = parse_torchrun_summary(alone.splitlines(), "trainer/0")
+    assert found is not None and found.rank == 0 and "Connection closed by peer" in found.error
+    found = parse_torchrun_summary(_summary("Signal 6 (SIGABRT) received by PID 1"), "trainer/0")
+    assert found is not None and found.rank == 3

@@ -22,6 +22,10 @@ DEBUG_ENV = {
     "TORCH_SHOW_CPP_STACKTRACES": "1",
     "NCCL_DEBUG": "INFO",
 }
+#: torchrun's template of the prefix of a line it tees (``--tee``); ``${role_name}`` with the
+#: empty role (``--role ''``) makes it empty, so tee'd lines reach the log unchanged.
+PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+_NO_PREFIX = {PREFIX_TEMPLATE_ENV: "${role_name}"}
 #: The rendezvous's ``port_map`` entry, and its port where the scheduler picks none.
 _RDZV, _DEFAULT_PORT = "c10d", 29500
 _J_FORM = re.compile(r"^(?:(\d+)x)?(\d+)$")
@@ -69,6 +73,14 @@ def spmd(
     local scheduler gives each job a free one, so multi-node jobs run side by side), else
     29500. A single node rendezvouses on localhost with a free port.
 
+    torchrun tees each rank's stderr (``--tee 2``) into a file of its own under its log directory
+    (``--log-dir``, or ``$PET_LOG_DIR``, which the local scheduler points into the replica's log
+    directory): a failed job's root cause quotes the failing rank's own last lines from it
+    (``core/errorfile.py``), not the lines of the node's other ranks. The lines still reach the
+    node's stderr unchanged: the empty role and ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``
+    (``${role_name}``, unless ``env`` sets it) leave them unprefixed (torch before 2.2 ignores
+    the template and prefixes them with ``[<local rank>]:``).
+
     ``OMP_NUM_THREADS`` defaults to the node's CPUs divided by its processes (at least 1),
     unless it is set (``env``, or the environment the replica inherits): torchrun would set it
     to 1 and print a warning into every node's log.
@@ -115,6 +127,8 @@ def spmd(
         "--rdzv_backend c10d",
         f"--rdzv_endpoint {endpoint}",
         f"--rdzv_id {macros.app_id}",
+        "--tee 2",
+        "--role ''",
         *(shlex.quote(a) for a in (*target, *script_args)),
     ]
     return AppDef(
@@ -125,7 +139,7 @@ def spmd(
                 image=image,
                 entrypoint="sh",
                 args=["-c", " ".join(cmd)],
-                env={**(DEBUG_ENV if debug else {}), **(env or {})},
+                env={**_NO_PREFIX, **(DEBUG_ENV if debug else {}), **(env or {})},
                 num_replicas=nodes,
                 max_retries=max_retries,
                 resource=resource,

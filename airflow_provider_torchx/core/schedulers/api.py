@@ -441,6 +441,13 @@ class Scheduler(abc.ABC, Generic[T]):
         None (the default): there is none to read here. Quick: never waits on a remote service."""
         return None
 
+    def rank_stderr(self, app_id: str, role_name: str, k: int, local_rank: int, n: int) -> builtins.list[str] | None:
+        """The last ``n`` lines local rank ``local_rank`` of replica ``k`` of ``role_name`` wrote
+        to its own stderr (torchrun's per-rank file, ``--tee``), where this host reads it; None
+        (the default) where there is none (the root cause then shows the node's stderr). Quick:
+        never waits on a remote service."""
+        return None
+
     def sidecar_dir(self, app_id: str) -> Path | None:
         """A directory beside the job where watchers (e.g. the Airflow trigger) may keep files
         of their own, such as log cursor files; it goes away with the job. None (the default):

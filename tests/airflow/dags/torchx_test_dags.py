@@ -118,6 +118,16 @@ with DAG(dag_id="torchx_test_secret_variable", schedule=None, start_date=START, 
         dryrun=True,
     )
 
+with DAG(dag_id="torchx_test_secret_connection", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(  # the way docs/operators.md gives to pass a secret: env from a connection
+        task_id="dryrun",
+        component="utils.sh",
+        component_args=["python train.py"],
+        env={"HF_TOKEN": "{{ conn.torchx_test_hf.password }}"},
+        scheduler="local_cwd",
+        dryrun=True,
+    )
+
 #: A job cancelled from outside its task, by the CLI, which the job itself runs.
 CLI = os.path.join(os.path.dirname(sys.executable), "airflow-torchx")
 CANCELS_ITSELF = f'echo cancelling; "{CLI}" cancel "$TORCHX_JOB_ID"; sleep 60'

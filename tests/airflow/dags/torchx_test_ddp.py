@@ -35,7 +35,7 @@ with DAG(dag_id="torchx_test_ddp", schedule=None, start_date=START, catchup=Fals
     ddp_task("--steps", "3")
 
 with DAG(dag_id="torchx_test_ddp_crash", schedule=None, start_date=START, catchup=False):
-    ddp_task("--steps", "50", "--crash-rank", "1", "--crash-step", "2", "--crash-aborts", j="2x1")
+    ddp_task("--steps", "50", "--crash-rank", "1", "--crash-step", "2", "--crash-aborts")
 
 with DAG(dag_id="torchx_test_ddp_raise", schedule=None, start_date=START, catchup=False):
     ddp_task("--steps", "50", "--crash-rank", "1", "--crash-step", "2", "--crash-raises", j="2x1")

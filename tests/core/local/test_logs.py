@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -12,7 +13,14 @@ import pytest
 from airflow_provider_torchx.core.errors import UnknownAppError
 from airflow_provider_torchx.core.schedulers.api import Stream
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, LogIterator
-from airflow_provider_torchx.core.schedulers.local.logs import finished_lines, read_lines
+from airflow_provider_torchx.core.schedulers.local.logs import (
+    TAIL_BYTES,
+    finished_lines,
+    rank_log,
+    read_lines,
+    tail_lines,
+)
+from airflow_provider_torchx.core.schedulers.local.store import UnsafeFileError
 from airflow_provider_torchx.core.specs import AppState
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line
 
@@ -232,3 +240,40 @@ def test_a_rewritten_record_cannot_point_a_log_elsewhere(sched: LocalScheduler, 
     assert list(fresh.log_iter(app_id, "r0")) == ["own line\n"]
     with pytest.raises(ValueError, match=r"role_name: '\.\./\.\.' cannot name a log directory"):
         fresh.read_log(app_id, "../..")
+
+
+def _rank_file(base: Path, run: str, attempt: str, rank: int, text: str, mtime: float) -> Path:
+    path = base / run / attempt / str(rank) / "stderr.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def test_rank_log_is_the_newest_file_of_the_rank_in_torchruns_layout(tmp_path: Path) -> None:
+    base = tmp_path / "ranks"
+    assert rank_log(str(base), 1) is None  # torchrun wrote nothing there
+    _rank_file(base, "job_a1", "attempt_0", 1, "first run\n", 100)
+    newest = _rank_file(base, "job_b2", "attempt_1", 1, "restarted\n", 300)
+    _rank_file(base, "job_b2", "attempt_0", 1, "before the restart\n", 200)
+    _rank_file(base, "job_b2", "attempt_1", 0, "rank 0\n", 400)  # another local rank
+    _rank_file(base, "job_b2", "not_an_attempt", 1, "stray\n", 500)
+    assert rank_log(str(base), 1) == str(newest)
+    # A directory the job swapped for a symbolic link is not walked.
+    elsewhere = tmp_path / "elsewhere"
+    _rank_file(elsewhere, "run", "attempt_0", 1, "outside\n", 600)
+    (base / "job_c3").symlink_to(elsewhere / "run")
+    assert rank_log(str(base), 1) == str(newest)
+
+
+def test_tail_lines_reads_the_end_inside_the_root(tmp_path: Path) -> None:
+    path = tmp_path / "stderr.log"
+    path.write_text("".join(f"line {i}\n" for i in range(5)) + "unterminated")
+    assert tail_lines(str(path), 2, root=str(tmp_path)) == ["line 4", "unterminated"]
+    assert tail_lines(str(tmp_path / "missing.log"), 2, root=str(tmp_path)) == []
+    big = tmp_path / "big.log"
+    big.write_text("x" * (TAIL_BYTES + 10) + "\nlast\n")
+    assert tail_lines(str(big), 5, root=str(tmp_path)) == ["last"]  # the line cut at the window is dropped
+    (tmp_path / "link.log").symlink_to(path)
+    with pytest.raises(UnsafeFileError, match="symbolic link"):
+        tail_lines(str(tmp_path / "link.log"), 2, root=str(tmp_path))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -28,6 +29,11 @@ MAX_READ_BYTES = 1 << 20
 ITER_READ_BYTES = 64 << 10
 #: A longer line is returned in pieces (the supervisor already cuts lines at 1 MiB).
 MAX_LINE_BYTES = 16 << 20
+#: The most bytes ``tail_lines`` reads from a file's end, and the most entries ``rank_log``
+#: looks at in one directory of torchrun's (the job writes them: a bound on a hostile tree).
+TAIL_BYTES = 64 << 10
+RANK_DIR_ENTRIES = 64
+_ATTEMPT = re.compile(r"^attempt_\d+$")
 #: How often a tailing reader looks for new lines.
 TAIL_INTERVAL = 0.02
 # The UTF-8 of line boundaries of ``str.splitlines`` other than "\n": without them it splits as
@@ -109,6 +115,59 @@ def finished_lines(path: str, *, root: str) -> Iterator[str] | None:
         f.close()
         return None
     return cast(Iterator[str], itertools.chain(f, iter(f.close, None)))  # close() returns None: the end
+
+
+def rank_log(base: str, local_rank: int, stream: str = "stderr") -> str | None:
+    """The newest ``<base>/<run>/attempt_<n>/<local_rank>/<stream>.log``: the layout torchrun
+    gives a rank's file below its log directory ``base`` (``--log-dir``; ``<run>`` is
+    ``<rdzv id>_<random>``, one per torchrun started, ``attempt_<n>`` one per restart). None
+    when there is none. Only real directories are walked (no symbolic link is followed), at
+    most ``RANK_DIR_ENTRIES`` entries of each; the newest file (modification time) wins: the
+    one of the run and attempt that ended last."""
+    best: tuple[float, str] | None = None
+    for run in _subdirs(base):
+        for attempt in _subdirs(run):
+            if not _ATTEMPT.match(os.path.basename(attempt)):
+                continue
+            path = os.path.join(attempt, str(local_rank), f"{stream}.log")
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if best is None or st.st_mtime > best[0]:
+                best = (st.st_mtime, path)
+    return best[1] if best else None
+
+
+def _subdirs(path: str) -> list[str]:
+    """The real directories (not symbolic links) among the first ``RANK_DIR_ENTRIES`` entries
+    of ``path``; empty when it cannot be listed."""
+    try:
+        with os.scandir(path) as it:
+            entries = list(itertools.islice(it, RANK_DIR_ENTRIES))
+    except OSError:
+        return []
+    return [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+
+
+def tail_lines(path: str, n: int, *, root: str) -> list[str]:
+    """The last ``n`` lines (without line ends) of the file ``path`` (inside ``root``, see
+    ``open_log``), from its last ``TAIL_BYTES`` bytes (a first line cut there is dropped);
+    empty when it is missing. Bytes that are not UTF-8 are replaced."""
+    fd = open_log(path, root)
+    if fd is None:
+        return []
+    with open(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        start = max(0, size - TAIL_BYTES)
+        f.seek(start)
+        data = f.read(TAIL_BYTES)
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if start > 0:
+        lines = lines[1:]
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines[-n:] if n > 0 else []
 
 
 class LogIterator:

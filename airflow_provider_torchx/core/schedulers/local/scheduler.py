@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME
+from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME, RANK_LOGS_ENV, RANK_LOGS_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError, shown
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
@@ -51,7 +51,7 @@ from airflow_provider_torchx.core.schedulers.local.images import (
     ImageProvider,
     LocalDirectoryImageProvider,
 )
-from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, open_log, read_lines
+from airflow_provider_torchx.core.schedulers.local.logs import LogIterator, open_log, rank_log, read_lines, tail_lines
 from airflow_provider_torchx.core.schedulers.local.request import (
     PopenRequest,
     ReplicaParam,
@@ -194,6 +194,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 )
                 self._set_path(param, bool(cfg.get("prepend_cwd")))
                 param.env.setdefault(ERROR_FILE_ENV, os.path.join(replica_dir, ERROR_FILE_NAME))
+                param.env.setdefault(RANK_LOGS_ENV, os.path.join(replica_dir, RANK_LOGS_NAME))
                 params.append(param)
                 dirs.append(replica_dir)
             _check_entrypoint(i, role, params[0])
@@ -486,6 +487,19 @@ class LocalScheduler(Scheduler[PopenRequest]):
         params = (rec or {}).get("role_params", {}).get(role_name) or []
         path = params[k].get("env", {}).get(ERROR_FILE_ENV) if 0 <= k < len(params) else None
         return str(path) if path else None
+
+    def rank_stderr(self, app_id: str, role_name: str, k: int, local_rank: int, n: int) -> builtins.list[str] | None:
+        """``Scheduler.rank_stderr``: from torchrun's newest per-rank file (``logs.rank_log``)
+        below ``<replica's log directory>/ranks`` (``$PET_LOG_DIR``), a place derived from the
+        store's layout (``_log_file``), never from the job's record, and read inside the job's
+        log directory (``logs.tail_lines``). None for an unknown job, role or replica, or when
+        torchrun kept no such file there (a role that set its own ``--log-dir``)."""
+        try:
+            _, path, root = self._log_file(app_id, role_name, k, Stream.STDERR)
+        except (UnknownAppError, ValueError):
+            return None
+        found = rank_log(os.path.join(os.path.dirname(path), RANK_LOGS_NAME), local_rank)
+        return tail_lines(found, n, root=root) if found else None
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[PopenRequest] | None:
         """The stored ``PopenRequest`` (with labels, cfg and backend), or None if unknown."""
