@@ -135,3 +135,21 @@ with DAG(dag_id="torchx_test_outside_cancel", schedule=None, start_date=START, c
             retries=1,
             retry_delay=timedelta(0),
         )
+
+#: Its first attempt leaves a checkpoint and fails; the retry must find it in the same place.
+RESUMES = (
+    'echo "dir=$TORCHX_CHECKPOINT_DIR attempt=$TORCHX_ATTEMPT"; '
+    'if [ "$TORCHX_ATTEMPT" = 0 ]; then echo 3 > "$TORCHX_CHECKPOINT_DIR/step"; exit 3; fi; '
+    'echo "resumed from step $(cat "$TORCHX_CHECKPOINT_DIR/step")"'
+)
+
+with DAG(dag_id="torchx_test_resume", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="resume",
+        component="utils.sh",
+        component_args=[RESUMES],
+        scheduler="local_cwd",
+        poll_interval=0.3,
+        retries=1,
+        retry_delay=timedelta(0),
+    )
