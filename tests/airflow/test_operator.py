@@ -347,33 +347,23 @@ def test_a_batch_root_not_mounted_into_the_container_fails_the_dry_run_naming_it
     """A local path of the submitting host is not in a Batch container: an error naming the
     value, without retry, and nothing is rendered or submitted."""
     ti = FakeTI(run_id="batch-root")
-    op = TorchXRunOperator(
-        task_id="task",
-        app=SLEEP_APP,
-        scheduler="aws_batch",
-        cfg={"queue": "q"},
-        dryrun=True,
-        checkpoint_root="/tmp/ckpt",
-    )
-    with pytest.raises(AirflowFailException, match=r"checkpoint_root: '/tmp/ckpt/dag/batch-root/task' is a local path"):
-        op.execute({"ti": ti})  # type: ignore[arg-type]
     batch_app = AppDef(
         name="b", roles=[Role(name="s", image="busybox", entrypoint="true", resource=Resource(1, 0, 512))]
     )
-    ok = TorchXRunOperator(
-        task_id="task",
-        app=batch_app,
-        scheduler="aws_batch",
-        cfg={"queue": "q"},
-        dryrun=True,
-        checkpoint_root="s3://b/c",
-    )
+
+    def dry_run(root: str) -> TorchXRunOperator:
+        return TorchXRunOperator(
+            task_id="task", app=batch_app, scheduler="aws_batch", cfg={"queue": "q"}, dryrun=True, checkpoint_root=root
+        )
+
+    with pytest.raises(AirflowFailException, match=r"checkpoint_root: '/tmp/ckpt/dag/batch-root/task' is a local path"):
+        dry_run("/tmp/ckpt").execute({"ti": ti})  # type: ignore[arg-type]
+    ok = dry_run("s3://b/c")
     request = json.dumps(ok.execute({"ti": ti}))  # type: ignore[arg-type]
     assert "s3://b/c/dag/batch-root/task" in request and "TORCHX_ATTEMPT" in request
 
 
 def test_the_checkpoint_location_is_an_openlineage_output() -> None:
-    pytest.importorskip("airflow.providers.openlineage")
     from airflow_provider_torchx.lineage import checkpoint_dataset
 
     s3 = checkpoint_dataset("s3://bucket/ckpt/dag/run/task")
