@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_torchx.core import checkpoints
+from airflow_provider_torchx.core.schedulers.api import Stream
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler
 from airflow_provider_torchx.core.specs import AppDef, AppState, RetryPolicy, Role
 from tests.core.local.helpers import wait_done
@@ -81,7 +82,7 @@ def test_the_restarted_attempt_resumes_from_the_newest_checkpoint(sched: LocalSc
     desc = wait_done(sched, app_id)
     assert desc.state == AppState.SUCCEEDED and desc.num_restarts == 1, desc
     for k in (0, 1):
-        lines = [line.rstrip("\n") for line in sched.log_iter(app_id, "trainer", k)]
+        lines = [line.rstrip("\n") for line in sched.log_iter(app_id, "trainer", k, streams=Stream.STDOUT)]
         assert lines == [
             f"rank {k} attempt 0: resumed from step 0",
             f"rank {k} step 1",

@@ -136,18 +136,20 @@ with DAG(dag_id="torchx_test_outside_cancel", schedule=None, start_date=START, c
             retry_delay=timedelta(0),
         )
 
-#: Its first attempt leaves a checkpoint and fails; the retry must find it in the same place.
+#: Attempts 0 (the first job) and 1 (its local restart) each leave a checkpoint and fail, the
+#: second after a few polls; the task's retry (attempt 2) must find the last one in the same place.
 RESUMES = (
-    'echo "dir=$TORCHX_CHECKPOINT_DIR attempt=$TORCHX_ATTEMPT"; '
-    'if [ "$TORCHX_ATTEMPT" = 0 ]; then echo 3 > "$TORCHX_CHECKPOINT_DIR/step"; exit 3; fi; '
-    'echo "resumed from step $(cat "$TORCHX_CHECKPOINT_DIR/step")"'
+    'D="$TORCHX_CHECKPOINT_DIR"; A="$TORCHX_ATTEMPT"; echo "dir=$D attempt=$A"; '
+    'if [ "$A" -lt 2 ]; then echo $((A + 1)) > "$D/step"; if [ "$A" = 1 ]; then sleep 1.5; fi; exit 3; fi; '
+    'echo "resumed from step $(cat "$D/step")"'
 )
 
 with DAG(dag_id="torchx_test_resume", schedule=None, start_date=START, catchup=False):
     TorchXRunOperator(
         task_id="resume",
-        component="utils.sh",
-        component_args=[RESUMES],
+        app=AppDef(
+            name="resume", roles=[Role(name="sh", image="local", entrypoint="sh", args=["-c", RESUMES], max_retries=1)]
+        ),
         scheduler="local_cwd",
         poll_interval=0.3,
         retries=1,

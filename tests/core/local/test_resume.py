@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 from airflow_provider_torchx.core import checkpoints
+from airflow_provider_torchx.core.schedulers.api import Stream
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler
+from airflow_provider_torchx.core.schedulers.local.supervisor import RESTART_PREFIX
 from airflow_provider_torchx.core.specs import AppState, RetryPolicy
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line
 
@@ -41,8 +43,13 @@ def test_sigkilled_replica_restarts_with_the_same_dir_and_the_next_attempt(
     assert desc.state == AppState.SUCCEEDED and desc.num_restarts == 1, desc
     assert "replica 0 was killed by SIGKILL" in desc.msg and "restart 1/1" in desc.msg, desc.msg
     assert desc.checkpoint_dir == location
-    for k in (0, 1):
-        assert list(sched.log_iter(app_id, "r0", k)) == [f"attempt=0 dir={location}\n", f"attempt=1 dir={location}\n"]
+    why = "role 'r0' replica 0 was killed by SIGKILL (exit code -9); restart 1/1 of role 'r0' (APPLICATION)"
+    for k in (0, 1):  # the log says the replica restarted, as which attempt and why
+        assert list(sched.log_iter(app_id, "r0", k)) == [
+            f"attempt=0 dir={location}\n",
+            f"{RESTART_PREFIX} 1: {why}\n",
+            f"attempt=1 dir={location}\n",
+        ]
 
 
 def test_attempts_count_on_from_the_requested_one(sched: LocalScheduler, tmp_path: Path) -> None:
@@ -54,7 +61,7 @@ def test_attempts_count_on_from_the_requested_one(sched: LocalScheduler, tmp_pat
     checkpoints.place(app, None, 2, host_bound=True)
     app_id = sched.submit(app)
     assert wait_done(sched, app_id).state == AppState.SUCCEEDED
-    assert list(sched.log_iter(app_id, "r0")) == ["attempt=2\n", "attempt=3\n"]
+    assert list(sched.log_iter(app_id, "r0", streams=Stream.STDOUT)) == ["attempt=2\n", "attempt=3\n"]
     plain = sched.submit(sh_app('echo "attempt=$TORCHX_ATTEMPT"'))
     assert wait_done(sched, plain).state == AppState.SUCCEEDED
     assert list(sched.log_iter(plain, "r0")) == ["attempt=0\n"]
