@@ -173,6 +173,8 @@ def test_every_node_of_a_submitted_job_gets_the_task_instances_checkpoint_dir(ba
         handle = op.execute({"ti": ti})  # type: ignore[arg-type]
         assert ti.xcoms["checkpoint_dir"] == op.checkpoint_dir
         handles.append(handle)
+        desc = runner.describe_app(handle)  # describe reads it back from the job
+        assert desc is not None and desc.checkpoint_dir == op.checkpoint_dir
         native = runner.describe_native(handle)
         assert native is not None
         envs = [
