@@ -1,8 +1,9 @@
 """The resume protocol of ``example_dags/scripts/ddp_resume.py`` with a stand-in for PyTorch: a
 real DDP run with a reclaim costs two ``import torch`` per rank, far more than CI can give it
-(benchmarks/README.md, "Resume after a reclaim"), so this runs the example's own checkpoint helpers in a plain Python job of 2 replicas on the local
-scheduler, SIGKILLs a replica from outside after step 2 of 5, and checks that the restarted
-attempt resumes from step 2 (``TORCHX_ATTEMPT`` 0, then 1) and finishes at step 5."""
+(benchmarks/README.md, "Resume after a reclaim"), so this runs the example's own checkpoint
+helpers in a plain Python job of 2 replicas on the local scheduler, SIGKILLs a replica from
+outside after step 2 of 5, and checks that the restarted attempt resumes from step 2
+(``TORCHX_ATTEMPT`` 0, then 1) and finishes at step 5."""
 
 from __future__ import annotations
 
