@@ -37,6 +37,10 @@ attempt = attempt_number(os.environ)
 newest = newest_checkpoint(directory)
 start = json.load(open(newest[1]))["step"] if newest else 0
 print(f"rank {rank} attempt {attempt}: resumed from step {start}", flush=True)
+# Every rank has read before any saves (DDP's first all-reduce orders it so in the example).
+open(os.path.join(directory, f"read-{attempt}-{rank}"), "w").close()
+while not all(os.path.exists(os.path.join(directory, f"read-{attempt}-{r}")) for r in (0, 1)):
+    time.sleep(0.01)
 for step in range(start + 1, 6):
     if rank == 0:
         def write(path, step=step):

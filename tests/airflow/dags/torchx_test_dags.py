@@ -136,11 +136,11 @@ with DAG(dag_id="torchx_test_outside_cancel", schedule=None, start_date=START, c
             retry_delay=timedelta(0),
         )
 
-#: Attempts 0 (the first job) and 1 (its local restart) each leave a checkpoint and fail, the
-#: second after a few polls; the task's retry (attempt 2) must find the last one in the same place.
+#: Attempts 0 (the first job) and 1 (its local restart) each leave a checkpoint and fail; the
+#: task's retry (attempt 2) must find the last one in the same place.
 RESUMES = (
     'D="$TORCHX_CHECKPOINT_DIR"; A="$TORCHX_ATTEMPT"; echo "dir=$D attempt=$A"; '
-    'if [ "$A" -lt 2 ]; then echo $((A + 1)) > "$D/step"; if [ "$A" = 1 ]; then sleep 1.5; fi; exit 3; fi; '
+    'if [ "$A" -lt 2 ]; then echo $((A + 1)) > "$D/step"; exit 3; fi; '
     'echo "resumed from step $(cat "$D/step")"'
 )
 
