@@ -6,7 +6,8 @@ gets from the operator's ``get_openlineage_facets_on_*`` methods).
 - run facet ``torchx_run``: the app handle, the job's final state and its usage summary
   (``core/usage.py``) once it ended;
 - inputs and outputs: the task's ``inlets`` and ``outlets``, translated as the OpenLineage
-  provider translates them (Airflow assets, ``File``, ``Table``, OpenLineage datasets).
+  provider translates them (Airflow assets, ``File``, ``Table``, OpenLineage datasets); the
+  task instance's checkpoint location (``TORCHX_CHECKPOINT_DIR``) is one more output.
 
 Only the operator's lineage methods import this module, and only the OpenLineage provider
 calls them, so the provider and the OpenLineage client are imported here at the top: without
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 import attr
 from airflow.providers.openlineage.extractors import OperatorLineage
 from airflow.providers.openlineage.extractors.manager import ExtractorManager
+from openlineage.client.event_v2 import Dataset
 from openlineage.client.facet_v2 import JobFacet, RunFacet
 
 from airflow_provider_torchx.core.specs import AppDef
@@ -64,6 +67,15 @@ def _datasets(objs: Iterable[Any]) -> list[Any]:
     return [d for d in (ExtractorManager.convert_to_ol_dataset(o) for o in objs) if d is not None]
 
 
+def checkpoint_dataset(location: str) -> Dataset:
+    """The checkpoint location as an OpenLineage dataset, named as OpenLineage names storage
+    (``s3://bucket`` + key; ``file`` + an absolute path)."""
+    parsed = urlsplit(location)
+    if parsed.scheme and parsed.netloc:
+        return Dataset(namespace=f"{parsed.scheme}://{parsed.netloc}", name=parsed.path.lstrip("/") or "/")
+    return Dataset(namespace="file", name=location)
+
+
 def job_facet(app: AppDef, scheduler: str, app_handle: str | None) -> TorchXJobFacet:
     """The ``torchx_job`` facet of ``app`` on ``scheduler``."""
     return TorchXJobFacet(
@@ -93,9 +105,12 @@ def operator_lineage(
     app_handle: str | None = None,
     state: str | None = None,
     usage: Usage | None = None,
+    *,
+    checkpoint_dir: str | None = None,
 ) -> OperatorLineage:
     """The ``OperatorLineage`` of a TorchX task: the job facet, the run facet once there is a
-    handle, and the inlets/outlets as datasets."""
+    handle, the inlets as inputs, and the outlets and the checkpoint location (when the task
+    has one) as outputs."""
     run_facets: dict[str, Any] = {}
     if app_handle is not None:
         run_facets[RUN_FACET] = TorchXRunFacet(
@@ -103,7 +118,7 @@ def operator_lineage(
         )
     return OperatorLineage(
         inputs=_datasets(inlets),
-        outputs=_datasets(outlets),
+        outputs=_datasets(outlets) + ([checkpoint_dataset(checkpoint_dir)] if checkpoint_dir else []),
         run_facets=run_facets,
         job_facets={JOB_FACET: job_facet(app, scheduler, app_handle)},
     )

@@ -25,6 +25,7 @@ _PLACEHOLDERS = {
     "session_name": "torchx",
     "aws_conn_id": "aws_default",
     "region_name": "us-east-1",
+    "checkpoint_root": "s3://my-bucket/checkpoints",
 }
 
 
@@ -96,6 +97,17 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "60",
                         "default": "30",
                     },
+                    "checkpoint_root": {
+                        "description": "Where tasks' jobs checkpoint when neither the operator's "
+                        "checkpoint_root nor the torchx connection's names one: an absolute path or a URI "
+                        "(s3://bucket/prefix). Each task instance gets its own TORCHX_CHECKPOINT_DIR under it; "
+                        "empty: local jobs use checkpoints/ beside the job store, AWS Batch jobs get none "
+                        "(docs/checkpoints.md).",
+                        "version_added": None,
+                        "type": "string",
+                        "example": "s3://my-bucket/checkpoints",
+                        "default": "",
+                    },
                     "retain_finished": {
                         "description": "Remove local jobs (their records and logs in the job store) that "
                         "ended longer ago than this duration (s, m, h, d or w: 30d), checked at most hourly "
@@ -135,6 +147,12 @@ def get_provider_info() -> dict[str, Any]:
                         "Amazon provider connection for AWS Batch credentials; empty: boto3's default chain.",
                     ),
                     "region_name": _field("region_name", "AWS region", "Region for AWS Batch and CloudWatch Logs."),
+                    "checkpoint_root": _field(
+                        "checkpoint_root",
+                        "Checkpoint root",
+                        "Where tasks' jobs checkpoint (an absolute path or s3://bucket/prefix); each task instance "
+                        "gets its own TORCHX_CHECKPOINT_DIR under it (docs/checkpoints.md).",
+                    ),
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],

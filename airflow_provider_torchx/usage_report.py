@@ -7,6 +7,7 @@ task goes on to succeed or fail as it would have.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +25,17 @@ XCOM_KEY = "usage"
 
 
 def report_usage(
-    runner: Runner, app_handle: str, context: Context, log: logging.Logger | Any, app_name: str | None = None
+    runner: Runner,
+    app_handle: str,
+    context: Context,
+    log: logging.Logger | Any,
+    app_name: str | None = None,
+    *,
+    checkpoint_dir: str | None = None,
 ) -> Usage | None:
     """Log, push and emit the usage of the ended job ``app_handle``; return it (None: the job
     has not ended or its scheduler keeps no usage). ``app_name`` tags the metrics (default:
-    the handle's app id)."""
+    the handle's app id); ``checkpoint_dir``, the job's checkpoint location, joins the summary."""
     try:
         status = runner.status(app_handle)
     except Exception as e:  # the report is a courtesy: never fail the task for it
@@ -37,6 +44,8 @@ def report_usage(
     usage = status.usage if status is not None else None
     if usage is None:
         return None
+    if checkpoint_dir is not None:
+        usage = dataclasses.replace(usage, checkpoint_dir=checkpoint_dir)
     log.info("TorchX job %s %s", app_handle, usage.format())
     context["ti"].xcom_push(key=XCOM_KEY, value=usage.to_dict())
     parsed = parse_app_handle(app_handle)

@@ -161,6 +161,12 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub("run", "submit a component as a job and print its handle")
     run.add_argument("--dryrun", action="store_true", help="print the request instead of submitting it")
+    run.add_argument(
+        "--checkpoint_dir",
+        default=None,
+        metavar="DIR",
+        help="set as TORCHX_CHECKPOINT_DIR in every replica: an absolute path or a URI (s3://...)",
+    )
     run.add_argument("--wait", action="store_true", help="wait for the job to end, showing its state changes")
     run.add_argument("--log", action="store_true", help="stream every replica's log while waiting (implies --wait)")
     run.add_argument(
@@ -222,6 +228,11 @@ def _parser() -> argparse.ArgumentParser:
         help="only jobs that ended in this state (repeatable; default: any)",
     )
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    prune.add_argument(
+        "--checkpoints",
+        action="store_true",
+        help="also remove the local checkpoint directories of the removed jobs that no remaining job uses",
+    )
 
     sub("runopts", "print the run options of every (or one) scheduler").add_argument(
         "scheduler", nargs="?", default=None
@@ -322,15 +333,16 @@ def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
         return _builtins(argparse.Namespace(component=args.component))
     cfg = runner.cfg_from_str(args.scheduler, *args.scheduler_args)
     labels = dict(args.label)
+    app = runner.component_app(args.component, args.component_args)
+    checkpoint_dir = getattr(args, "checkpoint_dir", None)
+    if checkpoint_dir is not None:
+        from airflow_provider_torchx.core import checkpoints
+
+        location = checkpoints.check_root(checkpoint_dir, "--checkpoint_dir")
+        host_bound = runner.capabilities(args.scheduler).host_bound
+        checkpoints.place(app, location, 0, host_bound=host_bound, create=not dryrun)
+    info = runner.dryrun(app, args.scheduler, cfg, parent_run_id=args.parent_run_id, labels=labels)
     if dryrun:
-        info = runner.dryrun_component(
-            args.component,
-            args.component_args,
-            args.scheduler,
-            cfg,
-            parent_run_id=args.parent_run_id,
-            labels=labels,
-        )
         _out("=== APPLICATION ===")
         _out(_format_app(info.app, args.show_secrets))
         _out("=== SCHEDULER REQUEST ===")
@@ -343,9 +355,7 @@ def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
             masked.request = mask_tree(info.request)
             _out(redact(str(masked), secret_values(info.app)))
         return EXIT_OK
-    handle = runner.run_component(
-        args.component, args.component_args, args.scheduler, cfg, parent_run_id=args.parent_run_id, labels=labels
-    )
+    handle = runner.schedule(info)
     _out(handle)
     if not (args.wait or args.log):
         return EXIT_OK
@@ -569,12 +579,14 @@ def _timing(runner: Runner, handle: str) -> str | None:
 
 def _prune(args: argparse.Namespace) -> int:
     """``prune``: the local store's ended jobs older than ``--older-than`` (both local
-    schedulers share the store), one line each, then the total."""
+    schedulers share the store), one line each, then the total; with ``--checkpoints``, also
+    the local checkpoint directories of those jobs that no job left in the store uses."""
     from airflow_provider_torchx.core.durations import parse_duration
     from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
 
     older_than = parse_duration(args.older_than, "--older-than")
     sched = create_cwd_scheduler("torchx")
+    before = sched.checkpoint_dirs() if args.checkpoints else {}
     pruned = sched.prune(older_than, args.state, dry_run=args.dry_run)
     for app_id, size in pruned:
         _out(f"{app_id}  {_megabytes(size)}")
@@ -582,6 +594,18 @@ def _prune(args: argparse.Namespace) -> int:
     freed = "would free" if args.dry_run else "freed"
     total = sum(size for _, size in pruned)
     _out(f"{verb} {len(pruned)} ended job(s) of {sched.store.root}; {freed} {_megabytes(total)}")
+    if args.checkpoints:
+        from airflow_provider_torchx.core import checkpoints
+
+        gone = {app_id for app_id, _ in pruned}
+        kept = {d for app_id, d in before.items() if app_id not in gone}
+        dirs = sorted({d for app_id, d in before.items() if app_id in gone} - kept)
+        sizes = [checkpoints.local_size(d) for d in dirs]
+        for d, size in zip(dirs, sizes, strict=True):
+            if not args.dry_run:
+                checkpoints.remove_local(d)
+            _out(f"{d}  {_megabytes(size)}")
+        _out(f"{verb} {len(dirs)} checkpoint dir(s); {freed} {_megabytes(sum(sizes))}")
     return EXIT_OK
 
 

@@ -108,6 +108,7 @@ def status_dict(handle: str, desc: DescribeAppResponse, root_cause: RootCause | 
         "labels": dict(desc.labels),
         "roles": [{"role": rs.role, "replicas": [replica_dict(r) for r in rs.replicas]} for rs in desc.roles_statuses],
         "usage": desc.usage.to_dict() if desc.usage is not None else None,
+        "checkpoint_dir": desc.checkpoint_dir,
         "root_cause": plain(root_cause) if root_cause is not None else None,
     }
 
@@ -195,6 +196,8 @@ def describe_text(app: AppDef, desc: DescribeAppResponse | None, root_cause: Roo
         lines.append(f"State: {desc.state.name}" + (f" ({desc.msg})" if desc.msg else ""))
         if desc.labels:
             lines.append("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(desc.labels.items())))
+        if desc.checkpoint_dir:
+            lines.append(f"Checkpoints: {desc.checkpoint_dir}")
     for role in app.roles:
         lines += _role_text(role, replicas.get(role.name, []))
     if root_cause is not None:

@@ -139,6 +139,11 @@ class Runner:
         sched = self._scheduler(scheduler)
         return sched.check_settings(sched.run_opts().resolve(cfg))
 
+    def default_checkpoint_root(self, scheduler: str) -> str | None:
+        """Where ``scheduler``'s jobs checkpoint when no root is configured
+        (``Scheduler.default_checkpoint_root``; None: nowhere)."""
+        return self._scheduler(scheduler).default_checkpoint_root()
+
     def scheduler_run_opts(self, scheduler: str) -> runopts:
         """The run options of ``scheduler``."""
         return self._scheduler(scheduler).run_opts()
@@ -208,7 +213,9 @@ class Runner:
         info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, labels)
         return info if dryrun else self.schedule(info)
 
-    def _component_app(self, component: str, component_args: list[str] | dict[str, Any]) -> AppDef:
+    def component_app(self, component: str, component_args: list[str] | dict[str, Any]) -> AppDef:
+        """The app ``component`` returns for ``component_args`` (with this runner's defaults for
+        it), to adjust before ``dryrun``."""
         from airflow_provider_torchx.core.components import get_app
 
         return get_app(component, component_args, self._component_defaults.get(component))
@@ -224,7 +231,7 @@ class Runner:
         labels: Mapping[str, str] | None = None,
     ) -> AppDryRunInfo[Any]:
         """Resolve ``component`` with ``component_args`` and dry-run the app it returns."""
-        app = self._component_app(component, component_args)
+        app = self.component_app(component, component_args)
         return self.dryrun(app, scheduler, cfg, workspace, parent_run_id, labels)
 
     def run_component(

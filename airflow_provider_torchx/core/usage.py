@@ -99,6 +99,9 @@ class Usage:
     ended: float | None
     roles: list[RoleUsage] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    #: Where the job checkpoints (``TORCHX_CHECKPOINT_DIR``; None: nowhere), which the task
+    #: reporting the usage adds (``core/checkpoints.py``).
+    checkpoint_dir: str | None = None
 
     @property
     def queue_wait_s(self) -> float | None:
@@ -145,6 +148,7 @@ class Usage:
             "attempts_count": len(self.attempts),
             "roles": [asdict(r) for r in self.roles],
             "attempts": [asdict(a) for a in self.attempts],
+            "checkpoint_dir": self.checkpoint_dir,
         }
 
     def format(self) -> str:
@@ -167,6 +171,8 @@ class Usage:
             code = "?" if a.exit_code is None else str(a.exit_code)
             reason = f" ({a.reason})" if a.reason else ""
             lines.append(f"  {a.role}[{a.replica}] #{a.number}: {a.seconds:.2f} s, exit {code}{reason}")
+        if self.checkpoint_dir:
+            lines.append(f"Checkpoints: {self.checkpoint_dir}")
         return "Usage:\n" + textwrap.indent("\n".join(lines), "  ")
 
     def __str__(self) -> str:

@@ -28,7 +28,7 @@ from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME, Runner, get_runner
 from airflow_provider_torchx.core.specs import parse_app_handle
 
-_EXTRA_KEYS = ("scheduler", "cfg", "session_name", "aws_conn_id", "region_name")
+_EXTRA_KEYS = ("scheduler", "cfg", "session_name", "aws_conn_id", "region_name", "checkpoint_root")
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class TorchXSettings:
     session_name: str = DEFAULT_SESSION_NAME
     aws_conn_id: str | None = None
     region_name: str | None = None
+    #: Where tasks' jobs checkpoint (the extra ``checkpoint_root``; ``core/checkpoints.py``).
+    checkpoint_root: str | None = None
 
     @property
     def runner_key(self) -> tuple[str, str, str | None, str | None]:
@@ -185,6 +187,7 @@ class TorchXHook(BaseHook):
             session_name=str(values.get("session_name") or DEFAULT_SESSION_NAME),
             aws_conn_id=values.get("aws_conn_id"),
             region_name=values.get("region_name"),
+            checkpoint_root=values.get("checkpoint_root"),
         )
 
     # ------------------------------------------------------------------ runner

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
 
+from airflow_provider_torchx import checkpointing
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
+from airflow_provider_torchx.core.checkpoints import check_root
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, labels_match
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
@@ -189,6 +191,10 @@ class TorchXRunOperator(BaseOperator):
     :param timeout: bound on the wait (also deferred); on timeout the job is cancelled
     :param retry_after_outside_cancel: retry the task after a cancel from outside it (the CLI,
         the UI's jobs page, AWS by hand); by default such a cancel fails the task without retry
+    :param checkpoint_root: where the task instance's checkpoint location is made, over the
+        connection's and ``[torchx] checkpoint_root`` (an absolute path or a URI such as
+        ``s3://bucket/prefix``): every replica gets ``TORCHX_CHECKPOINT_DIR`` and ``TORCHX_ATTEMPT``
+        (docs/checkpoints.md)
     """
 
     template_fields: Sequence[str] = ("component_args", "app_name", "env", "cfg")
@@ -216,6 +222,7 @@ class TorchXRunOperator(BaseOperator):
         reattach_on_retry: bool = True,
         timeout: timedelta | float | None = None,
         retry_after_outside_cancel: bool = False,
+        checkpoint_root: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -248,6 +255,9 @@ class TorchXRunOperator(BaseOperator):
         self.reattach_on_retry = reattach_on_retry
         self.timeout = timeout
         self.retry_after_outside_cancel = retry_after_outside_cancel
+        self.checkpoint_root = None if checkpoint_root is None else check_root(checkpoint_root, "checkpoint_root")
+        #: The task instance's checkpoint location (None: none), once known.
+        self.checkpoint_dir: str | None = None
         self.app_handle: str | None = None
         self._runner: Runner | None = None
         #: The ended job's usage summary (``core/usage.py``) and final state, once the task reported it.
@@ -324,6 +334,17 @@ class TorchXRunOperator(BaseOperator):
         app = self.build_app()
         register_app_secrets(app)  # before anything is logged
         if adopted is None:
+            self.checkpoint_dir = checkpointing.prepare(
+                app,
+                operator_root=self.checkpoint_root,
+                hook=hook,
+                runner=runner,
+                scheduler=scheduler,
+                cfg=cfg,
+                labels=labels,
+                try_number=context["ti"].try_number,
+                dryrun=self.dryrun,
+            )
             with warnings.catch_warnings(record=True) as caught:  # into the task log, once
                 warnings.simplefilter("always")
                 info = runner.dryrun(app, scheduler, cfg, labels=labels)
@@ -343,9 +364,11 @@ class TorchXRunOperator(BaseOperator):
             handle = adopted.app_handle
             cursor_file = cursor_file_for(runner, handle, labels)
             position = newest(cursor_file.load())
+            self.checkpoint_dir = checkpointing.location_of(runner, handle)  # as it was given
         self.app_handle = handle
         _remember_job(context, handle, reported=False)
         context["ti"].xcom_push(key="app_handle", value=handle)
+        checkpointing.report(context, self.checkpoint_dir, self.log)
         self._persist_links(context, runner, handle)
         if not self.wait_for_completion or not self.cancel_on_kill:
             context["ti"].xcom_push(key=DISOWNED_XCOM, value=handle)  # not to be cancelled with the task
@@ -425,7 +448,12 @@ class TorchXRunOperator(BaseOperator):
         if event["status"] in ("success", "failed"):
             assert self._runner is not None
             self.usage = report_usage(
-                self._runner, handle, context, self.log, self.app_name or getattr(self.app, "name", None)
+                self._runner,
+                handle,
+                context,
+                self.log,
+                self.app_name or getattr(self.app, "name", None),
+                checkpoint_dir=self.checkpoint_dir,
             )
             self.job_state = event.get("state")
         if event["status"] == "success":
@@ -457,6 +485,7 @@ class TorchXRunOperator(BaseOperator):
         self.app_handle = str(event["app_handle"])
         self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()
         cursor_file = cursor_file_for(self._runner, self.app_handle, identity_labels(context))
+        self.checkpoint_dir = checkpointing.location_of(self._runner, self.app_handle)
         if self.stream_logs:
             position = flush_logs(self._runner, event, self.log, cursor_file)
         else:
@@ -491,5 +520,12 @@ class TorchXRunOperator(BaseOperator):
         else:
             scheduler = self.scheduler or self.hook().settings.scheduler
         return operator_lineage(
-            self.build_app(), scheduler, self.inlets, self.outlets, self.app_handle, self.job_state, self.usage
+            self.build_app(),
+            scheduler,
+            self.inlets,
+            self.outlets,
+            self.app_handle,
+            self.job_state,
+            self.usage,
+            checkpoint_dir=self.checkpoint_dir,
         )

@@ -146,3 +146,48 @@ def test_a_terminatejob_by_hand_fails_the_task_without_retry_naming_its_reason(b
     assert stopped
     status = get_runner().status(str(op.app_handle))
     assert status is not None and status.state == AppState.FAILED and "stopped by ops: disk full" in status.msg
+
+
+def test_every_node_of_a_submitted_job_gets_the_task_instances_checkpoint_dir(batch_conn: str) -> None:
+    """Two tries of one task instance submit jobs with the same location (the second try's
+    job at attempt 1), another map index gets another; read back from the registered job
+    definition."""
+    app = AppDef(
+        "ckpt",
+        roles=[Role("w", image="busybox:local", entrypoint="true", num_replicas=2, resource=Resource(1, 0, 64))],
+    )
+    run_id = f"ckpt__{uuid.uuid4().hex[:12]}"
+    runner, handles = get_runner(), []
+
+    def submitted(try_number: int, map_index: int) -> list[tuple[str, str]]:
+        op = TorchXRunOperator(
+            task_id="task",
+            app=app,
+            scheduler="aws_batch",
+            cfg={"queue": batch_conn, "retry_on": "infra"},
+            checkpoint_root="s3://bucket/ckpt",
+            wait_for_completion=False,
+            reattach_on_retry=False,
+        )
+        ti = FakeTI(try_number=try_number, map_index=map_index, run_id=run_id)
+        handle = op.execute({"ti": ti})  # type: ignore[arg-type]
+        assert ti.xcoms["checkpoint_dir"] == op.checkpoint_dir
+        handles.append(handle)
+        desc = runner.describe_app(handle)  # describe reads it back from the job
+        assert desc is not None and desc.checkpoint_dir == op.checkpoint_dir
+        native = runner.describe_native(handle)
+        assert native is not None
+        envs = [
+            {e["name"]: e["value"] for e in node["container"]["environment"]}
+            for node in native.request.job_def["nodeProperties"]["nodeRangeProperties"]
+        ]
+        return [(env["TORCHX_CHECKPOINT_DIR"], env["TORCHX_ATTEMPT"]) for env in envs]
+
+    where = f"s3://bucket/ckpt/dag/{quote(run_id, safe='')}/task/0"
+    try:
+        assert submitted(1, 0) == [(where, "0")]
+        assert submitted(2, 0) == [(where, "1")]
+        assert submitted(1, 1) == [(where[:-1] + "1", "0")]
+    finally:
+        for handle in handles:
+            runner.cancel(handle)

@@ -4,6 +4,7 @@ waiting modes; the task output must hold every replica line exactly once."""
 from __future__ import annotations
 
 import getpass
+import os
 import re
 import socket
 from pathlib import Path
@@ -12,6 +13,8 @@ from urllib.parse import quote
 
 import pytest
 
+from airflow_provider_torchx.core.checkpoints import checkpoint_dir
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.specs import AppState, AppStatus
 from airflow_provider_torchx.watch import TaskWatcher
 from tests.airflow.dags.torchx_test_dags import LINES_GATE_ENV
@@ -203,3 +206,22 @@ def test_literal_mistakes_are_import_errors_of_the_dag(
     import_errors = type(airflow_env.dagbag)(str(tmp_path)).import_errors
     assert len(import_errors) == 1
     assert error in next(iter(import_errors.values()))
+
+
+def test_a_retry_gets_the_same_checkpoint_dir_and_the_next_attempt(run_dag: Any) -> None:
+    """The first job fails twice (its local restart says why in the task log), the task's retry
+    submits a job that goes on counting (attempt 2) in the same location: the local default root
+    (``checkpoints/`` beside the job store). The log, the usage summary and XCom name it."""
+    dag_run, out = run_dag("torchx_test_resume", deferrable=True)
+    ti = dag_run.get_task_instance("resume")
+    assert (str(ti.state), ti.try_number) == ("success", 2), out[-3000:]
+    location = ti.xcom_pull(task_ids="resume", key="checkpoint_dir")
+    root = Path(os.environ["AIRFLOW_TORCHX_STATE_DIR"]) / "checkpoints"
+    assert location == checkpoint_dir(str(root), TaskIdentity("torchx_test_resume", "resume", dag_run.run_id))
+    for attempt in (0, 1, 2):
+        assert f"[sh/0] dir={location} attempt={attempt}" in out, out[-3000:]
+    restarted = "[airflow-torchx] restarted as TORCHX_ATTEMPT 1: role 'sh' replica 0 exited with code 3; restart 1/1"
+    assert f"[sh/0] {restarted}" in out, out[-3000:]
+    assert "resumed from step 2" in out
+    assert out.count(f"Checkpoints of this task instance: {location}") == 2
+    assert f"Checkpoints: {location}" in out  # the usage summary

@@ -38,7 +38,14 @@ def test_provider_info_matches_airflows_schema() -> None:
     assert info["package-name"] == "airflow-provider-torchx"
     (conn_type,) = info["connection-types"]
     assert conn_type["connection-type"] == "torchx"
-    assert set(conn_type["conn-fields"]) == {"scheduler", "cfg", "session_name", "aws_conn_id", "region_name"}
+    assert set(conn_type["conn-fields"]) == {
+        "scheduler",
+        "cfg",
+        "session_name",
+        "aws_conn_id",
+        "region_name",
+        "checkpoint_root",
+    }
     # the watch pool's size is a declared setting, its default the one the watch path uses
     from airflow_provider_torchx.watch import DEFAULT_WATCH_THREADS
 
@@ -204,3 +211,25 @@ def test_progress_line_says_why_a_job_waits() -> None:
         "h PENDING: replicas 0 running, 0 done, 2 pending; elapsed 3s; waiting for 4 GPUs, 2 free, held by a (0,1)"
     )
     assert progress_line("h", AppStatus(AppState.FAILED, msg="boom"), 3).endswith("elapsed 3s")
+
+
+def test_checkpoint_root_operator_over_connection_over_config_over_the_schedulers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from airflow_provider_torchx.checkpointing import configured_root
+    from airflow_provider_torchx.core.errors import InvalidRunConfigError
+    from airflow_provider_torchx.core.runner import get_runner
+
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(tmp_path / "state"))
+    hook, runner = TorchXHook("ckpt_conn", scheduler="local_cwd"), get_runner()
+    assert configured_root(None, hook, runner, "local_cwd") == str(tmp_path / "state" / "checkpoints")
+    assert configured_root(None, hook, runner, "aws_batch") is None
+    monkeypatch.setenv("AIRFLOW__TORCHX__CHECKPOINT_ROOT", "s3://cfg/root")
+    assert configured_root(None, hook, runner, "aws_batch") == "s3://cfg/root"
+    set_conn(monkeypatch, "ckpt_conn", {"scheduler": "local_cwd", "checkpoint_root": "/conn/root/"})
+    hook = TorchXHook("ckpt_conn", scheduler="local_cwd")
+    assert configured_root(None, hook, runner, "local_cwd") == "/conn/root"
+    assert configured_root("/op/root", hook, runner, "local_cwd") == "/op/root"
+    set_conn(monkeypatch, "ckpt_conn", {"scheduler": "local_cwd", "checkpoint_root": "relative"})
+    with pytest.raises(InvalidRunConfigError, match=r"connection 'ckpt_conn' extra checkpoint_root: 'relative'"):
+        configured_root(None, TorchXHook("ckpt_conn", scheduler="local_cwd"), runner, "local_cwd")

@@ -226,6 +226,10 @@ def test_sensor_poke_fails_with_the_reason(local_jobs: tuple[Runner, list[str]])
         ),
         ({"component": "utils.echo", "component_args": ["--num_replicas", 2]}, r"component_args: .* \(list\)"),
         ({"app": AppDef(name="bad", roles=[Role(name="r", image="local", entrypoint="")])}, "entrypoint"),
+        (
+            {"component": "utils.echo", "checkpoint_root": "ckpt/here"},
+            r"checkpoint_root: 'ckpt/here' is neither an absolute path nor a URI",
+        ),
     ],
 )
 def test_literal_bad_input_fails_when_the_dag_is_parsed(kwargs: dict[str, Any], error: str) -> None:
@@ -337,3 +341,37 @@ def test_a_gpu_job_seeing_every_gpu_warns_once_in_the_task_log(
     op.execute({"ti": FakeTI(run_id=f"gpu-warning-{gpus}")})  # type: ignore[arg-type]
     out, err = capfd.readouterr()
     assert (out + err).count(warning) == 1, out + err
+
+
+def test_a_batch_root_not_mounted_into_the_container_fails_the_dry_run_naming_it() -> None:
+    """A local path of the submitting host is not in a Batch container: an error naming the
+    value, without retry, and nothing is rendered or submitted."""
+    ti = FakeTI(run_id="batch-root")
+    batch_app = AppDef(
+        name="b", roles=[Role(name="s", image="busybox", entrypoint="true", resource=Resource(1, 0, 512))]
+    )
+
+    def dry_run(root: str) -> TorchXRunOperator:
+        return TorchXRunOperator(
+            task_id="task", app=batch_app, scheduler="aws_batch", cfg={"queue": "q"}, dryrun=True, checkpoint_root=root
+        )
+
+    with pytest.raises(AirflowFailException, match=r"checkpoint_root: '/tmp/ckpt/dag/batch-root/task' is a local path"):
+        dry_run("/tmp/ckpt").execute({"ti": ti})  # type: ignore[arg-type]
+    ok = dry_run("s3://b/c")
+    request = json.dumps(ok.execute({"ti": ti}))  # type: ignore[arg-type]
+    assert "s3://b/c/dag/batch-root/task" in request and "TORCHX_ATTEMPT" in request
+
+
+def test_the_checkpoint_location_is_an_openlineage_output() -> None:
+    from airflow_provider_torchx.lineage import checkpoint_dataset
+
+    s3 = checkpoint_dataset("s3://bucket/ckpt/dag/run/task")
+    local = checkpoint_dataset("/var/ckpt/dag/run/task")
+    assert (s3.namespace, s3.name) == ("s3://bucket", "ckpt/dag/run/task")
+    assert (local.namespace, local.name) == ("file", "/var/ckpt/dag/run/task")
+    op = TorchXRunOperator(task_id="t", app=SLEEP_APP, scheduler="local_cwd", outlets=[])
+    op.app_handle, op.checkpoint_dir = "local_cwd://torchx/x", "/var/ckpt/dag/run/task"
+    assert [(d.namespace, d.name) for d in op.get_openlineage_facets_on_complete(None).outputs] == [
+        ("file", op.checkpoint_dir)
+    ]

@@ -346,3 +346,24 @@ def test_a_dag_run_keeps_the_handle_in_the_task_state_store(run_dag: Any) -> Non
         rows = session.query(TaskStateStoreModel).filter_by(run_id=dag_run.run_id, task_id="echo").all()
         stored = {row.key: json.loads(row.value) for row in rows}
     assert stored == {STATE_STORE_KEY: {"app_handle": handle, "reported": True}}
+
+
+def test_an_adopted_job_keeps_its_checkpoint_dir_and_attempt(ident: Identity, tmp_path: Path) -> None:
+    """A retry that reattaches changes nothing of the job, even when the root was changed
+    since: the XCom names the location the job was given."""
+    first = operator(SLEEP, checkpoint_root=str(tmp_path / "a"), deferrable=True)
+    with pytest.raises(TaskDeferred):
+        first.execute(ident.context(1))
+    (handle,) = ident.jobs()
+    given = first.checkpoint_dir
+    assert given is not None and given.startswith(str(tmp_path / "a"))
+    retry = operator(SLEEP, checkpoint_root=str(tmp_path / "b"), deferrable=True)
+    ctx = ident.context(2)
+    with pytest.raises(TaskDeferred):
+        retry.execute(ctx)
+    assert ident.jobs() == [handle]
+    assert ctx["ti"].xcoms["checkpoint_dir"] == given
+    desc = ident.runner.describe_app(handle)
+    assert desc is not None and desc.checkpoint_dir == given
+    assert [r.env["TORCHX_ATTEMPT"] for r in desc.roles] == ["0"]
+    assert not (tmp_path / "b").exists()

@@ -141,7 +141,12 @@ def test_metrics_and_openlineage_events(
         {"name": "sleeper", "image": "local", "num_replicas": 2, "cpu": 2, "gpu": 1, "memMB": 2048}
     ]
     assert [(d["namespace"], d["name"]) for d in start["inputs"]] == [("file", "/data/torchx-usage/input.csv")]
-    assert [(d["namespace"], d["name"]) for d in complete["outputs"]] == [("file", "/data/torchx-usage/model.pt")]
+    checkpoints = result["train"]["usage"]["checkpoint_dir"]  # the task instance's, an output too
+    assert "/checkpoints/torchx_test_usage/" in checkpoints and checkpoints.endswith("/train"), checkpoints
+    assert [(d["namespace"], d["name"]) for d in complete["outputs"]] == [
+        ("file", "/data/torchx-usage/model.pt"),
+        ("file", checkpoints),
+    ]
     run_facet = complete["run"]["facets"]["torchx_run"]
     assert run_facet["app_handle"] == complete["job"]["facets"]["torchx_job"]["app_handle"]
     assert run_facet["app_handle"].startswith("local_cwd://")

@@ -235,6 +235,24 @@ def test_log_tail_follows_a_running_job_to_its_end(capsys: pytest.CaptureFixture
     assert run_cli(capsys, "log", "--tail", "--regex", "^250.$", f"{handle}/sh/1")[1] == "2500\n"
 
 
+def test_run_checkpoint_dir_reaches_every_replica_and_describe(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    location = str(tmp_path / "ckpt" / "mine")
+    code, out, err = run_cli(
+        capsys, "run", "--wait", "-s", "local_cwd", "--checkpoint_dir", location, "utils.sh", "--num_replicas", "2",
+        'echo "$TORCHX_CHECKPOINT_DIR $TORCHX_ATTEMPT"',
+    )  # fmt: skip
+    assert code == 0, err
+    handle = only_handle(out)
+    assert Path(location).is_dir()
+    assert run_cli(capsys, "log", handle)[1].splitlines() == [f"[sh/0] {location} 0", f"[sh/1] {location} 0"]
+    assert f"Checkpoints: {location}" in run_cli(capsys, "describe", handle)[1]
+    assert json.loads(run_cli(capsys, "status", "--json", handle)[1])["checkpoint_dir"] == location
+    code, _, err = run_cli(capsys, "run", "-s", "local_cwd", "--checkpoint_dir", "rel/dir", "utils.sh", "true")
+    assert code == 2 and "--checkpoint_dir: 'rel/dir' is neither an absolute path nor a URI" in err
+
+
 def test_run_wait_failure_exits_1_with_reason(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "run", "--wait", "-s", "local_cwd", "utils.sh", "echo about to fail; exit 3")
     assert code == 1
@@ -462,7 +480,7 @@ def test_describe_status_and_list_readable_and_json_with_each_replicas_gpus(
 #: The keys of ``status --json`` (docs/cli.md, "JSON output").
 STATUS_KEYS = (
     "handle", "state", "terminal", "num_restarts", "msg", "structured_error_msg", "ui_url", "started", "ended",
-    "cancel_requested", "cancel_reason", "labels", "roles", "usage", "root_cause",
+    "cancel_requested", "cancel_reason", "labels", "roles", "usage", "root_cause", "checkpoint_dir",
 )  # fmt: skip
 
 

@@ -129,3 +129,37 @@ def test_cli_list_shows_the_newest_unless_all(
     assert main(["list"]) == 0
     out, err = capsys.readouterr()
     assert third in out and second not in out and "2 older job(s) not shown" in err
+
+
+def test_prune_checkpoints_removes_only_the_dirs_no_remaining_job_uses(
+    sched: LocalScheduler, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checkpoints belong to the task instance: ``prune`` keeps them unless asked
+    (``--checkpoints``), and then keeps those a job left in the store still names."""
+    from airflow_provider_torchx.core import checkpoints
+
+    def job(location: str, script: str = "echo done") -> str:
+        app = sh_app(script)
+        checkpoints.place(app, location, 0, host_bound=True)
+        (Path(location) / "step-1.pt").write_bytes(b"w" * 5000)
+        app_id = sched.submit(app)
+        if script == "echo done":
+            wait_done(sched, app_id)
+        return app_id
+
+    alone, shared = str(tmp_path / "ck" / "alone"), str(tmp_path / "ck" / "shared")
+    job(alone)
+    job(shared)
+    live = job(shared, "sleep 300")  # a later try of the same task instance, still running
+    assert main(["prune", "--older-than", "0s"]) == 0
+    assert Path(alone).is_dir() and Path(shared).is_dir(), "kept unless asked"
+    capsys.readouterr()
+    job(alone)
+    assert main(["prune", "--older-than", "0s", "--checkpoints", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"{alone}  " in out and shared not in out and "would remove 1 checkpoint dir(s)" in out
+    assert Path(alone).is_dir()
+    assert main(["prune", "--older-than", "0s", "--checkpoints"]) == 0
+    assert "removed 1 checkpoint dir(s)" in capsys.readouterr().out
+    assert not Path(alone).exists() and Path(shared).is_dir()
+    assert sched.describe(live) is not None

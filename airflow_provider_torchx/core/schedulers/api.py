@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from airflow_provider_torchx.core.checkpoints import app_checkpoint_dir
 from airflow_provider_torchx.core.errors import UnknownAppError, shown
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role, RoleStatus, validate_app
@@ -69,6 +70,13 @@ class DescribeAppResponse:
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
     started: float | None = None
     ended: float | None = None
+    #: Where the job checkpoints (``TORCHX_CHECKPOINT_DIR`` of its roles, ``core/checkpoints.py``;
+    #: None: it was given none). Read from ``roles`` when not given.
+    checkpoint_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_dir is None:
+            self.checkpoint_dir = app_checkpoint_dir(self.roles)
 
 
 @dataclass
@@ -446,6 +454,11 @@ class Scheduler(abc.ABC, Generic[T]):
         to its own stderr (torchrun's per-rank file, ``--tee``), where this host reads it; None
         (the default) where there is none (the root cause then shows the node's stderr). Quick:
         never waits on a remote service."""
+        return None
+
+    def default_checkpoint_root(self) -> str | None:
+        """Where a task's jobs checkpoint when no root is configured (``core/checkpoints.py``);
+        None (the default): nowhere, and the replicas get no ``TORCHX_CHECKPOINT_DIR``."""
         return None
 
     def sidecar_dir(self, app_id: str) -> Path | None:

@@ -145,3 +145,23 @@ with DAG(dag_id="torchx_test_outside_cancel", schedule=None, start_date=START, c
             retries=1,
             retry_delay=timedelta(0),
         )
+
+#: Attempts 0 (the first job) and 1 (its local restart) each leave a checkpoint and fail; the
+#: task's retry (attempt 2) must find the last one in the same place.
+RESUMES = (
+    'D="$TORCHX_CHECKPOINT_DIR"; A="$TORCHX_ATTEMPT"; echo "dir=$D attempt=$A"; '
+    'if [ "$A" -lt 2 ]; then echo $((A + 1)) > "$D/step"; exit 3; fi; '
+    'echo "resumed from step $(cat "$D/step")"'
+)
+
+with DAG(dag_id="torchx_test_resume", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="resume",
+        app=AppDef(
+            name="resume", roles=[Role(name="sh", image="local", entrypoint="sh", args=["-c", RESUMES], max_retries=1)]
+        ),
+        scheduler="local_cwd",
+        poll_interval=0.3,
+        retries=1,
+        retry_delay=timedelta(0),
+    )

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_torchx.core import checkpoints
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler, BatchJob, create_scheduler
 from airflow_provider_torchx.core.schedulers.aws_batch.render import (
     REPLICA_ID_EXPR,
@@ -644,3 +646,42 @@ def test_queue_that_cannot_run_the_job_is_refused_before_registering(
     with pytest.raises(InvalidRunConfigError, match=match):
         s.submit(app, {"queue": "q1", **cfg})
     assert set(batch.names()) == {"describe_job_queues", "describe_compute_environments"}
+
+
+def _with_checkpoints(app: AppDef, identity: TaskIdentity, root: str | None) -> AppDef:
+    location = None if root is None else checkpoints.checkpoint_dir(root, identity)
+    checkpoints.place(app, location, 0, host_bound=False)
+    return app
+
+
+def test_checkpoint_dir_on_every_node_iff_a_root_is_configured() -> None:
+    """The same location for two tries of one task instance, another for another map index;
+    ``retry_on=infra`` still renders its ``evaluateOnExit``."""
+    ti = TaskIdentity("dag", "train", "manual__1", 0)
+
+    def render(identity: TaskIdentity, root: str | None) -> BatchJob:
+        ps = Role("ps", image="img:2", entrypoint="echo", args=["ps"], resource=Resource(1, 0, 512))
+        app = _with_checkpoints(AppDef("a", roles=[trainer(max_retries=2), ps]), identity, root)
+        return dryrun(app, {"retry_on": "infra"})
+
+    first, second = render(ti, "s3://bucket/ckpt"), render(ti, "s3://bucket/ckpt")
+    other = render(ti._replace(map_index=1), "s3://bucket/ckpt")
+    where = "s3://bucket/ckpt/dag/manual__1/train/0"
+    for job in (first, second):
+        assert [env(job, i)["TORCHX_CHECKPOINT_DIR"] for i in (0, 1)] == [where, where]
+        assert [env(job, i)["TORCHX_ATTEMPT"] for i in (0, 1)] == ["0", "0"]
+        assert len(job.job_def["retryStrategy"]["evaluateOnExit"]) == 2
+    assert env(other, 0)["TORCHX_CHECKPOINT_DIR"] == "s3://bucket/ckpt/dag/manual__1/train/1"
+    bare = render(ti, None)
+    assert all("TORCHX_CHECKPOINT_DIR" not in env(bare, i) for i in (0, 1))
+    assert env(bare, 0)["TORCHX_ATTEMPT"] == "0"
+
+
+def test_checkpoint_dir_on_batch_must_be_a_uri_or_under_a_mount() -> None:
+    ti = TaskIdentity("dag", "train", "manual__1")
+    efs = VolumeMount(src="fs-01234567", dst_path="/mnt/efs")
+    job = dryrun(_with_checkpoints(AppDef("a", roles=[one(mounts=[efs])]), ti, "/mnt/efs/ckpt"))
+    rendered = {e["name"]: e["value"] for e in job.job_def["containerProperties"]["environment"]}
+    assert rendered["TORCHX_CHECKPOINT_DIR"] == "/mnt/efs/ckpt/dag/manual__1/train"
+    with pytest.raises(InvalidRunConfigError, match=r"'/tmp/ckpt/dag/manual__1/train' is a local path"):
+        _with_checkpoints(AppDef("a", roles=[one()]), ti, "/tmp/ckpt")

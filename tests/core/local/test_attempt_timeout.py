@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from airflow_provider_torchx.core.schedulers.api import Stream
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler
 from airflow_provider_torchx.core.specs import AppState, RetryPolicy
 from tests.core.local.conftest import wait_gone
@@ -15,6 +16,9 @@ from tests.core.local.helpers import sh_app, wait_done, wait_for_line
 #: Ignores SIGTERM and has a child and a grandchild that leaves the group: the grace period's
 #: SIGKILL must reach the whole tree.
 STUBBORN = "trap '' TERM; sleep 30 & (setsid sleep 30 &); echo ready; wait"
+
+#: What the replicas printed (a restart's note goes to stderr: ``test_resume.py``).
+STDOUT = Stream.STDOUT
 
 
 def test_an_attempt_over_the_timeout_fails_the_job_and_leaves_no_process(sched: LocalScheduler, mark: str) -> None:
@@ -48,8 +52,9 @@ def test_a_timed_out_attempt_is_retried_with_the_full_time_again(sched: LocalSch
     app.roles[1].args = ["-c", "echo run; sleep 1"]
     desc = wait_done(sched, sched.submit(app, cfg={"attempt_timeout": 2}))
     assert desc.state == AppState.SUCCEEDED and desc.num_restarts == 1, desc
-    assert list(sched.log_iter(desc.app_id, "r0")) == ["run\n", "run\n"]
-    assert list(sched.log_iter(desc.app_id, "r1")) == ["run\n", "run\n"]  # the whole application restarted
+    assert list(sched.log_iter(desc.app_id, "r0", streams=STDOUT)) == ["run\n", "run\n"]
+    # the whole application restarted
+    assert list(sched.log_iter(desc.app_id, "r1", streams=STDOUT)) == ["run\n", "run\n"]
 
 
 def test_timed_out_attempts_use_up_the_retries_then_fail(sched: LocalScheduler, mark: str) -> None:
@@ -60,5 +65,5 @@ def test_timed_out_attempts_use_up_the_retries_then_fail(sched: LocalScheduler, 
         desc.msg
         == "role 'r0' replica 0 ran longer than attempt_timeout=1 (seconds) and was stopped (after 1 restart(s))"
     )
-    assert list(sched.log_iter(desc.app_id, "r0")) == ["run\n", "run\n"]
+    assert list(sched.log_iter(desc.app_id, "r0", streams=STDOUT)) == ["run\n", "run\n"]
     assert wait_gone(mark, 5.0) == []

@@ -7,9 +7,13 @@ import stat
 import time
 from pathlib import Path
 
+from airflow_provider_torchx.core.schedulers.api import Stream
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_scheduler
 from airflow_provider_torchx.core.specs import AppDef, AppState, RetryPolicy, Role
 from tests.core.local.helpers import sh_app, wait_done, wait_running
+
+#: What the replicas printed (a restart's note goes to stderr: ``test_resume.py``).
+STDOUT = Stream.STDOUT
 
 
 def test_success_with_macros_labels_and_roles(sched: LocalScheduler, tmp_path: Path) -> None:
@@ -75,7 +79,7 @@ def test_retry_replica_policy_restarts_only_the_failed_replica(sched: LocalSched
     assert desc.state == AppState.SUCCEEDED, desc
     assert desc.num_restarts == 1
     assert list(sched.log_iter(app_id, "r0", 0)) == ["start 0\n"]
-    assert list(sched.log_iter(app_id, "r0", 1)) == ["start 1\n", "start 1\n"]
+    assert list(sched.log_iter(app_id, "r0", 1, streams=STDOUT)) == ["start 1\n", "start 1\n"]
 
 
 def test_retry_application_policy_restarts_everything(sched: LocalScheduler, tmp_path: Path) -> None:
@@ -91,8 +95,8 @@ def test_retry_application_policy_restarts_everything(sched: LocalScheduler, tmp
     desc = wait_done(sched, app_id)
     assert desc.state == AppState.SUCCEEDED, desc
     assert desc.num_restarts == 1
-    assert list(sched.log_iter(app_id, "r0")) == ["run\n", "run\n"]
-    assert list(sched.log_iter(app_id, "r1")) == ["run\n", "run\n"]
+    assert list(sched.log_iter(app_id, "r0", streams=STDOUT)) == ["run\n", "run\n"]
+    assert list(sched.log_iter(app_id, "r1", streams=STDOUT)) == ["run\n", "run\n"]
 
 
 def test_an_application_restart_starts_without_the_last_attempts_leftovers(
@@ -108,7 +112,7 @@ def test_an_application_restart_starts_without_the_last_attempts_leftovers(
     app_id = sched.submit(app)
     desc = wait_done(sched, app_id)
     assert desc.state == AppState.SUCCEEDED and desc.num_restarts == 1, desc
-    assert list(sched.log_iter(app_id, "r0")) == ["clean\n"]
+    assert list(sched.log_iter(app_id, "r0", streams=STDOUT)) == ["clean\n"]
 
 
 def test_retry_role_policy_restarts_the_failed_role(sched: LocalScheduler, tmp_path: Path) -> None:
@@ -125,8 +129,8 @@ def test_retry_role_policy_restarts_the_failed_role(sched: LocalScheduler, tmp_p
     assert desc.state == AppState.SUCCEEDED, desc
     assert desc.num_restarts == 1
     assert list(sched.log_iter(app_id, "r0")) == ["run\n"]
-    assert list(sched.log_iter(app_id, "r1", 0)) == ["run\n", "run\n"]
-    assert list(sched.log_iter(app_id, "r1", 1)) == ["run\n", "run\n"]
+    assert list(sched.log_iter(app_id, "r1", 0, streams=STDOUT)) == ["run\n", "run\n"]
+    assert list(sched.log_iter(app_id, "r1", 1, streams=STDOUT)) == ["run\n", "run\n"]
 
 
 def test_retries_exhausted_fail_with_count(sched: LocalScheduler) -> None:

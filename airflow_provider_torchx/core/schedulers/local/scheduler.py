@@ -31,6 +31,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_torchx.core.checkpoints import LOCAL_ROOT_NAME as LOCAL_CHECKPOINT_ROOT
+from airflow_provider_torchx.core.checkpoints import app_checkpoint_dir
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME, RANK_LOGS_ENV, RANK_LOGS_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError, shown
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
@@ -332,6 +334,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
             )
         return Path(self.store.job_dir(app_id))
 
+    def default_checkpoint_root(self) -> str | None:
+        """``checkpoints/`` beside the job store (``<state dir>/checkpoints``)."""
+        return os.path.join(os.path.dirname(os.path.abspath(self.store.root)), LOCAL_CHECKPOINT_ROOT)
+
     def sidecar_dir(self, app_id: str) -> Path | None:
         """The job's directory: watchers' own files (log cursors) live beside the job in the
         store and go away with ``delete``. None for an unknown job, or one whose directory is
@@ -588,6 +594,21 @@ class LocalScheduler(Scheduler[PopenRequest]):
         if pruned and not dry_run:
             self.store.record_finished({}, set(summaries) - {app_id for app_id, _ in pruned})
         return pruned
+
+    def checkpoint_dirs(self) -> dict[str, str]:
+        """``{app_id: TORCHX_CHECKPOINT_DIR}`` of every job of the store that has one, so
+        ``prune --checkpoints`` removes a location only when no job left uses it."""
+        found = {}
+        for app_id in sorted(self.store.app_ids()):
+            try:
+                rec = self._record(app_id)
+            except store.CorruptEntryError as e:
+                log.warning("checkpoints: skipping %s", e)
+                continue
+            location = app_checkpoint_dir(role_from_json(r) for r in rec["roles"]) if rec else None
+            if location:
+                found[app_id] = location
+        return found
 
     def _matching(
         self, summaries: dict[str, dict[str, Any]], labels: Mapping[str, str] | None

@@ -22,6 +22,11 @@ the descendants that are not replicas in ``state.json`` (``tracked``), so that w
 finalises the job after the supervisor was killed finds them too. Files and directories are
 created owner-only (umask 077; the replicas get the launcher's umask back).
 
+A restart (the retry policy, ``max_retries``) puts the reason in the job's ``msg`` while it
+runs, and starts each restarted replica's log (stderr) with a line naming its new
+``TORCHX_ATTEMPT`` and the reason (``RESTART_PREFIX``): the request's ``TORCHX_ATTEMPT`` (0
+without one) plus the replica's restarts so far (docs/checkpoints.md).
+
 It reserves room in the job directory (``.reserve``) and frees it to record its end when the
 filesystem is full, so a job stopped by a full disk ends FAILED with that reason.
 
@@ -65,6 +70,13 @@ _RESERVE = ".reserve"
 #: The longest pause between tries to record the end in a store that refuses writes.
 _RECORD_RETRY_MAX_S = 5.0
 
+
+#: Each replica's attempt number (``core/checkpoints.py``'s ``ATTEMPT_ENV``): the request's value
+#: (the attempts of the task instance's earlier jobs; 0 without one) plus this replica's restarts.
+ATTEMPT_ENV = "TORCHX_ATTEMPT"
+
+#: How a restarted replica's log starts its new attempt: ``<prefix> <attempt>: <why>``.
+RESTART_PREFIX = "[airflow-torchx] restarted as TORCHX_ATTEMPT"
 
 #: The end of the supervisor's ``-c`` code (``supervisor_command``, ``is_supervisor_of``).
 _ENTRY = "from airflow_provider_torchx.core.schedulers.local.supervisor import main; main(sys.argv[1])"
@@ -260,6 +272,10 @@ class Supervisor:
         env = dict(self.base_env)
         env.update(r.param["env"])
         env[store.JOB_ENV] = self.dir
+        env[ATTEMPT_ENV] = str(_base_attempt(r.param["env"]) + len(r.attempts))
+        if r.attempts:  # a restart: its log says so, and why, before the new attempt's lines
+            r.flush("stderr")
+            r.emit("stderr", f"{RESTART_PREFIX} {env[ATTEMPT_ENV]}: {self.msg}\n".encode(errors="replace"))
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         started = time.time()  # before the fork: the child may run before the parent resumes
@@ -474,7 +490,9 @@ class Supervisor:
                 group = [x for x in self.replicas if x.role == r.role]
             else:
                 group = list(self.replicas)
-            print(f"{what}; restart {used + 1}/{max_retries} of role {r.role!r} ({policy})", file=sys.stderr)
+            # In ``msg`` while the job runs, so the task log's progress notes show the restart and why.
+            self.msg = f"{what}; restart {used + 1}/{max_retries} of role {r.role!r} ({policy})"
+            print(self.msg, file=sys.stderr)
             self.restart_group.extend(x for x in group if x not in self.restart_group)
             self.stop([x for x in group if x.running], session=False)
             return
@@ -642,6 +660,14 @@ def _reap_adopted() -> None:
             pass
     except ChildProcessError:
         pass
+
+
+def _base_attempt(env: dict[str, str]) -> int:
+    """The request's ``TORCHX_ATTEMPT`` (0 when it has none or it is not a number >= 0)."""
+    try:
+        return max(int(env.get(ATTEMPT_ENV) or 0), 0)
+    except ValueError:
+        return 0
 
 
 def _exit_text(role: str, idx: int, code: int) -> str:

@@ -1,0 +1,101 @@
+"""The Airflow side of checkpoint locations and attempt numbers (``core/checkpoints.py``).
+
+``TorchXRunOperator`` calls ``prepare`` before it submits a new job: the root by precedence
+(the operator's ``checkpoint_root``, the connection's extra, ``[torchx] checkpoint_root``,
+the scheduler's default), the task instance's location under it, and the attempt number this
+job starts at; both go into every role's env. An adopted job (a retry reattaching to its
+running job) is never changed: ``location_of`` reads what it was given. ``report`` puts the
+location in the task log and XCom (``checkpoint_dir``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_torchx._compat import conf
+from airflow_provider_torchx.core import checkpoints
+from airflow_provider_torchx.core.identity import TaskIdentity
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_torchx.core.runner import Runner
+    from airflow_provider_torchx.core.specs import AppDef
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+log = logging.getLogger(__name__)
+#: Where ``[torchx] checkpoint_root`` is read.
+CONFIG = ("torchx", "checkpoint_root")
+
+
+def configured_root(operator_root: str | None, hook: TorchXHook, runner: Runner, scheduler: str) -> str | None:
+    """The checkpoint root of a task (see the module docstring); ``InvalidRunConfigError``
+    naming where a bad one was set."""
+    return checkpoints.resolve_root(
+        [
+            ("checkpoint_root", operator_root),
+            (f"connection {hook.torchx_conn_id!r} extra checkpoint_root", hook.settings.checkpoint_root),
+            ("[torchx] checkpoint_root", conf.get(*CONFIG, fallback="") or None),
+        ],
+        runner.default_checkpoint_root(scheduler),
+    )
+
+
+def earlier_attempts(runner: Runner, scheduler: str, cfg: dict[str, Any], labels: dict[str, str]) -> list[int]:
+    """How many attempts each job the task instance submitted before made (its restarts + 1),
+    as the scheduler still knows them."""
+    counts = []
+    for app in runner.list(scheduler, cfg, labels):
+        desc = runner.describe_app(app.app_handle)
+        if desc is not None:
+            counts.append(max(desc.num_restarts, 0) + 1)
+    return counts
+
+
+def prepare(
+    app: AppDef,
+    *,
+    operator_root: str | None,
+    hook: TorchXHook,
+    runner: Runner,
+    scheduler: str,
+    cfg: dict[str, Any],
+    labels: dict[str, str],
+    try_number: int,
+    dryrun: bool,
+) -> str | None:
+    """Give every role of the new job ``app`` the task instance's checkpoint location (when a
+    root is known) and its first attempt number; return the location (None: no root). On a
+    retry the attempt number counts the attempts of the task instance's earlier jobs
+    (``checkpoints.attempt_offset``); a dry run only counts the earlier tries."""
+    root = configured_root(operator_root, hook, runner, scheduler)
+    identity = TaskIdentity.from_labels(labels)
+    location = checkpoints.checkpoint_dir(root, identity) if root is not None and identity is not None else None
+    earlier: list[int] = []
+    if try_number > 1 and not dryrun:
+        try:
+            earlier = earlier_attempts(runner, scheduler, cfg, labels)
+        except Exception as e:  # the count is a courtesy: the try number still bounds it
+            log.warning("could not count the earlier attempts of this task instance: %s", e)
+    attempt = checkpoints.attempt_offset(try_number, earlier)
+    checkpoints.place(app, location, attempt, host_bound=runner.capabilities(scheduler).host_bound, create=not dryrun)
+    return location
+
+
+def location_of(runner: Runner, app_handle: str) -> str | None:
+    """The checkpoint location job ``app_handle`` was given (None: none, or unknown)."""
+    try:
+        desc = runner.describe_app(app_handle)
+    except Exception as e:
+        log.warning("could not read the checkpoint location of %s: %s", app_handle, e)
+        return None
+    return desc.checkpoint_dir if desc is not None else None
+
+
+def report(context: Context, location: str | None, task_log: logging.Logger | Any) -> None:
+    """Log the checkpoint location and push it to XCom (``checkpoint_dir``; nothing without one)."""
+    if location is None:
+        return
+    task_log.info("Checkpoints of this task instance: %s (TORCHX_CHECKPOINT_DIR)", location)
+    context["ti"].xcom_push(key=checkpoints.XCOM_KEY, value=location)

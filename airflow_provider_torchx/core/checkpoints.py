@@ -1,0 +1,174 @@
+"""Where a task instance's job checkpoints, and which attempt of its work a replica is.
+
+Every replica of a job an Airflow task submits gets two variables (docs/checkpoints.md):
+
+- ``TORCHX_CHECKPOINT_DIR``: the task instance's checkpoint location, ``checkpoint_dir(root,
+  identity)``: ``<root>/<dag_id>/<run_id>/<task_id>`` (``/<map_index>`` added for a mapped
+  task). It is built from the task instance's identity only (``core/identity.py``, never the
+  try number), so every try of one task instance and every attempt its scheduler makes get the
+  same one, and another DAG run, task or map index gets another. Each part is percent-encoded
+  (``[A-Za-z0-9._~-]`` kept), so no part can climb out of the root or run into another.
+- ``TORCHX_ATTEMPT``: 0 for the first attempt of the task instance's work, +1 for each later
+  one. The job is submitted with the number of attempts its task instance's earlier jobs made
+  (``attempt_offset``); the local supervisor adds its own restarts of the replica; on AWS
+  Batch the container adds ``AWS_BATCH_JOB_ATTEMPT - 1`` itself (``attempt_in_container``,
+  spelled out in the docs for scripts that do not import this package).
+
+The root comes from the first of: the operator's ``checkpoint_root``, the connection's extra
+``checkpoint_root``, ``[torchx] checkpoint_root``; else the scheduler's default (local: a
+``checkpoints/`` directory beside the job store; AWS Batch: none, so no variable is set).
+Standard library only: the core never imports Airflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import re
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from urllib.parse import quote
+
+from airflow_provider_torchx.core.errors import InvalidRunConfigError
+from airflow_provider_torchx.core.identity import TaskIdentity
+from airflow_provider_torchx.core.specs import AppDef
+
+#: Every replica's checkpoint location (a local path, a mounted path or a URI such as s3://).
+CHECKPOINT_DIR_ENV = "TORCHX_CHECKPOINT_DIR"
+#: Every replica's attempt number (0: the first attempt of the task instance's work).
+ATTEMPT_ENV = "TORCHX_ATTEMPT"
+#: What AWS Batch sets in the container: 1 for a job's first attempt.
+BATCH_ATTEMPT_ENV = "AWS_BATCH_JOB_ATTEMPT"
+#: The XCom key the task pushes its checkpoint location under.
+XCOM_KEY = "checkpoint_dir"
+#: The local job store's default root, a directory beside the store.
+LOCAL_ROOT_NAME = "checkpoints"
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/]")
+
+
+def is_uri(location: str) -> bool:
+    """Whether ``location`` is a URI with a host part (``s3://bucket/...``)."""
+    return bool(_URI.match(location))
+
+
+def check_root(root: str, source: str) -> str:
+    """``root`` if it is an absolute path or a URI (``s3://bucket/prefix``), without a trailing
+    ``/``; else ``InvalidRunConfigError`` naming ``source`` (where the root was set) and the value."""
+    if not isinstance(root, str) or not root.strip():
+        raise InvalidRunConfigError(
+            f"{source}: {root!r} is not allowed; give an absolute path (/mnt/ckpt) or a URI (s3://bucket/prefix)"
+        )
+    if not (is_uri(root) or posixpath.isabs(root)):
+        raise InvalidRunConfigError(
+            f"{source}: {root!r} is neither an absolute path nor a URI; give an absolute path (/mnt/ckpt) "
+            "or a URI (s3://bucket/prefix)"
+        )
+    stripped = root.rstrip("/")
+    return stripped or "/"
+
+
+def resolve_root(candidates: Sequence[tuple[str, str | None]], default: str | None) -> str | None:
+    """The checkpoint root: the first set ``(source, value)`` of ``candidates`` (in precedence
+    order: operator, connection, config), checked with ``check_root``; else ``default`` (the
+    scheduler's; None: no root, no variable)."""
+    for source, value in candidates:
+        if value is not None and value != "":
+            return check_root(value, source)
+    return default
+
+
+def _part(text: str) -> str:
+    """One path part: percent-encoded, ``.``/``..`` spelled out, never empty."""
+    encoded = quote(text, safe="-_.~") or "%00"
+    return encoded.replace(".", "%2E") if set(encoded) == {"."} else encoded
+
+
+def checkpoint_dir(root: str, identity: TaskIdentity) -> str:
+    """The checkpoint location of the task instance ``identity`` under ``root`` (see the module
+    docstring): the same for every try, different per DAG run, task and map index."""
+    parts = [identity.dag_id, identity.run_id, identity.task_id]
+    if identity.map_index >= 0:
+        parts.append(str(identity.map_index))
+    return posixpath.join(root, *(_part(p) for p in parts))
+
+
+def attempt_offset(try_number: int, earlier_attempts: Iterable[int]) -> int:
+    """``TORCHX_ATTEMPT`` of a new job's first attempt: the attempts the task instance's earlier
+    jobs made (``earlier_attempts``: one count per job, each its restarts + 1), and never less
+    than the earlier tries (``try_number - 1``: an earlier job may have been removed)."""
+    return max(try_number - 1, sum(max(n, 1) for n in earlier_attempts), 0)
+
+
+def attempt_in_container(env: Mapping[str, str]) -> int:
+    """The attempt number as a replica computes it from its environment: ``TORCHX_ATTEMPT``
+    plus the AWS Batch attempts before this one (``AWS_BATCH_JOB_ATTEMPT``, 1 for the first)."""
+    base = int(env.get(ATTEMPT_ENV) or 0)
+    batch = int(env.get(BATCH_ATTEMPT_ENV) or 1)
+    return base + max(batch - 1, 0)
+
+
+def set_env(app: AppDef, location: str | None, attempt: int) -> None:
+    """Give every role of ``app`` the checkpoint location (if any) and the attempt number."""
+    for role in app.roles:
+        if location is not None:
+            role.env[CHECKPOINT_DIR_ENV] = location
+        role.env[ATTEMPT_ENV] = str(attempt)
+
+
+def app_checkpoint_dir(roles: Iterable[object]) -> str | None:
+    """The checkpoint location a job's roles carry in their env (None: none)."""
+    for role in roles:
+        env = getattr(role, "env", None) or {}
+        if env.get(CHECKPOINT_DIR_ENV):
+            return str(env[CHECKPOINT_DIR_ENV])
+    return None
+
+
+def check_batch_location(location: str, app: AppDef) -> None:
+    """A checkpoint location for AWS Batch must be a URI (``s3://``) or a path under a mount of
+    every role (an EFS or host volume): a local path of the submitting host is not in the
+    container. ``InvalidRunConfigError`` naming the value otherwise."""
+    if is_uri(location):
+        return
+    for role in app.roles:
+        mounted = [getattr(m, "dst_path", "") for m in role.mounts]
+        if not any(d and (location == d.rstrip("/") or location.startswith(d.rstrip("/") + "/")) for d in mounted):
+            raise InvalidRunConfigError(
+                f"checkpoint_root: {location!r} is a local path that role {role.name!r} does not mount "
+                f"(its mounts: {', '.join(d for d in mounted if d) or 'none'}); on aws_batch use an s3:// URI "
+                "or a path under a mount (an EFS or host volume) of every role"
+            )
+
+
+def place(app: AppDef, location: str | None, attempt: int, *, host_bound: bool, create: bool = True) -> None:
+    """Give ``app``'s roles the checkpoint ``location`` and ``attempt`` (``set_env``), after
+    checking the location suits the scheduler: on one that runs jobs elsewhere (not
+    ``host_bound``: AWS Batch) a path must be mounted (``check_batch_location``); on one that
+    runs them on this host, a path is created (``create``) so the job finds it there."""
+    if location is not None:
+        if not host_bound:
+            check_batch_location(location, app)
+        elif create and not is_uri(location):
+            Path(location).mkdir(parents=True, exist_ok=True, mode=0o700)
+    set_env(app, location, attempt)
+
+
+def local_size(location: str) -> int:
+    """The bytes on disk under a local checkpoint location (0: a URI, or nothing there)."""
+    if is_uri(location) or not os.path.isdir(location):
+        return 0
+    size = 0
+    for base, _, files in os.walk(location):
+        for name in files:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                size += os.lstat(os.path.join(base, name)).st_blocks * 512
+    return size
+
+
+def remove_local(location: str) -> None:
+    """Remove a local checkpoint location (a URI is never touched here: its owner prunes it)."""
+    if not is_uri(location) and os.path.isdir(location) and not os.path.islink(location):
+        shutil.rmtree(location, ignore_errors=True)
