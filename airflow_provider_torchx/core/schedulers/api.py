@@ -69,6 +69,8 @@ class DescribeAppResponse:
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
     started: float | None = None
     ended: float | None = None
+    #: When the app was submitted (epoch seconds; None: unknown).
+    created: float | None = None
 
 
 @dataclass
@@ -82,6 +84,9 @@ class ListAppResponse:
     labels: dict[str, str] = field(default_factory=dict)
     #: When the app was submitted (epoch seconds; None: unknown).
     created: float | None = None
+    #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
+    started: float | None = None
+    ended: float | None = None
 
 
 def cursor_object(cursor: str | bytes) -> dict[str, Any]:
