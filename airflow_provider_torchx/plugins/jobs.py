@@ -41,7 +41,7 @@ from airflow_provider_torchx.core.errors import UnknownAppError, shown
 from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse, cursor_object
-from airflow_provider_torchx.core.specs import AppState, AppStatus, Role, parse_app_handle
+from airflow_provider_torchx.core.specs import AppState, Role, parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.links.torchx import job_page_url
@@ -357,16 +357,8 @@ def root_cause(runner: Runner, app_handle: str, desc: DescribeAppResponse) -> Ro
         if app_handle in _ROOT_CAUSES:
             _ROOT_CAUSES.move_to_end(app_handle)
             return _ROOT_CAUSES[app_handle]
-    status = AppStatus(
-        state=desc.state,
-        num_restarts=desc.num_restarts,
-        msg=desc.msg,
-        structured_error_msg=desc.structured_error_msg,
-        ui_url=desc.ui_url,
-        roles=desc.roles_statuses,
-        usage=desc.usage,
-    )
-    found = find_root_cause(runner, app_handle, status)
+    status = runner.status(app_handle)  # the runner's view of the same answer (an ended job's)
+    found = find_root_cause(runner, app_handle, status) if status is not None else None
     with _ROOT_CAUSES_LOCK:
         _ROOT_CAUSES[app_handle] = found
         while len(_ROOT_CAUSES) > ROOT_CAUSES_KEPT:
