@@ -109,6 +109,13 @@ def is_dark(color: str) -> bool:
 
 
 BODY_BACKGROUND = "b => getComputedStyle(b).backgroundColor"
+#: Whether a framed page is in dark mode: its root says so, its background lets Airflow's
+#: panel show through, and its text is light (Airflow's own text color).
+FRAMED_DARK = """b => {
+  const cs = getComputedStyle(b), rgb = cs.color.match(/\\d+/g).map(Number);
+  const light = (0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]) / 255 > 0.6;
+  return document.documentElement.classList.contains("dark") && cs.backgroundColor === "rgba(0, 0, 0, 0)" && light;
+}"""
 
 
 def source_errors(page: Page) -> dict[str, Any]:
@@ -246,7 +253,7 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             dark.get_by_role("tab", name="TorchX").or_(dark.get_by_role("link", name="TorchX", exact=True)).click()
             dark_frame = dark.frame_locator("iframe")
             dark_frame.locator(f'#jobs tr[data-handle="{handle}"]').wait_for()
-            seen["task_tab_dark"] = is_dark(dark_frame.locator("body").evaluate(BODY_BACKGROUND))
+            seen["task_tab_dark"] = dark_frame.locator("body").evaluate(FRAMED_DARK)
             if shots:
                 dark.screenshot(path=str(shots / "task-tab-dark.png"))
             dark.goto(f"{base}/torchx/job?handle={quote(spec['failed_handle'], safe='')}")
