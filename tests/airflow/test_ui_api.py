@@ -192,19 +192,22 @@ ERROR_FILE = (
 )
 
 
-def test_a_failed_job_shows_its_root_cause_masked(
+def test_a_failed_job_shows_its_root_cause_masked_and_its_gpus(
     client: Any, auth: Any, local_jobs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The job page gets a failed job's root cause (the failing replica's error file, as the
-    task's failure message shows it), masked as everything else."""
+    task's failure message shows it), masked as everything else, and the GPUs each replica
+    was given."""
     from airflow_provider_torchx.plugins import secrets
 
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1")
     monkeypatch.setenv("AIRFLOW_VAR_UI_CAUSE_PASSWORD", "EnvUiCausePw551")
     monkeypatch.setattr(secrets, "_cached", (-secrets.REFRESH_S, frozenset()))  # read them now
     runner: Runner = local_jobs[0]
     script = f"printf '%s\\n' '{ERROR_FILE}' > \"$TORCHELASTIC_ERROR_FILE\"; exit 3"
-    role = Role("trainer", image="/", entrypoint="sh", args=["-c", script])
-    handle = runner.run(AppDef("ui-cause", roles=[role]), "local_cwd", labels=_identity("ui_cause"))
+    role = Role("trainer", image="/", entrypoint="sh", args=["-c", script], resource=Resource(1, 1, 128))
+    cfg = {"auto_set_cuda_visible_devices": True}
+    handle = runner.run(AppDef("ui-cause", roles=[role]), "local_cwd", cfg, labels=_identity("ui_cause"))
     local_jobs[1].append(handle)
     runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
     job = client.get("/api/job", params={"handle": handle}, headers=_headers(auth, "viewer")).json()
@@ -214,7 +217,8 @@ def test_a_failed_job_shows_its_root_cause_masked(
     assert cause["exit_code"] == 3 and cause["frames"][0].startswith('File "train.py", line 9'), cause
     assert cause["text"].startswith("Root cause (replica trainer/0, exit code 3): RuntimeError: loss is NaN"), cause
     assert "EnvUiCausePw551" not in json.dumps(job)
-    assert job["usage"]["attempts_count"] == 1
+    assert job["usage"]["attempts_count"] == 1 and job["usage"]["gpu_hours"] > 0, job["usage"]
+    assert [r["devices"] for r in job["roles"][0]["replicas"]] == ["0"]
 
 
 @pytest.mark.parametrize(
