@@ -249,8 +249,9 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             seen["dark_by_system"] = is_dark(dark.locator("body").evaluate(BODY_BACKGROUND))
             if shots:
                 dark.screenshot(path=str(shots / "jobs-dark.png"))
-            dark.goto(f"{base}/dags/{dag_id}/runs/{spec['run_id']}/tasks/{spec['task_id']}")
-            dark.get_by_role("tab", name="TorchX").or_(dark.get_by_role("link", name="TorchX", exact=True)).click()
+            # the tab's own address (clicking it is step 2's; a task page streaming its log
+            # re-renders its tabs, which a click may wait on)
+            dark.goto(f"{base}/dags/{dag_id}/runs/{spec['run_id']}/tasks/{spec['task_id']}/plugin/torchx_task")
             dark_frame = dark.frame_locator("iframe")
             dark_frame.locator(f'#jobs tr[data-handle="{handle}"]').wait_for()
             seen["task_tab_dark"] = dark_frame.locator("body").evaluate(FRAMED_DARK)
