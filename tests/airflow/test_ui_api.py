@@ -343,6 +343,7 @@ def test_batch_jobs_through_their_connection(
         params = {"handle": handle, "conn_id": "torchx_ui_batch"}
         job = client.get("/api/job", params=params, headers=admin).json()
         assert job["console_url"].startswith("https://us-east-1.console.aws.amazon.com/batch/"), job
+        assert listed["jobs"][0]["created"] == job["created"] and job["created"] <= job["now"], (listed, job)
         assert [r["name"] for r in job["roles"]] == ["worker"] and job["dag_id"] == "ui_batch"
         assert client.post("/api/cancel", json=params, headers=admin).status_code == 202
         status = hook.get_runner().wait(handle, wait_interval=1, timeout=60, cancel_on_signal=False)
