@@ -548,3 +548,18 @@ def test_a_job_whose_state_file_was_swapped_is_cancelled_all_the_same(
         time.sleep(0.05)
     status = runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
     assert status is not None and status.state == AppState.CANCELLED, status
+
+
+def test_the_checkpoint_location_is_the_one_the_replicas_get() -> None:
+    """The job page's checkpoint location: the description's own field where a scheduler gives
+    one, else ``TORCHX_CHECKPOINT_DIR`` from the roles' env; none without either."""
+    from types import SimpleNamespace
+
+    from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+    from airflow_provider_torchx.plugins.jobs import checkpoint_dir
+
+    role = Role("trainer", image="/", env={"TORCHX_CHECKPOINT_DIR": "/ckpt/d/r/t/-1"})
+    assert checkpoint_dir(DescribeAppResponse(roles=[Role("plain", image="/"), role])) == "/ckpt/d/r/t/-1"
+    assert checkpoint_dir(DescribeAppResponse(roles=[Role("plain", image="/")])) is None
+    given = SimpleNamespace(checkpoint_dir="s3://bucket/ckpt", roles=[role])
+    assert checkpoint_dir(given) == "s3://bucket/ckpt"  # type: ignore[arg-type]
