@@ -34,6 +34,19 @@ def job_page_url(app_handle: str, conn_id: str | None = None) -> str:
     return url + (f"&conn_id={quote(conn_id, safe='')}" if conn_id else "")
 
 
+def absolute_url(url: str) -> str:
+    """``url`` as a full address: a same-site path (``job_page_url``) is put under ``[api]
+    base_url``'s origin, as Airflow's Task SDK builds a task's log URL (the same fallback,
+    ``http://localhost:8080/``), so a task log's line is a link from anywhere; an ``http(s)``
+    URL is kept."""
+    if not url.startswith("/") or url.startswith("//"):
+        return url
+    from airflow_provider_torchx._compat import conf
+
+    base = urlsplit(conf.get("api", "base_url", fallback="") or "http://localhost:8080/")
+    return f"{base.scheme or 'http'}://{base.netloc}{url}" if base.netloc else url
+
+
 class _JobLink(BaseOperatorLink):
     """A link of the operator's current job (``operator.app_handle``)."""
 

@@ -31,7 +31,7 @@ from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, lab
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
-from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
+from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.orphans import DISOWNED_XCOM
@@ -432,7 +432,7 @@ class TorchXRunOperator(BaseOperator):
         for link, url in job_links(handle, status.ui_url if status else None, self.torchx_conn_id):
             link.persist(context, url)
             if url:
-                self.log.info("%s: %s", link.name, url)
+                self.log.info("%s: %s", link.name, absolute_url(url))
 
     def _wait_in_worker(self, watcher: TaskWatcher, started_at: float, deadline: float | None) -> dict[str, Any]:
         """Wait for the job in the worker on the one watching path (``watch.py``); return the

@@ -14,7 +14,9 @@ API guarantees:
    request (naming why), 400 for a bad handle, role, replica, cursor or any malformed value
    (naming it), 404 for a job the scheduler does not know; never a traceback.
 2. ``GET api/jobs`` lists what the user may read, one page at a time (newest first, ``next``
-   the cursor of the following page), with ``errors`` per unreachable source.
+   the cursor of the following page), with ``errors`` per unreachable source that could hold
+   jobs asked for (``jobs.errors_that_matter``) and the server's ``now`` (the pages' clock for
+   the durations of running jobs).
 3. ``GET api/log`` returns one page of a replica's log after the given cursor and the cursor to
    continue from, so a page polling it shows each line once.
 4. ``POST api/cancel`` asks the scheduler to stop the job (idempotent) and returns its state.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import secrets as _random
+import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Annotated, Any
@@ -162,14 +165,17 @@ def create_app() -> FastAPI:
         readable = access.allowed_dags(user, {row.labels.get(dag_label) for row in found.jobs}, READ)
         rows = [row for row in found.jobs if row.labels.get(dag_label) in readable]
         page, after = jobs.page_after(rows, cursor, limit)
-        return Masker().tree({"jobs": [row.as_json() for row in page], "next": after, "errors": found.errors})
+        errors = jobs.errors_that_matter({"dag_id": dag_id, "task_id": task_id, "run_id": run_id}, rows, found.errors)
+        listed = {"jobs": [row.as_json() for row in page], "next": after, "errors": errors, "now": time.time()}
+        return Masker().tree(listed)
 
     @app.get("/api/job")
     def get_job(user: User, handle: Annotated[str, Query()], conn_id: str | None = None) -> dict[str, Any]:
         """One job: state, failure reason, roles, replicas, console URL."""
-        _, desc, masker = _job(user, handle, conn_id, READ, "see this job")
-        details = jobs.job_details(handle, conn_id, desc)
+        runner, desc, masker = _job(user, handle, conn_id, READ, "see this job")
+        details = jobs.job_details(handle, conn_id, desc, jobs.root_cause(runner, handle, desc))
         details["can_cancel"] = access.allowed(user, details["dag_id"], EDIT)
+        details["now"] = time.time()
         return masker.tree(details)
 
     @app.get("/api/log")

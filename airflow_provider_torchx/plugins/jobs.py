@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import contextlib
 import functools
 import json
@@ -35,11 +36,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_torchx.core.errorfile import RootCause, find_root_cause
 from airflow_provider_torchx.core.errors import UnknownAppError, shown
 from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse, cursor_object
-from airflow_provider_torchx.core.specs import Role, parse_app_handle
+from airflow_provider_torchx.core.specs import AppState, Role, parse_app_handle
+from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.links.torchx import job_page_url
 
@@ -57,6 +60,8 @@ LIST_REUSE_S, LIST_FORGET_S = 2.0, 60.0
 _LIST_LOCK = threading.Lock()
 _LISTED: dict[Any, _Listing] = {}
 _CONN_ENV_PREFIX = "AIRFLOW_CONN_"
+#: The replicas' variable naming the task instance's checkpoint location (docs/architecture.md).
+CHECKPOINT_DIR_ENV = "TORCHX_CHECKPOINT_DIR"
 
 
 @dataclass
@@ -74,6 +79,9 @@ class JobRow:
     orphaned: str | None = None
     #: When the job was submitted (epoch seconds; None: unknown): the list's order.
     created: float | None = None
+    #: When it started running and when it ended (epoch seconds; None: not yet, or unknown).
+    started: float | None = None
+    ended: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         identity = {key: self.labels.get(label) for key, label in IDENTITY_LABELS.items()}
@@ -87,6 +95,8 @@ class JobRow:
             **identity,
             "map_index": self.labels.get(MAP_INDEX),
             "created": self.created,
+            "started": self.started,
+            "ended": self.ended,
             "url": _job_page_url(self.handle, self.conn_id),
             "orphaned": self.orphaned,
         }
@@ -236,12 +246,39 @@ def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...], 
                 row = kept[1]
             else:
                 labels = dict(app.labels)
-                row = JobRow(app.app_handle, scheduler, app.name, app.state.name, conn_id, labels, created=app.created)
+                row = JobRow(
+                    app.app_handle,
+                    scheduler,
+                    app.name,
+                    app.state.name,
+                    conn_id,
+                    labels,
+                    created=epoch(app.created),
+                    started=epoch(app.started),
+                    ended=epoch(app.ended),
+                )
             rows[app.app_handle] = row
             made_from[app.app_handle] = (app, row)
     listed = sorted(rows.values(), key=sort_key, reverse=True)
     mark_orphans(listed)
     return JobList(listed, errors, made_from)
+
+
+def epoch(value: Any) -> float | None:
+    """``value`` if it is a finite number of epoch seconds, else None (what a page can show)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def errors_that_matter(filters: Mapping[str, str | None], rows: list[JobRow], errors: dict[str, str]) -> dict[str, str]:
+    """The listing ``errors`` (per source that could not be listed) worth showing beside
+    ``rows``, the jobs found for ``filters``: all of them, unless the filters name one task
+    instance (DAG, task and run) and its jobs were found (in a source that could be listed: a
+    task instance's jobs come from its one connection, so the others' errors do not hide any
+    of them, and a local task's TorchX tab shows no AWS error)."""
+    one_task = all(filters.get(key) for key in IDENTITY_LABELS)
+    return {} if one_task and rows else dict(errors)
 
 
 def sort_key(row: JobRow) -> tuple[float, str]:
@@ -273,7 +310,6 @@ def page_after(rows: list[JobRow], cursor: str | None, limit: int) -> tuple[list
 
 def mark_orphans(rows: list[JobRow]) -> None:
     """Set ``orphaned`` on the live rows whose task instance ended (``reaper.orphans_among``)."""
-    from airflow_provider_torchx.core.specs import AppState
     from airflow_provider_torchx.reaper import LiveJob, orphans_among
 
     live = [
@@ -304,10 +340,53 @@ def describe(runner: Runner, app_handle: str) -> DescribeAppResponse:
     return desc
 
 
-def job_details(app_handle: str, conn_id: str | None, desc: DescribeAppResponse) -> dict[str, Any]:
-    """The job page's data: state, failure reason, roles with their resources (devices asked)
-    and replicas (state, exit code, host), labels and the scheduler's console URL (never
-    ``file://``)."""
+#: The root causes found of ended jobs, by handle (an ended job's files no longer change), the
+#: newest ``ROOT_CAUSES_KEPT``: a job page opened again does not read the logs again.
+ROOT_CAUSES_KEPT = 256
+_ROOT_CAUSES: collections.OrderedDict[str, RootCause | None] = collections.OrderedDict()
+_ROOT_CAUSES_LOCK = threading.Lock()
+
+
+def root_cause(runner: Runner, app_handle: str, desc: DescribeAppResponse) -> RootCause | None:
+    """The root cause of a FAILED job (``core/errorfile.py``: the failing rank's error, as the
+    task's failure message and the CLI's ``describe`` show it); None for any other state or
+    when there is none to tell. Found once per ended job (kept by handle)."""
+    if desc.state != AppState.FAILED:
+        return None
+    with _ROOT_CAUSES_LOCK:
+        if app_handle in _ROOT_CAUSES:
+            _ROOT_CAUSES.move_to_end(app_handle)
+            return _ROOT_CAUSES[app_handle]
+    status = runner.status(app_handle)  # the runner's view of the same answer (an ended job's)
+    found = find_root_cause(runner, app_handle, status) if status is not None else None
+    with _ROOT_CAUSES_LOCK:
+        _ROOT_CAUSES[app_handle] = found
+        while len(_ROOT_CAUSES) > ROOT_CAUSES_KEPT:
+            _ROOT_CAUSES.popitem(last=False)
+    return found
+
+
+def checkpoint_dir(desc: DescribeAppResponse) -> str | None:
+    """Where the job keeps its checkpoints: its description's ``checkpoint_dir`` where the
+    scheduler gives one, else the ``TORCHX_CHECKPOINT_DIR`` its roles' env carry (the task
+    instance's checkpoint location, docs/architecture.md); None when it has none."""
+    given = getattr(desc, "checkpoint_dir", None)
+    if isinstance(given, str) and given:
+        return given
+    for role in desc.roles:
+        value = role.env.get(CHECKPOINT_DIR_ENV)
+        if value:
+            return value
+    return None
+
+
+def job_details(
+    app_handle: str, conn_id: str | None, desc: DescribeAppResponse, cause: RootCause | None = None
+) -> dict[str, Any]:
+    """The job page's data: state, failure reason and root cause (``cause``), when it was
+    submitted, started and ended, its usage once ended, roles with their resources (devices
+    asked) and replicas (state, exit code, host, GPUs given), labels, the checkpoint location
+    and the scheduler's console URL (never ``file://``)."""
     parsed = parse_app_handle(app_handle)
     replicas = {rs.role: rs.replicas for rs in desc.roles_statuses}
     roles = []
@@ -328,6 +407,7 @@ def job_details(app_handle: str, conn_id: str | None, desc: DescribeAppResponse)
                         "exit_code": r.exit_code,
                         "hostname": r.hostname,
                         "msg": r.msg or r.structured_error_msg,
+                        "devices": r.devices or None,
                     }
                     for r in replicas.get(role.name, [])
                 ],
@@ -343,6 +423,12 @@ def job_details(app_handle: str, conn_id: str | None, desc: DescribeAppResponse)
         "state": desc.state.name,
         "terminal": desc.state.is_terminal(),
         "msg": desc.msg or desc.structured_error_msg,
+        "root_cause": _cause_json(cause) if cause is not None else None,
+        "created": epoch(desc.created),
+        "started": epoch(desc.started),
+        "ended": epoch(desc.ended),
+        "usage": _usage_json(desc.usage) if desc.usage is not None else None,
+        "checkpoint_dir": checkpoint_dir(desc),
         "num_restarts": desc.num_restarts,
         "cancel_requested": desc.cancel_requested,
         "console_url": console,
@@ -350,6 +436,26 @@ def job_details(app_handle: str, conn_id: str | None, desc: DescribeAppResponse)
         **identity,
         "roles": roles,
     }
+
+
+def _cause_json(cause: RootCause) -> dict[str, Any]:
+    """A root cause for the page: its fields and the text the task's failure message shows."""
+    return {
+        "error": cause.error,
+        "replica": cause.replica,
+        "rank": cause.rank,
+        "exit_code": cause.exit_code,
+        "frames": list(cause.frames),
+        "stderr": list(cause.stderr),
+        "text": cause.format(),
+    }
+
+
+def _usage_json(usage: Usage) -> dict[str, Any]:
+    """A job's usage summary for the page (``Usage.to_dict`` without the per-attempt records)."""
+    summary = usage.to_dict()
+    summary.pop("attempts", None)
+    return summary
 
 
 def read_log(runner: Runner, app_handle: str, role: str, replica: int, cursor: str | None) -> dict[str, Any]:

@@ -142,6 +142,27 @@ def test_links_point_at_the_job_page_and_a_web_console_only() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("base_url", "absolute"),
+    [
+        ("https://airflow.example.com", "https://airflow.example.com/torchx/job?handle=h"),
+        ("https://airflow.example.com/", "https://airflow.example.com/torchx/job?handle=h"),
+        ("http://host:8080/airflow/", "http://host:8080/airflow/torchx/job?handle=h"),  # below a prefix
+        ("", "http://localhost:8080/torchx/job?handle=h"),  # Airflow's own fallback
+    ],
+)
+def test_the_task_log_shows_the_job_page_as_a_full_address(
+    base_url: str, absolute: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job page's link (same-site, under the base URL's path) becomes, in the task log, a
+    full address on ``[api] base_url`` as Airflow's own log URL is; a web console's is kept."""
+    from airflow_provider_torchx.links.torchx import absolute_url, job_page_url
+
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", base_url)
+    assert absolute_url(job_page_url("h")) == absolute
+    assert absolute_url("https://console.aws.amazon.com/batch/x") == "https://console.aws.amazon.com/batch/x"
+
+
 def test_no_job_no_links_and_no_xcom_read() -> None:
     """A dry run or a task that failed before submitting: Airflow's task runner asks each link
     at the end; both are empty without reading XCom (a missing XCom logs an error)."""

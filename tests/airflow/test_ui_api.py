@@ -94,6 +94,9 @@ def test_list_filters_by_dag_and_state(client: Any, auth: Any, jobs: dict[str, s
     }
     assert only[0]["app_id"] == jobs["live"].rsplit("/", 1)[1]
     assert only[0]["url"].startswith("/torchx/job?handle=local_cwd%3A%2F%2F")
+    assert only[0]["created"] <= only[0]["started"] <= listed["now"] and only[0]["ended"] is None, only[0]
+    (done_row,) = [j for j in listed["jobs"] if j["handle"] == jobs["done"]]
+    assert done_row["created"] <= done_row["started"] <= done_row["ended"] <= listed["now"], done_row
     done = client.get("/api/jobs", params={"state": "succeeded", "task_id": "train"}, headers=viewer).json()["jobs"]
     assert jobs["done"] in {j["handle"] for j in done} and jobs["live"] not in {j["handle"] for j in done}
     assert client.get("/api/jobs", headers=_headers(auth, None)).json()["jobs"] == [], "a user without a role"
@@ -103,7 +106,9 @@ def test_a_broken_connection_is_reported_beside_the_other_jobs(
     client: Any, auth: Any, jobs: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Connections come from the environment and the metadata database; one of a local
-    scheduler adds nothing (the store is listed once), a broken one is named with its error."""
+    scheduler adds nothing (the store is listed once), a broken one is named with its error,
+    except beside the jobs found of one task instance (its TorchX tab): they come from its own
+    connection."""
     from airflow.models import Connection
     from airflow.utils.session import create_session
 
@@ -118,6 +123,8 @@ def test_a_broken_connection_is_reported_beside_the_other_jobs(
         session.add_all(stored)
     try:
         listed = client.get("/api/jobs", headers=_headers(auth, "viewer")).json()
+        found = client.get("/api/jobs", params=_one_task("ui_live"), headers=_headers(auth, "viewer")).json()
+        missing = client.get("/api/jobs", params=_one_task("ui_none"), headers=_headers(auth, "viewer")).json()
     finally:
         with create_session() as session:
             session.query(Connection).filter(Connection.conn_id.startswith("torchx_db_")).delete()
@@ -126,6 +133,34 @@ def test_a_broken_connection_is_reported_beside_the_other_jobs(
     assert set(listed["errors"]) == {"torchx_broken", "torchx_db_broken"}, listed["errors"]
     assert "unknown scheduler 'nope'" in listed["errors"]["torchx_broken"]
     assert "unknown scheduler 'nope2'" in listed["errors"]["torchx_db_broken"]
+    assert [j["handle"] for j in found["jobs"]] == [jobs["live"]] and found["errors"] == {}, found
+    assert missing["jobs"] == [] and set(missing["errors"]) == {"torchx_broken", "torchx_db_broken"}, missing
+
+
+def _one_task(dag_id: str) -> dict[str, str]:
+    return {"dag_id": dag_id, "task_id": "train", "run_id": "r1"}
+
+
+@pytest.mark.parametrize(
+    ("filters", "found", "shown"),
+    [
+        ({}, 0, True),  # the jobs page: every source that could not be listed
+        ({}, 3, True),
+        ({"dag_id": "d"}, 2, True),  # a DAG's tasks may use several connections
+        ({"dag_id": "d", "task_id": "t"}, 1, True),  # a task of several runs, maybe other connections
+        ({"dag_id": "d", "task_id": "t", "run_id": "r"}, 0, True),  # its job may be in the broken source
+        ({"dag_id": "d", "task_id": "t", "run_id": "r"}, 1, False),  # a task instance's jobs were found
+        ({"dag_id": "d", "task_id": "t", "run_id": "r", "state": "RUNNING"}, 1, False),
+    ],
+)
+def test_a_source_error_is_shown_where_it_can_hide_jobs_asked_for(
+    filters: dict[str, str], found: int, shown: bool
+) -> None:
+    from airflow_provider_torchx.plugins.jobs import JobRow, errors_that_matter
+
+    rows = [JobRow(f"local_cwd://torchx/j-{n}", "local_cwd", "j", "RUNNING", None) for n in range(found)]
+    errors = {"torchx_batch": "SchedulerSetupError: no AWS region"}
+    assert errors_that_matter(filters, rows, errors) == (errors if shown else {})
 
 
 def test_job_shows_roles_and_replicas(client: Any, auth: Any, jobs: dict[str, str]) -> None:
@@ -139,6 +174,51 @@ def test_job_shows_roles_and_replicas(client: Any, auth: Any, jobs: dict[str, st
     ]
     assert job["console_url"] is None, "a local job's file:// directory is no link"
     assert client.get("/api/job", params={"handle": jobs["done"]}, headers=_headers(auth, "user")).json()["can_cancel"]
+    assert job["created"] <= job["started"] <= job["ended"] <= job["now"], job
+    usage = job["usage"]
+    assert usage["attempts_count"] == 2 and usage["node_seconds"] > 0, usage
+    assert usage["gpu_hours"] is None and usage["vcpu_hours"] is None, "the null resource asks for no amount"
+    assert job["root_cause"] is None and [r["devices"] for r in role["replicas"]] == [None, None]
+    live = client.get("/api/job", params={"handle": jobs["live"]}, headers=_headers(auth, "viewer")).json()
+    assert live["started"] is not None and live["ended"] is None and live["usage"] is None, live
+
+
+#: A replica that fails as a rank recorded by torchrun does: its error file names the exception
+#: (and a secret the masker knows), then it exits 3.
+ERROR_FILE = (
+    '{"message": {"message": "RuntimeError: loss is NaN (key EnvUiCausePw551)", "errorCode": 3, '
+    '"extraInfo": {"py_callstack": "Traceback (most recent call last):\\n  File \\"train.py\\", line 9, in step\\n'
+    '    raise RuntimeError(\\"loss is NaN\\")\\nRuntimeError: loss is NaN", "timestamp": "1700000000"}}}'
+)
+
+
+def test_a_failed_job_shows_its_root_cause_masked_and_its_gpus(
+    client: Any, auth: Any, local_jobs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job page gets a failed job's root cause (the failing replica's error file, as the
+    task's failure message shows it), masked as everything else, and the GPUs each replica
+    was given."""
+    from airflow_provider_torchx.plugins import secrets
+
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1")
+    monkeypatch.setenv("AIRFLOW_VAR_UI_CAUSE_PASSWORD", "EnvUiCausePw551")
+    monkeypatch.setattr(secrets, "_cached", (-secrets.REFRESH_S, frozenset()))  # read them now
+    runner: Runner = local_jobs[0]
+    script = f"printf '%s\\n' '{ERROR_FILE}' > \"$TORCHELASTIC_ERROR_FILE\"; exit 3"
+    role = Role("trainer", image="/", entrypoint="sh", args=["-c", script], resource=Resource(1, 1, 128))
+    cfg = {"auto_set_cuda_visible_devices": True}
+    handle = runner.run(AppDef("ui-cause", roles=[role]), "local_cwd", cfg, labels=_identity("ui_cause"))
+    local_jobs[1].append(handle)
+    runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    job = client.get("/api/job", params={"handle": handle}, headers=_headers(auth, "viewer")).json()
+    assert job["state"] == "FAILED", job
+    cause = job["root_cause"]
+    assert cause["error"] == "RuntimeError: loss is NaN (key ***)" and cause["replica"] == "trainer/0", cause
+    assert cause["exit_code"] == 3 and cause["frames"][0].startswith('File "train.py", line 9'), cause
+    assert cause["text"].startswith("Root cause (replica trainer/0, exit code 3): RuntimeError: loss is NaN"), cause
+    assert "EnvUiCausePw551" not in json.dumps(job)
+    assert job["usage"]["attempts_count"] == 1 and job["usage"]["gpu_hours"] > 0, job["usage"]
+    assert [r["devices"] for r in job["roles"][0]["replicas"]] == ["0"]
 
 
 @pytest.mark.parametrize(
@@ -263,6 +343,7 @@ def test_batch_jobs_through_their_connection(
         params = {"handle": handle, "conn_id": "torchx_ui_batch"}
         job = client.get("/api/job", params=params, headers=admin).json()
         assert job["console_url"].startswith("https://us-east-1.console.aws.amazon.com/batch/"), job
+        assert listed["jobs"][0]["created"] == job["created"] and job["created"] <= job["now"], (listed, job)
         assert [r["name"] for r in job["roles"]] == ["worker"] and job["dag_id"] == "ui_batch"
         assert client.post("/api/cancel", json=params, headers=admin).status_code == 202
         status = hook.get_runner().wait(handle, wait_interval=1, timeout=60, cancel_on_signal=False)
@@ -467,3 +548,18 @@ def test_a_job_whose_state_file_was_swapped_is_cancelled_all_the_same(
         time.sleep(0.05)
     status = runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
     assert status is not None and status.state == AppState.CANCELLED, status
+
+
+def test_the_checkpoint_location_is_the_one_the_replicas_get() -> None:
+    """The job page's checkpoint location: the description's own field where a scheduler gives
+    one, else ``TORCHX_CHECKPOINT_DIR`` from the roles' env; none without either."""
+    from types import SimpleNamespace
+
+    from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+    from airflow_provider_torchx.plugins.jobs import checkpoint_dir
+
+    role = Role("trainer", image="/", env={"TORCHX_CHECKPOINT_DIR": "/ckpt/d/r/t/-1"})
+    assert checkpoint_dir(DescribeAppResponse(roles=[Role("plain", image="/"), role])) == "/ckpt/d/r/t/-1"
+    assert checkpoint_dir(DescribeAppResponse(roles=[Role("plain", image="/")])) is None
+    given = SimpleNamespace(checkpoint_dir="s3://bucket/ckpt", roles=[role])
+    assert checkpoint_dir(given) == "s3://bucket/ckpt"  # type: ignore[arg-type]

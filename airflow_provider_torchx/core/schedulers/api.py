@@ -70,6 +70,8 @@ class DescribeAppResponse:
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
     started: float | None = None
     ended: float | None = None
+    #: When the app was submitted (epoch seconds; None: unknown).
+    created: float | None = None
     #: Where the job checkpoints (``TORCHX_CHECKPOINT_DIR`` of its roles, ``core/checkpoints.py``;
     #: None: it was given none). Read from ``roles`` when not given.
     checkpoint_dir: str | None = None
@@ -90,6 +92,9 @@ class ListAppResponse:
     labels: dict[str, str] = field(default_factory=dict)
     #: When the app was submitted (epoch seconds; None: unknown).
     created: float | None = None
+    #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
+    started: float | None = None
+    ended: float | None = None
 
 
 def cursor_object(cursor: str | bytes) -> dict[str, Any]:

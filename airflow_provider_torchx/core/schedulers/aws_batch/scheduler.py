@@ -624,6 +624,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                         name=str(job["jobName"]),
                         labels=have,
                         created=status.epoch_seconds(job.get("createdAt")),
+                        started=status.epoch_seconds(job.get("startedAt")),
+                        ended=status.epoch_seconds(job.get("stoppedAt")),
                     )
                 )
         return out

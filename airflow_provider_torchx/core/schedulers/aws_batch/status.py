@@ -233,6 +233,7 @@ def describe_response(
         cancel_reason=cancel_reason(job),
         started=epoch_seconds(job.get("startedAt")),
         ended=epoch_seconds(job.get("stoppedAt")),
+        created=epoch_seconds(job.get("createdAt")),
     )
 
 

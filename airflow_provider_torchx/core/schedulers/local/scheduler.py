@@ -484,6 +484,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             usage=local_usage(rec, st, roles) if state.is_terminal() else None,
             started=st.get("started"),
             ended=st.get("ended"),
+            created=rec.get("created"),
         )
 
     def error_file(self, app_id: str, role_name: str, k: int) -> str | None:
@@ -520,7 +521,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     def summaries(self, states: bool = True) -> dict[str, dict[str, Any]]:
         """What a listing shows of every job of the store (any local backend): app id ->
-        ``{"backend", "name", "labels", "created", "state", "ended"}``. Ended jobs come from
+        ``{"backend", "name", "labels", "created", "state", "started", "ended"}``. Ended jobs come from
         the store's index (``store.FINISHED_INDEX``); only the others' files are read, and
         those found ended are added to it. Corrupt entries are skipped (logged). ``states``
         False: the jobs not in the index have no ``state`` or ``ended`` (their state files are
@@ -551,7 +552,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             if st is None:
                 found[app_id] = entry
                 continue
-            entry.update(state=st["state"], ended=st.get("ended"))
+            entry.update(state=st["state"], started=st.get("started"), ended=st.get("ended"))
             if st.get("orphaned"):  # reported ended, not recorded: finalize records it
                 entry["orphaned"] = True
             elif st["state"] in _TERMINAL_NAMES:
@@ -655,6 +656,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     name=entry["name"],
                     labels=dict(entry["labels"]),
                     created=entry["created"],
+                    started=entry.get("started"),
+                    ended=entry.get("ended"),
                 )
                 if entry["state"] in _TERMINAL_NAMES and not entry.get("orphaned"):
                     ended[app_id] = resp
