@@ -60,8 +60,6 @@ LIST_REUSE_S, LIST_FORGET_S = 2.0, 60.0
 _LIST_LOCK = threading.Lock()
 _LISTED: dict[Any, _Listing] = {}
 _CONN_ENV_PREFIX = "AIRFLOW_CONN_"
-#: The replicas' variable naming the task instance's checkpoint location (docs/architecture.md).
-CHECKPOINT_DIR_ENV = "TORCHX_CHECKPOINT_DIR"
 
 
 @dataclass
@@ -366,20 +364,6 @@ def root_cause(runner: Runner, app_handle: str, desc: DescribeAppResponse) -> Ro
     return found
 
 
-def checkpoint_dir(desc: DescribeAppResponse) -> str | None:
-    """Where the job keeps its checkpoints: its description's ``checkpoint_dir`` where the
-    scheduler gives one, else the ``TORCHX_CHECKPOINT_DIR`` its roles' env carry (the task
-    instance's checkpoint location, docs/architecture.md); None when it has none."""
-    given = getattr(desc, "checkpoint_dir", None)
-    if isinstance(given, str) and given:
-        return given
-    for role in desc.roles:
-        value = role.env.get(CHECKPOINT_DIR_ENV)
-        if value:
-            return value
-    return None
-
-
 def job_details(
     app_handle: str, conn_id: str | None, desc: DescribeAppResponse, cause: RootCause | None = None
 ) -> dict[str, Any]:
@@ -428,7 +412,7 @@ def job_details(
         "started": epoch(desc.started),
         "ended": epoch(desc.ended),
         "usage": _usage_json(desc.usage) if desc.usage is not None else None,
-        "checkpoint_dir": checkpoint_dir(desc),
+        "checkpoint_dir": desc.checkpoint_dir,
         "num_restarts": desc.num_restarts,
         "cancel_requested": desc.cancel_requested,
         "console_url": console,

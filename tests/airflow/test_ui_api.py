@@ -550,16 +550,15 @@ def test_a_job_whose_state_file_was_swapped_is_cancelled_all_the_same(
     assert status is not None and status.state == AppState.CANCELLED, status
 
 
-def test_the_checkpoint_location_is_the_one_the_replicas_get() -> None:
-    """The job page's checkpoint location: the description's own field where a scheduler gives
-    one, else ``TORCHX_CHECKPOINT_DIR`` from the roles' env; none without either."""
-    from types import SimpleNamespace
-
+def test_the_job_page_shows_the_checkpoint_location_the_replicas_get() -> None:
+    """The job page's checkpoint location is the one the replicas' ``TORCHX_CHECKPOINT_DIR``
+    carries; none without it."""
     from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
-    from airflow_provider_torchx.plugins.jobs import checkpoint_dir
+    from airflow_provider_torchx.plugins.jobs import job_details
 
+    handle = "local_cwd://torchx/app-1"
     role = Role("trainer", image="/", env={"TORCHX_CHECKPOINT_DIR": "/ckpt/d/r/t/-1"})
-    assert checkpoint_dir(DescribeAppResponse(roles=[Role("plain", image="/"), role])) == "/ckpt/d/r/t/-1"
-    assert checkpoint_dir(DescribeAppResponse(roles=[Role("plain", image="/")])) is None
-    given = SimpleNamespace(checkpoint_dir="s3://bucket/ckpt", roles=[role])
-    assert checkpoint_dir(given) == "s3://bucket/ckpt"  # type: ignore[arg-type]
+    given = DescribeAppResponse(app_id="app-1", roles=[Role("plain", image="/"), role])
+    assert job_details(handle, None, given)["checkpoint_dir"] == "/ckpt/d/r/t/-1"
+    none = DescribeAppResponse(app_id="app-1", roles=[Role("plain", image="/")])
+    assert job_details(handle, None, none)["checkpoint_dir"] is None
