@@ -62,7 +62,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -326,21 +325,6 @@ def _summary_entry(lines: Sequence[str], replica: str) -> RootCause:
     )
 
 
-def _error_file(runner: Runner, app_handle: str, rep: ReplicaStatus) -> tuple[str, float] | None:
-    """The text of a replica's error file, if it wrote one where this host reads it
-    (``Runner.error_file``), and when it was written (the file's time: finer than the whole
-    seconds inside, so that of two replicas failing in the same second the first one is told
-    apart)."""
-    path = runner.error_file(app_handle, rep.role, rep.id)
-    if path is None:
-        return None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(), os.fstat(f.fileno()).st_mtime
-    except OSError:
-        return None
-
-
 def _replica_root_cause(
     runner: Runner,
     app_handle: str,
@@ -355,7 +339,7 @@ def _replica_root_cause(
         from airflow_provider_torchx.core.logstream import last_lines
 
         tail = last_lines(runner, app_handle, rep.role, rep.id, SUMMARY_LINES)
-    written = _error_file(runner, app_handle, rep) if capabilities.error_files else None
+    written = runner.read_error_file(app_handle, rep.role, rep.id) if capabilities.error_files else None
     cause = _recorded_cause(tail, written, replica)
     if cause is None:
         return None

@@ -343,11 +343,11 @@ class Runner:
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.change_fd(app_id)
 
-    def error_file(self, app_handle: str, role_name: str, k: int) -> str | None:
-        """Where the replica writes torchrun's error file on this host (``Scheduler.error_file``);
-        None: nowhere readable here."""
+    def read_error_file(self, app_handle: str, role_name: str, k: int) -> tuple[str, float] | None:
+        """The replica's torchrun error file and when it was written
+        (``Scheduler.read_error_file``); None: none readable here."""
         sched, app_id = self._scheduler_app_id(app_handle)
-        return sched.error_file(app_id, role_name, k)
+        return sched.read_error_file(app_id, role_name, k)
 
     def rank_stderr(self, app_handle: str, role_name: str, k: int, local_rank: int, n: int) -> list[str] | None:
         """The last ``n`` lines a local rank of the replica wrote to its own stderr

@@ -348,6 +348,13 @@ def test_a_rank_that_lost_its_peer_is_not_the_root_cause() -> None:
 ABORTED_NODE = aborted_node.__file__
 
 
+def _replica_dir(runner: Runner, handle: str) -> Path:
+    """Replica trainer/0's log directory, as the job was submitted."""
+    info = runner.describe_native(handle)
+    assert info is not None
+    return Path(info.request.role_log_dirs["trainer"][0])
+
+
 def _run_aborted_node(runner: Runner, mode: str = "rank-first") -> tuple[str, AppState, RootCause | None]:
     """Runs the node stand-in (``mode``: which failure torchrun names first)."""
     app = AppDef(name="abort", roles=[Role("trainer", "local", entrypoint=sys.executable, args=[ABORTED_NODE, mode])])
@@ -377,7 +384,7 @@ def test_without_the_ranks_own_file_the_nodes_lines_are_said_to_be_the_nodes(run
     link): the node's lines, under the node's name, and the sibling's traceback is not taken
     for the rank's error."""
     handle, _, _ = _run_aborted_node(runner)
-    own = Path(runner.error_file(handle, "trainer", 0) or "").parent / "ranks" / "job_new" / "attempt_0" / "1"
+    own = _replica_dir(runner, handle) / "ranks" / "job_new" / "attempt_0" / "1"
     (own / "stderr.log").unlink()
     (own / "stderr.log").symlink_to(own.parent / "0" / "stderr.log")
     status = runner.status(handle)
@@ -424,3 +431,28 @@ def test_a_ranks_abort_wins_over_the_peer_gone_error_torchrun_saw_first(runner: 
     assert found is not None and found.rank == 0 and "Connection closed by peer" in found.error
     found = parse_torchrun_summary(_summary("Signal 6 (SIGABRT) received by PID 1"), "trainer/0")
     assert found is not None and found.rank == 3
+
+
+def test_an_error_file_the_job_points_elsewhere_is_never_read(runner: Runner, tmp_path: Path) -> None:
+    """The job rewrites its record to point ``TORCHELASTIC_ERROR_FILE`` at another file, and
+    swaps its own ``error.json`` for a symbolic link to it: neither is read, and the root cause
+    comes from the job's own log."""
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"message": {"message": "SECRET outside the job"}}))
+    handle, state, _ = _run_aborted_node(runner)
+    assert state == AppState.FAILED
+    replica = _replica_dir(runner, handle)
+    request = replica.parent.parent / "request.json"
+    record = json.loads(request.read_text())
+    for params in record["role_params"].values():
+        for param in params:
+            param["env"][ERROR_FILE_ENV] = str(secret)
+    request.write_text(json.dumps(record))
+    (replica / "error.json").unlink(missing_ok=True)
+    (replica / "error.json").symlink_to(secret)
+    status = runner.status(handle)
+    assert status is not None
+    assert runner.read_error_file(handle, "trainer", 0) is None
+    cause = find_root_cause(runner, handle, status)
+    assert cause is not None and "SECRET" not in cause.format(), cause.format()
+    assert cause.error == "Signal 6 (SIGABRT) received by PID 1596"

@@ -67,8 +67,11 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
         (job / "pid").write_text(str(proc.pid))
         return app_id
 
-    def error_file(self, app_id: str, role_name: str, k: int) -> str | None:
-        return str(self.root / app_id / "error.json") if (role_name, k) == ("main", 0) else None
+    def read_error_file(self, app_id: str, role_name: str, k: int) -> tuple[str, float] | None:
+        path = self.root / app_id / "error.json"
+        if (role_name, k) != ("main", 0) or not path.is_file():
+            return None
+        return path.read_text(), path.stat().st_mtime
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         job = self.root / app_id

@@ -448,10 +448,12 @@ class Scheduler(abc.ABC, Generic[T]):
         None (the default): there is none, poll."""
         return None
 
-    def error_file(self, app_id: str, role_name: str, k: int) -> str | None:
-        """Where replica ``k`` of ``role_name`` writes torchrun's error file on this host (its
-        ``TORCHELASTIC_ERROR_FILE``), for a scheduler with the ``error_files`` capability;
-        None (the default): there is none to read here. Quick: never waits on a remote service."""
+    def read_error_file(self, app_id: str, role_name: str, k: int) -> tuple[str, float] | None:
+        """The text of torchrun's error file of replica ``k`` of ``role_name`` (its
+        ``TORCHELASTIC_ERROR_FILE``) and when it was written (epoch seconds), for a scheduler
+        with the ``error_files`` capability. The scheduler reads it itself, from a place the job
+        cannot redirect (docs/architecture.md, "files are read only inside the job"). None (the
+        default): there is none to read here. Quick: never waits on a remote service."""
         return None
 
     def rank_stderr(self, app_id: str, role_name: str, k: int, local_rank: int, n: int) -> builtins.list[str] | None:

@@ -76,6 +76,9 @@ from airflow_provider_torchx.core.specs import (
 
 ImageProviderFactory = Callable[[Cfg], ImageProvider]
 log = logging.getLogger(__name__)
+#: The most of a replica's torchrun error file read for its root cause (the file is a small
+#: JSON document; a larger one is cut, never read whole).
+MAX_ERROR_FILE_BYTES = 1 << 20
 
 #: The env var that holds rank 0's host (``${rank0_env}`` names it); locally, ``localhost``.
 RANK0_ENV = "TORCHX_RANK0_HOST"
@@ -487,13 +490,24 @@ class LocalScheduler(Scheduler[PopenRequest]):
             created=rec.get("created"),
         )
 
-    def error_file(self, app_id: str, role_name: str, k: int) -> str | None:
-        """The replica's ``TORCHELASTIC_ERROR_FILE`` as submitted (``error.json`` beside its
-        logs unless the role set its own); None for an unknown job, role or replica."""
-        rec = self._record(app_id)
-        params = (rec or {}).get("role_params", {}).get(role_name) or []
-        path = params[k].get("env", {}).get(ERROR_FILE_ENV) if 0 <= k < len(params) else None
-        return str(path) if path else None
+    def read_error_file(self, app_id: str, role_name: str, k: int) -> tuple[str, float] | None:
+        """``Scheduler.read_error_file``: ``error.json`` in the replica's log directory, a place
+        derived from the store's layout (``_log_file``), never from the job's record, and read
+        only as a regular file inside the job's log directory (``logs.open_log``). None for an
+        unknown job, role or replica, a role that set its own ``TORCHELASTIC_ERROR_FILE``
+        elsewhere, or a file that is not the job's own (a symbolic link: logged, never read)."""
+        try:
+            _, path, root = self._log_file(app_id, role_name, k, Stream.STDERR)
+            fd = open_log(os.path.join(os.path.dirname(path), ERROR_FILE_NAME), root)
+        except store.UnsafeFileError as e:
+            log.warning("root cause of %s: %s", shown(app_id), e)
+            return None
+        except (UnknownAppError, ValueError):
+            return None
+        if fd is None:
+            return None
+        with open(fd, encoding="utf-8", errors="replace") as f:
+            return f.read(MAX_ERROR_FILE_BYTES), os.fstat(f.fileno()).st_mtime
 
     def rank_stderr(self, app_id: str, role_name: str, k: int, local_rank: int, n: int) -> builtins.list[str] | None:
         """``Scheduler.rank_stderr``: from torchrun's newest per-rank file (``logs.rank_log``)
