@@ -14,7 +14,7 @@ own environment names in ``TORCHELASTIC_ERROR_FILE`` and prints a summary ("Root
 observed failure)", with the rank, exit code and traceback) in its log. A scheduler with the
 ``error_files`` capability sets ``TORCHELASTIC_ERROR_FILE`` for every replica to a file this host
 can read (the local schedulers: ``error.json`` beside its logs) and names it
-(``Scheduler.error_file``); elsewhere (AWS Batch: the file stays in the container) the summary in
+(``Scheduler.read_error_file``); elsewhere (AWS Batch: the file stays in the container) the summary in
 the replica's log is what there is.
 
 A rank that recorded nothing (no ``record``, or killed by a signal: a C++ abort) still wrote its

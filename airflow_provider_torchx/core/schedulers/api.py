@@ -139,7 +139,7 @@ class SchedulerCapabilities:
       returning a boto3 session built from the connection's AWS settings (``aws_conn_id``,
       ``region_name``); it is called only when AWS is used.
     - ``error_files``: every replica gets ``TORCHELASTIC_ERROR_FILE`` (torchrun's error file,
-      ``core/errorfile.py``) naming a file this host can read, which ``Scheduler.error_file``
+      ``core/errorfile.py``) naming a file this host can read, which ``Scheduler.read_error_file``
       returns: a failed job's root cause is read from it.
     - ``separate_stderr``: logs are read with ``Stream.STDERR`` apart from stdout (the root
       cause shows the node's stderr from it; without, from the combined log).
