@@ -5,7 +5,9 @@ triggerer restart that neither cancels the job nor repeats a line; marking a def
 cancels its job; a 2 x 2 DDP job (real PyTorch, ``scripts/torch-venv.sh``) succeeds with every
 rank's lines once; 50 deferred tasks at once (8 on the older Airflow lines: ``SECRET_TASKS``)
 whose jobs print their secrets leave the triggerer up, succeed, and show the secrets masked in
-every task log. (A SIGKILLed task whose retry adopts its running job: ``test_live_orphans.py``.)
+every task log; deferred tasks fail by their guardrails (a job waiting for GPUs another job
+holds, by ``start_timeout``; a 2-GPU job, by ``max_gpu_hours``). (A SIGKILLed task whose retry
+adopts its running job: ``test_live_orphans.py``.)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
+from airflow_provider_torchx.core.specs import parse_app_handle
 from tests.e2e.deployment import COMPONENTS, TERMINAL_TI_STATES, wait_until
 from tests.e2e.live import (
     E2E_SETTING,
@@ -37,6 +40,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # the live stack
 DEFERRED = "torchx_e2e_deferred"
 DDP = "torchx_e2e_ddp"
 SECRETS = "torchx_e2e_secrets"
+GUARD_START = "torchx_e2e_guard_start"
+GUARD_BUDGET = "torchx_e2e_guard_budget"
 #: How long the job's processes may outlive marking the task failed (Airflow's on_kill timeout
 #: is 30 s; the cancel grace period 10 s).
 CANCEL_WITHIN = 35
@@ -182,3 +187,37 @@ def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirf
     print(f"job processes gone {time.monotonic() - marked:.1f}s after marking the task failed")
     assert live.job_state(handle)["state"] == "CANCELLED"
     assert api.task_instance(DEFERRED, run_id, "job")["state"] == "failed"
+
+
+def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log(
+    live_airflow: LiveAirflow, tmp_path: Path
+) -> None:
+    """A deferred task whose job waits for the GPUs another job holds fails by
+    ``start_timeout`` (5 s), the GPU wait and its holder in the task log, its job cancelled;
+    a deferred task whose 2-GPU job spends its budget fails by ``max_gpu_hours``. Neither is
+    retried (both allow one retry)."""
+    live, api = live_airflow, live_airflow.deployment
+    gate = tmp_path / "gate"
+    run_id = live.trigger(GUARD_START, {"gate": str(gate)})
+    try:
+        api.wait_for_state(GUARD_START, run_id, "job", {"failed"}, timeout=240)
+        holder = api.xcom(GUARD_START, run_id, "holder", "app_handle")
+        assert live.job_state(holder)["state"] == "RUNNING"  # it held its GPUs throughout
+    finally:
+        gate.touch()
+    log = "\n".join(live.log(GUARD_START, run_id))
+    assert api.task_instance(GUARD_START, run_id, "job")["try_number"] == 1, log
+    (line,) = [event for event in log.splitlines() if "Guardrail start_timeout tripped" in event]
+    assert "start_timeout=5s: TorchX job" in line and "did not start within 5s of its submission" in line, line
+    assert f"waiting for 1 GPU, 0 free, held by {parse_app_handle(holder).app_id}" in line, line
+    waiter = api.xcom(GUARD_START, run_id, "job", "app_handle")
+    wait_until(lambda: live.job_state(waiter)["state"] == "CANCELLED", 30, "the waiting job to be cancelled")
+
+    run_id = live.trigger(GUARD_BUDGET, {})
+    api.wait_for_state(GUARD_BUDGET, run_id, "job", {"failed"}, timeout=240)
+    log = "\n".join(live.log(GUARD_BUDGET, run_id))
+    assert api.task_instance(GUARD_BUDGET, run_id, "job")["try_number"] == 1, log
+    assert log.count("Guardrail max_gpu_hours tripped") == 1, log
+    assert "over its budget of 0.00222222 GPU-hours" in log and "GPU budget hit: max_gpu_hours=0.00222222" in log, log
+    spender = api.xcom(GUARD_BUDGET, run_id, "job", "app_handle")
+    wait_until(lambda: live.job_state(spender)["state"] == "CANCELLED", 30, "the job over budget to be cancelled")
