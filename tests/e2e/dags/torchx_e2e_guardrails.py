@@ -11,6 +11,7 @@ not use.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from airflow.sdk import DAG
 
@@ -22,39 +23,21 @@ GPU_CFG = {"auto_set_cuda_visible_devices": True}
 #: Seconds of two GPUs the budget DAG's job may use.
 BUDGET_SECONDS = 4
 
+
+def gpu_task(task_id: str, script: str, gpus: int, **kwargs: Any) -> TorchXRunOperator:
+    """A local ``utils.sh`` task running ``script`` on ``gpus`` GPUs from the ledger."""
+    args = {"args": [script], "gpu": gpus, "memMB": 64}
+    return TorchXRunOperator(
+        task_id=task_id, component="utils.sh", component_args=args, scheduler="local_cwd", cfg=GPU_CFG, **kwargs
+    )
+
+
+#: The guarded tasks: deferred, a look a second, one retry allowed (a guard must not use it).
+GUARDED = {"deferrable": True, "poll_interval": 1, "retries": 1, "retry_delay": timedelta(seconds=1)}
+
 with DAG(dag_id="torchx_e2e_guard_start", schedule=None, start_date=START, catchup=False, params={"gate": ""}):
-    holder = TorchXRunOperator(
-        task_id="holder",
-        component="utils.sh",
-        component_args={"args": ['while [ ! -e "{{ params.gate }}" ]; do sleep 0.2; done'], "gpu": 2, "memMB": 64},
-        scheduler="local_cwd",
-        cfg=GPU_CFG,
-        wait_for_completion=False,
-    )
-    waiter = TorchXRunOperator(
-        task_id="job",
-        component="utils.sh",
-        component_args={"args": ["echo never printed"], "gpu": 1, "memMB": 64},
-        scheduler="local_cwd",
-        cfg=GPU_CFG,
-        deferrable=True,
-        poll_interval=1,
-        start_timeout=timedelta(seconds=5),
-        retries=1,
-        retry_delay=timedelta(seconds=1),
-    )
-    holder >> waiter
+    holder = gpu_task("holder", 'while [ ! -e "{{ params.gate }}" ]; do sleep 0.2; done', 2, wait_for_completion=False)
+    holder >> gpu_task("job", "echo never printed", 1, start_timeout=timedelta(seconds=5), **GUARDED)
 
 with DAG(dag_id="torchx_e2e_guard_budget", schedule=None, start_date=START, catchup=False):
-    TorchXRunOperator(
-        task_id="job",
-        component="utils.sh",
-        component_args={"args": ["echo spending; sleep 120"], "gpu": 2, "memMB": 64},
-        scheduler="local_cwd",
-        cfg=GPU_CFG,
-        deferrable=True,
-        poll_interval=1,
-        max_gpu_hours=2 * BUDGET_SECONDS / 3600,
-        retries=1,
-        retry_delay=timedelta(seconds=1),
-    )
+    gpu_task("job", "echo spending; sleep 120", 2, max_gpu_hours=2 * BUDGET_SECONDS / 3600, **GUARDED)
