@@ -185,12 +185,15 @@ class TorchXHook(BaseHook):
             raise InvalidRunConfigError(
                 f"cfg: connection {self.torchx_conn_id!r} has cfg={cfg!r}; expected a JSON object or a 'k=v,...' string"
             )
-        limits = {
-            key: positive_limit(
-                f"connection {self.torchx_conn_id!r} extra {key}", values.get(key), seconds=key == START_TIMEOUT
-            )
-            for key in GUARD_EXTRAS
-        }
+        try:
+            limits = {
+                key: positive_limit(
+                    f"connection {self.torchx_conn_id!r} extra {key}", values.get(key), seconds=key == START_TIMEOUT
+                )
+                for key in GUARD_EXTRAS
+            }
+        except ValueError as e:  # a retry cannot fix it: the task fails without retry
+            raise InvalidRunConfigError(str(e)) from None
         return TorchXSettings(
             **limits,
             scheduler=str(values["scheduler"]),

@@ -310,6 +310,7 @@ class TorchXRunOperator(BaseOperator):
         """Submit (or, on a retry, adopt) the job, then return at once, defer or wait."""
         started_at = time.time()
         hook = self.hook()
+        guards = self.guards(hook, started_at)  # a bad connection extra fails before anything is submitted
         runner = self._runner = hook.get_runner()
         job = self._submit_or_adopt(context, hook, runner)
         if isinstance(job, dict):  # a dry run: the rendered request
@@ -318,7 +319,6 @@ class TorchXRunOperator(BaseOperator):
             return self._report_success(context, job.cursor_file, job.position, job.handle)
         wait_seconds = self._wait_seconds()
         deadline = None if wait_seconds is None else started_at + wait_seconds
-        guards = self.guards(hook, started_at)
         if self.deferrable and not job.ended:
             self._defer(hook, runner, job, deadline, started_at, guards)
         watcher = TaskWatcher(

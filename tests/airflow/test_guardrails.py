@@ -6,6 +6,7 @@ fails the task without retry. Parse-time checks of the two limits."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from airflow.exceptions import AirflowException
 
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.runner import Runner
@@ -201,3 +203,39 @@ def test_the_tasks_limits_over_the_connections_and_the_smaller_budget_wins(
     op = TorchXRunOperator(task_id="t", component="utils.echo", scheduler="local_cwd", **task)
     guards = op.guards(_Hook(**connection), since=5.0)  # type: ignore[arg-type]
     assert (guards.start_timeout, guards.max_gpu_hours, guards.since) == (*expected, 5.0)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "replica g/0 ran longer than attempt_timeout=5 (seconds) and was stopped",  # the local supervisor's
+        "Job attempt duration exceeded timeout",  # AWS Batch's statusReason
+    ],
+)
+def test_a_job_ended_by_attempt_timeout_gets_the_guard_line_and_metric(
+    local_jobs: tuple[Runner, list[str]], two_gpus: Counter, capfd: pytest.CaptureFixture[str], reason: str
+) -> None:
+    runner, _ = local_jobs
+    op = TorchXRunOperator(task_id="task", app=gpu_app("timed", 1), scheduler="local_cwd")
+    op._runner = runner
+    event = {"status": "failed", "app_handle": "local_cwd://torchx/timed-0", "message": f"ended FAILED: {reason}"}
+    with pytest.raises(AirflowException, match="ended FAILED"):
+        op._finish(event, {"ti": FakeTI()}, None, None)  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert len(guard_lines(out + err, "attempt_timeout")) == 1, out + err
+    assert [tags["guard"] for _, tags in two_gpus.calls] == ["attempt_timeout"]
+
+
+def test_the_connections_extras_give_the_defaults_and_a_bad_one_fails_the_task_before_submitting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    extra = {"scheduler": "local_cwd", "start_timeout": "600", "max_gpu_hours": 8}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_GUARDED", json.dumps({"conn_type": "torchx", "extra": extra}))
+    op = TorchXRunOperator(task_id="t", component="utils.echo", torchx_conn_id="torchx_guarded", max_gpu_hours=9)
+    guards = op.guards(op.hook(), since=0.0)
+    assert (guards.start_timeout, guards.max_gpu_hours) == (600.0, 8.0)
+    bad = {"scheduler": "local_cwd", "max_gpu_hours": -1}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_GUARDED", json.dumps({"conn_type": "torchx", "extra": bad}))
+    with pytest.raises(AirflowFailException, match=r"connection 'torchx_guarded' extra max_gpu_hours: -1 is not"):
+        op.execute({"ti": (ti := FakeTI(run_id="guard-bad-extra"))})  # type: ignore[arg-type]
+    assert "app_handle" not in ti.xcoms  # nothing was submitted

@@ -4,7 +4,7 @@ a 2-GPU host with ``AIRFLOW_TORCHX_LOCAL_GPUS``).
 ``torchx_e2e_guard_start``: ``holder`` submits a job holding both GPUs until the file
 ``params.gate`` exists and returns at once; then ``job`` (deferred) waits for a GPU and trips
 ``start_timeout``. ``torchx_e2e_guard_budget``: ``job`` (deferred) runs on both GPUs and trips
-``max_gpu_hours`` (a few seconds' worth). Both ``job`` tasks allow a retry that a guard must
+``max_gpu_hours`` (a few seconds' worth). Both ``job`` tasks allow retries that a guard must
 not use.
 """
 
@@ -32,8 +32,8 @@ def gpu_task(task_id: str, script: str, gpus: int, **kwargs: Any) -> TorchXRunOp
     )
 
 
-#: The guarded tasks: deferred, a look a second, one retry allowed (a guard must not use it).
-GUARDED = {"deferrable": True, "poll_interval": 1, "retries": 1, "retry_delay": timedelta(seconds=1)}
+#: The guarded tasks: deferred, a look a second, retries allowed (a guard must not use them).
+GUARDED = {"deferrable": True, "poll_interval": 1, "retries": 2, "retry_delay": timedelta(seconds=1)}
 
 with DAG(dag_id="torchx_e2e_guard_start", schedule=None, start_date=START, catchup=False, params={"gate": ""}):
     holder = gpu_task("holder", 'while [ ! -e "{{ params.gate }}" ]; do sleep 0.2; done', 2, wait_for_completion=False)
