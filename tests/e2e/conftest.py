@@ -59,7 +59,7 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirfl
         "AIRFLOW_CONN_TORCHX_E2E_LOCAL": json.dumps({"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}),
         "AIRFLOW_VAR_TORCHX_E2E_SETTING": E2E_SETTING,
         "TORCHX_E2E_SECRET_TASKS": str(SECRET_TASKS),
-        "AIRFLOW_TORCHX_LOCAL_GPUS": "0,1",  # a 2-GPU host for the guardrails' GPU jobs
+        "AIRFLOW_TORCHX_LOCAL_GPUS": "0,1,2,3",  # a 4-GPU host for the guardrails' GPU jobs
     }
     with _deployment(tmp_path_factory.mktemp("live-airflow"), env) as live:
         yield live

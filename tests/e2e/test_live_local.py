@@ -40,8 +40,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # the live stack
 DEFERRED = "torchx_e2e_deferred"
 DDP = "torchx_e2e_ddp"
 SECRETS = "torchx_e2e_secrets"
-GUARD_START = "torchx_e2e_guard_start"
-GUARD_BUDGET = "torchx_e2e_guard_budget"
+GUARDRAILS = "torchx_e2e_guardrails"
 #: The retries the guarded tasks allow (``dags/torchx_e2e_guardrails.py``).
 GUARD_RETRIES = 2
 #: How long the job's processes may outlive marking the task failed (Airflow's on_kill timeout
@@ -191,11 +190,12 @@ def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirf
     assert api.task_instance(DEFERRED, run_id, "job")["state"] == "failed"
 
 
-def guarded_try_log(live: LiveAirflow, dag_id: str, run_id: str, guard: str) -> str:
-    """The log of the try that ``guard`` failed, checked to be the task's last try although
-    a retry was left (the DAGs allow ``GUARD_RETRIES``)."""
-    tries = live.deployment.task_instance(dag_id, run_id, "job")["try_number"]
-    logs = {n: "\n".join(live.log(dag_id, run_id, n)) for n in range(1, tries + 1)}
+def guarded_try_log(live: LiveAirflow, run_id: str, task_id: str, guard: str) -> str:
+    """The log of the try of ``task_id`` that ``guard`` failed, checked to be the task's last
+    try although a retry was left (the DAG allows ``GUARD_RETRIES``)."""
+    api = live.deployment
+    tries = api.task_instance(GUARDRAILS, run_id, task_id)["try_number"]
+    logs = {n: "\n".join(api.task_log(GUARDRAILS, run_id, task_id, n)) for n in range(1, tries + 1)}
     tripped = [n for n, log in logs.items() if f"Guardrail {guard} tripped" in log]
     assert tripped == [tries] and tries <= GUARD_RETRIES, logs
     return logs[tries]
@@ -204,31 +204,30 @@ def guarded_try_log(live: LiveAirflow, dag_id: str, run_id: str, guard: str) -> 
 def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log(
     live_airflow: LiveAirflow, tmp_path: Path
 ) -> None:
-    """A deferred task whose job waits for the GPUs another job holds fails by
-    ``start_timeout`` (5 s), the GPU wait and its holder in the task log, its job cancelled;
-    a deferred task whose 2-GPU job spends its budget fails by ``max_gpu_hours``. Neither is
+    """In one DAG run: a deferred task whose job waits for GPUs another job holds fails by
+    ``start_timeout`` (5 s), the GPU wait and its holder in the task log, its job cancelled; a
+    deferred task whose 2-GPU job spends its budget fails by ``max_gpu_hours``. Neither is
     retried after its guard tripped (both allow retries; a try lost to a loaded machine, a DAG
     file parsed too slowly say, may come before)."""
     live, api = live_airflow, live_airflow.deployment
     gate = tmp_path / "gate"
-    run_id = live.trigger(GUARD_START, {"gate": str(gate)})
+    run_id = live.trigger(GUARDRAILS, {"gate": str(gate)})
     try:
-        api.wait_for_state(GUARD_START, run_id, "job", {"failed"}, timeout=240)
-        holder = api.xcom(GUARD_START, run_id, "holder", "app_handle")
+        api.wait_for_state(GUARDRAILS, run_id, "job", {"failed"}, timeout=240)
+        holder = api.xcom(GUARDRAILS, run_id, "holder", "app_handle")
         assert live.job_state(holder)["state"] == "RUNNING"  # it held its GPUs throughout
     finally:
         gate.touch()
-    log = guarded_try_log(live, GUARD_START, run_id, "start_timeout")
+    log = guarded_try_log(live, run_id, "job", "start_timeout")
     (line,) = [event for event in log.splitlines() if "Guardrail start_timeout tripped" in event]
     assert "start_timeout=5s: TorchX job" in line and "did not start within 5s of its submission" in line, line
-    assert f"waiting for 1 GPU, 0 free, held by {parse_app_handle(holder).app_id}" in line, line
-    waiter = api.xcom(GUARD_START, run_id, "job", "app_handle")
+    assert "waiting for 3 GPUs, " in line and "held by " in line and parse_app_handle(holder).app_id in line, line
+    waiter = api.xcom(GUARDRAILS, run_id, "job", "app_handle")
     wait_until(lambda: live.job_state(waiter)["state"] == "CANCELLED", 30, "the waiting job to be cancelled")
 
-    run_id = live.trigger(GUARD_BUDGET, {})
-    api.wait_for_state(GUARD_BUDGET, run_id, "job", {"failed"}, timeout=240)
-    log = guarded_try_log(live, GUARD_BUDGET, run_id, "max_gpu_hours")
+    api.wait_for_state(GUARDRAILS, run_id, "budget", {"failed"}, timeout=240)
+    log = guarded_try_log(live, run_id, "budget", "max_gpu_hours")
     assert log.count("Guardrail max_gpu_hours tripped") == 1, log
     assert "over its budget of 0.00222222 GPU-hours" in log and "GPU budget hit: max_gpu_hours=0.00222222" in log, log
-    spender = api.xcom(GUARD_BUDGET, run_id, "job", "app_handle")
+    spender = api.xcom(GUARDRAILS, run_id, "budget", "app_handle")
     wait_until(lambda: live.job_state(spender)["state"] == "CANCELLED", 30, "the job over budget to be cancelled")
