@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
-from airflow_provider_torchx.core.specs import parse_app_handle
+from airflow_provider_torchx.core.specs import AppDef, Resource, Role
 from tests.e2e.deployment import COMPONENTS, TERMINAL_TI_STATES, wait_until
 from tests.e2e.live import (
     E2E_SETTING,
@@ -190,6 +190,14 @@ def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirf
     assert api.task_instance(DEFERRED, run_id, "job")["state"] == "failed"
 
 
+def holding(live: LiveAirflow, app_id: str) -> bool:
+    """Whether the test's job ``app_id`` runs, holding the 2 GPUs it asked for."""
+    desc = live.scheduler.describe(app_id)
+    if desc is None or desc.state.name != "RUNNING":
+        return False
+    return len(desc.roles_statuses[0].replicas[0].devices.split(",")) == 2
+
+
 def guarded_try_log(live: LiveAirflow, run_id: str, task_id: str, guard: str) -> str:
     """The log of the try of ``task_id`` that ``guard`` failed, checked to be the task's last
     try although a retry was left (the DAG allows ``GUARD_RETRIES``)."""
@@ -202,26 +210,31 @@ def guarded_try_log(live: LiveAirflow, run_id: str, task_id: str, guard: str) ->
 
 
 def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log(
-    live_airflow: LiveAirflow, tmp_path: Path
+    live_airflow: LiveAirflow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In one DAG run: a deferred task whose job waits for GPUs another job holds fails by
+    """In one DAG run: a deferred task whose job waits for GPUs another job (started by the
+    test in the deployment's job store, the deployment's 4 fake GPUs) holds fails by
     ``start_timeout`` (5 s), the GPU wait and its holder in the task log, its job cancelled; a
     deferred task whose 2-GPU job spends its budget fails by ``max_gpu_hours``. Neither is
     retried after its guard tripped (both allow retries; a try lost to a loaded machine, a DAG
     file parsed too slowly say, may come before)."""
     live, api = live_airflow, live_airflow.deployment
     gate = tmp_path / "gate"
-    run_id = live.trigger(GUARDRAILS, {"gate": str(gate)})
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1,2,3")  # as the deployment's
+    script = f'while [ ! -e "{gate}" ]; do sleep 0.2; done'
+    role = Role("g", image="local", entrypoint="sh", args=["-c", script], resource=Resource(1, 2, 64))
+    holder = live.scheduler.submit(AppDef("holder", roles=[role]), {"auto_set_cuda_visible_devices": True})
     try:
+        wait_until(lambda: holding(live, holder), 60, "the GPU holder to run")
+        run_id = live.trigger(GUARDRAILS, {})
         api.wait_for_state(GUARDRAILS, run_id, "job", {"failed"}, timeout=240)
-        holder = api.xcom(GUARDRAILS, run_id, "holder", "app_handle")
-        assert live.job_state(holder)["state"] == "RUNNING"  # it held its GPUs throughout
+        assert holding(live, holder)  # it held its GPUs throughout: nothing freed them
     finally:
         gate.touch()
     log = guarded_try_log(live, run_id, "job", "start_timeout")
     (line,) = [event for event in log.splitlines() if "Guardrail start_timeout tripped" in event]
     assert "start_timeout=5s: TorchX job" in line and "did not start within 5s of its submission" in line, line
-    assert "waiting for 3 GPUs, " in line and "held by " in line and parse_app_handle(holder).app_id in line, line
+    assert "waiting for 3 GPUs, " in line and "held by " in line and holder in line, line
     waiter = api.xcom(GUARDRAILS, run_id, "job", "app_handle")
     wait_until(lambda: live.job_state(waiter)["state"] == "CANCELLED", 30, "the waiting job to be cancelled")
 

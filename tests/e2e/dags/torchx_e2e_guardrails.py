@@ -1,11 +1,10 @@
 """The DAG of the guardrails' live test (``tests/e2e/test_live_local.py``; the deployment fakes
 a 4-GPU host with ``AIRFLOW_TORCHX_LOCAL_GPUS``), one run exercising both guards at once.
 
-``holder`` submits a job holding 2 GPUs until the file ``params.gate`` exists and returns at
-once; then ``job`` (deferred) waits for 3 GPUs, which never fit beside it, and trips
-``start_timeout``. Meanwhile ``budget`` (deferred) runs on 2 GPUs (at once, or once ``job`` is
-cancelled: devices go in submission order) and trips ``max_gpu_hours`` (a few seconds'
-worth). Both guarded tasks allow retries that a guard must not use.
+The test first starts a job holding 2 GPUs; then ``job`` (deferred) waits for 3 GPUs, which
+never fit beside it, and trips ``start_timeout``. Meanwhile ``budget`` (deferred) runs on 2
+GPUs (at once, or once ``job`` is cancelled: devices go in submission order) and trips
+``max_gpu_hours`` (a few seconds' worth). Both tasks allow retries that a guard must not use.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ def gpu_task(task_id: str, script: str, gpus: int, **kwargs: Any) -> TorchXRunOp
 #: The guarded tasks: deferred, a look a second, retries allowed (a guard must not use them).
 GUARDED = {"deferrable": True, "poll_interval": 1, "retries": 2, "retry_delay": timedelta(seconds=1)}
 
-with DAG(dag_id="torchx_e2e_guardrails", schedule=None, start_date=START, catchup=False, params={"gate": ""}):
-    holder = gpu_task("holder", 'while [ ! -e "{{ params.gate }}" ]; do sleep 0.2; done', 2, wait_for_completion=False)
-    holder >> gpu_task("job", "echo never printed", 3, start_timeout=timedelta(seconds=5), **GUARDED)
+with DAG(dag_id="torchx_e2e_guardrails", schedule=None, start_date=START, catchup=False):
+    gpu_task("job", "echo never printed", 3, start_timeout=timedelta(seconds=5), **GUARDED)
     gpu_task("budget", "echo spending; sleep 120", 2, max_gpu_hours=2 * BUDGET_SECONDS / 3600, **GUARDED)
