@@ -59,7 +59,6 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirfl
         "AIRFLOW_CONN_TORCHX_E2E_LOCAL": json.dumps({"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}),
         "AIRFLOW_VAR_TORCHX_E2E_SETTING": E2E_SETTING,
         "TORCHX_E2E_SECRET_TASKS": str(SECRET_TASKS),
-        "AIRFLOW_TORCHX_LOCAL_GPUS": "0,1,2,3",  # a 4-GPU host for the guardrails' GPU jobs
     }
     with _deployment(tmp_path_factory.mktemp("live-airflow"), env) as live:
         yield live
@@ -104,6 +103,7 @@ def live_airflow_batch(
         "AWS_ENDPOINT_URL": moto_server.url,
         "DOCKER_HOST": docker_engine,
         "AIRFLOW_CONN_TORCHX_BATCH": json.dumps({"conn_type": "torchx", "extra": extra}),
+        "AIRFLOW_TORCHX_LOCAL_GPUS": "0,1,2,3",  # a 4-GPU host for the guardrails' local GPU jobs
     }
     client = boto3.client("batch", endpoint_url=moto_server.url, region_name=REGION)
     with _deployment(tmp_path_factory.mktemp("live-airflow-batch"), env) as live:

@@ -5,9 +5,7 @@ triggerer restart that neither cancels the job nor repeats a line; marking a def
 cancels its job; a 2 x 2 DDP job (real PyTorch, ``scripts/torch-venv.sh``) succeeds with every
 rank's lines once; 50 deferred tasks at once (8 on the older Airflow lines: ``SECRET_TASKS``)
 whose jobs print their secrets leave the triggerer up, succeed, and show the secrets masked in
-every task log; deferred tasks fail by their guardrails (a job waiting for GPUs another job
-holds, by ``start_timeout``; a 2-GPU job, by ``max_gpu_hours``). (A SIGKILLed task whose retry
-adopts its running job: ``test_live_orphans.py``.)
+every task log. (A SIGKILLed task whose retry adopts its running job: ``test_live_orphans.py``.)
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from typing import Any
 import psutil
 import pytest
 
-from airflow_provider_torchx.core.specs import AppDef, Resource, Role
 from tests.e2e.deployment import COMPONENTS, TERMINAL_TI_STATES, wait_until
 from tests.e2e.live import (
     E2E_SETTING,
@@ -40,9 +37,6 @@ pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # the live stack
 DEFERRED = "torchx_e2e_deferred"
 DDP = "torchx_e2e_ddp"
 SECRETS = "torchx_e2e_secrets"
-GUARDRAILS = "torchx_e2e_guardrails"
-#: The retries the guarded tasks allow (``dags/torchx_e2e_guardrails.py``).
-GUARD_RETRIES = 2
 #: How long the job's processes may outlive marking the task failed (Airflow's on_kill timeout
 #: is 30 s; the cancel grace period 10 s).
 CANCEL_WITHIN = 35
@@ -188,59 +182,3 @@ def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirf
     print(f"job processes gone {time.monotonic() - marked:.1f}s after marking the task failed")
     assert live.job_state(handle)["state"] == "CANCELLED"
     assert api.task_instance(DEFERRED, run_id, "job")["state"] == "failed"
-
-
-def holding(live: LiveAirflow, app_id: str) -> bool:
-    """Whether the test's job ``app_id`` runs, holding the 2 GPUs it asked for."""
-    desc = live.scheduler.describe(app_id)
-    if desc is None or desc.state.name != "RUNNING":
-        return False
-    return len(desc.roles_statuses[0].replicas[0].devices.split(",")) == 2
-
-
-def guarded_try_log(live: LiveAirflow, run_id: str, task_id: str, guard: str) -> str:
-    """The log of the try of ``task_id`` that ``guard`` failed, checked to be the task's last
-    try although a retry was left (the DAG allows ``GUARD_RETRIES``)."""
-    api = live.deployment
-    tries = api.task_instance(GUARDRAILS, run_id, task_id)["try_number"]
-    logs = {n: "\n".join(api.task_log(GUARDRAILS, run_id, task_id, n)) for n in range(1, tries + 1)}
-    tripped = [n for n, log in logs.items() if f"Guardrail {guard} tripped" in log]
-    assert tripped == [tries] and tries <= GUARD_RETRIES, logs
-    return logs[tries]
-
-
-def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log(
-    live_airflow: LiveAirflow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """In one DAG run: a deferred task whose job waits for GPUs another job (started by the
-    test in the deployment's job store, the deployment's 4 fake GPUs) holds fails by
-    ``start_timeout`` (5 s), the GPU wait and its holder in the task log, its job cancelled; a
-    deferred task whose 2-GPU job spends its budget fails by ``max_gpu_hours``. Neither is
-    retried after its guard tripped (both allow retries; a try lost to a loaded machine, a DAG
-    file parsed too slowly say, may come before)."""
-    live, api = live_airflow, live_airflow.deployment
-    gate = tmp_path / "gate"
-    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1,2,3")  # as the deployment's
-    script = f'while [ ! -e "{gate}" ]; do sleep 0.2; done'
-    role = Role("g", image="local", entrypoint="sh", args=["-c", script], resource=Resource(1, 2, 64))
-    holder = live.scheduler.submit(AppDef("holder", roles=[role]), {"auto_set_cuda_visible_devices": True})
-    try:
-        wait_until(lambda: holding(live, holder), 60, "the GPU holder to run")
-        run_id = live.trigger(GUARDRAILS, {})
-        api.wait_for_state(GUARDRAILS, run_id, "job", {"failed"}, timeout=240)
-        assert holding(live, holder)  # it held its GPUs throughout: nothing freed them
-    finally:
-        gate.touch()
-    log = guarded_try_log(live, run_id, "job", "start_timeout")
-    (line,) = [event for event in log.splitlines() if "Guardrail start_timeout tripped" in event]
-    assert "start_timeout=5s: TorchX job" in line and "did not start within 5s of its submission" in line, line
-    assert "waiting for 3 GPUs, " in line and "held by " in line and holder in line, line
-    waiter = api.xcom(GUARDRAILS, run_id, "job", "app_handle")
-    wait_until(lambda: live.job_state(waiter)["state"] == "CANCELLED", 30, "the waiting job to be cancelled")
-
-    api.wait_for_state(GUARDRAILS, run_id, "budget", {"failed"}, timeout=240)
-    log = guarded_try_log(live, run_id, "budget", "max_gpu_hours")
-    assert log.count("Guardrail max_gpu_hours tripped") == 1, log
-    assert "over its budget of 0.00222222 GPU-hours" in log and "GPU budget hit: max_gpu_hours=0.00222222" in log, log
-    spender = api.xcom(GUARDRAILS, run_id, "budget", "app_handle")
-    wait_until(lambda: live.job_state(spender)["state"] == "CANCELLED", 30, "the job over budget to be cancelled")

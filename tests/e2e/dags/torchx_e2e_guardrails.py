@@ -1,4 +1,4 @@
-"""The DAG of the guardrails' live test (``tests/e2e/test_live_local.py``; the deployment fakes
+"""The DAG of the guardrails' live test (``tests/e2e/test_live_batch.py``; the deployment fakes
 a 4-GPU host with ``AIRFLOW_TORCHX_LOCAL_GPUS``), one run exercising both guards at once.
 
 The test first starts a job holding 2 GPUs; then ``job`` (deferred) waits for 3 GPUs, which
