@@ -3,7 +3,8 @@ OpenTelemetry, as the deployment configured ``[metrics]``; nothing at all when m
 off: the client is then a no-op).
 
 Every usage metric is tagged with the scheduler, the app name, the DAG and the task;
-``torchx.job.orphan_cancelled`` with the scheduler, the DAG, the task and the reason. Plain StatsD
+``torchx.job.orphan_cancelled`` with the scheduler, the DAG, the task and the reason;
+``torchx.job.guardrail`` with the scheduler, the DAG, the task and the guard. Plain StatsD
 carries no tags: they reach the wire with ``statsd_influxdb_enabled``, DogStatsD
 (``statsd_datadog_enabled``) or OpenTelemetry.
 """
@@ -23,6 +24,8 @@ VCPU_HOURS = "torchx.job.vcpu_hours"
 ATTEMPTS = "torchx.job.attempts"
 #: A counter: a job cancelled because it outlived its task instance (``reaper.py``).
 ORPHAN_CANCELLED = "torchx.job.orphan_cancelled"
+#: A counter: a guard stopped a job (``core/guards.py``; ``attempt_timeout``: the scheduler did).
+GUARDRAIL = "torchx.job.guardrail"
 
 
 def emit_usage_metrics(usage: Usage, *, scheduler: str, app_name: str, dag_id: str, task_id: str) -> None:
@@ -46,3 +49,10 @@ def emit_orphan_cancelled(*, scheduler: str, dag_id: str, task_id: str, reason: 
     table's reason: ``task_failed``, ``dag_run_deleted``, ``superseded``, ...)."""
     tags = {"scheduler": scheduler, "dag": dag_id, "task": task_id, "reason": reason}
     stats().incr(ORPHAN_CANCELLED, tags=tags)
+
+
+def emit_guardrail(*, scheduler: str, dag_id: str, task_id: str, guard: str) -> None:
+    """Count a job stopped by a guard (``start_timeout``, ``max_gpu_hours``,
+    ``attempt_timeout``), tagged with which."""
+    tags = {"scheduler": scheduler, "dag": dag_id, "task": task_id, "guard": guard}
+    stats().incr(GUARDRAIL, tags=tags)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core.specs import parse_app_handle
@@ -32,22 +33,37 @@ def report_usage(
     app_name: str | None = None,
     *,
     checkpoint_dir: str | None = None,
+    budget: Mapping[str, Any] | None = None,
 ) -> Usage | None:
     """Log, push and emit the usage of the ended job ``app_handle``; return it (None: the job
     has not ended or its scheduler keeps no usage). ``app_name`` tags the metrics (default:
-    the handle's app id); ``checkpoint_dir``, the job's checkpoint location, joins the summary."""
+    the handle's app id); ``checkpoint_dir``, the job's checkpoint location, joins the summary.
+    ``budget``: the ``max_gpu_hours`` trip that stopped the job (``Trip.to_dict``): the summary
+    says the budget was hit (XCom: key ``budget``), from the usage so far when the cancelled
+    job has not ended yet."""
     try:
         status = runner.status(app_handle)
     except Exception as e:  # the report is a courtesy: never fail the task for it
         log.warning("Could not read the usage of %s: %s", app_handle, e)
         return None
     usage = status.usage if status is not None else None
+    if usage is None and budget is not None and status is not None:
+        usage = status.usage_so_far
     if usage is None:
         return None
     if checkpoint_dir is not None:
         usage = dataclasses.replace(usage, checkpoint_dir=checkpoint_dir)
-    log.info("TorchX job %s %s", app_handle, usage.format())
-    context["ti"].xcom_push(key=XCOM_KEY, value=usage.to_dict())
+    summary = usage.to_dict()
+    text = usage.format()
+    if budget is not None:
+        hit = (
+            f"GPU budget hit: max_gpu_hours={budget['limit']:g}, {budget['gpu_hours']:.4f} GPU-h used when the "
+            "job was cancelled"
+        )
+        text += f"\n  {hit}"
+        summary["budget"] = {"max_gpu_hours": budget["limit"], "gpu_hours": budget["gpu_hours"], "hit": True}
+    log.info("TorchX job %s %s", app_handle, text)
+    context["ti"].xcom_push(key=XCOM_KEY, value=summary)
     parsed = parse_app_handle(app_handle)
     ti = context["ti"]
     emit_usage_metrics(

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, failed_replica_note, find_root_cause
+from airflow_provider_torchx.core.guards import START_TIMEOUT, GuardrailTrippedError, Guards, Trip
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import (
     BATCH_LINES,
@@ -54,6 +55,7 @@ from airflow_provider_torchx.core.logstream import (
     Note,
     Read,
     Save,
+    Tripped,
     WatchRules,
     last_lines,
     replica_counts,
@@ -211,8 +213,10 @@ class TaskWatcher(JobWatch):
         cursor_file: CursorFile | None = None,
         batch_lines: int = BATCH_LINES,
         clock: Clock = SYSTEM_CLOCK,
+        guards: Guards | None = None,
     ) -> None:
         self.log = log
+        self.guards = guards if guards is not None and guards.armed else None
         self.position = position or LogPosition()
         super().__init__(
             runner,
@@ -260,7 +264,12 @@ class TaskWatcher(JobWatch):
     def wait_for_outcome(self, poll_interval: float, deadline: float | None, started_at: float) -> dict[str, Any]:
         """Wait in this thread for the job's end (or ``deadline``), streaming and logging
         progress lines; return the outcome event."""
-        status = self.wait(poll_interval, deadline, on_poll=functools.partial(self._progress, started_at=started_at))
+        try:
+            status = self.wait(
+                poll_interval, deadline, on_poll=functools.partial(self._progress, started_at=started_at)
+            )
+        except GuardrailTrippedError as e:
+            return self.guardrail_event(e.trip)
         if status is None or status.is_terminal():
             return self.outcome(status)
         return self.timeout_event(status)
@@ -368,6 +377,7 @@ class TaskWatcher(JobWatch):
             save_every=self.save_every,
             note_every=PROGRESS_EVERY,
             settle=min(poll_interval, LOG_SETTLE),
+            guards=self.guards,
         )
 
     async def await_outcome(
@@ -413,6 +423,8 @@ class TaskWatcher(JobWatch):
             elif isinstance(action, Note):
                 self._progress(action.status, started_at)
                 self.state = self.state.noted_now(action.status, clock.monotonic(), rules.settle)
+            elif isinstance(action, Tripped):
+                return await run_blocking(self.guardrail_event, action.trip)
             elif isinstance(action, Done):
                 if action.status is not None and not action.ended:
                     return self.timeout_event(action.status)
@@ -451,6 +463,20 @@ class TaskWatcher(JobWatch):
             ui_url=status.ui_url,
             root_cause=root.format() if root else None,
         )
+
+    def guardrail_event(self, trip: Trip) -> dict[str, Any]:
+        """Cancel the job for the guard that tripped and return the ``guardrail`` event, whose
+        message says why (for ``start_timeout``, with the scheduler's account of what holds
+        the job, asked for here, once: ``Runner.wait_reason``). Blocks."""
+        why = ""
+        if trip.guard == START_TIMEOUT:
+            try:
+                why = self.runner.wait_reason(self.app_handle)
+            except Exception as e:  # the account is a courtesy: the guard acts regardless
+                why = f"(could not ask the scheduler why: {type(e).__name__}: {e})"
+        message = trip.message(self.app_handle, why)
+        self.runner.cancel(self.app_handle, reason=f"guardrail {trip.guard}={trip.limit:g} tripped")
+        return self.event("guardrail", message=message, **trip.to_dict())
 
     def timeout_event(self, status: AppStatus) -> dict[str, Any]:
         """The event of a job still running at its deadline."""

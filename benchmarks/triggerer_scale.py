@@ -36,10 +36,11 @@ Modes besides that steady one (each keeps the Amazon side in the same run, on it
   event over the three processes, and no job may be cancelled by a contender.
 
     .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
-        [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--amazon-wait 60]
+        [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--guards] [--amazon-wait 60]
 
 ``TRIGGERER_SCALE_PROFILE=DIR`` writes a cProfile of each contender's loop thread to DIR.
-``--n 2000`` is the big case (``--n 5000`` the capacity-raised one; ``--amazon-wait`` caps how
+``--guards``: our triggers carry ``start_timeout`` and ``max_gpu_hours`` (never reached), so
+every look checks them. ``--n 2000`` is the big case (``--n 5000`` the capacity-raised one; ``--amazon-wait`` caps how
 long the Amazon side's events are waited for); ``--quick`` shortens the phases; for local
 jobs it also prints where the delay goes (the supervisors' record of the end, then the
 trigger); ``--no-amazon`` / ``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a
@@ -97,14 +98,22 @@ def say(**fields: Any) -> None:
     _PROTOCOL.flush()
 
 
-def make_triggers(kind: str, targets: list[str], native_ids: list[str | None], poll: float) -> list[Any]:
+#: ``--guards``: limits every look checks and no job reaches (seconds, GPU-hours).
+NEVER = 1e9
+
+
+def make_triggers(
+    kind: str, targets: list[str], native_ids: list[str | None], poll: float, guards: bool = False
+) -> list[Any]:
     """The contender's triggers, one per job (``targets``: app handles or Batch job ids; ours
-    carry ``native_ids``, the Batch job ids, unless None: kwargs of the previous release)."""
+    carry ``native_ids``, the Batch job ids, unless None: kwargs of the previous release; with
+    ``guards``, ``start_timeout`` and ``max_gpu_hours`` too, never reached)."""
     if kind == "ours":
         from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 
+        limits = {"start_timeout": NEVER, "max_gpu_hours": NEVER} if guards else {}
         return [
-            TorchXJobTrigger(t, region_name=REGION, poll_interval=poll, native_id=job_id)
+            TorchXJobTrigger(t, region_name=REGION, poll_interval=poll, native_id=job_id, **limits)
             for t, job_id in zip(targets, native_ids, strict=True)
         ]
     from airflow.providers.amazon.aws.triggers.batch import BatchJobTrigger
@@ -124,7 +133,7 @@ async def contend(kind: str, targets: list[str], native_ids: list[str | None], a
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    triggers = make_triggers(kind, targets, native_ids, args.poll)
+    triggers = make_triggers(kind, targets, native_ids, args.poll, args.guards)
     events: dict[int, list[tuple[float, str]]] = {i: [] for i in range(len(triggers))}
     lags: list[float] = []
     neighbour: list[float] = []
@@ -378,6 +387,7 @@ class Contender:
         cmd += ["--poll", str(args.poll), "--warmup", str(warmup), "--steady", str(steady)]
         cmd += ["--wait-end", str(wait_end or args.wait_end), "--log-file", str(work / f"{tag}.log")]
         cmd += ["--go-file", str(self.go_file), "--end-file", str(self.end_file), "--ended-file", str(self.ended_file)]
+        cmd += ["--guards"] if args.guards else []
         self.before = moto.calls() if moto else collections.Counter()
         self.started = time.monotonic()
         self.startup = float("nan")
@@ -611,7 +621,10 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
             mode = "two triggerers" if args.two else f"fresh, jobs end {args.fresh:g}s in" if args.fresh else "steady"
             print(f"running {kind} over {args.n} Batch jobs ({mode}) ...", flush=True)
             run = two_triggerers if args.two else one_triggerer
-            label = f"{names[kind]}{' (old kwargs)' if kind == 'ours' and args.old_kwargs else ''}, {args.n} Batch"
+            ours = kind == "ours"
+            flags = " (old kwargs)" if ours and args.old_kwargs else ""
+            flags += " (guards)" if ours and args.guards else ""
+            label = f"{names[kind]}{flags}, {args.n} Batch"
             rows += [(label + suffix, row) for suffix, row in run(spawn, targets, native_ids, args, end_jobs)]
     finally:
         moto_proc.terminate()
@@ -726,6 +739,7 @@ def main() -> None:
     parser.add_argument("--two", action="store_true", help="two triggerers, the second restarted in the middle")
     parser.add_argument("--old-kwargs", action="store_true", help="our triggers without the job id (look-ups)")
     parser.add_argument("--shared-queue", action="store_true", help="both contenders' jobs in one job queue")
+    parser.add_argument("--guards", action="store_true", help="our triggers check start_timeout and max_gpu_hours")
     parser.add_argument("--amazon-wait", type=float, help="cap the wait for the Amazon trigger's events (seconds)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs of each contender)")
     # contender mode (internal)

@@ -37,6 +37,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_torchx.core.errors import SignalException
+from airflow_provider_torchx.core.guards import GuardrailTrippedError, Guards, Trip
 from airflow_provider_torchx.core.specs import AppState, AppStatus
 
 if TYPE_CHECKING:
@@ -282,7 +283,14 @@ class Done:
         return self.status is None or self.status.is_terminal()
 
 
-Action = Look | Read | Log | Save | Note | Pause | Done
+@dataclass(frozen=True)
+class Tripped:
+    """A guard tripped (``core/guards.py``): the watcher cancels the job and stops."""
+
+    trip: Trip
+
+
+Action = Look | Read | Log | Save | Note | Pause | Done | Tripped
 
 
 @dataclass(frozen=True)
@@ -371,6 +379,8 @@ class WatchRules:
       of every round that logged lines (None: never).
     - ``note_every``: a progress note when what it says changes (``progress_key``), else this
       often, and at most every ``note_gap`` seconds (None: no notes).
+    - ``guards``: checked once a round, on the status that round looked at, after its lines
+      were logged (and have settled); a trip ends the watch (``Tripped``).
     """
 
     poll: float
@@ -382,6 +392,7 @@ class WatchRules:
     note_every: float | None = None
     note_gap: float = 0.0
     settle: float = 0.0
+    guards: Guards | None = None
 
     def ending(self, state: WatchState, wall: float) -> bool:
         """Whether the watch ends with this round: the job ended or vanished, or the deadline
@@ -417,6 +428,9 @@ class WatchRules:
         if self.ending(state, wall):
             return self._finish(state, now)
         assert status is not None
+        trip = self.guards.check(status, wall) if self.guards is not None else None
+        if trip is not None:
+            return Pause(state.settled_at - now) if state.settled_at > now else Tripped(trip)
         if self._note_due(state, status, now):
             return Note(status)
         return Look(0.0 if state.backlog else self.poll, self._limit(wall))
@@ -480,6 +494,8 @@ class JobWatch:
 
     #: Seconds between two saves while a backlog is logged (None: this watcher saves nothing).
     save_every: float | None = None
+    #: The guards ``wait`` holds the job to (``core/guards.py``; None: none).
+    guards: Guards | None = None
 
     def __init__(
         self,
@@ -548,13 +564,14 @@ class JobWatch:
             save_every=self.save_every,
             note_every=PROGRESS_EVERY if notes else None,
             note_gap=poll,
+            guards=self.guards,
         )
 
     def drive(
         self, rules: WatchRules, note: Callable[[AppStatus], None] | None = None, *, one_round: bool = False
     ) -> Action:
-        """Carry out ``rules``' actions from ``self.state`` until ``Done`` (returned; with
-        ``one_round``, also the next ``Look`` or ``Note``). What was logged is saved even when
+        """Carry out ``rules``' actions from ``self.state`` until ``Done`` or ``Tripped``
+        (returned; with ``one_round``, also the next ``Look`` or ``Note``). What was logged is saved even when
         a call raises."""
         clock = self.clock
         try:
@@ -573,7 +590,7 @@ class JobWatch:
                 elif isinstance(action, Save):
                     self.save()
                     self.state = self.state.saved(clock.monotonic())
-                elif isinstance(action, Done) or (one_round and isinstance(action, Look | Note)):
+                elif isinstance(action, Done | Tripped) or (one_round and isinstance(action, Look | Note)):
                     return action
                 elif isinstance(action, Look):
                     self.state = self.state.looked_at(self.next_status(action), clock.monotonic())
@@ -610,9 +627,12 @@ class JobWatch:
         Looks every ``poll_interval`` unless a backlog remains (a local job's end cuts the
         pause short); ``on_poll`` is told a running status when what it says changes (at most
         once per ``poll_interval``), else every ``PROGRESS_EVERY`` seconds.
-        ``cancel_on_signal``: SIGTERM/SIGINT cancel the job (see ``cancelling_on_signal``)."""
+        ``cancel_on_signal``: SIGTERM/SIGINT cancel the job (see ``cancelling_on_signal``).
+        A guard that trips (``guards``) raises ``GuardrailTrippedError``; the job is left as it is."""
         with cancelling_on_signal(self.runner, self.app_handle, cancel_on_signal):
             done = self.drive(self.rules(poll_interval, deadline, notes=on_poll is not None), on_poll)
+        if isinstance(done, Tripped):
+            raise GuardrailTrippedError(done.trip)
         assert isinstance(done, Done)
         return done.status
 

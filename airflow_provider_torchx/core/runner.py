@@ -332,6 +332,12 @@ class Runner:
         sched, app_id = self._scheduler_app_id(app_handle)
         return sched.native_id(app_id)
 
+    def wait_reason(self, app_handle: str) -> str:
+        """Why the app has not started, in its scheduler's words (``Scheduler.wait_reason``);
+        may block for a few calls: asked once, when a guard trips (``core/guards.py``)."""
+        sched, app_id = self._scheduler_app_id(app_handle)
+        return sched.wait_reason(app_id)
+
     def adopt_native_id(self, app_handle: str, native_id: str) -> None:
         """Tell the scheduler the app's own id (``Scheduler.adopt_native_id``). Never blocks."""
         sched, app_id = self._scheduler_app_id(app_handle)
@@ -497,6 +503,7 @@ def _app_status(desc: DescribeAppResponse | None) -> AppStatus | None:
         ui_url=desc.ui_url,
         roles=desc.roles_statuses,
         usage=desc.usage,
+        usage_so_far=desc.usage_so_far,
     )
 
 

@@ -509,6 +509,9 @@ class AppStatus:
     roles: list[RoleStatus] = field(default_factory=list)
     #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
     usage: Usage | None = None
+    #: What a live job has cost so far and when it was submitted (``Usage.gpu_hours_at``
+    #: counts its running attempts up to a given time); None once it ended, or unknown.
+    usage_so_far: Usage | None = None
 
     def is_terminal(self) -> bool:
         """Whether the app's state is terminal."""

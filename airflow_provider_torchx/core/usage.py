@@ -51,6 +51,8 @@ class RoleUsage:
     vcpu_hours: float | None
     gpu_hours: float | None
     memory_gb_hours: float | None
+    #: GPUs each replica asked for (None: none asked), to count a live job's open attempts.
+    gpus: float | None = None
 
 
 def _hours(amount: float, node_seconds: float) -> float | None:
@@ -68,6 +70,7 @@ def role_usage(role: str, replicas: int, resource: Resource, attempts: Sequence[
         vcpu_hours=_hours(resource.cpu, seconds),
         gpu_hours=_hours(resource.gpu, seconds),
         memory_gb_hours=_hours(mem_gib, seconds),
+        gpus=None if resource.gpu < 0 else float(resource.gpu),
     )
 
 
@@ -132,6 +135,20 @@ class Usage:
     @property
     def memory_gb_hours(self) -> float | None:
         return _sum([r.memory_gb_hours for r in self.roles])
+
+    def gpu_hours_at(self, now: float) -> float | None:
+        """The GPU-hours counted as ``gpu_hours`` does, with every attempt still open (started,
+        no end yet: a live job's) taken to run until ``now`` (epoch seconds); None where no
+        role asked for GPUs."""
+        gpus = {r.role: r.gpus for r in self.roles if r.gpus is not None}
+        if not gpus:
+            return None
+        seconds = sum(
+            gpus[a.role] * max(0.0, (now if a.ended is None else a.ended) - a.started)
+            for a in self.attempts
+            if a.started is not None and a.role in gpus
+        )
+        return seconds / 3600.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict: the records plus the derived figures (what XCom and lineage carry)."""

@@ -25,10 +25,13 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_torchx._compat import conf, connection_form_widgets, ui_field_behaviour
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
+from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, positive_limit
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME, Runner, get_runner
 from airflow_provider_torchx.core.specs import parse_app_handle
 
-_EXTRA_KEYS = ("scheduler", "cfg", "session_name", "aws_conn_id", "region_name", "checkpoint_root")
+#: The connection extras that give the guards' defaults (``core/guards.py``).
+GUARD_EXTRAS = (START_TIMEOUT, MAX_GPU_HOURS)
+_EXTRA_KEYS = ("scheduler", "cfg", "session_name", "aws_conn_id", "region_name", "checkpoint_root", *GUARD_EXTRAS)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,9 @@ class TorchXSettings:
     region_name: str | None = None
     #: Where tasks' jobs checkpoint (the extra ``checkpoint_root``; ``core/checkpoints.py``).
     checkpoint_root: str | None = None
+    #: The connection's guard defaults (``core/guards.py``): seconds, GPU-hours.
+    start_timeout: float | None = None
+    max_gpu_hours: float | None = None
 
     @property
     def runner_key(self) -> tuple[str, str, str | None, str | None]:
@@ -181,7 +187,17 @@ class TorchXHook(BaseHook):
             raise InvalidRunConfigError(
                 f"cfg: connection {self.torchx_conn_id!r} has cfg={cfg!r}; expected a JSON object or a 'k=v,...' string"
             )
+        try:
+            limits = {
+                key: positive_limit(
+                    f"connection {self.torchx_conn_id!r} extra {key}", values.get(key), seconds=key == START_TIMEOUT
+                )
+                for key in GUARD_EXTRAS
+            }
+        except ValueError as e:  # a retry cannot fix it: the task fails without retry
+            raise InvalidRunConfigError(str(e)) from None
         return TorchXSettings(
+            **limits,
             scheduler=str(values["scheduler"]),
             cfg=cfg,
             session_name=str(values.get("session_name") or DEFAULT_SESSION_NAME),

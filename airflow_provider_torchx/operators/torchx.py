@@ -27,12 +27,14 @@ from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
 from airflow_provider_torchx.core.checkpoints import check_root
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
+from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, Guards, positive_limit, smaller
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, labels_match
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
+from airflow_provider_torchx.metrics import emit_guardrail
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.orphans import DISOWNED_XCOM
 from airflow_provider_torchx.retention import apply_retention
@@ -195,6 +197,12 @@ class TorchXRunOperator(BaseOperator):
         connection's and ``[torchx] checkpoint_root`` (an absolute path or a URI such as
         ``s3://bucket/prefix``): every replica gets ``TORCHX_CHECKPOINT_DIR`` and ``TORCHX_ATTEMPT``
         (docs/checkpoints.md)
+    :param start_timeout: seconds (or a ``timedelta``) the job may take from its submission
+        until a replica runs; then it is cancelled and the task fails without retry (default:
+        the connection's extra ``start_timeout``; ``core/guards.py``)
+    :param max_gpu_hours: the job's GPU budget, counted as its usage summary counts it; over
+        it, the job is cancelled and the task fails without retry (the connection's extra
+        ``max_gpu_hours`` too: the smaller wins)
     """
 
     template_fields: Sequence[str] = ("component_args", "app_name", "env", "cfg")
@@ -223,6 +231,8 @@ class TorchXRunOperator(BaseOperator):
         timeout: timedelta | float | None = None,
         retry_after_outside_cancel: bool = False,
         checkpoint_root: str | None = None,
+        start_timeout: timedelta | float | None = None,
+        max_gpu_hours: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -258,6 +268,8 @@ class TorchXRunOperator(BaseOperator):
         self.checkpoint_root = None if checkpoint_root is None else check_root(checkpoint_root, "checkpoint_root")
         #: The task instance's checkpoint location (None: none), once known.
         self.checkpoint_dir: str | None = None
+        self.start_timeout = positive_limit(START_TIMEOUT, start_timeout, seconds=True)
+        self.max_gpu_hours = positive_limit(MAX_GPU_HOURS, max_gpu_hours, seconds=False)
         self.app_handle: str | None = None
         self._runner: Runner | None = None
         #: The ended job's usage summary (``core/usage.py``) and final state, once the task reported it.
@@ -290,6 +302,14 @@ class TorchXRunOperator(BaseOperator):
         bounds = [s for s in (_seconds(self.timeout), _seconds(self.execution_timeout)) if s is not None]
         return min(bounds) if bounds else None
 
+    def guards(self, hook: TorchXHook, since: float) -> Guards:
+        """The guards the wait holds the job to: this task's, else the connection's
+        ``start_timeout``; the smaller ``max_gpu_hours``. ``since``: when this try began
+        (counted from only where the scheduler does not date the job's submission)."""
+        settings = hook.settings
+        start = self.start_timeout if self.start_timeout is not None else settings.start_timeout
+        return Guards(start, smaller(self.max_gpu_hours, settings.max_gpu_hours), since=since)
+
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Context) -> str | dict[str, Any]:
@@ -300,6 +320,7 @@ class TorchXRunOperator(BaseOperator):
         """Submit (or, on a retry, adopt) the job, then return at once, defer or wait."""
         started_at = time.time()
         hook = self.hook()
+        guards = self.guards(hook, started_at)  # a bad connection extra fails before anything is submitted
         runner = self._runner = hook.get_runner()
         job = self._submit_or_adopt(context, hook, runner)
         if isinstance(job, dict):  # a dry run: the rendered request
@@ -309,7 +330,7 @@ class TorchXRunOperator(BaseOperator):
         wait_seconds = self._wait_seconds()
         deadline = None if wait_seconds is None else started_at + wait_seconds
         if self.deferrable and not job.ended:
-            self._defer(hook, runner, job, deadline, started_at)
+            self._defer(hook, runner, job, deadline, started_at, guards)
         watcher = TaskWatcher(
             runner,
             job.handle,
@@ -317,6 +338,7 @@ class TorchXRunOperator(BaseOperator):
             stream_logs=self.stream_logs,
             position=job.position,
             cursor_file=job.cursor_file,
+            guards=guards,
         )
         event = self._wait_in_worker(watcher, started_at, deadline)
         return self._finish(event, context, job.cursor_file, watcher.position)
@@ -376,7 +398,13 @@ class TorchXRunOperator(BaseOperator):
         return _TaskJob(handle, labels, cursor_file, position, ended)
 
     def _defer(
-        self, hook: TorchXHook, runner: Runner, job: _TaskJob, deadline: float | None, started_at: float
+        self,
+        hook: TorchXHook,
+        runner: Runner,
+        job: _TaskJob,
+        deadline: float | None,
+        started_at: float,
+        guards: Guards | None = None,
     ) -> None:
         """Hand the wait to ``TorchXJobTrigger`` (raises ``TaskDeferred``)."""
         self.defer(
@@ -391,6 +419,7 @@ class TorchXRunOperator(BaseOperator):
                 deadline=deadline,
                 started_at=started_at,
                 cancel_on_kill=self.cancel_on_kill,
+                guards=guards,
             ),
             method_name="execute_complete",
         )
@@ -445,6 +474,8 @@ class TorchXRunOperator(BaseOperator):
         """Return the handle of a succeeded job (recording that this try reported it);
         otherwise cancel on timeout and raise."""
         handle = str(event["app_handle"])
+        if event["status"] == "guardrail":
+            self._guardrail(event, context)
         if event["status"] in ("success", "failed"):
             assert self._runner is not None
             self.usage = report_usage(
@@ -465,6 +496,8 @@ class TorchXRunOperator(BaseOperator):
             self._runner.cancel(handle, reason=task_cancel_reason(self.dag_id, self.task_id, f"timeout ({within})"))
             raise AirflowException(f"TorchX job {handle} {within} (still {event.get('state')}); cancelled it")
         message = redact(failure_message(event))
+        if "attempt_timeout" in message or "attempt duration exceeded timeout" in message:
+            self._guardrail_line("attempt_timeout", str(message).splitlines()[0], handle)
         who = None if self.retry_after_outside_cancel else outside_canceller(self._runner.describe_app(handle))
         if who:
             raise AirflowFailException(
@@ -472,6 +505,34 @@ class TorchXRunOperator(BaseOperator):
                 "(retry_after_outside_cancel=True retries after such a cancel)"
             )
         raise AirflowException(message)
+
+    def _guardrail(self, event: Mapping[str, Any], context: Context) -> None:
+        """A guard stopped the job (the watcher cancelled it): one line in the task log, the
+        metric, the usage summary (saying when the GPU budget was hit), then the failure,
+        without retry."""
+        handle = str(event["app_handle"])
+        message = str(redact(str(event.get("message"))))
+        self._guardrail_line(str(event["guard"]), message, handle)
+        assert self._runner is not None
+        budget = event if event["guard"] == MAX_GPU_HOURS else None
+        self.usage = report_usage(
+            self._runner,
+            handle,
+            context,
+            self.log,
+            self.app_name or getattr(self.app, "name", None),
+            checkpoint_dir=self.checkpoint_dir,
+            budget=budget,
+        )
+        self.job_state = event.get("state")
+        raise AirflowFailException(message)
+
+    def _guardrail_line(self, guard: str, message: str, handle: str) -> None:
+        """The guard's one line in the task log and its ``torchx.job.guardrail`` count."""
+        self.log.error("Guardrail %s tripped: %s", guard, message)
+        emit_guardrail(
+            scheduler=parse_app_handle(handle).scheduler_backend, dag_id=self.dag_id, task_id=self.task_id, guard=guard
+        )
 
     def _report_success(self, context: Context, cursor_file: CursorFile, position: LogPosition, handle: str) -> str:
         """Mark the job as reported by a try (so a later clear submits a new one) and return it."""

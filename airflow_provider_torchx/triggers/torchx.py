@@ -30,6 +30,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_torchx.cancels import task_instance_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
+from airflow_provider_torchx.core.guards import Guards
 from airflow_provider_torchx.core.identity import DAG_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
@@ -104,6 +105,8 @@ class TorchXJobTrigger(BaseTrigger):
     ``native_id``: the scheduler's own id of the job (``Runner.native_id``; AWS Batch: the
     job id), so that a fresh triggerer finds the job without a look-up per trigger; a
     trigger serialised without it (by an earlier release) looks the job up by name.
+    ``start_timeout``, ``max_gpu_hours``: the guards (``core/guards.py``) held at each look; a
+    trip cancels the job and yields a ``guardrail`` event.
     """
 
     def __init__(
@@ -122,8 +125,12 @@ class TorchXJobTrigger(BaseTrigger):
         started_at: float | None = None,
         cancel_on_kill: bool = False,
         native_id: str | None = None,
+        start_timeout: float | None = None,
+        max_gpu_hours: float | None = None,
     ) -> None:
         super().__init__()
+        self.start_timeout = start_timeout
+        self.max_gpu_hours = max_gpu_hours
         self.app_handle = app_handle
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
@@ -153,6 +160,7 @@ class TorchXJobTrigger(BaseTrigger):
         deadline: float | None,
         started_at: float,
         cancel_on_kill: bool = False,
+        guards: Guards | None = None,
     ) -> TorchXJobTrigger:
         """The trigger a task defers to (the operator and the sensor both build it here), from
         what the job's scheduler declares (``Scheduler.capabilities``): the AWS settings for
@@ -174,6 +182,8 @@ class TorchXJobTrigger(BaseTrigger):
             started_at=started_at,
             cancel_on_kill=cancel_on_kill,
             native_id=runner.native_id(app_handle),
+            start_timeout=guards.start_timeout if guards else None,
+            max_gpu_hours=guards.max_gpu_hours if guards else None,
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -194,6 +204,8 @@ class TorchXJobTrigger(BaseTrigger):
                 "started_at": self.started_at,
                 "cancel_on_kill": self.cancel_on_kill,
                 "native_id": self.native_id,
+                "start_timeout": self.start_timeout,
+                "max_gpu_hours": self.max_gpu_hours,
             },
         )
 
@@ -254,6 +266,7 @@ class TorchXJobTrigger(BaseTrigger):
             stream_logs=self.stream_logs,
             position=position,
             cursor_file=cursor_file,
+            guards=Guards(self.start_timeout, self.max_gpu_hours, since=self.started_at),
         )
 
     async def _job_secrets(self, runner: Runner) -> list[tuple[str, str]]:

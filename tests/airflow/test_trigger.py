@@ -69,6 +69,8 @@ def test_serialize_is_exact_and_round_trips() -> None:
         "started_at": 1_899_999_000.0,
         "cancel_on_kill": True,
         "native_id": "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+        "start_timeout": 600.0,
+        "max_gpu_hours": 2.5,
     }
     trigger = TorchXJobTrigger(**kwargs)
     assert trigger.serialize() == (CLASSPATH, kwargs)
@@ -94,6 +96,8 @@ def test_serialize_defaults() -> None:
             "started_at": None,
             "cancel_on_kill": False,
             "native_id": None,
+            "start_timeout": None,
+            "max_gpu_hours": None,
         },
     )
 

@@ -103,6 +103,7 @@ def live_airflow_batch(
         "AWS_ENDPOINT_URL": moto_server.url,
         "DOCKER_HOST": docker_engine,
         "AIRFLOW_CONN_TORCHX_BATCH": json.dumps({"conn_type": "torchx", "extra": extra}),
+        "AIRFLOW_TORCHX_LOCAL_GPUS": "0,1,2,3",  # a 4-GPU host for the guardrails' local GPU jobs
     }
     client = boto3.client("batch", endpoint_url=moto_server.url, region_name=REGION)
     with _deployment(tmp_path_factory.mktemp("live-airflow-batch"), env) as live:

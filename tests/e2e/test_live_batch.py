@@ -4,19 +4,23 @@ The DAG reads its queue from the ``torchx_batch`` connection (``AIRFLOW_CONN_TOR
 a deferred job runs and succeeds with its output in the task log once; another, marked failed
 while deferred, is cancelled: Batch ends it with our cancel reason, TorchX reports CANCELLED and
 its container stops; another, marked failed right after deferral (before its trigger may have
-started), is terminated within a minute with the task named in its reason.
+started), is terminated within a minute with the task named in its reason. On the same
+deployment (a fake 4-GPU host) local jobs show the guardrails: deferred tasks fail by
+``start_timeout`` and ``max_gpu_hours``. (Those run on Airflow 3.3 only: a guard acts the same
+on every line, and each live test on the older lines costs CI a deployment's minutes.)
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from airflow_provider_torchx.core.schedulers.aws_batch.status import CANCEL_REASON
-from airflow_provider_torchx.core.specs import AppState
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from tests.e2e.deployment import wait_until
-from tests.e2e.live import TRIGGER_STARTED, LiveBatch, assert_each_line_once, expected_lines
+from tests.e2e.live import TRIGGER_STARTED, LiveAirflow, LiveBatch, assert_each_line_once, expected_lines
 
 pytestmark = [pytest.mark.airflow, pytest.mark.docker]
 
@@ -24,6 +28,9 @@ BATCH = "torchx_e2e_batch"
 CANCEL_WITHIN = 35
 #: A job ends within a minute of its task (docs/architecture.md, Orphaned jobs).
 ORPHAN_WITHIN = 60
+GUARDRAILS = "torchx_e2e_guardrails"
+#: The retries the guarded tasks allow (``dags/torchx_e2e_guardrails.py``).
+GUARD_RETRIES = 2
 
 
 def test_batch_job_runs_deferred_and_succeeds(live_airflow_batch: LiveBatch) -> None:
@@ -98,3 +105,60 @@ def test_batch_job_marked_failed_right_after_deferral_is_terminated_within_a_min
         f"task {BATCH}.job of run {run_id} was killed while deferred",
     )
     assert any(end in reason for end in ends), reason
+
+
+def holding(live: LiveAirflow, app_id: str) -> bool:
+    """Whether the test's job ``app_id`` runs, holding the 2 GPUs it asked for."""
+    desc = live.scheduler.describe(app_id)
+    if desc is None or desc.state.name != "RUNNING":
+        return False
+    return len(desc.roles_statuses[0].replicas[0].devices.split(",")) == 2
+
+
+def guarded_try_log(live: LiveAirflow, run_id: str, task_id: str, guard: str) -> str:
+    """The log of the try of ``task_id`` that ``guard`` failed, checked to be the task's last
+    try although a retry was left (the DAG allows ``GUARD_RETRIES``)."""
+    api = live.deployment
+    tries = api.task_instance(GUARDRAILS, run_id, task_id)["try_number"]
+    logs = {n: "\n".join(api.task_log(GUARDRAILS, run_id, task_id, n)) for n in range(1, tries + 1)}
+    tripped = [n for n, log in logs.items() if f"Guardrail {guard} tripped" in log]
+    assert tripped == [tries] and tries <= GUARD_RETRIES, logs
+    return logs[tries]
+
+
+def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log(
+    live_airflow_batch: LiveBatch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one DAG run: a deferred task whose job waits for GPUs another job (started by the
+    test in the deployment's job store, the deployment's 4 fake GPUs) holds fails by
+    ``start_timeout`` (5 s), the GPU wait and its holder in the task log, its job cancelled; a
+    deferred task whose 2-GPU job spends its budget fails by ``max_gpu_hours``. Neither is
+    retried after its guard tripped (both allow retries: a try may be lost before to
+    apache/airflow#72716, a trigger event that comes within seconds of the deferral)."""
+    live = live_airflow_batch.live
+    api = live.deployment
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1,2,3")  # as the deployment's
+    script = f'while [ ! -e "{gate}" ]; do sleep 0.2; done'
+    role = Role("g", image="local", entrypoint="sh", args=["-c", script], resource=Resource(1, 2, 64))
+    holder = live.scheduler.submit(AppDef("holder", roles=[role]), {"auto_set_cuda_visible_devices": True})
+    try:
+        wait_until(lambda: holding(live, holder), 60, "the GPU holder to run")
+        run_id = live.trigger(GUARDRAILS, {})
+        api.wait_for_state(GUARDRAILS, run_id, "job", {"failed"}, timeout=240)
+        assert holding(live, holder)  # it held its GPUs throughout: nothing freed them
+    finally:
+        gate.touch()
+    log = guarded_try_log(live, run_id, "job", "start_timeout")
+    (line,) = [event for event in log.splitlines() if "Guardrail start_timeout tripped" in event]
+    assert "start_timeout=5s: TorchX job" in line and "did not start within 5s of its submission" in line, line
+    assert "waiting for 3 GPUs, " in line and "held by " in line and holder in line, line
+    waiter = api.xcom(GUARDRAILS, run_id, "job", "app_handle")
+    wait_until(lambda: live.job_state(waiter)["state"] == "CANCELLED", 30, "the waiting job to be cancelled")
+
+    api.wait_for_state(GUARDRAILS, run_id, "budget", {"failed"}, timeout=240)
+    log = guarded_try_log(live, run_id, "budget", "max_gpu_hours")
+    assert log.count("Guardrail max_gpu_hours tripped") == 1, log
+    assert "over its budget of 0.00222222 GPU-hours" in log and "GPU budget hit: max_gpu_hours=0.00222222" in log, log
+    spender = api.xcom(GUARDRAILS, run_id, "budget", "app_handle")
+    wait_until(lambda: live.job_state(spender)["state"] == "CANCELLED", 30, "the job over budget to be cancelled")

@@ -67,6 +67,9 @@ class DescribeAppResponse:
     cancel_reason: str | None = None
     #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
     usage: Usage | None = None
+    #: What a live job has cost so far (attempts still running have no end: see
+    #: ``Usage.gpu_hours_at``) and when it was submitted; None once it ended, or unknown.
+    usage_so_far: Usage | None = None
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
     started: float | None = None
     ended: float | None = None
@@ -369,6 +372,13 @@ class Scheduler(abc.ABC, Generic[T]):
         process to hand to ``adopt_native_id`` so that it finds the app without a look-up;
         None (the default): the app id is all a watcher needs. May block for one look-up."""
         return None
+
+    def wait_reason(self, app_id: str) -> str:
+        """Why the app has not started yet, beyond its status message: what the scheduler can
+        tell of what holds it (AWS Batch: the queue's and its compute environments' states and
+        whether the job fits them). Asked once, when ``start_timeout`` trips; may block for a
+        few calls; the default: nothing more to say."""
+        return ""
 
     def adopt_native_id(self, app_id: str, native_id: str) -> None:
         """Take ``native_id`` (what ``native_id`` returned in another process) as the app's

@@ -34,7 +34,15 @@ from airflow_provider_torchx.core.schedulers.api import (
     settle,
     settle_on_loop,
 )
-from airflow_provider_torchx.core.schedulers.aws_batch import eks, options, preflight, render, run_options, status
+from airflow_provider_torchx.core.schedulers.aws_batch import (
+    eks,
+    options,
+    preflight,
+    render,
+    run_options,
+    status,
+    stuck,
+)
 from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events, shared_log_budget
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     NOT_VISIBLE,
@@ -435,6 +443,16 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         poller = self.poller
         poller.request_then(future, _Look(self, poller, app_id, job_id, then, future), [job_id], period=period)
 
+    def wait_reason(self, app_id: str) -> str:
+        """Why the job has not started (``stuck.wait_reason``): one DescribeJobs and a fresh
+        description of its queue (never the preflight's cache: the state now is wanted)."""
+        job_id = self._job_id(app_id)
+        found = call_with_retry(self.client.describe_jobs, jobs=[job_id]).get("jobs", []) if job_id else []
+        if not found:
+            return ""
+        queue = str(found[0].get("jobQueue", "")).rsplit("/", 1)[-1]
+        return stuck.wait_reason(found[0], self._describe_queue(queue) if queue else None)
+
     def native_id(self, app_id: str) -> str | None:
         """The Batch job id (remembered, else looked up by name with ListJobs: may block)."""
         return self._job_id(app_id)
@@ -465,6 +483,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         resp = status.describe_response(app_id, job, nodes, self._region())
         if resp.state.is_terminal():
             resp.usage = batch_usage(job, nodes, resp.roles)
+        else:  # what guards read at each look (``core/guards.py``): no extra call
+            resp.usage_so_far = batch_usage(job, nodes, resp.roles)
         return resp
 
     def _summary_container(self, app_id: str, job: Mapping[str, Any]) -> dict[str, Any]:

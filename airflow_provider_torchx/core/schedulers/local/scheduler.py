@@ -485,6 +485,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             cancel_requested=cancel is not None,
             cancel_reason=(cancel or {}).get("reason"),
             usage=local_usage(rec, st, roles) if state.is_terminal() else None,
+            usage_so_far=None if state.is_terminal() else local_usage(rec, st, roles),
             started=st.get("started"),
             ended=st.get("ended"),
             created=rec.get("created"),

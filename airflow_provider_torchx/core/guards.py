@@ -1,0 +1,164 @@
+"""Guardrails: the limits a watcher holds a live job to, as one pure rule.
+
+``Guards.check`` looks at a job's status as a watcher already read it (no call of its own)
+and says whether a guard tripped (docs/architecture.md, "Guardrails"):
+
+- ``start_timeout`` (seconds): no replica has run within it of the job's submission. The
+  submission time is the scheduler's (``AppStatus.usage_so_far.submitted``), so a task that
+  reattaches to its job counts from when the job was submitted, not from its own start;
+  ``since`` stands in only where the scheduler does not say.
+- ``max_gpu_hours``: the job's GPU-hours, counted as the usage summary counts them (each
+  replica's GPUs times its running time over every attempt, ``core/usage.py``), with the
+  attempts still running counted up to now, went over the budget.
+
+Whoever watches acts on a ``Trip``: cancels the job (saying why) and fails its task without a
+retry; ``Trip.message`` says which guard, its value, the state the job was in, for how long,
+and the scheduler's own words for why. The scheduler's longer account of a job that does not
+start (``Runner.wait_reason``) is asked for once, when the guard trips.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from airflow_provider_torchx.core.specs import AppState, AppStatus
+
+START_TIMEOUT = "start_timeout"
+MAX_GPU_HOURS = "max_gpu_hours"
+ATTEMPT_TIMEOUT = "attempt_timeout"
+
+
+def positive_limit(name: str, value: Any, *, seconds: bool) -> float | None:
+    """``value`` as a float limit (a ``timedelta`` in seconds where ``seconds``), None for
+    None; ``ValueError`` naming ``name``, the value and what is allowed for anything else
+    than a finite number > 0."""
+    if value is None:
+        return None
+    if seconds and isinstance(value, timedelta):
+        number: Any = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    else:
+        number = None
+    what = "a number of seconds or a timedelta" if seconds else "a number of GPU-hours"
+    if number is None or not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{name}: {value!r} is not allowed: expected {what} > 0 (or None: no limit)")
+    return float(number)
+
+
+def smaller(*limits: float | None) -> float | None:
+    """The smallest of the limits given (None: no limit)."""
+    known = [x for x in limits if x is not None]
+    return min(known) if known else None
+
+
+def has_started(status: AppStatus) -> bool:
+    """Whether some replica of the job has run: the job or a replica is RUNNING, or the
+    scheduler recorded a replica's start (a job retried after running counts as started)."""
+    if status.state == AppState.RUNNING:
+        return True
+    if any(rep.state == AppState.RUNNING for role in status.roles for rep in role.replicas):
+        return True
+    usage = status.usage_so_far or status.usage
+    return usage is not None and usage.first_running is not None
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class Trip:
+    """A guard that tripped: which (``guard``), its ``limit``, the job's ``state`` and how
+    long it had been so (``for_s``: since its submission for ``start_timeout``, since it first
+    ran for ``max_gpu_hours``), the scheduler's reason (``reason``: its status message) and,
+    for ``max_gpu_hours``, the GPU-hours used."""
+
+    guard: str
+    limit: float
+    state: AppState
+    for_s: float
+    reason: str = ""
+    gpu_hours: float | None = None
+
+    def message(self, app_handle: str, why: str = "") -> str:
+        """What the task's error says: the guard, its value, what was seen and, for a job
+        that did not start, the scheduler's account (``why``: ``Runner.wait_reason``)."""
+        if self.guard == START_TIMEOUT:
+            text = (
+                f"{START_TIMEOUT}={self.limit:g}s: TorchX job {app_handle} did not start within {self.limit:g}s of "
+                f"its submission: still {self.state.name} after {_duration(self.for_s)}"
+            )
+        else:
+            text = (
+                f"{MAX_GPU_HOURS}={self.limit:g}: TorchX job {app_handle} used {self.gpu_hours or 0.0:.4f} GPU-hours, "
+                f"over its budget of {self.limit:g} GPU-hours ({self.state.name}, running for {_duration(self.for_s)})"
+            )
+        details = [part for part in (self.reason, why) if part]
+        if details:
+            text += "; " + "; ".join(dict.fromkeys(details))
+        return text + "; the job was cancelled and the task fails without retry"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able fields (what a trigger's event carries)."""
+        return {
+            "guard": self.guard,
+            "limit": self.limit,
+            "state": self.state.name,
+            "for_s": self.for_s,
+            "reason": self.reason,
+            "gpu_hours": self.gpu_hours,
+        }
+
+
+class GuardrailTrippedError(Exception):
+    """Raised by a blocking watch (``JobWatch.wait``) whose guards tripped; carries the ``Trip``."""
+
+    def __init__(self, trip: Trip) -> None:
+        super().__init__(f"guard {trip.guard} tripped")
+        self.trip = trip
+
+
+@dataclass(frozen=True)
+class Guards:
+    """The guards a watcher holds a job to (see the module docstring); None: not set.
+    ``since`` (epoch seconds): when the job was submitted, where its status does not say."""
+
+    start_timeout: float | None = None
+    max_gpu_hours: float | None = None
+    since: float | None = None
+
+    @property
+    def armed(self) -> bool:
+        """Whether any guard is set."""
+        return self.start_timeout is not None or self.max_gpu_hours is not None
+
+    def check(self, status: AppStatus | None, wall: float) -> Trip | None:
+        """The guard that ``status`` trips at ``wall`` (epoch seconds), if any. A job that
+        ended (or is gone) trips nothing: it is no longer the watcher's to cancel."""
+        if status is None or status.is_terminal():
+            return None
+        usage = status.usage_so_far
+        if self.start_timeout is not None and not has_started(status):
+            submitted = usage.submitted if usage is not None and usage.submitted is not None else self.since
+            if submitted is not None and wall - submitted > self.start_timeout:
+                return Trip(START_TIMEOUT, self.start_timeout, status.state, wall - submitted, status.msg)
+        if self.max_gpu_hours is not None and usage is not None:
+            used = usage.gpu_hours_at(wall)
+            if used is not None and used > self.max_gpu_hours:
+                ran = wall - usage.first_running if usage.first_running is not None else 0.0
+                return Trip(MAX_GPU_HOURS, self.max_gpu_hours, status.state, ran, status.msg, used)
+        return None

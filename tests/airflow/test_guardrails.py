@@ -1,0 +1,241 @@
+"""Guardrails (``core/guards.py``) on real local jobs with faked GPUs
+(``AIRFLOW_TORCHX_LOCAL_GPUS``): ``start_timeout`` stops a job waiting for GPUs that another
+job holds, in the worker and in the trigger; ``max_gpu_hours`` stops a 2-GPU job within a poll
+of crossing its budget; each trip cancels the job, writes one line, counts the metric and
+fails the task without retry. Parse-time checks of the two limits."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from airflow.exceptions import AirflowException
+
+from airflow_provider_torchx._compat import AirflowFailException
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, parse_app_handle
+from airflow_provider_torchx.hooks.torchx import TorchXSettings
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+from tests.airflow.helpers import FakeTI, run_deferred, wait_until
+
+POLL = 0.5
+#: The ledger hands out GPUs only with this run option.
+CFG = {"auto_set_cuda_visible_devices": True}
+
+
+def gpu_app(name: str, gpus: int, seconds: int = 60) -> AppDef:
+    """One replica asking for ``gpus`` GPUs that prints its devices, then sleeps."""
+    script = f'echo "devices $CUDA_VISIBLE_DEVICES"; sleep {seconds}'
+    return AppDef(
+        name=name,
+        roles=[Role("g", image="local", entrypoint="sh", args=["-c", script], resource=Resource(1, gpus, 64))],
+    )
+
+
+class Counter:
+    """The stats client's ``incr`` calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, str]]] = []
+
+    def incr(self, name: str, tags: dict[str, str] | None = None, **_: Any) -> None:
+        self.calls.append((name, dict(tags or {})))
+
+    def __getattr__(self, name: str) -> Any:  # timing, gauge: not counted here
+        return lambda *a, **k: None
+
+
+@pytest.fixture
+def two_gpus(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """A 2-GPU host as far as the ledger knows; metrics counted."""
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1")
+    counter = Counter()
+    monkeypatch.setattr("airflow_provider_torchx.metrics.stats", lambda: counter)
+    return counter
+
+
+@pytest.fixture
+def holder(local_jobs: tuple[Runner, list[str]], two_gpus: Counter) -> Iterator[str]:
+    """A job holding both GPUs, running."""
+    runner, handles = local_jobs
+    handle = runner.run(gpu_app("holder", 2), "local_cwd", CFG)
+    handles.append(handle)
+    wait_until(lambda: (s := runner.status(handle)) and s.state == AppState.RUNNING, what="the holder to run")
+    yield handle
+
+
+def app_id(handle: str) -> str:
+    return parse_app_handle(handle).app_id
+
+
+def ended(runner: Runner, handle: str) -> AppState:
+    """The state the job ends in (a cancel is delivered, then lands)."""
+    status = wait_until(lambda: (s := runner.status(handle)) and s.is_terminal() and s, what=f"{handle} to end")
+    return AppState(status.state)
+
+
+def guard_lines(text: str, guard: str) -> list[str]:
+    return [line for line in text.splitlines() if f"Guardrail {guard} tripped" in line]
+
+
+def assert_holder_untouched(runner: Runner, holder: str) -> None:
+    status = runner.status(holder)
+    assert status is not None and status.state == AppState.RUNNING
+    assert status.roles[0].replicas[0].devices == "0,1"  # still its own: nothing it held was freed
+
+
+def test_start_timeout_stops_a_job_waiting_for_gpus_another_job_holds_in_the_worker(
+    local_jobs: tuple[Runner, list[str]], holder: str, two_gpus: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    runner, handles = local_jobs
+    op = TorchXRunOperator(
+        task_id="task",
+        app=gpu_app("waiter", 1),
+        scheduler="local_cwd",
+        cfg=CFG,
+        poll_interval=POLL,
+        deferrable=False,
+        start_timeout=2,
+    )
+    ti = FakeTI(run_id="guard-start-worker")
+    began = time.monotonic()
+    with pytest.raises(AirflowFailException) as raised:
+        op.execute({"ti": ti})  # type: ignore[arg-type]
+    took = time.monotonic() - began
+    handles.append(ti.xcoms["app_handle"])
+    message = str(raised.value)
+    assert message.startswith("start_timeout=2s: TorchX job local_cwd://")
+    assert "still PENDING after" in message and "waiting for 1 GPU, 0 free, held by " + app_id(holder) in message
+    assert ended(runner, ti.xcoms["app_handle"]) == AppState.CANCELLED
+    assert_holder_untouched(runner, holder)
+    out, err = capfd.readouterr()
+    assert len(guard_lines(out + err, "start_timeout")) == 1, out + err
+    assert two_gpus.calls == [
+        ("torchx.job.guardrail", {"scheduler": "local_cwd", "dag": op.dag_id, "task": "task", "guard": "start_timeout"})
+    ]
+    assert took < 2.0 + POLL + 5, took  # acts within a poll of the limit (a loaded machine's slack)
+
+
+def test_start_timeout_in_the_trigger_cancels_and_the_resumed_task_fails_without_retry(
+    local_jobs: tuple[Runner, list[str]], holder: str, two_gpus: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    runner, handles = local_jobs
+    waiter = runner.run(gpu_app("waiter", 2), "local_cwd", CFG)
+    handles.append(waiter)
+    trigger = TorchXJobTrigger(
+        waiter, poll_interval=POLL, host=socket.gethostname(), started_at=time.time() + 3600, start_timeout=1.5
+    )
+    (event,) = run_deferred(trigger)  # started_at is ignored: the job's own submission time counts
+    assert event["status"] == "guardrail" and event["guard"] == "start_timeout" and event["limit"] == 1.5
+    assert "waiting for 2 GPUs, 0 free, held by " + app_id(holder) in event["message"]
+    assert ended(runner, waiter) == AppState.CANCELLED
+    assert_holder_untouched(runner, holder)
+    op = TorchXRunOperator(task_id="task", app=gpu_app("waiter", 2), scheduler="local_cwd")
+    with pytest.raises(AirflowFailException, match=r"^start_timeout=1.5s: TorchX job"):
+        op.execute_complete({"ti": FakeTI(run_id="guard-start-deferred")}, event)  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert len(guard_lines(out + err, "start_timeout")) == 1
+
+
+def test_max_gpu_hours_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget(
+    local_jobs: tuple[Runner, list[str]], two_gpus: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    runner, handles = local_jobs
+    budget = 2 * 3.0 / 3600  # three seconds of two GPUs
+    job = runner.run(gpu_app("spender", 2), "local_cwd", CFG)
+    handles.append(job)
+    (event,) = run_deferred(TorchXJobTrigger(job, poll_interval=POLL, host=socket.gethostname(), max_gpu_hours=budget))
+    assert event["status"] == "guardrail" and event["guard"] == "max_gpu_hours"
+    over_s = (event["gpu_hours"] - budget) * 3600 / 2  # how long after the crossing the guard acted
+    assert 0 < over_s <= POLL + 2.0, over_s  # one poll (and a loaded machine's latency)
+    assert ended(runner, job) == AppState.CANCELLED
+    ti = FakeTI(run_id="guard-gpu-hours")
+    op = TorchXRunOperator(task_id="task", app=gpu_app("spender", 2), scheduler="local_cwd")
+    with pytest.raises(AirflowFailException, match=r"^max_gpu_hours=0.00166667: TorchX job .* over its budget"):
+        op.execute_complete({"ti": ti}, event)  # type: ignore[arg-type]
+    assert ti.xcoms["usage"]["budget"] == {"max_gpu_hours": budget, "gpu_hours": event["gpu_hours"], "hit": True}
+    out, err = capfd.readouterr()
+    assert "GPU budget hit: max_gpu_hours=0.00166667" in out + err
+    assert len(guard_lines(out + err, "max_gpu_hours")) == 1
+    assert [tags["guard"] for _, tags in two_gpus.calls] == ["max_gpu_hours"]
+
+
+# ---------------------------------------------------------------------- the limits
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"start_timeout": 0}, r"start_timeout: 0 is not allowed: expected a number of seconds or a timedelta > 0"),
+        ({"start_timeout": timedelta(seconds=-5)}, r"start_timeout: datetime.timedelta\(.*\) is not allowed"),
+        ({"max_gpu_hours": 0}, r"max_gpu_hours: 0 is not allowed: expected a number of GPU-hours > 0"),
+        ({"max_gpu_hours": -1.5}, r"max_gpu_hours: -1.5 is not allowed"),
+    ],
+)
+def test_a_zero_or_negative_limit_fails_when_the_dag_is_parsed(kwargs: dict[str, Any], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        TorchXRunOperator(task_id="t", component="utils.echo", scheduler="local_cwd", **kwargs)
+
+
+class _Hook:
+    def __init__(self, **limits: float | None) -> None:
+        self.settings = TorchXSettings(scheduler="local_cwd", **limits)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("task", "connection", "expected"),
+    [
+        ({}, {}, (None, None)),
+        ({}, {"start_timeout": 600.0, "max_gpu_hours": 8.0}, (600.0, 8.0)),
+        ({"start_timeout": timedelta(minutes=1), "max_gpu_hours": 2.0}, {"start_timeout": 600.0}, (60.0, 2.0)),
+        ({"max_gpu_hours": 9.0}, {"max_gpu_hours": 8.0}, (None, 8.0)),  # the smaller budget wins
+    ],
+)
+def test_the_tasks_limits_over_the_connections_and_the_smaller_budget_wins(
+    task: dict[str, Any], connection: dict[str, float], expected: tuple[float | None, float | None]
+) -> None:
+    op = TorchXRunOperator(task_id="t", component="utils.echo", scheduler="local_cwd", **task)
+    guards = op.guards(_Hook(**connection), since=5.0)  # type: ignore[arg-type]
+    assert (guards.start_timeout, guards.max_gpu_hours, guards.since) == (*expected, 5.0)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "replica g/0 ran longer than attempt_timeout=5 (seconds) and was stopped",  # the local supervisor's
+        "Job attempt duration exceeded timeout",  # AWS Batch's statusReason
+    ],
+)
+def test_a_job_ended_by_attempt_timeout_gets_the_guard_line_and_metric(
+    local_jobs: tuple[Runner, list[str]], two_gpus: Counter, capfd: pytest.CaptureFixture[str], reason: str
+) -> None:
+    runner, _ = local_jobs
+    op = TorchXRunOperator(task_id="task", app=gpu_app("timed", 1), scheduler="local_cwd")
+    op._runner = runner
+    event = {"status": "failed", "app_handle": "local_cwd://torchx/timed-0", "message": f"ended FAILED: {reason}"}
+    with pytest.raises(AirflowException, match="ended FAILED"):
+        op._finish(event, {"ti": FakeTI()}, None, None)  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert len(guard_lines(out + err, "attempt_timeout")) == 1, out + err
+    assert [tags["guard"] for _, tags in two_gpus.calls] == ["attempt_timeout"]
+
+
+def test_the_connections_extras_give_the_defaults_and_a_bad_one_fails_the_task_before_submitting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    extra = {"scheduler": "local_cwd", "start_timeout": "600", "max_gpu_hours": 8}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_GUARDED", json.dumps({"conn_type": "torchx", "extra": extra}))
+    op = TorchXRunOperator(task_id="t", component="utils.echo", torchx_conn_id="torchx_guarded", max_gpu_hours=9)
+    guards = op.guards(op.hook(), since=0.0)
+    assert (guards.start_timeout, guards.max_gpu_hours) == (600.0, 8.0)
+    bad = {"scheduler": "local_cwd", "max_gpu_hours": -1}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_GUARDED", json.dumps({"conn_type": "torchx", "extra": bad}))
+    with pytest.raises(AirflowFailException, match=r"connection 'torchx_guarded' extra max_gpu_hours: -1 is not"):
+        op.execute({"ti": (ti := FakeTI(run_id="guard-bad-extra"))})  # type: ignore[arg-type]
+    assert "app_handle" not in ti.xcoms  # nothing was submitted

@@ -1,0 +1,181 @@
+"""The guardrails' rule (``core/guards.py``: ``Guards.check``) without I/O, row by row, on a
+fake clock; how the watching rules act on a trip (``WatchRules``); the live GPU-hours count
+(``Usage.gpu_hours_at``) and the limits' checks."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from airflow_provider_torchx.core.guards import (
+    MAX_GPU_HOURS,
+    START_TIMEOUT,
+    Guards,
+    Trip,
+    has_started,
+    positive_limit,
+    smaller,
+)
+from airflow_provider_torchx.core.logstream import LogBatch, LogLine, Look, Pause, Tripped, WatchRules, WatchState
+from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, Resource, Role, RoleStatus
+from airflow_provider_torchx.core.usage import Attempt, Usage, compute_usage
+
+SUBMITTED = 1000.0
+TRAINER = Role("trainer", image="x", num_replicas=2, resource=Resource(cpu=4, gpu=2, memMB=1024))
+CPU_ONLY = Role("ps", image="x", num_replicas=1, resource=Resource(cpu=1, gpu=-1, memMB=1024))
+
+
+def usage(*attempts: Attempt, submitted: float | None = SUBMITTED, roles: tuple[Role, ...] = (TRAINER,)) -> Usage:
+    return compute_usage(submitted, None, list(roles), list(attempts))
+
+
+def run(replica: int, started: float | None, ended: float | None = None, role: str = "trainer") -> Attempt:
+    return Attempt(role=role, replica=replica, number=1, started=started, ended=ended)
+
+
+def status(state: AppState, so_far: Usage | None, msg: str = "", replica: AppState | None = None) -> AppStatus:
+    rep = ReplicaStatus(0, replica or state, "trainer")
+    return AppStatus(state, msg=msg, roles=[RoleStatus("trainer", [rep])], usage_so_far=so_far)
+
+
+QUEUED = status(AppState.PENDING, usage(), msg="waiting for 2 GPUs, 0 free, held by local_cwd://t/other")
+
+
+# ---------------------------------------------------------------------- start_timeout
+
+
+def test_start_timeout_trips_only_once_the_submission_is_older_than_the_limit() -> None:
+    guards = Guards(start_timeout=60)
+    assert guards.check(QUEUED, SUBMITTED + 59) is None
+    assert guards.check(QUEUED, SUBMITTED + 60) is None  # "within it": the limit itself is not over
+    trip = guards.check(QUEUED, SUBMITTED + 61)
+    assert trip == Trip(START_TIMEOUT, 60, AppState.PENDING, 61, QUEUED.msg)
+
+
+def test_start_timeout_counts_from_the_schedulers_submission_not_the_watchers_start() -> None:
+    # a reattached try began at SUBMITTED + 500: the job's own submission time decides
+    assert Guards(start_timeout=60, since=SUBMITTED + 500).check(QUEUED, SUBMITTED + 61) is not None
+
+
+def test_start_timeout_counts_from_since_where_the_scheduler_does_not_date_the_submission() -> None:
+    undated = status(AppState.PENDING, None)
+    guards = Guards(start_timeout=60, since=SUBMITTED)
+    assert guards.check(undated, SUBMITTED + 59) is None
+    assert guards.check(undated, SUBMITTED + 61) is not None
+    assert Guards(start_timeout=60).check(undated, SUBMITTED + 1e6) is None  # no date at all: nothing to count
+
+
+@pytest.mark.parametrize(
+    "started",
+    [
+        pytest.param(status(AppState.RUNNING, usage(run(0, SUBMITTED + 5))), id="job-running"),
+        pytest.param(status(AppState.PENDING, usage(), replica=AppState.RUNNING), id="a-replica-running"),
+        pytest.param(status(AppState.PENDING, usage(run(0, SUBMITTED + 5, SUBMITTED + 9))), id="ran-then-requeued"),
+    ],
+)
+def test_start_timeout_never_trips_for_a_job_that_has_run(started: AppStatus) -> None:
+    assert has_started(started)
+    assert Guards(start_timeout=60).check(started, SUBMITTED + 3600) is None
+
+
+@pytest.mark.parametrize("state", [AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED])
+def test_an_ended_or_vanished_job_trips_nothing(state: AppState) -> None:
+    guards = Guards(start_timeout=1, max_gpu_hours=1e-9)
+    assert guards.check(status(state, usage()), SUBMITTED + 1e6) is None
+    assert guards.check(None, SUBMITTED + 1e6) is None
+
+
+def test_no_guard_set_trips_nothing() -> None:
+    assert not Guards().armed
+    assert Guards().check(QUEUED, SUBMITTED + 1e9) is None
+
+
+# ---------------------------------------------------------------------- max_gpu_hours
+
+
+def test_max_gpu_hours_counts_open_attempts_up_to_now_and_trips_once_over_the_budget() -> None:
+    # two replicas of 2 GPUs each, running since SUBMITTED + 10: 4 GPU-seconds per second
+    live = status(AppState.RUNNING, usage(run(0, SUBMITTED + 10), run(1, SUBMITTED + 10)))
+    budget = 4 * 90 / 3600  # 90 s of both replicas
+    guards = Guards(max_gpu_hours=budget)
+    assert guards.check(live, SUBMITTED + 100) is None  # exactly at the budget
+    trip = guards.check(live, SUBMITTED + 101)
+    assert trip is not None and trip.guard == MAX_GPU_HOURS and trip.limit == budget
+    assert trip.gpu_hours == pytest.approx(4 * 91 / 3600) and trip.for_s == pytest.approx(91)
+
+
+def test_max_gpu_hours_counts_every_attempt_as_the_usage_summary_does() -> None:
+    # the first attempt ran 60 s and ended; the retry runs since SUBMITTED + 100
+    so_far = usage(run(0, SUBMITTED, SUBMITTED + 60), dataclasses.replace(run(0, SUBMITTED + 100), number=2))
+    assert so_far.gpu_hours_at(SUBMITTED + 130) == pytest.approx(2 * (60 + 30) / 3600)
+    ended = compute_usage(SUBMITTED, SUBMITTED + 130, [TRAINER], so_far.attempts)
+    assert ended.gpu_hours == pytest.approx(so_far.gpu_hours_at(SUBMITTED + 130))  # the summary's own figure
+
+
+def test_max_gpu_hours_never_trips_for_a_job_without_gpus() -> None:
+    cpu = status(AppState.RUNNING, usage(run(0, SUBMITTED, role="ps"), roles=(CPU_ONLY,)))
+    assert cpu.usage_so_far is not None and cpu.usage_so_far.gpu_hours_at(SUBMITTED + 1e6) is None
+    assert Guards(max_gpu_hours=1e-9).check(cpu, SUBMITTED + 1e6) is None
+
+
+def test_a_queued_job_uses_no_gpu_hours() -> None:
+    assert Guards(max_gpu_hours=1e-9).check(QUEUED, SUBMITTED + 1e6) is None
+
+
+# ---------------------------------------------------------------------- the message
+
+
+def test_the_message_names_the_guard_its_value_the_state_how_long_and_why() -> None:
+    trip = Trip(START_TIMEOUT, 30, AppState.PENDING, 31, "waiting for 2 GPUs, 0 free, held by local_cwd://t/a")
+    text = trip.message("local_cwd://t/b", why="queue 'q' ENABLED/VALID")
+    assert text.startswith("start_timeout=30s: TorchX job local_cwd://t/b did not start within 30s")
+    assert "still PENDING after 31s" in text and "held by local_cwd://t/a" in text and "queue 'q'" in text
+    budget = Trip(MAX_GPU_HOURS, 0.5, AppState.RUNNING, 600, gpu_hours=0.51).message("h")
+    assert "max_gpu_hours=0.5" in budget and "used 0.5100 GPU-hours, over its budget of 0.5" in budget
+    assert "running for 10.0 min" in budget
+
+
+# ---------------------------------------------------------------------- in the watching rules
+
+
+def _round(rules: WatchRules, st: AppStatus, now: float, lines: int = 0, settle: float = 0.0) -> WatchState:
+    batch = LogBatch([LogLine("trainer", 0, "x\n")] * lines, {"trainer/0": str(lines)}, False)
+    return WatchState().looked_at(st, now).read(batch).logged(now, settle)
+
+
+def test_the_rules_end_a_round_with_the_trip_instead_of_the_next_look() -> None:
+    rules = WatchRules(poll=10, guards=Guards(start_timeout=60))
+    assert rules.next_action(_round(rules, QUEUED, 0.0), 0.0, SUBMITTED + 59) == Look(10, None)
+    action = rules.next_action(_round(rules, QUEUED, 0.0), 0.0, SUBMITTED + 61)
+    assert isinstance(action, Tripped) and action.trip.guard == START_TIMEOUT
+
+
+def test_the_trigger_trips_only_once_its_last_lines_settled() -> None:
+    rules = WatchRules(poll=10, log_the_end=False, settle=2.0, guards=Guards(start_timeout=60))
+    state = _round(rules, QUEUED, 0.0, lines=3, settle=2.0)
+    assert rules.next_action(state, 0.5, SUBMITTED + 61) == Pause(1.5)
+    assert isinstance(rules.next_action(state, 2.0, SUBMITTED + 63), Tripped)
+
+
+# ---------------------------------------------------------------------- limits
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds", "expected"),
+    [(None, True, None), (30, True, 30.0), (timedelta(minutes=2), True, 120.0), (0.25, False, 0.25), ("7", False, 7.0)],
+)
+def test_a_limit_takes_a_positive_number(value: Any, seconds: bool, expected: float | None) -> None:
+    assert positive_limit("x", value, seconds=seconds) == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), True, "soon", timedelta(0), [1]])
+def test_a_limit_refuses_anything_else_naming_the_field_and_the_value(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"start_timeout: .* is not allowed: expected a number of seconds"):
+        positive_limit("start_timeout", value, seconds=True)
+
+
+def test_the_smaller_limit_wins() -> None:
+    assert smaller(None, None) is None and smaller(2.0, None) == 2.0 and smaller(3.0, 1.5) == 1.5
