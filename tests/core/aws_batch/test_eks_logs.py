@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler, eks_logs, render
 from airflow_provider_torchx.core.schedulers.aws_batch.eks_logs import SHIP_GRACE, PodRef
+from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogBudget, list_streams
 from airflow_provider_torchx.core.specs import AppDef
 from airflow_provider_torchx.operators import checks
 from tests.core.aws_batch.fakes import FakeBatch
@@ -184,3 +185,39 @@ def test_without_a_known_log_group_an_eks_job_reads_no_lines_says_why_once_and_n
     assert len(said) == 1, said
     assert app_id in said[0] and "its queue's compute environments name no EKS cluster" in said[0]
     assert "eks_log_group=/aws/containerinsights/CLUSTER/application" in said[0]
+
+
+class PagedStreams:
+    """A CloudWatch Logs stand-in whose DescribeLogStreams answers in pages of one stream."""
+
+    def __init__(self, streams: list[dict[str, Any]]) -> None:
+        self.streams = streams
+        self.calls: list[dict[str, Any]] = []
+
+    def describe_log_streams(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        at = int(kwargs.get("nextToken") or 0)
+        match = [s for s in self.streams if s["logStreamName"].startswith(kwargs["logStreamNamePrefix"])]
+        page: dict[str, Any] = {"logStreams": match[at : at + 1]}
+        if at + 1 < len(match):
+            page["nextToken"] = str(at + 1)
+        return page
+
+
+def test_a_pods_streams_are_listed_page_by_page_oldest_first_within_the_budget() -> None:
+    client = PagedStreams(
+        [
+            {"logStreamName": "n-application.var.log.containers.p_ns_main-b.log", "creationTime": 20},
+            {"logStreamName": "n-application.var.log.containers.p_ns_main-a.log", "creationTime": 10},
+            {"logStreamName": "other", "creationTime": 5},
+        ]
+    )
+    clock = [0.0]
+    budget = LogBudget(rate=1.0, burst=2, clock=lambda: clock[0], sleep=lambda s: None)
+    prefix = "n-application.var.log.containers.p_ns_main-"
+    assert list_streams(client, budget, "k", "/g", prefix, wait=False) == [
+        "n-application.var.log.containers.p_ns_main-a.log",
+        "n-application.var.log.containers.p_ns_main-b.log",
+    ]
+    assert [c.get("nextToken") for c in client.calls] == [None, "1"]
+    assert list_streams(client, budget, "k", "/g", prefix, wait=False) is None  # the budget's 2 calls are spent
