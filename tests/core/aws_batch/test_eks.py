@@ -522,17 +522,19 @@ def test_usage_of_a_single_node_eks_job_counts_every_eks_attempt() -> None:
 
 
 class EksBatch(FakeBatch):
-    """A fake Batch whose queue ``eks-<id>`` runs on one EKS compute environment."""
+    """A fake Batch whose queue ``eks-<id>`` runs on one EKS compute environment (of cluster
+    ``cluster``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.queue = f"eks-{uuid.uuid4().hex[:8]}"
         self.queues.append(self.queue)
         self.queue_kinds[self.queue] = ["EC2"]
+        self.cluster = CLUSTER
 
     def describe_compute_environments(self, computeEnvironments: list[str]) -> dict[str, Any]:
         envs = super().describe_compute_environments(computeEnvironments)["computeEnvironments"]
-        eks_config = {"eksClusterArn": CLUSTER, "kubernetesNamespace": "ml"}
+        eks_config = {"eksClusterArn": self.cluster, "kubernetesNamespace": "ml"}
         return {
             "computeEnvironments": [
                 {**e, "containerOrchestrationType": "EKS", "eksConfiguration": eks_config} for e in envs

@@ -405,6 +405,7 @@ def test_helpers() -> None:
         "check_queue",
         "namespace",
         "service_account",
+        "eks_log_group",
         "consumable_resources",
     ]
     assert opts.cfg_from_str("queue=q,ulimits=nofile:1:2,core:0:0,priority=3") == {

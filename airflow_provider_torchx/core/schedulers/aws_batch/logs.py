@@ -14,6 +14,7 @@ jobs watched each log still advances (it may lag; the read says by how much).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import threading
@@ -26,6 +27,8 @@ from airflow_provider_torchx.core.errors import shown
 from airflow_provider_torchx.core.schedulers.api import cursor_object
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import call_with_retry, client_key
 from airflow_provider_torchx.core.schedulers.aws_batch.render import LOG_GROUP
+
+log = logging.getLogger(__name__)
 
 #: Events per GetLogEvents page (the API's maximum).
 PAGE = 10000
@@ -191,9 +194,10 @@ def read_events(
     terminal: bool,
     *,
     wait: bool,
+    group: str = LOG_GROUP,
 ) -> tuple[list[dict[str, Any]], LogCursor, bool, float]:
-    """Events after ``cursor`` across ``streams``; the next cursor; whether the log is over;
-    how many seconds the log read so far may lag the log (``behind``).
+    """Events after ``cursor`` across ``streams`` of log ``group``; the next cursor; whether
+    the log is over; how many seconds the log read so far may lag the log (``behind``).
 
     1. Each ``GetLogEvents`` call is drawn from ``budget`` as reader ``key``: with ``wait``
        the read waits for its turn; without, a refused call ends the read early (the cursor
@@ -218,7 +222,7 @@ def read_events(
             try:
                 resp = call_with_retry(
                     logs_client.get_log_events,
-                    logGroupName=LOG_GROUP,
+                    logGroupName=group,
                     logStreamName=streams[cur.index],
                     startFromHead=True,
                     limit=PAGE,
@@ -247,6 +251,50 @@ def read_events(
     return events, cur, terminal and cur.index >= len(streams) - 1, 0.0
 
 
+_warned: dict[Hashable, None] = {}
+_MAX_WARNED = 10000
+
+
+def warn_once(key: Hashable, message: str, *args: Any) -> None:
+    """Log ``message`` as a warning the first time ``key`` asks in this process (the newest
+    ``_MAX_WARNED`` keys are remembered): a log read repeated every few seconds says it once."""
+    with _budgets_lock:
+        if key in _warned:
+            return
+        _warned[key] = None
+        if len(_warned) > _MAX_WARNED:
+            del _warned[next(iter(_warned))]
+    log.warning(message, *args)
+
+
+def list_streams(
+    logs_client: Any, budget: LogBudget, key: Hashable, group: str, prefix: str, *, wait: bool
+) -> list[str] | None:
+    """Names of the streams of ``group`` that start with ``prefix``, oldest first (``[]``:
+    none, or no such group); None when ``budget`` refused a call (without ``wait``). Each
+    ``DescribeLogStreams`` page is drawn from ``budget`` as reader ``key``, like a read."""
+    found: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"logGroupName": group, "logStreamNamePrefix": prefix}
+    while True:
+        if wait:
+            budget.acquire(key)
+        elif not budget.try_acquire(key):
+            return None
+        try:
+            resp = call_with_retry(logs_client.describe_log_streams, **kwargs)
+        except Exception as err:
+            if not _missing_stream(err):
+                raise
+            warn_once(("group", group), "CloudWatch log group %s does not exist (yet): no pod output to read", group)
+            return []
+        found.extend(resp.get("logStreams", []))
+        if not resp.get("nextToken") or resp["nextToken"] == kwargs.get("nextToken"):
+            break
+        kwargs["nextToken"] = resp["nextToken"]
+    found.sort(key=lambda s: (s.get("creationTime", 0), str(s.get("logStreamName"))))
+    return [str(s["logStreamName"]) for s in found]
+
+
 def _behind(events: list[dict[str, Any]], budget: LogBudget, key: Hashable) -> float:
     """How far a read that stopped before the end of the log lags it (seconds)."""
     stamp = events[-1].get("timestamp") if events else None
@@ -255,7 +303,7 @@ def _behind(events: list[dict[str, Any]], budget: LogBudget, key: Hashable) -> f
     return max(0.0, time.time() - float(stamp) / 1000)
 
 
-def as_line(event: dict[str, Any]) -> str:
+def as_line(event: Mapping[str, Any]) -> str:
     """A log event's message as a line ending in ``"\\n"``."""
     msg = str(event.get("message", ""))
     return msg if msg.endswith("\n") else msg + "\n"

@@ -177,7 +177,7 @@ def resolve(app: AppDef, cfg: Mapping[str, Any]) -> BatchOptions:
     """The ``BatchOptions`` of ``app`` under ``cfg``; a bad value or combination raises
     (``InvalidRunConfigError`` for options, ``InvalidSpecError`` for the app), naming it."""
     job_type = _choice(cfg, "job_type", JOB_TYPES, "auto")
-    pod_opts = [k for k in ("namespace", "service_account") if cfg.get(k)]
+    pod_opts = [k for k in ("namespace", "service_account", "eks_log_group") if cfg.get(k)]
     follows_queue = cfg.get("platform") in (None, "") and not pod_opts
     platform = _choice(cfg, "platform", PLATFORMS, "EKS" if pod_opts else "EC2")
     if pod_opts and platform != "EKS":

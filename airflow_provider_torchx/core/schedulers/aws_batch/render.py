@@ -54,6 +54,8 @@ TAG_APP_NAME = TAG_PREFIX + "app-name"
 TAG_USER = TAG_PREFIX + "user"
 TAG_LABEL = TAG_PREFIX + "label/"
 TAG_CANCEL = TAG_PREFIX + "cancel-requested"
+#: The run option ``eks_log_group`` of an EKS job, read back by its log reads (``eks_logs``).
+TAG_EKS_LOG_GROUP = TAG_PREFIX + "eks-log-group"
 
 #: Env vars set on every node range.
 ENV_ROLE_NAME = "TORCHX_ROLE_NAME"
@@ -464,6 +466,8 @@ def render(
         **{str(k): app_values.substitute(str(v)) for k, v in app.metadata.items()},
         **{TAG_LABEL + k: v for k, v in labels.items()},
     }
+    if opts.eks and cfg.get("eks_log_group"):
+        tags[TAG_EKS_LOG_GROUP] = str(cfg["eks_log_group"])
     check_tags(tags)
     containers = []
     first = 0

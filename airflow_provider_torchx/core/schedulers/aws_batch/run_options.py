@@ -23,6 +23,8 @@ _CONSUMABLE_NAME = re.compile(
 MAX_CONSUMABLE_QUANTITY = 2**31 - 1
 #: A Kubernetes namespace AWS Batch places pods in (``EksMetadata.namespace``).
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+#: A CloudWatch Logs log group name that a job tag's value can hold (no ``#``).
+_LOG_GROUP = re.compile(r"[A-Za-z0-9._/-]{1,256}")
 #: A Kubernetes service account name (a DNS subdomain).
 _SERVICE_ACCOUNT = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -69,6 +71,15 @@ def check_service_account(value: CfgVal) -> None:
         raise InvalidRunConfigError(
             f"cfg: service_account={value!r} is not a Kubernetes service account name: up to 253 lower-case "
             "letters, digits, '-' and '.', starting and ending with a letter or digit"
+        )
+
+
+def check_log_group(value: CfgVal) -> None:
+    """A CloudWatch Logs log group name (kept in a job tag), else ``InvalidRunConfigError``."""
+    if value is not None and not _LOG_GROUP.fullmatch(str(value)):
+        raise InvalidRunConfigError(
+            f"cfg: eks_log_group={value!r} is not a log group name this scheduler can keep: 1-256 letters, digits, "
+            "'.', '-', '_' and '/', e.g. /aws/containerinsights/CLUSTER/application"
         )
 
 
@@ -173,6 +184,13 @@ def run_opts() -> runopts:
         "EKS only: the Kubernetes service account the pods run as (their AWS role, through IRSA or EKS Pod "
         "Identity; EKS's job_role_arn).",
         check=check_service_account,
+    )
+    opts.add(
+        "eks_log_group",
+        str,
+        "EKS only: the CloudWatch Logs log group the cluster's Fluent Bit writes the pods' output to, as Container "
+        "Insights names its streams (default: /aws/containerinsights/CLUSTER/application of the job's EKS cluster).",
+        check=check_log_group,
     )
     opts.add(
         "consumable_resources",

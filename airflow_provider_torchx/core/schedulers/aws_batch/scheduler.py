@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from airflow_provider_torchx.core import workspace
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError, UnknownQueueError
@@ -36,6 +36,7 @@ from airflow_provider_torchx.core.schedulers.api import (
 )
 from airflow_provider_torchx.core.schedulers.aws_batch import (
     eks,
+    eks_logs,
     options,
     preflight,
     render,
@@ -43,7 +44,14 @@ from airflow_provider_torchx.core.schedulers.aws_batch import (
     status,
     stuck,
 )
-from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogCursor, as_line, read_events, shared_log_budget
+from airflow_provider_torchx.core.schedulers.aws_batch.logs import (
+    LogCursor,
+    as_line,
+    list_streams,
+    read_events,
+    shared_log_budget,
+    warn_once,
+)
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     NOT_VISIBLE,
     StatusPoller,
@@ -71,6 +79,18 @@ _MAX_SUMMARIES = 1000
 #: thousands of jobs watched, a round takes seconds, and threads held that long starved the
 #: pool that every trigger's end goes through.
 LOG_STREAMS_MAX_AGE = 30.0
+#: Pods' found log streams kept per scheduler (``_pod_log``).
+_MAX_POD_STREAMS = 10000
+
+
+class _LogTarget(NamedTuple):
+    """A node's log: the ``streams`` of log ``group`` in attempt order, whether the log is over
+    once they are drained (``terminal``), and how an event reads as a line."""
+
+    group: str
+    streams: list[str]
+    terminal: bool
+    line: Callable[[Mapping[str, Any]], str]
 
 
 def _version() -> str:
@@ -151,6 +171,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         self._credentials_key_poller: tuple[str, StatusPoller | None] = ("", None)
         self._lock = threading.Lock()
         self._summaries: dict[str, dict[str, Any]] = {}
+        self._pod_streams: dict[tuple[str, eks_logs.PodRef], builtins.list[str]] = {}
 
     # ------------------------------------------------------------------ clients
 
@@ -654,10 +675,13 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def _log_streams(
         self, app_id: str, role_name: str, k: int, max_age: float = LOG_STREAMS_MAX_AGE
-    ) -> tuple[builtins.list[str], bool] | None:
-        """The node's log streams in attempt order and whether the job is terminal; None while
-        the job is not visible yet. Unknown app/role/replica raise. The job's entry may be
-        ``max_age`` old (default ``LOG_STREAMS_MAX_AGE``: see there)."""
+    ) -> _LogTarget | None:
+        """The node's log: its streams in attempt order, their group, whether the log is over
+        once they are drained (the job is terminal), and how an event reads as a line; None
+        while the job is not visible yet. Unknown app/role/replica raise. The job's entry may
+        be ``max_age`` old (default ``LOG_STREAMS_MAX_AGE``: see there). An EKS job's streams
+        are looked up by name (``_pod_log``): a running job's as far as the call budget allows
+        now, a terminal job's waiting for its turns, as its reads do."""
         job = self._job(app_id, max_age=max_age)
         if job is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
@@ -675,9 +699,67 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                 f"role_name: {role_name!r} is not a role of {app_id}; roles: {', '.join(r[0] for r in ranges)}"
             )
         child = self._nodes(job, [node]).get(node) if render.is_multinode(job) else None
-        # A pod's output is not in Batch's log group (docs/schedulers.md, "Batch on EKS"): none.
-        streams = _attempt_streams(eks.as_ecs_shape(child if child is not None else job))
-        return streams, job.get("status") in ("SUCCEEDED", "FAILED")
+        entry = child if child is not None else job
+        terminal = job.get("status") in ("SUCCEEDED", "FAILED")
+        if eks.is_eks_job(entry) or eks.is_eks_job(job):
+            return self._pod_log(app_id, job, entry, terminal, (app_id, role_name, k))
+        return _LogTarget(render.LOG_GROUP, _attempt_streams(entry), terminal, as_line)
+
+    def _pod_log(
+        self,
+        app_id: str,
+        job: Mapping[str, Any],
+        entry: Mapping[str, Any],
+        terminal: bool,
+        key: tuple[str, str, int],
+    ) -> _LogTarget:
+        """An EKS node's log: its pods' Container Insights streams (``eks_logs``), found by
+        name prefix (``DescribeLogStreams`` from the read's budget; a found stream is kept);
+        without a log group, none, said once per job."""
+        group = eks_logs.job_log_group(job.get("tags"), entry)
+        why = ""
+        if group is None:
+            group, why = self._queue_log_group(app_id.partition(":")[0])
+        if group is None:
+            warn_once(
+                ("eks-log-group", app_id),
+                "aws_batch: no log lines for EKS job %s: no CloudWatch log group is known for its pods (%s); set the "
+                "run option eks_log_group=/aws/containerinsights/CLUSTER/application (docs/schedulers.md, "
+                '"Batch on EKS")',
+                app_id,
+                why,
+            )
+            return _LogTarget(render.LOG_GROUP, [], terminal, eks_logs.line)
+        budget = shared_log_budget(self.log_client, self.credentials_key)
+
+        def found(ref: eks_logs.PodRef) -> builtins.list[str] | None:
+            slot = (group, ref)
+            with self._lock:
+                known = self._pod_streams.get(slot)
+            if known:
+                return known
+            names = list_streams(self.log_client, budget, key, group, eks_logs.stream_prefix(ref), wait=terminal)
+            if names is None:
+                return None
+            names = [n for n in names if eks_logs.matches(ref, n)]
+            if names:
+                with self._lock:
+                    self._pod_streams[slot] = names
+                    if len(self._pod_streams) > _MAX_POD_STREAMS:
+                        del self._pod_streams[next(iter(self._pod_streams))]
+            return names
+
+        streams, complete = eks_logs.streams_in_order(eks_logs.pods(entry), found, time.time())
+        return _LogTarget(group, streams, terminal and complete, eks_logs.line)
+
+    def _queue_log_group(self, queue: str) -> tuple[str | None, str]:
+        """The log group of the single EKS cluster of ``queue`` (the queue check's cached
+        descriptions), or None and why not."""
+        try:
+            envs = self._queue_view(queue).envs
+        except Exception as err:
+            return None, f"its queue {queue!r} could not be read: {err}"
+        return eks_logs.queue_log_group(eks_logs.queue_clusters(envs))
 
     def read_log(
         self,
@@ -696,14 +778,21 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         _check_stream(streams)
         start = LogCursor.load(cursor)
         target = self._log_streams(app_id, role_name, k)
-        if target is None:
-            return LogChunk(lines=[], cursor=start.dump(), eof=False)
-        names, terminal = target
+        if target is None or not target.streams:  # none yet, or none at all (a job without a log group)
+            return LogChunk(lines=[], cursor=start.dump(), eof=target is not None and target.terminal)
         budget = shared_log_budget(self.log_client, self.credentials_key)
         events, nxt, eof, behind = read_events(
-            self.log_client, budget, (app_id, role_name, k), names, start, max_lines, terminal, wait=terminal
+            self.log_client,
+            budget,
+            (app_id, role_name, k),
+            target.streams,
+            start,
+            max_lines,
+            target.terminal,
+            wait=target.terminal,
+            group=target.group,
         )
-        return LogChunk(lines=[as_line(e) for e in events], cursor=nxt.dump(), eof=eof, behind_s=behind)
+        return LogChunk(lines=[target.line(e) for e in events], cursor=nxt.dump(), eof=eof, behind_s=behind)
 
     def log_iter(
         self,
@@ -741,18 +830,29 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             target = self._log_streams(app_id, role_name, k, max_age=delay if should_tail else LOG_STREAMS_MAX_AGE)
             eof = False
             events: builtins.list[dict[str, Any]] = []
-            if target is not None:
+            if target is not None and not target.streams:
+                eof = target.terminal
+            elif target is not None:
                 budget = shared_log_budget(self.log_client, self.credentials_key)
                 key = (app_id, role_name, k)
                 events, cursor, eof, _ = read_events(
-                    self.log_client, budget, key, target[0], cursor, None, target[1], wait=True
+                    self.log_client,
+                    budget,
+                    key,
+                    target.streams,
+                    cursor,
+                    None,
+                    target.terminal,
+                    wait=True,
+                    group=target.group,
                 )
+            to_line = target.line if target is not None else as_line
             for event in events:
                 stamp = float(event.get("timestamp", 0))
                 if hi is not None and stamp > hi:
                     return
                 if lo is None or stamp >= lo:
-                    yield as_line(event)
+                    yield to_line(event)
             if eof or not should_tail:
                 return
             delay = 0.5 if events else min(delay * 2, 5.0)
