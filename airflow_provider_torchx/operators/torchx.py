@@ -477,15 +477,7 @@ class TorchXRunOperator(BaseOperator):
         if event["status"] == "guardrail":
             self._guardrail(event, context)
         if event["status"] in ("success", "failed"):
-            assert self._runner is not None
-            self.usage = report_usage(
-                self._runner,
-                handle,
-                context,
-                self.log,
-                self.app_name or getattr(self.app, "name", None),
-                checkpoint_dir=self.checkpoint_dir,
-            )
+            self._report_usage(handle, context)
             self.job_state = event.get("state")
         if event["status"] == "success":
             self.log.info("TorchX job %s SUCCEEDED", handle)
@@ -513,8 +505,14 @@ class TorchXRunOperator(BaseOperator):
         handle = str(event["app_handle"])
         message = str(redact(str(event.get("message"))))
         self._guardrail_line(str(event["guard"]), message, handle)
+        self._report_usage(handle, context, budget=event if event["guard"] == MAX_GPU_HOURS else None)
+        self.job_state = event.get("state")
+        raise AirflowFailException(message)
+
+    def _report_usage(self, handle: str, context: Context, budget: Mapping[str, Any] | None = None) -> None:
+        """The ended (or guard-stopped) job's usage summary: logged, pushed, emitted
+        (``usage_report.report_usage``)."""
         assert self._runner is not None
-        budget = event if event["guard"] == MAX_GPU_HOURS else None
         self.usage = report_usage(
             self._runner,
             handle,
@@ -524,8 +522,6 @@ class TorchXRunOperator(BaseOperator):
             checkpoint_dir=self.checkpoint_dir,
             budget=budget,
         )
-        self.job_state = event.get("state")
-        raise AirflowFailException(message)
 
     def _guardrail_line(self, guard: str, message: str, handle: str) -> None:
         """The guard's one line in the task log and its ``torchx.job.guardrail`` count."""
