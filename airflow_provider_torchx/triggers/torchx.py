@@ -53,6 +53,8 @@ from airflow_provider_torchx.watch import LOG_SETTLE, TaskWatcher, cursor_file_f
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
 #: have no such hook and only cancel the trigger's task, as they do on a triggerer restart.
 TRIGGER_HAS_ON_KILL = hasattr(BaseTrigger, "on_kill")
+#: Start checks whose Task SDK request outlives their trigger's watch, held until they end.
+_UNFINISHED: set[asyncio.Future[None]] = set()
 
 
 async def get_task_states(dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, Any]:
@@ -333,12 +335,22 @@ class TorchXJobTrigger(BaseTrigger):
         await asyncio.sleep(min(self.poll_interval, LOG_SETTLE))
 
     async def _start_check(self, watcher: TaskWatcher) -> None:
-        """``_cancel_if_orphaned`` beside the watch, once its first round is over: the first
-        Task SDK request a fresh triggerer serves builds Airflow's in-process execution API,
-        and until it answers (seconds) its supervisor writes no log line and passes no event
-        (docs/architecture.md, "In the triggerer"). Never raises."""
+        """``_cancel_if_orphaned`` beside the watch, once its first round is over and the job
+        goes on: the first Task SDK request a fresh triggerer serves builds Airflow's in-process
+        execution API, and until it answers (seconds) its supervisor writes no log line and
+        passes no event (docs/architecture.md, "In the triggerer"). Cancelled (the watch
+        ended), it stops waiting, but a request once sent is shielded and finishes on its own:
+        Airflow 3.1's channel, cancelled midway, hands the unread answer to the runner's next
+        request and its trigger runner dies."""
+        await watcher.first_round.wait()
+        asking = asyncio.ensure_future(self._checked_on_start())
+        _UNFINISHED.add(asking)
+        asking.add_done_callback(_UNFINISHED.discard)
+        await asyncio.shield(asking)
+
+    async def _checked_on_start(self) -> None:
+        """``_cancel_if_orphaned``, whose failure is logged (never raised)."""
         try:
-            await watcher.first_round.wait()
             await self._cancel_if_orphaned()
         except Exception as e:
             self.log.warning("the start check of %s failed: %s: %s", self.app_handle, type(e).__name__, e)

@@ -326,6 +326,41 @@ def test_the_first_look_does_not_wait_for_the_start_checks_answer(
     assert "[w/0] first line" in capfd.readouterr().out
 
 
+def test_a_start_check_sent_is_never_cancelled_midway_when_the_watch_ends(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job ends while the start check's Task SDK request is still unanswered: the
+    request is left to finish (Airflow 3.1's channel, cancelled midway, hands its answer to
+    the runner's next request, and the trigger runner dies: every deferred task then waits)."""
+    from airflow_provider_torchx.triggers import torchx as triggers
+
+    seen: list[str] = []
+
+    async def slow_task_state(identity: dict[str, str]) -> str:
+        seen.append("asked")
+        try:
+            await asyncio.sleep(2)
+        except asyncio.CancelledError:
+            seen.append("cancelled midway")
+            raise
+        seen.append("answered")
+        return "deferred"
+
+    monkeypatch.setattr(triggers, "task_instance_state", slow_task_state)
+    handle = submit(local_jobs, "echo a; sleep 1")
+    identity = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+    trigger = TorchXJobTrigger(handle, poll_interval=0.2, identity=identity, cancel_on_kill=True)
+
+    async def main() -> list[dict[str, Any]]:
+        events = [event.payload async for event in trigger.run()]
+        await asyncio.gather(*triggers._UNFINISHED)  # what the triggerer's loop would go on running
+        return events
+
+    (event,) = asyncio.run(main())
+    assert event["status"] == "success", event
+    assert seen == ["asked", "answered"], seen
+
+
 def test_a_job_cancelled_by_another_component_is_said_in_the_task_log_with_its_reason(
     local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]
 ) -> None:
