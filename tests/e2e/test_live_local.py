@@ -65,6 +65,13 @@ def test_a_fresh_triggerers_first_look_shows_a_short_jobs_lines_while_deferred(
     try:
         run_id, _ = live.start_watched(DEFERRED, {"lines": 20, "pause": 0.2, "replicas": 2, "gate": str(gate)})
         events = api.timed_task_log(DEFERRED, run_id, "job", 1)
+        # An event before the scheduler took in the deferral fails the resumed task (apache/airflow#72716).
+        wait_until(
+            lambda: -1 in api.deferrals_taken_in(run_id),
+            120,
+            "the scheduler to take in the deferral",
+            seen=lambda: api.log_tails("scheduler"),
+        )
     finally:
         gate.touch()
     started = next(t for t, e in events if t is not None and TRIGGER_STARTED.match(e))
