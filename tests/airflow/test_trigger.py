@@ -317,7 +317,7 @@ def test_the_first_look_does_not_wait_for_the_start_checks_answer(
     handle = submit(local_jobs, "echo first line; sleep 60")
     identity = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
     trigger = TorchXJobTrigger(
-        handle, poll_interval=0.2, identity=identity, cancel_on_kill=True, deadline=time.time() + 3
+        handle, poll_interval=0.2, identity=identity, cancel_on_kill=True, deadline=time.time() + 2
     )
     began = time.monotonic()
     (event,) = run_trigger(trigger)
