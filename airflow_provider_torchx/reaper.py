@@ -101,23 +101,60 @@ class LiveJob:
         return ident
 
 
+class ProblemLog:
+    """Says each lasting problem once: a warning when a source's failure is new or its text
+    changes, a debug line while it repeats, an info line when the source works again. The
+    reconciling loop lists every source each round; a connection it cannot read would
+    otherwise be warned of every ``RECONCILE_EVERY`` seconds."""
+
+    def __init__(self) -> None:
+        self._current: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, what: str, err: BaseException) -> None:
+        """``what`` (``listing torchx_batch``) failed with ``err``."""
+        text = f"{type(err).__name__}: {err}"
+        with self._lock:
+            repeated = self._current.get(what) == text
+            self._current[what] = text
+        if repeated:
+            log.debug("orphaned jobs: %s still fails (%s)", what, text)
+        else:
+            log.warning("orphaned jobs: %s failed (%s); said again only if that changes", what, text)
+
+    def worked(self, what: str) -> None:
+        """``what`` succeeded (an info line if it had failed)."""
+        with self._lock:
+            had = self._current.pop(what, None)
+        if had is not None:
+            log.info("orphaned jobs: %s works again", what)
+
+
+#: The problems of this process's listings (``live_jobs``).
+problems = ProblemLog()
+
+
 def live_jobs(wanted: Callable[[TaskIdentity], bool] | None = None) -> list[LiveJob]:
     """Every live job with Airflow labels (and, given ``wanted``, whose identity it accepts),
     from one ``list_live`` per source: each host-bound scheduler's job store and each ``torchx``
-    connection of another scheduler. A source that fails is logged and skipped."""
+    connection of another scheduler. A source that fails is skipped, and said once
+    (``problems``)."""
     from airflow_provider_torchx.plugins.jobs import source_listings, torchx_connection_ids
 
     connections: list[str] = []
     try:
         connections = torchx_connection_ids()
     except Exception as e:
-        log.warning("orphaned jobs: could not list the torchx connections (%s: %s)", type(e).__name__, e)
+        problems.failed("listing the torchx connections", e)
+    else:
+        problems.worked("listing the torchx connections")
     found: dict[str, LiveJob] = {}
     for conn_id, scheduler, apps in source_listings(connections, live=True):
+        what = f"listing {conn_id or 'the local job store'}"
         if isinstance(apps, Exception):
-            what = conn_id or "the local job store"
-            log.warning("orphaned jobs: listing %s failed (%s: %s)", what, type(apps).__name__, apps)
+            problems.failed(what, apps)
             continue
+        problems.worked(what)
         for app in apps:
             ident = TaskIdentity.from_labels(app.labels)
             if app.state.is_terminal() or ident is None or (wanted is not None and not wanted(ident)):
@@ -381,6 +418,9 @@ class LoopProcess:
 
 _loop: LoopProcess | None = None
 _loop_lock = threading.Lock()
+#: The component this process is, where it acts on what Airflow announces
+#: (``serve_announcements``): ``"scheduler"`` or ``"api-server"``; None elsewhere.
+_component: str | None = None
 _announced: ThreadPoolExecutor | None = None
 _announced_lock = threading.Lock()
 
@@ -402,6 +442,7 @@ def _when_scheduler(job: Any, timeout: float = 60.0) -> None:
     while getattr(job, "job_type", None) in (None, "undefined") and time.monotonic() < deadline:
         time.sleep(0.2)
     if getattr(job, "job_type", None) == "SchedulerJob":
+        serve_announcements("scheduler")
         start_loop()
 
 
@@ -417,6 +458,16 @@ def _wake_loop() -> bool:
 # ---------------------------------------------------------------------- what Airflow announces
 
 
+def serve_announcements(component: str) -> None:
+    """Act on what Airflow announces in this process, ``component``: the scheduler (its job
+    says so at start) or the api-server (the plugin's ``fastapi_apps``, which only it builds).
+    Every other process that announces ends (``airflow dags test``, ``tasks test``, ...) needs
+    no reaper: the component that runs its tasks cancels their jobs, and the scheduler's loop
+    covers what is left."""
+    global _component
+    _component = component
+
+
 def _has_task_sdk_channel() -> bool:
     """Whether this process talks to a Task SDK supervisor (a task process, a triggerer,
     ``dag.test()``): not the api-server or the scheduler, whose announcements the reaper acts on.
@@ -428,8 +479,12 @@ def _has_task_sdk_channel() -> bool:
 
 def _submit(fn: Callable[..., object], *args: Any) -> None:
     """Run ``fn`` on the reaper's own thread (never the announcing component's); nothing in a
-    process with a Task SDK channel (the reconciling loop covers what is left there)."""
+    process that is neither the api-server nor a scheduler (``serve_announcements``), nor in
+    one with a Task SDK channel (the reconciling loop covers what is left there)."""
     global _announced
+    if _component is None:
+        log.debug("orphaned jobs: not reaping in this process (neither the api-server nor a scheduler)")
+        return
     if _has_task_sdk_channel():
         log.debug("orphaned jobs: not reaping from a process with a Task SDK channel")
         return

@@ -231,6 +231,9 @@ class TaskWatcher(JobWatch):
         self.save_every = SAVE_EVERY if self.cursor_file is not None else None
         self._waited = False
         self._saved_seq = self.position.seq
+        #: Set once the first round is over (its look, and its lines logged and saved) and the
+        #: job goes on: what waits for it (the trigger's start check) then holds no line back.
+        self.first_round = asyncio.Event()
 
     @property
     def cursors(self) -> dict[str, str] | None:
@@ -401,6 +404,8 @@ class TaskWatcher(JobWatch):
         clock = self.clock
         while True:
             action = rules.next_action(self.state, clock.monotonic(), clock.wall())
+            if self.state.looked and isinstance(action, Look | Note):
+                self.first_round.set()
             if isinstance(action, Look):
                 status, timed_out, pause, limit = self.state.status, False, action.pause, action.limit
                 del action  # not held while waiting: a look lasts a poll (``WatchState.looked_at``)

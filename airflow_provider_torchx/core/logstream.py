@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 
 #: At most this many lines of one replica are read at a time (one poll; a backlog in batches).
 BATCH_LINES = 1000
-#: A job's progress note is due when what it says changes, else at most this often (seconds).
+#: A job's progress note is due at the look that sees what it says change, else at the first
+#: look this many seconds after the last note: at least once a minute while looks are more
+#: frequent, each look when they are rarer (docs/behaviour.md, "Progress lines").
 PROGRESS_EVERY = 60.0
 
 

@@ -75,7 +75,9 @@ class TorchXPlugin(AirflowPlugin):
 
     @cached_property
     def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """The web app, built when the api-server first asks (only it does)."""
+        """The web app, built when the api-server first asks (only it does); from then on this
+        process acts on the task and DAG run ends Airflow announces (``reaper.py``)."""
         from airflow_provider_torchx.plugins.app import create_app
 
+        reaper.serve_announcements("api-server")
         return [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "TorchX jobs"}]

@@ -15,6 +15,10 @@ each batch the trigger saves its position in the cursor file of its task instanc
 kwargs and the file. Cancelling while deferred: Airflow >= 3.3 calls ``on_kill``; older
 versions only cancel the trigger's task, so ``run()`` then asks the Task SDK whether the task
 instance is still deferred (a triggerer restart) or not (marked failed or success, cleared).
+Whichever cancel ends the job, the trigger's last word in the task log says so and why (a task
+marked while deferred never resumes to say it). The first look never waits for a Task SDK
+answer (a fresh triggerer takes seconds to give its first): the start check runs beside the
+watch (docs/architecture.md, "In the triggerer").
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from airflow_provider_torchx.core.guards import Guards
 from airflow_provider_torchx.core.identity import DAG_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
-from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
+from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import (
     PrefetchedConnection,
     TorchXHook,
@@ -45,11 +49,13 @@ from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secret
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
 from airflow_provider_torchx.orphans import Verdict
 from airflow_provider_torchx.reaper import start_decision
-from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, run_blocking
+from airflow_provider_torchx.watch import LOG_SETTLE, TaskWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
 #: have no such hook and only cancel the trigger's task, as they do on a triggerer restart.
 TRIGGER_HAS_ON_KILL = hasattr(BaseTrigger, "on_kill")
+#: Start checks whose Task SDK request outlives their trigger's watch, held until they end.
+_UNFINISHED: set[asyncio.Future[None]] = set()
 
 
 async def get_task_states(dag_id: str, task_id: str, run_id: str, map_index: int) -> dict[str, Any]:
@@ -295,19 +301,24 @@ class TorchXJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll and stream until the job ends or the deadline passes; yield one event."""
         watcher: TaskWatcher | None = None
+        check: asyncio.Task[None] | None = None
         try:
             wrong_host = self._wrong_host()
             if wrong_host:
                 yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": wrong_host})
                 return
-            if self.cancel_on_kill and self.identity:
-                await self._cancel_if_orphaned()
             watcher = await run_blocking(self._watcher, await self._aws_connection())
+            if self.cancel_on_kill and self.identity:
+                check = asyncio.create_task(self._start_check(watcher))
             # This process did not build the app: read its secrets, register them on the loop
             # (never a synchronous Task SDK call), before its first line is logged.
             await amask_secrets(await self._job_secrets(watcher.runner))
             event = await watcher.await_outcome(self.poll_interval, self.deadline, self.started_at)
             self._final_event_fired = True
+            if event.get("state") == AppState.CANCELLED.name:
+                # The task may never resume (it was marked failed or success, and the reaper
+                # cancelled its job): say here, in its log, that and why the job was cancelled.
+                await self._last_word(str(event.get("message")))
             yield TriggerEvent(redact(event))
         except asyncio.CancelledError:
             if not TRIGGER_HAS_ON_KILL and self.cancel_on_kill and not self._final_event_fired:
@@ -326,6 +337,36 @@ class TorchXJobTrigger(BaseTrigger):
                     }
                 )
             )
+        finally:
+            if check is not None:
+                check.cancel()
+
+    async def _last_word(self, line: str) -> None:
+        """Log ``line`` into the task log as the trigger's last, and give it time to get there
+        before the trigger ends (the triggerer closes the trigger's log then)."""
+        MaskedLog(self.log).info("%s", line)
+        await asyncio.sleep(min(self.poll_interval, LOG_SETTLE))
+
+    async def _start_check(self, watcher: TaskWatcher) -> None:
+        """``_cancel_if_orphaned`` beside the watch, once its first round is over and the job
+        goes on: the first Task SDK request a fresh triggerer serves builds Airflow's in-process
+        execution API, and until it answers (seconds) its supervisor writes no log line and
+        passes no event (docs/architecture.md, "In the triggerer"). Cancelled (the watch
+        ended), it stops waiting, but a request once sent is shielded and finishes on its own:
+        Airflow 3.1's channel, cancelled midway, hands the unread answer to the runner's next
+        request and its trigger runner dies."""
+        await watcher.first_round.wait()
+        asking = asyncio.ensure_future(self._checked_on_start())
+        _UNFINISHED.add(asking)
+        asking.add_done_callback(_UNFINISHED.discard)
+        await asyncio.shield(asking)
+
+    async def _checked_on_start(self) -> None:
+        """``_cancel_if_orphaned``, whose failure is logged (never raised)."""
+        try:
+            await self._cancel_if_orphaned()
+        except Exception as e:
+            self.log.warning("the start check of %s failed: %s: %s", self.app_handle, type(e).__name__, e)
 
     async def _cancel_unless_still_deferred(self) -> None:
         """Airflow < 3.3: the trigger was cancelled. Cancel the job only if the task instance
@@ -382,9 +423,18 @@ class TorchXJobTrigger(BaseTrigger):
             )
 
     async def _cancel(self, reason: str) -> None:
-        """Cancel the job, saying why (the reason names the task instance and what ended it)."""
+        """Cancel the job, saying why (the reason names the task instance and what ended it),
+        and say in the task log, as the trigger's last word, the reason the job's record keeps
+        (``cancel_reason``: another component's, such as the reaper's, when its cancel came
+        first and the job ended already)."""
         runner = await run_blocking(self._runner, await self._aws_connection())
         await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
+        try:
+            described = await run_blocking(runner.describe_app, self.app_handle)
+        except Exception:
+            described = None
+        kept = described.cancel_reason if described is not None and described.cancel_reason else reason
+        await self._last_word(f"Cancelled TorchX job {self.app_handle}: {kept}")
 
     async def on_kill(self) -> None:
         """Cancel the job when the deferred task is killed (Airflow >= 3.3 calls this), unless

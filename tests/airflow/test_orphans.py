@@ -5,11 +5,14 @@ jobs."""
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import signal
 import sys
 import threading
 import time
+from typing import Any
 
 import psutil
 import pytest
@@ -225,6 +228,7 @@ def test_no_reaping_thread_in_a_process_with_a_task_sdk_channel(monkeypatch: pyt
     from airflow_provider_torchx import reaper
 
     monkeypatch.setattr(reaper, "_announced", None)
+    monkeypatch.setattr(reaper, "_component", "api-server")
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", object(), raising=False)
     called: list[int] = []
     reaper._submit(called.append, 1)
@@ -276,6 +280,7 @@ def test_an_announcement_never_waits_for_the_loops_start(monkeypatch: pytest.Mon
 
     handed: list[str] = []
     monkeypatch.setattr(reaper, "_loop", None)
+    monkeypatch.setattr(reaper, "_component", "scheduler")
     monkeypatch.setattr(reaper, "reap_announced", lambda wanted, view, where: handed.append(where))
     run = DagRun(dag_id="d", run_id="r", state="success")
     with reaper._loop_lock:  # a start in progress
@@ -286,3 +291,74 @@ def test_an_announcement_never_waits_for_the_loops_start(monkeypatch: pytest.Mon
     assert reaper._announced is not None
     reaper._announced.shutdown(wait=True)
     assert handed == ["announced by Airflow: DAG run success"]
+
+
+def test_airflow_dags_test_runs_no_reaper(
+    run_dag: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``airflow dags test`` announces its tasks' and run's ends in its own process, neither the
+    api-server nor a scheduler: no reaping thread starts there and nothing is said of orphans.
+    (It once listed every ``torchx`` connection after each run and warned that a defined one
+    was not: that process's connection look-ups do not read the metadata database.)"""
+    from airflow.models import Connection
+    from airflow.utils.session import create_session
+
+    from airflow_provider_torchx import reaper
+
+    monkeypatch.setattr(reaper, "_component", None)
+    monkeypatch.setattr(reaper, "_announced", None)
+    conn_id = "torchx_dags_test_batch"
+    extra = {"scheduler": "aws_batch", "cfg": "queue=q", "region_name": "us-east-1"}
+    with create_session() as session:
+        session.add(Connection(conn_id=conn_id, conn_type="torchx", extra=json.dumps(extra)))
+    try:
+        dag_run, out = run_dag("torchx_local_echo")
+        if reaper._announced is not None:  # what it would say comes from its thread
+            reaper._announced.shutdown(wait=True)
+        out += "".join(capfd.readouterr())
+    finally:
+        with create_session() as session:
+            session.query(Connection).filter(Connection.conn_id == conn_id).delete()
+    assert str(dag_run.state) == "success", out[-3000:]
+    assert reaper._announced is None, "a reaping thread started in `airflow dags test`"
+    assert "orphaned jobs" not in out, out[-3000:]
+
+
+def test_a_source_that_keeps_failing_is_said_once_until_it_changes_or_works_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reconciling loop lists every source each round: a connection it cannot read is
+    warned of once (again when the error changes), and its recovery is said once."""
+    from airflow_provider_torchx import reaper
+    from airflow_provider_torchx.plugins import jobs
+
+    missing = LookupError("connection 'torchx_batch' is not defined")
+    down = ConnectionError("the Batch endpoint is down")
+    rounds: list[Exception | list[Any]] = [missing, missing, missing, missing, down, down, [], [], missing]
+    answers = iter(rounds)
+
+    def listings(connections: list[str], live: bool = False) -> Any:
+        yield "torchx_batch", "aws_batch", next(answers)
+
+    monkeypatch.setattr(jobs, "torchx_connection_ids", lambda: ["torchx_batch"])
+    monkeypatch.setattr(jobs, "source_listings", listings)
+    monkeypatch.setattr(reaper, "problems", reaper.ProblemLog())
+    with caplog.at_level(logging.DEBUG, logger=reaper.log.name):
+        for _ in rounds:
+            assert reaper.live_jobs() == []
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert said == [
+        (
+            "WARNING",
+            f"orphaned jobs: listing torchx_batch failed (LookupError: {missing}); said again only if that changes",
+        ),
+        (
+            "WARNING",
+            f"orphaned jobs: listing torchx_batch failed (ConnectionError: {down}); said again only if that changes",
+        ),
+        ("INFO", "orphaned jobs: listing torchx_batch works again"),
+        (
+            "WARNING",
+            f"orphaned jobs: listing torchx_batch failed (LookupError: {missing}); said again only if that changes",
+        ),
+    ], said

@@ -302,6 +302,107 @@ def test_a_trigger_started_after_its_task_ended_cancels_at_once(
         assert event["status"] == "timeout" and not desc.cancel_requested, (event, desc)
 
 
+def test_the_first_look_does_not_wait_for_the_start_checks_answer(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh triggerer answers its first Task SDK request seconds late: the start check runs
+    beside the watch, so the job's lines are logged at once and the deadline is kept while the
+    task's state is still being asked (stubbed here to answer after a minute)."""
+    from airflow_provider_torchx.triggers import torchx as triggers
+
+    asked = asyncio.Event()
+
+    async def slow_task_state(identity: dict[str, str]) -> str:
+        asked.set()
+        await asyncio.sleep(60)
+        return "deferred"
+
+    monkeypatch.setattr(triggers, "task_instance_state", slow_task_state)
+    handle = submit(local_jobs, "echo first line; sleep 60")
+    identity = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+    trigger = TorchXJobTrigger(
+        handle, poll_interval=0.2, identity=identity, cancel_on_kill=True, deadline=time.time() + 2
+    )
+    began = time.monotonic()
+    (event,) = run_trigger(trigger)
+    assert time.monotonic() - began < 20 and event["status"] == "timeout", event
+    assert asked.is_set()  # the check ran, beside the watch
+    assert "[w/0] first line" in capfd.readouterr().out
+
+
+def test_a_start_check_sent_is_never_cancelled_midway_when_the_watch_ends(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job ends while the start check's Task SDK request is still unanswered: the
+    request is left to finish (Airflow 3.1's channel, cancelled midway, hands its answer to
+    the runner's next request, and the trigger runner dies: every deferred task then waits)."""
+    from airflow_provider_torchx.triggers import torchx as triggers
+
+    seen: list[str] = []
+
+    async def slow_task_state(identity: dict[str, str]) -> str:
+        seen.append("asked")
+        try:
+            await asyncio.sleep(2)
+        except asyncio.CancelledError:
+            seen.append("cancelled midway")
+            raise
+        seen.append("answered")
+        return "deferred"
+
+    monkeypatch.setattr(triggers, "task_instance_state", slow_task_state)
+    handle = submit(local_jobs, "echo a; sleep 1")
+    identity = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+    trigger = TorchXJobTrigger(handle, poll_interval=0.2, identity=identity, cancel_on_kill=True)
+
+    async def main() -> list[dict[str, Any]]:
+        events = [event.payload async for event in trigger.run()]
+        await asyncio.gather(*triggers._UNFINISHED)  # what the triggerer's loop would go on running
+        return events
+
+    (event,) = asyncio.run(main())
+    assert event["status"] == "success", event
+    assert seen == ["asked", "answered"], seen
+
+
+def test_a_job_cancelled_by_another_component_is_said_in_the_task_log_with_its_reason(
+    local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A task marked failed while deferred never resumes: when the trigger finds its job
+    cancelled (by the api-server's reaper, say), its last line says so with the reason the
+    job's record keeps, before its event."""
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 60")
+    reason = "task d.t of run r was marked failed"
+
+    async def watch_and_cancel() -> list[dict[str, Any]]:
+        async def cancel_soon() -> None:
+            await asyncio.sleep(0.5)
+            await asyncio.get_running_loop().run_in_executor(None, lambda: runner.cancel(handle, reason=reason))
+
+        canceller = asyncio.create_task(cancel_soon())
+        events = [event.payload async for event in TorchXJobTrigger(handle, poll_interval=0.2).run()]
+        await canceller
+        return events
+
+    (event,) = asyncio.run(watch_and_cancel())
+    assert event["status"] == "failed" and event["state"] == "CANCELLED", event
+    out = capfd.readouterr().out
+    assert f"TorchX job {handle} ended CANCELLED: cancelled by request: {reason}" in out, out[-3000:]
+
+
+def test_on_kill_says_in_the_task_log_why_it_cancelled(
+    local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]
+) -> None:
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 60")
+    identity = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+    asyncio.run(TorchXJobTrigger(handle, identity=identity, cancel_on_kill=True, poll_interval=0.2).on_kill())
+    desc = runner.describe_app(handle)
+    assert desc is not None and desc.cancel_reason == "Airflow task d.t of run r was killed while deferred", desc
+    assert f"Cancelled TorchX job {handle}: {desc.cancel_reason}" in capfd.readouterr().out
+
+
 def test_local_job_on_another_host_is_an_error_event() -> None:
     (event,) = run_trigger(TorchXJobTrigger("local_cwd://torchx/x-1", host="some-other-host"))
     assert event["status"] == "error"

@@ -8,7 +8,10 @@ import dataclasses
 import itertools
 from typing import Any
 
+import pytest
+
 from airflow_provider_torchx.core.logstream import (
+    PROGRESS_EVERY,
     Clock,
     Done,
     JobWatch,
@@ -164,6 +167,50 @@ def test_progress_notes_when_the_job_changes_and_once_a_minute_otherwise() -> No
     assert said == [0, 20, 40, 100]
 
 
+def notes_over(rules: WatchRules, job: Any) -> list[float]:
+    """When a watcher following ``rules`` on a fake clock notes progress, for a job whose
+    status at time ``t`` is ``job(t)``, until the watch ends (every action but a look or a
+    pause takes no time)."""
+    now, state, said = 0.0, WatchState(), []
+    while True:
+        action = rules.next_action(state, now, now)
+        if isinstance(action, Look):
+            now += action.pause
+            state = state.looked_at(job(now), now)
+        elif isinstance(action, Read):
+            state = state.read(batch(0))
+        elif isinstance(action, Log):
+            state = state.logged(now, rules.settle)
+        elif isinstance(action, Save):
+            state = state.saved(now)
+        elif isinstance(action, Note):
+            said.append(now)
+            state = state.noted_now(action.status, now, rules.settle)
+        elif isinstance(action, Pause):
+            now += action.seconds
+        else:
+            assert isinstance(action, Done)
+            return said
+
+
+@pytest.mark.parametrize("rules_of", [blocking, trigger], ids=["blocking", "trigger"])
+def test_progress_lines_come_on_a_change_else_once_a_minute_whatever_the_poll(rules_of: Any) -> None:
+    """The rule docs/behaviour.md states ("Progress lines"), for the worker and the trigger:
+    with a 5 s poll, a job running unchanged for 176 s gets three lines (0, 60, 120 s), not
+    one per poll; a change is noted at the look that sees it, and the minute counts from
+    there; with polls further apart than a minute, every look notes."""
+    every = PROGRESS_EVERY  # the blocking rules take it with ``notes=True`` (``JobWatch.rules``)
+    unchanged = notes_over(rules_of(poll=5.0, note_every=every), lambda t: RUNNING if t < 176 else ENDED)
+    assert unchanged == [0.0, 60.0, 120.0]
+
+    def starts_at_32(t: float) -> AppStatus:
+        return status(AppState.PENDING) if t < 32 else RUNNING if t < 176 else ENDED
+
+    assert notes_over(rules_of(poll=5.0, note_every=every), starts_at_32) == [0.0, 35.0, 95.0, 155.0]
+    slow = notes_over(rules_of(poll=300.0, note_every=every), lambda t: RUNNING if t < 1000 else ENDED)
+    assert slow == [0.0, 300.0, 600.0, 900.0]
+
+
 def test_a_blocking_watcher_notes_at_most_once_a_poll() -> None:
     rules = blocking(note_every=60.0)
     state = logged(WatchState().looked_at(RUNNING, 0.0), batch(0), 0.0).noted_now(status(AppState.PENDING), 0.0, 0.0)
@@ -257,6 +304,18 @@ def test_a_blocking_wait_on_an_injected_clock_looks_a_poll_apart_until_the_deadl
     assert last is not None and last.state == AppState.RUNNING  # still running at the deadline
     assert runner.waits == [10.0, 10.0, 5.0] and now[0] == 25.0
     assert notes == [0.0]  # nothing changed: one note (the next one is due after a minute)
+
+
+def test_a_blocking_wait_at_a_5s_poll_writes_a_progress_line_a_minute_not_a_poll() -> None:
+    """``JobWatch.wait`` (the worker's wait) on an injected clock: a job running unchanged for
+    three minutes at ``poll_interval=5`` is told to ``on_poll`` at 0, 60 and 120 s."""
+    now = [0.0]
+    runner = ScriptedRunner(now, [AppState.RUNNING] * 36 + [AppState.SUCCEEDED])  # ends at 180 s
+    notes: list[float] = []
+    watch = JobWatch(runner, "fake://s/job", stream_logs=False, clock=fake_clock(now))  # type: ignore[arg-type]
+    final = watch.wait(5.0, on_poll=lambda s: notes.append(now[0]))
+    assert final is not None and final.state == AppState.SUCCEEDED and now[0] == 180.0
+    assert notes == [0.0, 60.0, 120.0]
 
 
 def test_a_blocking_wait_streams_every_line_once_and_drains_the_end() -> None:

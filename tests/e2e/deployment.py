@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -454,13 +455,32 @@ class AirflowDeployment:
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> list[str]:
         """The events (messages) of one try's task log, as the UI reads them."""
+        return [event for _, event in self.timed_task_log(dag_id, run_id, task_id, try_number, map_index)]
+
+    def timed_task_log(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1
+    ) -> list[tuple[datetime | None, str]]:
+        """``task_log`` with each event's timestamp (when the component that logged it did;
+        None for the log's source headers)."""
         path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}?full_content=true"
         if map_index >= 0:
             path += f"&map_index={map_index}"
         content = self.api("GET", path)["content"]
         if isinstance(content, str):
-            return content.splitlines()
-        return [str(item.get("event", "")) if isinstance(item, dict) else str(item) for item in content]
+            return [(None, line) for line in content.splitlines()]
+        return [
+            (_timestamp(item.get("timestamp")), str(item.get("event", "")))
+            if isinstance(item, dict)
+            else (None, str(item))
+            for item in content
+        ]
+
+
+def _timestamp(value: object) -> datetime | None:
+    """A log event's ISO timestamp (``2026-01-01T10:00:00.123456Z``) as a datetime."""
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def _reap_group(proc: subprocess.Popen[bytes], timeout: float) -> None:

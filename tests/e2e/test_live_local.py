@@ -1,8 +1,9 @@
 """Local-scheduler jobs on a live Airflow deployment, driven through the REST API only.
 
 Deferred tasks stream replica lines into the task log while deferred, each line once, through a
-triggerer restart that neither cancels the job nor repeats a line; marking a deferred task failed
-cancels its job; a 2 x 2 DDP job (real PyTorch, ``scripts/torch-venv.sh``) succeeds with every
+triggerer restart that neither cancels the job nor repeats a line, and on a triggerer just
+started from the trigger's first look on; marking a deferred task failed cancels its job and
+its log says why; a 2 x 2 DDP job (real PyTorch, ``scripts/torch-venv.sh``) succeeds with every
 rank's lines once; 50 deferred tasks at once (8 on the older Airflow lines: ``SECRET_TASKS``)
 whose jobs print their secrets leave the triggerer up, succeed, and show the secrets masked in
 every task log. (A SIGKILLed task whose retry adopts its running job: ``test_live_orphans.py``.)
@@ -23,7 +24,9 @@ import pytest
 from tests.e2e.deployment import COMPONENTS, TERMINAL_TI_STATES, wait_until
 from tests.e2e.live import (
     E2E_SETTING,
+    REPLICA_LINE,
     SECRET_TASKS,
+    TRIGGER_STARTED,
     LiveAirflow,
     assert_each_line_once,
     expected_lines,
@@ -40,6 +43,45 @@ SECRETS = "torchx_e2e_secrets"
 #: How long the job's processes may outlive marking the task failed (Airflow's on_kill timeout
 #: is 30 s; the cancel grace period 10 s).
 CANCEL_WITHIN = 35
+#: The most seconds from a trigger's start to its first replica line in the task log that the
+#: fresh-triggerer test allows: the first look comes at once (well under a second), where it
+#: once waited for the triggerer's first Task SDK answer (5-12 s on this machine).
+FIRST_LOOK_WITHIN = 3.0
+
+
+def test_a_fresh_triggerers_first_look_shows_a_short_jobs_lines_while_deferred(
+    live_airflow: LiveAirflow, tmp_path: Path
+) -> None:
+    """On a triggerer just started, a 2-replica job that prints its lines over a few seconds
+    shows them in the task log while the task is deferred, the first within
+    ``FIRST_LOOK_WITHIN`` seconds of the trigger's start: the trigger's start check (a Task
+    SDK request, whose first answer a fresh triggerer takes seconds to give while it writes no
+    log line) no longer comes before the first look. The gate holds the job until the test
+    has looked, however slowly the triggerer starts; then every line is in the log once."""
+    live, api = live_airflow, live_airflow.deployment
+    api.stop_component("triggerer", signal.SIGTERM)
+    api.start_component("triggerer")
+    gate = tmp_path / "gate"
+    try:
+        run_id, _ = live.start_watched(DEFERRED, {"lines": 20, "pause": 0.2, "replicas": 2, "gate": str(gate)})
+        events = api.timed_task_log(DEFERRED, run_id, "job", 1)
+        # An event before the scheduler took in the deferral fails the resumed task (apache/airflow#72716).
+        wait_until(
+            lambda: -1 in api.deferrals_taken_in(run_id),
+            120,
+            "the scheduler to take in the deferral",
+            seen=lambda: api.log_tails("scheduler"),
+        )
+    finally:
+        gate.touch()
+    started = next(t for t, e in events if t is not None and TRIGGER_STARTED.match(e))
+    first = next(t for t, e in events if t is not None and REPLICA_LINE.match(e))
+    first_look = (first - started).total_seconds()
+    print(f"first replica line {first_look:.2f}s after the trigger started")
+    assert 0 <= first_look <= FIRST_LOOK_WITHIN, "\n".join(e for _, e in events[-40:])
+
+    api.wait_for_state(DEFERRED, run_id, "job", {"success"}, timeout=180)
+    assert_each_line_once(live.log(DEFERRED, run_id), expected_lines(20, 2), run_id)
 
 
 def test_deferred_job_logs_while_deferred_and_each_line_once_through_a_triggerer_restart(
@@ -165,7 +207,9 @@ def test_ddp_on_two_nodes_succeeds_with_every_ranks_lines_once(live_airflow: Liv
 
 def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirflow) -> None:
     """Marking the deferred task failed ends its job's processes within ``CANCEL_WITHIN``
-    seconds, the job ``CANCELLED`` and the task ``failed``."""
+    seconds, the job ``CANCELLED`` and the task ``failed``; the task's log says that the job
+    was cancelled and why, in the words of the job's record (whichever cancel came first: the
+    api-server's reaper, the trigger's ``on_kill`` on 3.3, its cancel on 3.1/3.2)."""
     live, api = live_airflow, live_airflow.deployment
     run_id, handle = live.start_watched(DEFERRED, {"lines": 600, "pause": 1, "replicas": 2})
     procs = live.job_processes(handle)
@@ -182,3 +226,13 @@ def test_marking_the_deferred_task_failed_cancels_its_job(live_airflow: LiveAirf
     print(f"job processes gone {time.monotonic() - marked:.1f}s after marking the task failed")
     assert live.job_state(handle)["state"] == "CANCELLED"
     assert api.task_instance(DEFERRED, run_id, "job")["state"] == "failed"
+    desc = live.scheduler.describe(live.job_dir(handle).name)
+    assert desc is not None and desc.cancel_reason, desc
+    reason = desc.cancel_reason
+    said = wait_until(
+        lambda: [e for e in live.log(DEFERRED, run_id) if handle in e and "ancel" in e and reason in e],
+        30,
+        f"the task log to say that {handle} was cancelled: {reason}",
+        seen=lambda: "\n".join(live.log(DEFERRED, run_id)[-20:]),
+    )
+    print(f"the task log says: {said}")
