@@ -131,7 +131,7 @@ def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log
 ) -> None:
     """In one DAG run: a deferred task whose job waits for GPUs another job (started by the
     test in the deployment's job store, the deployment's 4 fake GPUs) holds fails by
-    ``start_timeout`` (5 s), the GPU wait and its holder in the task log, its job cancelled; a
+    ``start_timeout`` (15 s), the GPU wait and its holder in the task log, its job cancelled; a
     deferred task whose 2-GPU job spends its budget fails by ``max_gpu_hours``. Neither is
     retried after its guard tripped (both allow retries: a try may be lost before to
     apache/airflow#72716, a trigger event that comes within seconds of the deferral)."""
@@ -151,7 +151,7 @@ def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log
         gate.touch()
     log = guarded_try_log(live, run_id, "job", "start_timeout")
     (line,) = [event for event in log.splitlines() if "Guardrail start_timeout tripped" in event]
-    assert "start_timeout=5s: TorchX job" in line and "did not start within 5s of its submission" in line, line
+    assert "start_timeout=15s: TorchX job" in line and "did not start within 15s of its submission" in line, line
     assert "waiting for 3 GPUs, " in line and "held by " in line and holder in line, line
     waiter = api.xcom(GUARDRAILS, run_id, "job", "app_handle")
     wait_until(lambda: live.job_state(waiter)["state"] == "CANCELLED", 30, "the waiting job to be cancelled")
@@ -159,6 +159,6 @@ def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log
     api.wait_for_state(GUARDRAILS, run_id, "budget", {"failed"}, timeout=240)
     log = guarded_try_log(live, run_id, "budget", "max_gpu_hours")
     assert log.count("Guardrail max_gpu_hours tripped") == 1, log
-    assert "over its budget of 0.00222222 GPU-hours" in log and "GPU budget hit: max_gpu_hours=0.00222222" in log, log
+    assert "over its budget of 0.00833333 GPU-hours" in log and "GPU budget hit: max_gpu_hours=0.00833333" in log, log
     spender = api.xcom(GUARDRAILS, run_id, "budget", "app_handle")
     wait_until(lambda: live.job_state(spender)["state"] == "CANCELLED", 30, "the job over budget to be cancelled")

@@ -19,8 +19,12 @@ from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 START = datetime(2024, 1, 1)
 #: The GPU ledger hands devices out only with this run option.
 GPU_CFG = {"auto_set_cuda_visible_devices": True}
-#: Seconds of two GPUs the budget task's job may use.
-BUDGET_SECONDS = 4
+#: Seconds the waiting task's job may take to start, and seconds of two GPUs the budget task's
+#: job may use: long enough for the scheduler to take the defer-exit's executor event before the
+#: guard's event resumes the task (an earlier resume gets the try failed, and retried, by
+#: apache/airflow#72716, open for 3.3.x).
+START_SECONDS = 15
+BUDGET_SECONDS = 15
 
 
 def gpu_task(task_id: str, script: str, gpus: int, **kwargs: Any) -> TorchXRunOperator:
@@ -35,5 +39,5 @@ def gpu_task(task_id: str, script: str, gpus: int, **kwargs: Any) -> TorchXRunOp
 GUARDED = {"deferrable": True, "poll_interval": 1, "retries": 2, "retry_delay": timedelta(seconds=1)}
 
 with DAG(dag_id="torchx_e2e_guardrails", schedule=None, start_date=START, catchup=False):
-    gpu_task("job", "echo never printed", 3, start_timeout=timedelta(seconds=5), **GUARDED)
+    gpu_task("job", "echo never printed", 3, start_timeout=timedelta(seconds=START_SECONDS), **GUARDED)
     gpu_task("budget", "echo spending; sleep 120", 2, max_gpu_hours=2 * BUDGET_SECONDS / 3600, **GUARDED)
