@@ -125,7 +125,8 @@ class Decision:
 
 
 def task_name(labels: Mapping[str, str]) -> str:
-    """``dag.task`` (``dag.task[i]`` when mapped) of run ``run``, for messages."""
+    """``task DAG.TASK of run RUN_ID`` (``TASK[i]`` when mapped), read from the job's identity
+    labels, for messages; ``an unlabelled job`` when it has none."""
     ident = TaskIdentity.from_labels(labels)
     if ident is None:
         return "an unlabelled job"
