@@ -358,7 +358,7 @@ class WatchState:
     def _but(self, **changes: Any) -> WatchState:
         """A copy with ``changes``: ``dataclasses.replace`` without its field checks on every
         call, a cost a busy triggerer's loop feels (several changes a look; benchmarks/README.md,
-        "Two costs measured in passing"); this state has no ``__post_init__`` and no init-only
+        "Costs measured in passing"); this state has no ``__post_init__`` and no init-only
         field."""
         new = object.__new__(WatchState)
         new.__dict__.update(self.__dict__, **changes)

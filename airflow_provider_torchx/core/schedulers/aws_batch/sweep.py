@@ -38,7 +38,7 @@ LIST_PAGE = 1000
 #: A group is listed at most this many times a period.
 SWEEPS_PER_PERIOD = 4
 #: How many ``ListJobs`` summaries cost (botocore's parse) what one ``DescribeJobs`` entry
-#: costs; kept below the measured ratio (benchmarks/README.md, "Two costs measured in passing").
+#: costs; kept below the measured ratio (benchmarks/README.md, "Costs measured in passing").
 SUMMARY_WEIGHT = 8
 #: ``DescribeJobs`` ids a call (the poller's batch).
 DESCRIBE_IDS = 100
