@@ -26,7 +26,7 @@ def task_instance_cancel_reason(labels: Mapping[str, str], what: str) -> str:
     """The reason a trigger gives its own cancel of the job of the task instance its job
     ``labels`` name: the instance as messages name it (``orphans.task_name``: task, run, map
     index), then ``what``; it begins with ``TASK_CANCEL_PREFIX``, as every cancel of a task's
-    own making does (a trigger of an older release carries no labels: "task (unnamed)")."""
+    own making does (labels that name no task instance: "task (unnamed)")."""
     if TaskIdentity.from_labels(labels) is None:
         return f"{TASK_CANCEL_PREFIX}(unnamed) {what}"
     return f"Airflow {task_name(labels)} {what}"

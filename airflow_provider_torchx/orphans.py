@@ -17,9 +17,9 @@ no ``airflow.*`` identity labels                  keep (not Airflow's: CLI, othe
 job already ended                                 keep (nothing to cancel)
 state unreadable (API/DB down)                    later
 DAG unknown, or run found without this task       later (a label that names no task)
-DAG run deleted                                   cancel ``dag_run_deleted``
 its try disowned it (``wait_for_completion=       keep (the job is meant to outlive its task,
 False`` or ``cancel_on_kill=False``)              or never to be cancelled with it)
+DAG run deleted                                   cancel ``dag_run_deleted``
 task failed, success, skipped, removed,           cancel ``task_<state>`` (Airflow puts a task
 upstream_failed                                   with retries left in up_for_retry, and never
                                                   retries one marked failed)
@@ -125,7 +125,8 @@ class Decision:
 
 
 def task_name(labels: Mapping[str, str]) -> str:
-    """``dag.task`` (``dag.task[i]`` when mapped) of run ``run``, for messages."""
+    """``task DAG.TASK of run RUN_ID`` (``TASK[i]`` when mapped), read from the job's identity
+    labels, for messages; ``an unlabelled job`` when it has none."""
     ident = TaskIdentity.from_labels(labels)
     if ident is None:
         return "an unlabelled job"

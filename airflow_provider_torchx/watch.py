@@ -302,15 +302,16 @@ class TaskWatcher(JobWatch):
         """The job's status one poll on. Where the scheduler answers futures, its next
         scheduled look (``Runner.status_on_loop`` with a period): the scheduler sets the rhythm,
         so the job is looked at every ``poll_interval`` whatever this watcher's own latency,
-        and the first look that sees the end answers at once. Else after sleeping a poll.
-        Else after a poll, cut short when the scheduler's change descriptor
-        (``Runner.change_fd``; local jobs: the supervisor's pidfd) becomes readable, so that
-        a local job's end is seen at once; without a descriptor (a local job's supervisor
-        already gone) the status is read at once too, and after the poll if still live. The
-        first such wait lasts a random half to whole poll, so that watchers started together
-        (a triggerer's start) do not all wake in the same instant ever after. Raises
-        ``TimeoutError`` once ``limit`` seconds passed without an answer (the future path; the
-        other one returns a status then)."""
+        and the first look that sees the end answers at once; it raises ``TimeoutError`` once
+        ``limit`` seconds passed without an answer. Otherwise the status is read after a wait
+        of a poll (at most ``limit``): with the scheduler's change descriptor
+        (``Runner.change_fd``; local jobs: the supervisor's pidfd) the wait is cut short when
+        it becomes readable, and a job not ended then is read again after each of
+        ``SETTLE_DELAYS`` until it has (its end's record may follow the change); without one (a local job's
+        supervisor already gone) the status is read first, returned if the job ended, and read
+        again after the wait. The first wait lasts a random half to whole poll, so that
+        watchers started together (a triggerer's start) do not all wake in the same instant
+        ever after."""
         future = self.runner.status_on_loop(self.app_handle, poll_interval)
         if future is not None:
             return await self._settled(await (future if limit is None else asyncio.wait_for(future, limit)))

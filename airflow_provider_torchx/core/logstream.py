@@ -357,8 +357,9 @@ class WatchState:
 
     def _but(self, **changes: Any) -> WatchState:
         """A copy with ``changes``: ``dataclasses.replace`` without its field checks on every
-        call, which cost a triggerer of 5,000 triggers 3 s of its loop's 41 s busy (several
-        changes a look); this state has no ``__post_init__`` and no init-only field."""
+        call, a cost a busy triggerer's loop feels (several changes a look; benchmarks/README.md,
+        "Costs measured in passing"); this state has no ``__post_init__`` and no init-only
+        field."""
         new = object.__new__(WatchState)
         new.__dict__.update(self.__dict__, **changes)
         return new

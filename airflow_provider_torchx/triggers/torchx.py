@@ -109,8 +109,9 @@ class TorchXJobTrigger(BaseTrigger):
     time. ``cancel_on_kill``: cancel the job when Airflow kills the deferred task (marked
     failed or success, cleared); never on a triggerer restart, never in ``cleanup()``.
     ``native_id``: the scheduler's own id of the job (``Runner.native_id``; AWS Batch: the
-    job id), so that a fresh triggerer finds the job without a look-up per trigger; a
-    trigger serialised without it (by an earlier release) looks the job up by name.
+    job id), so that a fresh triggerer finds the job without a look-up per trigger; without
+    it (None: the scheduler has no id of its own, or found none) the scheduler finds the job
+    by its app id.
     ``start_timeout``, ``max_gpu_hours``: the guards (``core/guards.py``) held at each look; a
     trip cancels the job and yields a ``guardrail`` event.
     """

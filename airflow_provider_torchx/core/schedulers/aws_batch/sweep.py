@@ -38,7 +38,7 @@ LIST_PAGE = 1000
 #: A group is listed at most this many times a period.
 SWEEPS_PER_PERIOD = 4
 #: How many ``ListJobs`` summaries cost (botocore's parse) what one ``DescribeJobs`` entry
-#: costs: about 10 measured (0.008 against 0.079 ms for a single-node job); kept lower.
+#: costs; kept below the measured ratio (benchmarks/README.md, "Costs measured in passing").
 SUMMARY_WEIGHT = 8
 #: ``DescribeJobs`` ids a call (the poller's batch).
 DESCRIBE_IDS = 100

@@ -402,8 +402,9 @@ class Supervisor:
             return
         # The session leader and subreaper is the ancestor of every process of its session:
         # its tree holds them, without a scan of every process on the host (``job_processes``),
-        # which made cancelling 500 jobs on one host take seconds per job. A process the walk
-        # misses is killed by ``finish``'s sweep.
+        # which would cost each job's cancel a read of all of ``/proc`` (benchmarks/README.md:
+        # 500 local jobs cancelled one after the other). A process the walk misses is killed by
+        # ``finish``'s sweep.
         procs = procfs.tree(roots, exclude=self.pid)
         procfs.signal_all(procs if procs is not None else procfs.job_processes(sid, roots, exclude=self.pid), sig)
 
