@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 
+from airflow_provider_torchx.core.schedulers.aws_batch.poller import StatusPoller
 from airflow_provider_torchx.core.schedulers.aws_batch.schedule import (
     DESCRIBE_BATCH,
     RoundSchedule,
@@ -15,6 +16,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.schedule import (
     round_gap,
     round_ids,
 )
+from tests.core.aws_batch.fakes import FakeBatch
 
 MIN_INTERVAL, COALESCE = 1.0, 0.05
 
@@ -178,3 +180,10 @@ def test_on_a_fake_clock_looks_fill_their_calls_one_period_apart_within_a_gap_of
     steady = [(at, ids) for at, ids, _ in rounds if at >= 50.0]
     assert all(len(ids) == DESCRIBE_BATCH for _, ids in steady), [len(ids) for _, ids in steady]
     assert all(b[0] - a[0] == pytest.approx(s.gap()) for a, b in itertools.pairwise(steady))
+
+
+def test_the_pollers_round_intervals_are_its_schedules() -> None:
+    poller = StatusPoller(FakeBatch(), min_interval=0.5, coalesce=0.1)
+    assert (poller.schedule.min_interval, poller.schedule.coalesce) == (0.5, 0.1)
+    poller.min_interval = 0.01  # as tests that want rounds as fast as they go do
+    assert poller.schedule.min_interval == poller.min_interval == 0.01

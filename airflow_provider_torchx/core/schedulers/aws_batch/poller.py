@@ -231,8 +231,6 @@ class StatusPoller:
         self.client = client
         #: Set once ``shared_poller``'s registry dropped this poller (idle): holders ask it again.
         self.forgotten = False
-        self.min_interval = min_interval
-        self.coalesce = coalesce
         self.visibility_grace = visibility_grace
         self.idle_exit = idle_exit
         self.clock = clock
@@ -363,6 +361,20 @@ class StatusPoller:
                 ids.add(job_id)
                 groups[key] = (ids, min(shortest, period))
         return {group: (frozenset(ids), period) for group, (ids, period) in groups.items()}
+
+    @property
+    def min_interval(self) -> float:
+        """Seconds between two rounds at least (the schedule's; tests shorten it)."""
+        return self.schedule.min_interval
+
+    @min_interval.setter
+    def min_interval(self, seconds: float) -> None:
+        self.schedule.min_interval = seconds
+
+    @property
+    def coalesce(self) -> float:
+        """Seconds a round waits for more requests after the first (the schedule's)."""
+        return self.schedule.coalesce
 
     def gap(self) -> float:
         """Seconds between two scheduled rounds now (``round_gap`` of the scheduled ids)."""
