@@ -26,11 +26,9 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     cached,
     call_with_retry,
     is_retryable,
-    next_round_at,
-    round_gap,
-    round_ids,
     shared_poller,
 )
+from airflow_provider_torchx.core.schedulers.aws_batch.schedule import next_round_at, round_gap, round_ids
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import FAILED_PAUSE, GroupSize, sweep_plan
 from tests.core.aws_batch.fakes import FakeBatch, FakeLogs, client_error, mnp_job
 

@@ -10,30 +10,26 @@ in calls of 100 ids and answers each watcher from the newest batch.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import functools
-import heapq
 import logging
-import math
 import pickle
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from airflow_provider_torchx.core.schedulers.api import settle
+from airflow_provider_torchx.core.schedulers.aws_batch.schedule import DESCRIBE_BATCH, RoundSchedule
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import ChangeSweep, Group
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-#: DescribeJobs accepts at most this many ids per call.
-DESCRIBE_BATCH = 100
 #: A job nobody asked about for this long is forgotten (seconds): memory stays bounded in a
 #: long-running triggerer.
 FORGET_AFTER = 3600.0
@@ -163,68 +159,6 @@ def job_of(entry: Entry) -> dict[str, Any] | None:
     return pickle.loads(data) if data else NOT_VISIBLE
 
 
-def round_gap(rate: float, min_period: float, min_interval: float, batch: int = DESCRIBE_BATCH) -> float:
-    """Seconds between two scheduled rounds: the time ids falling due at ``rate`` a second
-    take to fill the round's calls (``round_calls``: one, or as many as fall due in
-    ``min_interval``), at least ``min_interval`` and at most a quarter of the shortest period
-    asked for (so that no job is looked at more than an eighth of its period early, nor, when
-    calls are full, a quarter late)."""
-    if rate <= 0:
-        return min_interval
-    calls = max(1, math.ceil(round(rate * min_interval / batch, 6)))  # 5.0000001 (a float sum) is 5
-    return max(min_interval, min(calls * batch / rate, min_period / 4))
-
-
-def round_calls(rate: float, gap: float, batch: int = DESCRIBE_BATCH) -> int:
-    """The calls a round of scheduled looks makes, ``gap`` seconds after the last (at least
-    one): those the ids falling due meanwhile fill."""
-    return max(1, round(rate * gap / batch))
-
-
-def next_round_at(
-    last_round: float,
-    min_interval: float,
-    gap: float,
-    coalesce: float,
-    asap_since: float | None,
-    earliest_due: float | None,
-) -> float | None:
-    """When the next round starts (None: nothing to do). Ids asked for without a schedule
-    (``asap_since``: when the first of them was asked) wait ``coalesce`` for company and at
-    least ``min_interval`` after the last round; scheduled ids are looked at from half a gap
-    before their due time, rounds at least ``gap`` apart, so that a job's looks stay one
-    period apart on average and a round describes ``gap`` seconds' worth of due ids."""
-    times = []
-    if asap_since is not None:
-        times.append(max(last_round + min_interval, asap_since + coalesce))
-    if earliest_due is not None:
-        times.append(max(last_round + gap, earliest_due - gap / 2))
-    return min(times) if times else None
-
-
-def round_ids(
-    asap: Iterable[str], due: Iterable[tuple[float, str]], now: float, gap: float, coalesce: float, calls: int = 1
-) -> list[str]:
-    """The ids a round at ``now`` describes: every one asked for without a schedule
-    (``asap``) and every scheduled one overdue (by more than ``coalesce``); those due by now
-    (give or take ``coalesce``) in up to ``calls`` calls (``round_calls``: the round's share); and
-    those due within half a ``gap`` as long as they fit in the calls the others need (a call
-    of 100 ids costs what a call of 1 costs, and a round of 101 ids costs two). A due id left
-    out is overdue in the next round, a gap later: a round's scheduled looks fill its calls
-    and never cost one more for a few (the looks a round makes fall due together a period
-    later, so such a call would come back every period). ``due``: the scheduled
-    ``(due time, id)`` pairs, earliest first; read only as far as the round takes (and one
-    more)."""
-    ids = set(asap)
-    overdue, horizon = now - coalesce, now + gap / 2
-    for at, job_id in due:
-        full = bool(ids) and len(ids) % DESCRIBE_BATCH == 0
-        if at > horizon or (full and at > overdue and (at > now + coalesce or len(ids) >= calls * DESCRIBE_BATCH)):
-            break  # not due yet, or it would open a call: early, or past the round's share
-        ids.add(job_id)
-    return sorted(ids)
-
-
 Answer = tuple[Waiter, Jobs | BaseException]
 
 
@@ -265,11 +199,12 @@ class StatusPoller:
     - Two kinds of requests: with ``max_age`` (the default), a recent answer: from the cache,
       else from the next round (rounds at least ``min_interval`` apart, waiting ``coalesce``
       seconds for more requests); with ``period``, the job's next scheduled look, one period
-      after its previous one. Scheduled looks are grouped into rounds ``round_gap`` apart, so
-      the poller, not each watcher's own sleep, sets the rhythm: a job is looked at every
-      period whatever its watcher's latency, and 1,000 jobs at a 10 s period cost one full
-      call a second. Any round that describes a job answers every waiter of that job, so a
-      waiter learns of the end from the first round that sees it.
+      after its previous one. Scheduled looks are grouped into rounds a gap apart
+      (``schedule.py``: ``RoundSchedule`` decides when a round starts and which ids it
+      takes), so the poller, not each watcher's own sleep, sets the rhythm: a job is looked
+      at every period whatever its watcher's latency, and a round fills its calls. Any
+      round that describes a job answers every waiter of that job, so a waiter learns of
+      the end from the first round that sees it.
     - A change sweep (``sweep.py``: ``ListJobs`` by queue and status, from a thread of its
       own) tells which scheduled jobs changed status since they were described; those are
       described in the next round (``look_soon``), so an end is seen within a fraction of the
@@ -278,8 +213,8 @@ class StatusPoller:
       as ``NOT_VISIBLE`` for ``visibility_grace`` seconds instead of as missing.
     - The thread exits after ``idle_exit`` seconds without requests and restarts on demand.
       ``clock`` (monotonic seconds) and ``sleep`` (the retries' back-off) are injectable
-      for tests that drive rounds by hand; which ids a round takes and which waiters it
-      answers are pure functions (``round_ids``, ``answer_waiters``).
+      for tests that drive rounds by hand; which waiters a round answers is a pure function
+      (``answer_waiters``).
     """
 
     def __init__(
@@ -296,8 +231,6 @@ class StatusPoller:
         self.client = client
         #: Set once ``shared_poller``'s registry dropped this poller (idle): holders ask it again.
         self.forgotten = False
-        self.min_interval = min_interval
-        self.coalesce = coalesce
         self.visibility_grace = visibility_grace
         self.idle_exit = idle_exit
         self.clock = clock
@@ -305,17 +238,12 @@ class StatusPoller:
         self._cond = threading.Condition()
         self._results: dict[str, Entry] = {}
         self._accessed: dict[str, float] = {}
-        self._asap: set[str] = set()
-        self._asap_since: float | None = None
-        self._due: dict[str, tuple[float, float]] = {}  # id -> (due time, period)
-        self._heap: list[tuple[float, str]] = []  # (due time, id); stale entries skipped
-        self._periods: collections.Counter[float] = collections.Counter()
-        self._rate = 0.0  # scheduled looks a second: sum of 1 / period over ``_due``
+        #: The ids waiting for a round and when it starts (under the lock).
+        self.schedule = RoundSchedule(min_interval, coalesce)
         self._expected: dict[str, float] = {}
         self._job_ids: dict[str, str] = {}
         self._waiters: list[Waiter] = []
         self._thread: threading.Thread | None = None
-        self._last_round = -math.inf
         self._last_request = clock()
         #: DescribeJobs calls and rounds made (benchmarks and tests read them).
         self.calls = 0
@@ -389,11 +317,9 @@ class StatusPoller:
                 if got is not None and got[1] in _TERMINAL:
                     continue
                 if period is not None and got is not None:
-                    self._schedule(job_id, got[0] + period, period)
+                    self.schedule.schedule(job_id, got[0] + period, period)
                 elif got is None or now - got[0] > max_age:
-                    if not self._asap:
-                        self._asap_since = now
-                    self._asap.add(job_id)
+                    self.schedule.ask(job_id, now)
                 else:
                     continue
                 need.add(job_id)
@@ -412,13 +338,13 @@ class StatusPoller:
         with self._cond:
             now = self.clock()
             wake = self._next_round_at()
+            asked = False
             for job_id in job_ids:
                 got = self._results.get(job_id)
-                if job_id in self._due and got is not None and (got[2], got[1]) == group:
-                    if not self._asap:
-                        self._asap_since = now
-                    self._asap.add(job_id)
-            if self._asap and (wake is None or (self._next_round_at() or wake) < wake):
+                if job_id in self.schedule and got is not None and (got[2], got[1]) == group:
+                    self.schedule.ask(job_id, now)
+                    asked = True
+            if asked and (wake is None or (self._next_round_at() or wake) < wake):
                 self._cond.notify_all()
 
     def _sweep_groups(self) -> dict[Group, tuple[frozenset[str], float]]:
@@ -426,7 +352,7 @@ class StatusPoller:
         with each group's shortest period (what the change sweep lists)."""
         groups: dict[Group, tuple[set[str], float]] = {}
         with self._cond:
-            for job_id, (_, period) in self._due.items():
+            for job_id, period in self.schedule.periods():
                 got = self._results.get(job_id)
                 if got is None or not got[2] or got[1] is None:
                     continue  # no such job, or not visible yet
@@ -436,67 +362,27 @@ class StatusPoller:
                 groups[key] = (ids, min(shortest, period))
         return {group: (frozenset(ids), period) for group, (ids, period) in groups.items()}
 
-    def _schedule(self, job_id: str, due: float, period: float) -> None:
-        """Look at ``job_id`` at ``due`` (or earlier, if it is due earlier already)."""
-        old = self._due.get(job_id)
-        if old is not None:
-            if old[0] <= due and old[1] <= period:
-                return
-            self._unschedule(job_id)
-            due, period = min(due, old[0]), min(period, old[1])
-        self._due[job_id] = (due, period)
-        heapq.heappush(self._heap, (due, job_id))
-        self._periods[period] += 1
-        self._rate += 1.0 / period
+    @property
+    def min_interval(self) -> float:
+        """Seconds between two rounds at least (the schedule's; tests shorten it)."""
+        return self.schedule.min_interval
 
-    def _unschedule(self, job_id: str) -> None:
-        due = self._due.pop(job_id, None)
-        if due is None:
-            return
-        period = due[1]
-        self._periods[period] -= 1
-        if not self._periods[period]:
-            del self._periods[period]
-        self._rate = max(0.0, self._rate - 1.0 / period) if self._due else 0.0
+    @min_interval.setter
+    def min_interval(self, seconds: float) -> None:
+        self.schedule.min_interval = seconds
 
-    def _earliest_due(self) -> float | None:
-        while self._heap:
-            due, job_id = self._heap[0]
-            if self._due.get(job_id, (None,))[0] == due:
-                return due
-            heapq.heappop(self._heap)  # rescheduled or looked at since
-        return None
+    @property
+    def coalesce(self) -> float:
+        """Seconds a round waits for more requests after the first (the schedule's)."""
+        return self.schedule.coalesce
 
     def gap(self) -> float:
         """Seconds between two scheduled rounds now (``round_gap`` of the scheduled ids)."""
         with self._cond:
-            return self._gap()
-
-    def _gap(self) -> float:
-        return round_gap(self._rate, min(self._periods, default=math.inf), self.min_interval)
+            return self.schedule.gap()
 
     def _next_round_at(self) -> float | None:
-        asap_since = self._asap_since if self._asap else None
-        return next_round_at(
-            self._last_round, self.min_interval, self._gap(), self.coalesce, asap_since, self._earliest_due()
-        )
-
-    def _take(self, now: float) -> list[str]:
-        """The ids this round describes (``round_ids``), unscheduled."""
-        gap = self._gap()
-        ids = round_ids(self._asap, self._due_in_order(), now, gap, self.coalesce, round_calls(self._rate, gap))
-        self._asap.clear()
-        self._asap_since = None
-        for job_id in ids:
-            self._unschedule(job_id)
-        return ids
-
-    def _due_in_order(self) -> Iterator[tuple[float, str]]:
-        """The scheduled ``(due time, id)`` pairs, earliest first; each leaves the heap once
-        the next one is asked for (one not taken stays)."""
-        while (due := self._earliest_due()) is not None:
-            yield due, self._heap[0][1]
-            heapq.heappop(self._heap)
+        return self.schedule.next_round_at()
 
     # ------------------------------------------------------------------ the thread
 
@@ -504,7 +390,7 @@ class StatusPoller:
         """Seconds since the last request when no round is to come (no thread, no waiter, no
         scheduled look), else 0."""
         with self._cond:
-            if self._thread is not None or self._waiters or self._due:
+            if self._thread is not None or self._waiters or self.schedule:
                 return 0.0
             return max(0.0, self.clock() - self._last_request)
 
@@ -512,7 +398,7 @@ class StatusPoller:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="aws-batch-status-poller", daemon=True)
             self._thread.start()
-        if self._due:
+        if self.schedule:
             self.sweep.wake()
 
     def _loop(self) -> None:
@@ -539,15 +425,14 @@ class StatusPoller:
                 raise
 
     def _round(self) -> None:
-        """One round: describe the ids taken (``_take``), 100 a call, and answer the waiters
+        """One round: describe the ids the schedule gives (``RoundSchedule.take``), 100 a call, and answer the waiters
         each call completes as soon as it returns (the waiters' loop then takes its answers a
         call's worth at a time, not a whole round's: 500 at 5,000 jobs held it 100 ms)."""
         with self._cond:
             start = self.clock()
-            ids = self._take(start)
+            ids = self.schedule.take(start)
             if not ids:
                 return
-            self._last_round = start
             self.rounds += 1
             round_no = self.rounds
             self._prune(start)
