@@ -139,7 +139,7 @@ def live_jobs(wanted: Callable[[TaskIdentity], bool] | None = None) -> list[Live
     from one ``list_live`` per source: each host-bound scheduler's job store and each ``torchx``
     connection of another scheduler. A source that fails is skipped, and said once
     (``problems``)."""
-    from airflow_provider_torchx.plugins.jobs import source_listings, torchx_connection_ids
+    from airflow_provider_torchx.sources import source_listings, torchx_connection_ids
 
     connections: list[str] = []
     try:
@@ -263,7 +263,7 @@ def cancel_orphan(job: LiveJob, decision: Decision, where: str) -> None:
     """Cancel ``job`` with the decision's reason in its status message; log it and count it
     (``torchx.job.orphan_cancelled``). Failures are logged: the next round tries again."""
     from airflow_provider_torchx.metrics import emit_orphan_cancelled
-    from airflow_provider_torchx.plugins.jobs import runner_for
+    from airflow_provider_torchx.sources import runner_for
 
     message = f"cancelled: {decision.detail}"
     try:

@@ -329,8 +329,7 @@ def test_a_source_that_keeps_failing_is_said_once_until_it_changes_or_works_agai
 ) -> None:
     """The reconciling loop lists every source each round: a connection it cannot read is
     warned of once (again when the error changes), and its recovery is said once."""
-    from airflow_provider_torchx import reaper
-    from airflow_provider_torchx.plugins import jobs
+    from airflow_provider_torchx import reaper, sources
 
     missing = LookupError("connection 'torchx_batch' is not defined")
     down = ConnectionError("the Batch endpoint is down")
@@ -340,8 +339,8 @@ def test_a_source_that_keeps_failing_is_said_once_until_it_changes_or_works_agai
     def listings(connections: list[str], live: bool = False) -> Any:
         yield "torchx_batch", "aws_batch", next(answers)
 
-    monkeypatch.setattr(jobs, "torchx_connection_ids", lambda: ["torchx_batch"])
-    monkeypatch.setattr(jobs, "source_listings", listings)
+    monkeypatch.setattr(sources, "torchx_connection_ids", lambda: ["torchx_batch"])
+    monkeypatch.setattr(sources, "source_listings", listings)
     monkeypatch.setattr(reaper, "problems", reaper.ProblemLog())
     with caplog.at_level(logging.DEBUG, logger=reaper.log.name):
         for _ in rounds:
