@@ -5,7 +5,7 @@ capabilities: ``local_cwd``/``local_dir``'s job store) and every ``torchx`` conn
 scheduler is another backend (AWS Batch: that connection's queue and AWS settings). Runners come
 from ``TorchXHook.get_runner()``, so every caller shares scheduler clients and the Batch status
 poller with everything else in its process. The UI's listing (``plugins/jobs.py``) and the
-orphaned-jobs reaper (``reaper.py``) both read jobs from here.
+orphaned-jobs reaper (``reaper/``) both read jobs from here.
 """
 
 from __future__ import annotations

@@ -247,8 +247,9 @@ def page_after(rows: list[JobRow], cursor: str | None, limit: int) -> tuple[list
 
 
 def mark_orphans(rows: list[JobRow]) -> None:
-    """Set ``orphaned`` on the live rows whose task instance ended (``reaper.orphans_among``)."""
-    from airflow_provider_torchx.reaper import LiveJob, orphans_among
+    """Set ``orphaned`` on the live rows whose task instance ended (``reaper/decisions.py``, ``orphans_among``)."""
+    from airflow_provider_torchx.reaper.decisions import orphans_among
+    from airflow_provider_torchx.reaper.listing import LiveJob
 
     live = [
         LiveJob(r.handle, r.scheduler, r.conn_id, AppState[r.state], r.labels, r.created)
