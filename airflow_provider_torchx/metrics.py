@@ -22,7 +22,7 @@ QUEUE_WAIT = "torchx.job.queue_wait"
 GPU_HOURS = "torchx.job.gpu_hours"
 VCPU_HOURS = "torchx.job.vcpu_hours"
 ATTEMPTS = "torchx.job.attempts"
-#: A counter: a job cancelled because it outlived its task instance (``reaper.py``).
+#: A counter: a job cancelled because it outlived its task instance (``reaper/decisions.py``).
 ORPHAN_CANCELLED = "torchx.job.orphan_cancelled"
 #: A counter: a guard stopped a job (``core/guards.py``; ``attempt_timeout``: the scheduler did).
 GUARDRAIL = "torchx.job.guardrail"

@@ -5,7 +5,7 @@ A job the operator submitted carries its task instance's identity as labels (``a
 task instance is in a state from which no try will adopt the job, the job is an orphan and is
 cancelled; a job that a try will (or may) adopt is kept; when the task instance's state cannot be
 read, the question is asked again later. ``decide`` is the whole rule; the reaper
-(``reaper.py``) feeds it what it read from Airflow and the schedulers and applies its answer.
+(``reaper/``) feeds it what it read from Airflow and the schedulers and applies its answer.
 Nothing here imports Airflow, so every row is a unit test (``tests/airflow/test_orphans.py``).
 
 The table (first matching row wins):

@@ -47,6 +47,7 @@ from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.plugins import access, jobs
 from airflow_provider_torchx.plugins.access import EDIT, READ, PageUser, User
 from airflow_provider_torchx.plugins.secrets import Masker, job_secrets
+from airflow_provider_torchx.sources import runner_for
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def _job(user: Any, handle: str, conn_id: str | None, method: str, what: str) ->
     """``(runner, describe response, masker of its secrets)`` of the job ``handle``, checked
     for ``user``. A scheduler this api-server is not set up for (an AWS region or credentials
     missing) is a 400 naming the handle and what to set."""
-    runner = jobs.runner_for(handle, conn_id)
+    runner = runner_for(handle, conn_id)
     try:
         desc = jobs.describe(runner, handle)
     except SchedulerSetupError as err:
@@ -216,7 +217,7 @@ def _cancel_refused(user: Any, body: CancelRequest) -> dict[str, Any]:
     DAG its record names when the record can be read, else only with the right on every DAG.
     The scheduler reaches the job's supervisor without that file (202, ``msg`` naming the
     refused file) or raises the refusal (400: no supervisor runs; ``delete`` removes it)."""
-    runner = jobs.runner_for(body.handle, body.conn_id)
+    runner = runner_for(body.handle, body.conn_id)
     try:
         native = runner.describe_native(body.handle)
     except CorruptEntryError:

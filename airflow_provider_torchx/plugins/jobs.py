@@ -1,11 +1,8 @@
 """What the TorchX UI shows, independent of the web framework: the jobs the api-server's host can
 see, one job in detail, a replica's log page and cancelling.
 
-Jobs come from two places: the schedulers whose jobs live on this host (``host_bound`` in their
-capabilities: ``local_cwd``/``local_dir``'s job store) and every ``torchx`` connection whose
-scheduler is another backend (AWS Batch: that connection's queue and AWS settings). Runners come
-from ``TorchXHook.get_runner()``, so the api-server shares scheduler clients and the Batch status
-poller with everything else in its process.
+Jobs come from the deployment's job sources (``sources.py``: the host-bound schedulers' job
+store and every ``torchx`` connection of another scheduler), runners too (``sources.runner_for``).
 
 Guarantees:
 1. ``list_jobs`` never raises for one unreachable source: its error is returned beside the jobs
@@ -24,27 +21,25 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
-import contextlib
 import functools
 import json
 import logging
 import math
-import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errorfile import RootCause, find_root_cause
 from airflow_provider_torchx.core.errors import UnknownAppError, shown
 from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
-from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse, cursor_object
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, cursor_object
 from airflow_provider_torchx.core.specs import AppState, Role, parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
-from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.links.torchx import job_page_url
+from airflow_provider_torchx.sources import source_listings, torchx_connection_ids
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +54,6 @@ DEFAULT_PAGE, MAX_PAGE = 100, 1000
 LIST_REUSE_S, LIST_FORGET_S = 2.0, 60.0
 _LIST_LOCK = threading.Lock()
 _LISTED: dict[Any, _Listing] = {}
-_CONN_ENV_PREFIX = "AIRFLOW_CONN_"
 
 
 @dataclass
@@ -114,60 +108,6 @@ class JobList:
     #: reuses the row of an answer it gets again (the local scheduler hands out the same
     #: answer for an ended job each time; such answers never change).
     made_from: dict[str, tuple[Any, JobRow]] = field(default_factory=dict, repr=False)
-
-
-def torchx_connection_ids() -> list[str]:
-    """Ids of the ``torchx`` connections in the metadata database and in ``AIRFLOW_CONN_*``
-    environment variables (other secrets backends cannot be enumerated)."""
-    from airflow.models import Connection
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        ids = set(session.scalars(select(Connection.conn_id).where(Connection.conn_type == "torchx")))
-    for name in os.environ:
-        if name.startswith(_CONN_ENV_PREFIX):
-            conn_id = name[len(_CONN_ENV_PREFIX) :].lower()
-            with contextlib.suppress(Exception):  # a malformed variable is not ours to report
-                if TorchXHook.get_connection(conn_id).conn_type == "torchx":
-                    ids.add(conn_id)
-    return sorted(ids)
-
-
-@functools.cache
-def host_bound_schedulers() -> tuple[str, ...]:
-    """The registered schedulers whose jobs live on this host (their capabilities say
-    ``host_bound``): listed without a connection. A scheduler that fails to load is left out
-    (its connections report it)."""
-    with get_runner() as runner:
-        names = []
-        for name in runner.scheduler_backends():
-            with contextlib.suppress(Exception):
-                if runner.capabilities(name).host_bound:
-                    names.append(name)
-    return tuple(names)
-
-
-def source_listings(
-    connections: Iterable[str], live: bool = False
-) -> Iterator[tuple[str | None, str, list[ListAppResponse] | Exception]]:
-    """``(conn_id, scheduler, jobs)`` for each place to list jobs: the host-bound schedulers (no
-    connection), then every ``torchx`` connection of ``connections`` but those of a host-bound
-    scheduler (its jobs are listed once, without it). ``jobs``: ``Runner.list`` (``list_live``
-    if ``live``), or the exception the listing raised (the caller reports it and goes on)."""
-    sources = [(None, TorchXHook(None, scheduler=s)) for s in host_bound_schedulers()]
-    for conn_id, hook in [*sources, *((c, TorchXHook(c)) for c in connections)]:
-        scheduler = ""
-        try:
-            scheduler = hook.settings.scheduler
-            if conn_id and scheduler in host_bound_schedulers():
-                continue
-            runner, cfg = hook.get_runner(), hook.resolve_cfg() if conn_id else None
-            apps = runner.list_live(scheduler, cfg) if live else runner.list(scheduler, cfg)
-        except Exception as err:
-            yield conn_id, scheduler, err
-            continue
-        yield conn_id, scheduler, apps
 
 
 def list_jobs(filters: Mapping[str, str | None]) -> JobList:
@@ -307,8 +247,9 @@ def page_after(rows: list[JobRow], cursor: str | None, limit: int) -> tuple[list
 
 
 def mark_orphans(rows: list[JobRow]) -> None:
-    """Set ``orphaned`` on the live rows whose task instance ended (``reaper.orphans_among``)."""
-    from airflow_provider_torchx.reaper import LiveJob, orphans_among
+    """Set ``orphaned`` on the live rows whose task instance ended (``reaper/decisions.py``, ``orphans_among``)."""
+    from airflow_provider_torchx.reaper.decisions import orphans_among
+    from airflow_provider_torchx.reaper.listing import LiveJob
 
     live = [
         LiveJob(r.handle, r.scheduler, r.conn_id, AppState[r.state], r.labels, r.created)
@@ -318,16 +259,6 @@ def mark_orphans(rows: list[JobRow]) -> None:
     found = orphans_among(live) if live else {}
     for row in rows:
         row.orphaned = found.get(row.handle)
-
-
-def runner_for(app_handle: str, conn_id: str | None) -> Runner:
-    """The runner for ``app_handle``: from connection ``conn_id`` (AWS settings) if given and
-    defined, else the scheduler's defaults. Raises ``ValueError`` for a bad handle or an
-    unknown scheduler."""
-    parsed = parse_app_handle(app_handle)
-    runner = TorchXHook(conn_id, scheduler=parsed.scheduler_backend, session_name=parsed.session_name).get_runner()
-    runner.scheduler_run_opts(parsed.scheduler_backend)  # unknown scheduler: UnknownSchedulerError
-    return runner
 
 
 def describe(runner: Runner, app_handle: str) -> DescribeAppResponse:

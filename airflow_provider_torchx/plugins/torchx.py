@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_provider_torchx import reaper
+from airflow_provider_torchx.reaper import listeners as reaper_listeners
 
 #: Where the api-server mounts the app (the operator's job link points under it).
 URL_PREFIX = "/torchx"
@@ -60,8 +60,8 @@ class TorchXPlugin(AirflowPlugin):
     """TorchX jobs in Airflow's UI."""
 
     name = "torchx"
-    #: Cancels the jobs that outlive their task instance (``reaper.py``).
-    listeners = [reaper]
+    #: Cancels the jobs that outlive their task instance (``reaper/listeners.py``).
+    listeners = [reaper_listeners]
     fastapi_root_middlewares = [{"middleware": BarePrefixRedirect, "name": "TorchX: /torchx to /torchx/"}]
     external_views = [
         {"name": "TorchX Jobs", "href": f"{URL_PREFIX}/", "url_route": "torchx", "category": "browse"},
@@ -76,8 +76,8 @@ class TorchXPlugin(AirflowPlugin):
     @cached_property
     def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """The web app, built when the api-server first asks (only it does); from then on this
-        process acts on the task and DAG run ends Airflow announces (``reaper.py``)."""
+        process acts on the task and DAG run ends Airflow announces (``reaper/listeners.py``)."""
         from airflow_provider_torchx.plugins.app import create_app
 
-        reaper.serve_announcements("api-server")
+        reaper_listeners.serve_announcements("api-server")
         return [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "TorchX jobs"}]

@@ -48,7 +48,7 @@ from airflow_provider_torchx.hooks.torchx import (
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
 from airflow_provider_torchx.orphans import Verdict
-from airflow_provider_torchx.reaper import start_decision
+from airflow_provider_torchx.reaper.decisions import start_decision
 from airflow_provider_torchx.watch import LOG_SETTLE, TaskWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions

@@ -29,7 +29,7 @@ def _reaper_done_after_each_test() -> Iterator[None]:
     task instances' ends in this process) is finished within its test, never in the next one
     (whose stand-in channel or jobs it would otherwise meet)."""
     yield
-    from airflow_provider_torchx import reaper
+    from airflow_provider_torchx.reaper import listeners as reaper
 
     if reaper._announced is not None:
         reaper._announced.shutdown(wait=True)

@@ -174,7 +174,7 @@ def test_identity_and_names_of_mapped_tasks() -> None:
 
 def test_the_settings_are_declared_with_their_defaults_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_torchx.provider_info import get_provider_info
-    from airflow_provider_torchx.reaper import ReaperSettings, reaper_settings
+    from airflow_provider_torchx.reaper.settings import ReaperSettings, reaper_settings
 
     options = get_provider_info()["config"]["torchx"]["options"]
     assert (options["cancel_orphaned_jobs"]["type"], options["cancel_orphaned_jobs"]["default"]) == ("boolean", "True")
@@ -192,7 +192,9 @@ def test_the_settings_are_declared_with_their_defaults_and_checked(monkeypatch: 
 def test_apply_cancels_an_orphan_with_its_reason_and_leaves_the_others(local_jobs: tuple[Runner, list[str]]) -> None:
     """``reaper.apply`` on real local jobs: the orphan ends CANCELLED with the table's sentence
     as its cancel reason; the job a try adopts and the one still in its grace run on."""
-    from airflow_provider_torchx.reaper import LiveJob, ReaperSettings, apply
+    from airflow_provider_torchx.reaper.decisions import apply
+    from airflow_provider_torchx.reaper.listing import LiveJob
+    from airflow_provider_torchx.reaper.settings import ReaperSettings
 
     runner, handles = local_jobs
     app = AppDef(name="reap", roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", "sleep 60"])])
@@ -225,7 +227,7 @@ def test_no_reaping_thread_in_a_process_with_a_task_sdk_channel(monkeypatch: pyt
     reaping thread: its reads would use the channel from a thread of ours."""
     from airflow.sdk.execution_time import task_runner
 
-    from airflow_provider_torchx import reaper
+    from airflow_provider_torchx.reaper import listeners as reaper
 
     monkeypatch.setattr(reaper, "_announced", None)
     monkeypatch.setattr(reaper, "_component", "api-server")
@@ -241,7 +243,7 @@ def test_the_loops_process_starts_without_a_pipe_and_is_signalled_only_while_it_
     """The reconciling loop's process is spawned: no pipe, whose write end a LocalExecutor
     worker forked meanwhile would keep (the start then waited as long as that worker lived);
     ``poll`` reaps it once it ended, and it is signalled only until then."""
-    from airflow_provider_torchx.reaper import LoopProcess
+    from airflow_provider_torchx.reaper.loop import LoopProcess
 
     def no_pipe() -> tuple[int, int]:
         raise AssertionError("the loop's start made a pipe")
@@ -276,14 +278,15 @@ def test_an_announcement_never_waits_for_the_loops_start(monkeypatch: pytest.Mon
     scheduler's loop is never held by the start."""
     from airflow.models.dagrun import DagRun
 
-    from airflow_provider_torchx import reaper
+    from airflow_provider_torchx.reaper import listeners as reaper
+    from airflow_provider_torchx.reaper import loop
 
     handed: list[str] = []
-    monkeypatch.setattr(reaper, "_loop", None)
+    monkeypatch.setattr(loop, "_loop", None)
     monkeypatch.setattr(reaper, "_component", "scheduler")
     monkeypatch.setattr(reaper, "reap_announced", lambda wanted, view, where: handed.append(where))
     run = DagRun(dag_id="d", run_id="r", state="success")
-    with reaper._loop_lock:  # a start in progress
+    with loop._loop_lock:  # a start in progress
         announcing = threading.Thread(target=reaper.on_dag_run_success, args=(run, "success"), daemon=True)
         announcing.start()
         announcing.join(timeout=10)
@@ -303,7 +306,7 @@ def test_airflow_dags_test_runs_no_reaper(
     from airflow.models import Connection
     from airflow.utils.session import create_session
 
-    from airflow_provider_torchx import reaper
+    from airflow_provider_torchx.reaper import listeners as reaper
 
     monkeypatch.setattr(reaper, "_component", None)
     monkeypatch.setattr(reaper, "_announced", None)
@@ -329,8 +332,8 @@ def test_a_source_that_keeps_failing_is_said_once_until_it_changes_or_works_agai
 ) -> None:
     """The reconciling loop lists every source each round: a connection it cannot read is
     warned of once (again when the error changes), and its recovery is said once."""
-    from airflow_provider_torchx import reaper
-    from airflow_provider_torchx.plugins import jobs
+    from airflow_provider_torchx import sources
+    from airflow_provider_torchx.reaper import listing as reaper
 
     missing = LookupError("connection 'torchx_batch' is not defined")
     down = ConnectionError("the Batch endpoint is down")
@@ -340,8 +343,8 @@ def test_a_source_that_keeps_failing_is_said_once_until_it_changes_or_works_agai
     def listings(connections: list[str], live: bool = False) -> Any:
         yield "torchx_batch", "aws_batch", next(answers)
 
-    monkeypatch.setattr(jobs, "torchx_connection_ids", lambda: ["torchx_batch"])
-    monkeypatch.setattr(jobs, "source_listings", listings)
+    monkeypatch.setattr(sources, "torchx_connection_ids", lambda: ["torchx_batch"])
+    monkeypatch.setattr(sources, "source_listings", listings)
     monkeypatch.setattr(reaper, "problems", reaper.ProblemLog())
     with caplog.at_level(logging.DEBUG, logger=reaper.log.name):
         for _ in rounds:

@@ -29,7 +29,7 @@ import pytest
 
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME
 from airflow_provider_torchx.core.specs import AppDef, Role
-from airflow_provider_torchx.reaper import RECONCILE_EVERY
+from airflow_provider_torchx.reaper.loop import RECONCILE_EVERY
 from tests.e2e.deployment import AirflowDeployment, wait_until
 from tests.e2e.live import (
     ORPHAN_GRACE,

@@ -1,0 +1,105 @@
+"""The table applied: a decision for each live job, and the cancel of each orphan whose grace
+passed; also the table's answer for the UI (which live jobs are orphans) and for a trigger's
+start (is its own job one)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from airflow_provider_torchx.core.identity import TaskIdentity
+from airflow_provider_torchx.core.specs import AppState
+from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide
+from airflow_provider_torchx.reaper.listing import LiveJob
+from airflow_provider_torchx.reaper.settings import ReaperSettings, reaper_settings
+from airflow_provider_torchx.reaper.views import job_views, read_task_views
+
+log = logging.getLogger(__name__)
+
+
+class Judged(NamedTuple):
+    """A live job and the table's decision for it."""
+
+    job: LiveJob
+    decision: Decision
+
+
+def cancel_orphan(job: LiveJob, decision: Decision, where: str) -> None:
+    """Cancel ``job`` with the decision's reason in its status message; log it and count it
+    (``torchx.job.orphan_cancelled``). Failures are logged: the next round tries again."""
+    from airflow_provider_torchx.metrics import emit_orphan_cancelled
+    from airflow_provider_torchx.sources import runner_for
+
+    message = f"cancelled: {decision.detail}"
+    try:
+        runner_for(job.handle, job.conn_id).cancel(job.handle, reason=decision.detail)
+    except Exception as e:
+        log.warning("orphaned job %s: cancel failed (%s: %s); trying again later", job.handle, type(e).__name__, e)
+        return
+    log.warning("Cancelled orphaned job %s (%s): %s", job.handle, where, message)
+    ident = job.identity
+    emit_orphan_cancelled(
+        scheduler=job.scheduler, dag_id=ident.dag_id, task_id=ident.task_id, reason=str(decision.reason)
+    )
+
+
+def apply(
+    jobs: list[LiveJob],
+    views: Mapping[TaskIdentity, TaskView] | None,
+    *,
+    settings: ReaperSettings,
+    now: float,
+    where: str,
+    first_seen: dict[str, float] | None = None,
+) -> list[Judged]:
+    """Decide for each job (``views`` None: the states could not be read) and cancel the
+    orphans whose grace passed. ``first_seen`` (handle -> epoch seconds) is kept up to date
+    for orphans without an end date. Returns every decision."""
+    seen = first_seen if first_seen is not None else {}
+    out = []
+    for job, view in job_views(jobs):
+        task = None if views is None else views.get(job.identity)
+        decision = decide(
+            task, view, enabled=settings.enabled, grace=settings.grace, now=now, first_seen=seen.get(job.handle)
+        )
+        if decision.orphaned:
+            seen.setdefault(job.handle, now)
+        if decision.verdict == Verdict.CANCEL:
+            cancel_orphan(job, decision, where)
+            seen.pop(job.handle, None)
+        elif decision.verdict == Verdict.LATER and not decision.orphaned:
+            log.debug("orphaned jobs: %s: asking again later (%s)", job.handle, decision.why)
+        out.append(Judged(job, decision))
+    for handle in set(seen) - {job.handle for job in jobs}:
+        del seen[handle]
+    return out
+
+
+def orphans_among(jobs: list[LiveJob]) -> dict[str, str]:
+    """``{handle: why}`` for the live ``jobs`` whose task instance ended (the UI marks them
+    "orphaned" until they are cancelled), whatever the setting or the grace period say.
+    Empty when the states cannot be read."""
+    settings = reaper_settings()
+    try:
+        views = read_task_views({job.identity for job in jobs})
+    except Exception as e:
+        log.warning("orphaned jobs: could not read task instance states (%s: %s)", type(e).__name__, e)
+        return {}
+    now = time.time()
+    out = {}
+    for job, view in job_views(jobs):
+        decision = decide(views.get(job.identity), view, enabled=settings.enabled, grace=settings.grace, now=now)
+        if decision.orphaned:
+            out[job.handle] = decision.detail
+    return out
+
+
+def start_decision(labels: Mapping[str, str], state: str | None) -> Decision:
+    """The table's answer for a job whose task instance a trigger found in ``state`` when it
+    started (no grace: the trigger cancels an orphan at once)."""
+    settings = reaper_settings()
+    view = TaskView(dag_known=True, run_state="running", found=True, state=state, ended_at=time.time())
+    job = JobView(AppState.RUNNING, labels)
+    return decide(view, job, enabled=settings.enabled, grace=0.0, now=time.time())
