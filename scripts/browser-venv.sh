@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Install what the UI tests (tests/e2e/test_ui.py) drive a real browser with: Debian's
-# `chromium` (apt) and Playwright from PyPI in a virtualenv of its own, .venv-browser, which
-# uses that browser (no browser download). Idempotent: apt and pip run only when something is
+# Install what the browser tests (tests/e2e/test_live_local.py, test_ui_security.py) drive a
+# real browser with: Debian's `chromium` (apt) and Playwright from PyPI in a virtualenv of its
+# own, .venv-browser, which uses that browser (no browser download). Idempotent: apt and pip run only when something is
 # missing or the pinned Playwright version changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

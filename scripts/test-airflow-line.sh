@@ -9,6 +9,7 @@
 #
 #   scripts/test-airflow-line.sh 3.2 [PYTEST ARGS...]
 #   scripts/test-airflow-line.sh --prepare 3.2      # make or refresh the venv only (test.sh)
+#   scripts/test-airflow-line.sh --deps-only 3.2    # install its pinned dependencies, not the package
 #   scripts/test-airflow-line.sh --freeze 3.2.2 'fastapi<0.137' 'svcs<26'   # (re)write constraints-airflow-3.2.txt
 #
 # --freeze makes the constraints file the way every one was made: `pip freeze` of a fresh venv
@@ -41,10 +42,14 @@ if [ "${1:-}" = "--freeze" ]; then
 fi
 
 prepare_only=false
-if [ "${1:-}" = "--prepare" ]; then
-    prepare_only=true
-    shift
-fi
+deps_only=false
+case "${1:-}" in
+--prepare) prepare_only=true && shift ;;
+# The pins alone (the constraints file is a full freeze), leaving the source tree alone (an
+# editable install rewrites its egg-info, which running tests read): test.sh runs this for both
+# lines at once, beside the checks, and --prepare after, which then only adds the package.
+--deps-only) deps_only=true && shift ;;
+esac
 line=${1:?$usage}
 shift
 constraints=constraints-airflow-$line.txt
@@ -53,6 +58,15 @@ venv=.venv-airflow${line/./}
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 stamp="$venv/.installed"
 want=$(cat "$constraints" pyproject.toml | sha256sum | cut -d' ' -f1)
+if $deps_only; then
+    deps_stamp="$venv/.deps-installed"
+    deps_want=$(sha256sum "$constraints" | cut -d' ' -f1)
+    if [ "$(cat "$deps_stamp" 2>/dev/null)" != "$deps_want" ] && [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$constraints"
+        echo "$deps_want" >"$deps_stamp"
+    fi
+    exit 0
+fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" -e ".[test]"
     echo "$want" >"$stamp"

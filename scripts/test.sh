@@ -12,14 +12,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# The older lines' venvs (a pip install each, about 70 s on a fresh machine), TorchX's (about
-# 90 s; after them: each install of the package is editable) and PyTorch's (a large download)
-# are made in the background while the browser's venv, the services and the checks are set up,
-# one after the other (apt takes one install at a time; an editable install rewrites the source
-# tree's egg-info), and waited for before the tests start (which read the entry points from that
-# egg-info).
+# The older lines' venvs, TorchX's and PyTorch's (a large download) are made in the background
+# while the browser's venv, the services and the checks are set up one after the other (apt
+# takes one install at a time), and waited for before the tests start. Their dependencies go in
+# at once; the package itself, editable, one venv after the other, last: each such install
+# rewrites the source tree's egg-info, from which the tests read the entry points.
 logs=$(mktemp -d)
 (
+    deps=()
+    bash scripts/test-airflow-line.sh --deps-only 3.1 & deps+=($!)
+    bash scripts/test-airflow-line.sh --deps-only 3.2 & deps+=($!)
+    bash scripts/torchx-venv.sh --deps-only & deps+=($!)
+    for pid in "${deps[@]}"; do wait "$pid"; done
     bash scripts/test-airflow-line.sh --prepare 3.1 &&
         bash scripts/test-airflow-line.sh --prepare 3.2 &&
         bash scripts/torchx-venv.sh

@@ -6,6 +6,8 @@
 # and the tests' tools (pytest, moto's server), so the tests show that the plugin works for a
 # TorchX user without Airflow. Versions come from constraints.txt; TorchX's own dependencies
 # that it does not list are pinned here. Idempotent (a stamp file names what was installed).
+# --deps-only installs all but the package itself: it leaves the source tree alone (an editable
+# install rewrites its egg-info), so test.sh runs it beside the other venvs' installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${TORCHX_TEST_TORCHX_VENV:-.venv-torchx}
@@ -17,7 +19,12 @@ stamp="$venv/.installed"
 python=${PYTHON:-python3}
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
-"${pip[@]}" -c constraints.txt "${pins[@]}" "${deps[@]}"
+deps_stamp="$venv/.deps-installed"
+if [ "$(cat "$deps_stamp" 2>/dev/null)" != "$want" ]; then
+    "${pip[@]}" -c constraints.txt "${pins[@]}" "${deps[@]}"
+    echo "$want" >"$deps_stamp"
+fi
+[ "${1:-}" = "--deps-only" ] && exit 0
 "${pip[@]}" --no-deps -e .
 "$venv/bin/python" - <<'EOF'
 import importlib.util

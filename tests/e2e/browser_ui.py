@@ -1,6 +1,6 @@
 """Drives the TorchX pages of a live Airflow in Debian's Chromium with Playwright, as a user would.
 
-Run by ``tests/e2e/test_ui.py`` with the browser virtualenv's Python (``.venv-browser``, made by
+Run by ``tests/e2e/live.py``'s ``browse`` with the browser virtualenv's Python (``.venv-browser``, made by
 ``scripts/browser-venv.sh``), so the project's virtualenv needs no Playwright; it imports only
 Playwright and the standard library. Reads one JSON object (the scenario's inputs) on stdin,
 prints one JSON object (what it saw) on stdout; a step that fails ends the run with what was

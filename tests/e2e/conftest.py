@@ -4,11 +4,11 @@ on a PostgreSQL database of its own) whose DAGs folder holds ``tests/e2e/dags/``
 stopped after them, so two deployments never load the machine at once.
 
 - ``live_airflow``: a deployment for the local scheduler, with a ``torchx`` connection
-  (``torchx_e2e_local``) and a Variable (``torchx_e2e_setting``: ``E2E_SETTING``) that the
-  secrets DAG's templates read.
+  (``torchx_e2e_local``), a Variable (``torchx_e2e_setting``: ``E2E_SETTING``) that the
+  secrets DAG's templates read, and real logins (an admin, as whom the REST API is called, and
+  a viewer) for the browser test.
 - ``live_airflow_heartbeat``: a deployment for local jobs with a 20 s task heartbeat timeout
   (worker lost) and a 10 s ``[torchx] orphan_grace`` (``ORPHAN_GRACE``).
-- ``live_airflow_users``: the same with real logins (an admin and a viewer), for the UI tests.
 - ``live_airflow_batch``: one whose workers and triggerer reach the moto server (and, through
   it, the Docker engine), with the ``torchx_batch`` connection given as
   ``AIRFLOW_CONN_TORCHX_BATCH``.
@@ -54,13 +54,15 @@ def _deployment(
 
 @pytest.fixture(scope="module")
 def live_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
-    """A live Airflow deployment for local-scheduler jobs."""
+    """A live Airflow deployment for local-scheduler jobs, whose SimpleAuthManager has an
+    ``admin`` and a ``viewer`` (passwords: the names)."""
+    users = {"admin": ("admin", "admin"), "viewer": ("viewer", "viewer")}
     env = {
         "AIRFLOW_CONN_TORCHX_E2E_LOCAL": json.dumps({"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}),
         "AIRFLOW_VAR_TORCHX_E2E_SETTING": E2E_SETTING,
         "TORCHX_E2E_SECRET_TASKS": str(SECRET_TASKS),
     }
-    with _deployment(tmp_path_factory.mktemp("live-airflow"), env) as live:
+    with _deployment(tmp_path_factory.mktemp("live-airflow"), env, users) as live:
         yield live
 
 
@@ -77,15 +79,6 @@ def live_airflow_heartbeat(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         "AIRFLOW__TORCHX__ORPHAN_GRACE": str(ORPHAN_GRACE),
     }
     with _deployment(tmp_path_factory.mktemp("live-airflow-heartbeat"), env) as live:
-        yield live
-
-
-@pytest.fixture(scope="module")
-def live_airflow_users(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAirflow]:
-    """A live deployment for local jobs whose SimpleAuthManager has an ``admin`` and a
-    ``viewer`` (passwords: the names), for the UI tests."""
-    users = {"admin": ("admin", "admin"), "viewer": ("viewer", "viewer")}
-    with _deployment(tmp_path_factory.mktemp("live-airflow-users"), {}, users) as live:
         yield live
 
 

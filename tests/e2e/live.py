@@ -15,12 +15,14 @@ import json
 import os
 import re
 import signal
+import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from airflow_provider_torchx.core.schedulers.local import store
 from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
@@ -270,3 +272,23 @@ class LiveBatch:
             return [c.name for c in client.containers.list() if job_id in c.name]
         finally:
             client.close()
+
+
+#: The browser's virtualenv (``scripts/browser-venv.sh``: Playwright, driving Debian's Chromium).
+BROWSER_PYTHON = Path(__file__).resolve().parents[2] / ".venv-browser" / "bin" / "python"
+
+
+def browse(spec: dict[str, object]) -> dict[str, object]:
+    """Run the browser scenario with the browser virtualenv's Python; return what it saw."""
+    if not BROWSER_PYTHON.exists() or not Path("/usr/bin/chromium").exists():
+        pytest.fail("no browser: run scripts/browser-venv.sh (Debian's chromium + Playwright in .venv-browser)")
+    proc = subprocess.run(
+        [str(BROWSER_PYTHON), str(Path(__file__).with_name("browser_ui.py"))],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    seen: dict[str, object] = json.loads(proc.stdout)
+    return seen

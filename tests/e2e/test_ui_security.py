@@ -36,8 +36,7 @@ import pytest
 
 from airflow_provider_torchx.core.specs import AppDef, Role
 from tests.e2e.deployment import AirflowDeployment, free_port, wait_until
-from tests.e2e.live import AIRFLOW_LINE, ONE_TASK_DAG, LiveAirflow
-from tests.e2e.test_ui import browse
+from tests.e2e.live import AIRFLOW_LINE, ONE_TASK_DAG, LiveAirflow, browse
 
 pytestmark = [
     pytest.mark.airflow,
