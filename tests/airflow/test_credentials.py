@@ -79,6 +79,6 @@ def test_an_edited_aws_connection_takes_effect_for_the_next_trigger(aws_connecti
     assert second is not first
     assert "ENABLED" in second.check_settings("aws_batch", {"queue": queue})
     sched: Any = second._scheduler("aws_batch")
-    assert sched._boto_session().get_credentials().access_key == "AKIDSECOND"
+    assert sched.aws.session().get_credentials().access_key == "AKIDSECOND"
     assert sched.poller is not first._scheduler("aws_batch").poller  # other credentials, other poller
     assert runner_of_a_new_trigger() is second

@@ -4,14 +4,32 @@ per-node exit codes and streams, several attempts, ListJobs pages, CancelJob bef
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from types import SimpleNamespace
 from typing import Any
 
+import botocore.session
 from botocore.exceptions import ClientError
+from botocore.hooks import HierarchicalEmitter
+from botocore.paginate import Paginator
 
 _ids = itertools.count()
+
+
+@functools.cache
+def _botocore() -> Any:
+    return botocore.session.get_session()
+
+
+def paginator(client: Any, service: str, name: str) -> Paginator:
+    """boto3's paginator of operation ``name`` (as a client method names it) of ``service``,
+    over the fake ``client``'s method: botocore's own paging (tokens, page size) on the fake's
+    answers."""
+    operation = "".join(part.title() for part in name.split("_"))
+    model = _botocore().get_service_model(service).operation_model(operation)
+    return Paginator(getattr(client, name), _botocore().get_paginator_model(service).get_paginator(operation), model)
 
 
 def client_error(code: str, status: int = 400, op: str = "Op") -> ClientError:
@@ -24,6 +42,7 @@ def _meta(service: str) -> SimpleNamespace:
         region_name="us-west-2",
         endpoint_url=f"http://fake-{next(_ids)}",
         service_model=SimpleNamespace(service_name=service),
+        events=HierarchicalEmitter(),
     )
 
 
@@ -54,6 +73,9 @@ class FakeBatch:
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
+
+    def get_paginator(self, name: str) -> Paginator:
+        return paginator(self, "batch", name)
 
     def describe_jobs(self, jobs: list[str]) -> dict[str, Any]:
         self._record("describe_jobs", {"jobs": jobs})

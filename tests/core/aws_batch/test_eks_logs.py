@@ -23,7 +23,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.eks_logs import SHIP_GRAC
 from airflow_provider_torchx.core.schedulers.aws_batch.logs import LogBudget, list_streams
 from airflow_provider_torchx.core.specs import AppDef
 from airflow_provider_torchx.operators import checks
-from tests.core.aws_batch.fakes import FakeBatch
+from tests.core.aws_batch.fakes import FakeBatch, paginator
 from tests.core.aws_batch.test_eks import CLUSTER, EKS, NoCalls, dryrun, role, single_eks_job
 
 NODE = "ip-10-0-0-2.ec2.internal"
@@ -202,6 +202,9 @@ class PagedStreams:
         if at + 1 < len(match):
             page["nextToken"] = str(at + 1)
         return page
+
+    def get_paginator(self, name: str) -> Any:
+        return paginator(self, "logs", name)
 
 
 def test_a_pods_streams_are_listed_page_by_page_oldest_first_within_the_budget() -> None:

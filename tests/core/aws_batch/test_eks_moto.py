@@ -25,6 +25,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore import xform_name
 
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, LogChunk
 from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler, create_scheduler, render
@@ -153,21 +154,16 @@ def put_records(logs: Any, group: str, stream: str, lines: list[str]) -> None:
 
 
 class CountingLogs:
-    """The moto server's CloudWatch Logs client, counting the calls made by name."""
+    """The moto server's CloudWatch Logs ``client``, counting the calls made by name in
+    ``calls`` (botocore's ``before-call`` event: a paginator's pages count too)."""
 
     def __init__(self) -> None:
         self.client = boto3.client("logs")
-        self.meta = self.client.meta
         self.calls: list[str] = []
+        self.client.meta.events.register("before-call.cloudwatch-logs", self._count)
 
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.client, name)
-
-        def call(**kwargs: Any) -> Any:
-            self.calls.append(name)
-            return method(**kwargs)
-
-        return call
+    def _count(self, model: Any, **_: Any) -> None:
+        self.calls.append(xform_name(model.name))
 
 
 def pod_scheduler(batch: FakeBatch, *jobs: dict[str, Any], logs: Any = None) -> AWSBatchScheduler:
@@ -193,7 +189,7 @@ def test_an_eks_jobs_log_is_its_pods_container_insights_streams_attempt_by_attem
     put_records(logs, group, pod_stream("ip-10-0-0-2.ec2.internal", "aws-batch.abc-2", "sidecar"), ["noise\n"])
     put_records(logs, group, pod_stream("ip-10-0-0-2.ec2.internal", "aws-batch.abc-20"), ["other pod\n"])
     counting = CountingLogs()
-    sched = pod_scheduler(FakeBatch(), job, logs=counting)
+    sched = pod_scheduler(FakeBatch(), job, logs=counting.client)
     app_id = f"gpu:{job['jobName']}"
     expected = ["loading\n", "OOM soon\n", "resumed\n", "plain\n", "bye\n"]
     assert list(sched.log_iter(app_id, "trainer", 0, should_tail=True)) == expected

@@ -21,7 +21,6 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.config import Config
 
 from airflow_provider_torchx.core.errorfile import find_root_cause
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownQueueError
@@ -475,14 +474,10 @@ def test_workspace_is_built_pushed_and_run(batch_queue: str, image_registry: str
 
 
 def test_throttling_and_5xx_are_retried_and_jobs_are_watched_to_the_end(
-    batch_queue: str, flaky_aws_endpoint: FlakyProxy
+    batch_queue: str, flaky_aws_endpoint: FlakyProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    no_retries = Config(retries={"mode": "standard", "total_max_attempts": 1})  # only our back-off
-    s = create_scheduler(
-        "flaky",
-        client=boto3.client("batch", endpoint_url=flaky_aws_endpoint.url, config=no_retries),
-        log_client=boto3.client("logs", endpoint_url=flaky_aws_endpoint.url, config=no_retries),
-    )
+    monkeypatch.setenv("AWS_ENDPOINT_URL", flaky_aws_endpoint.url)
+    s = create_scheduler("flaky")  # its own clients: botocore's retries (clients.client_config)
     s.poller.min_interval = 0.2
     app = AppDef("flaky", roles=[role("main", "echo survived", replicas=2)])
     ids = [s.submit(app, {"queue": batch_queue}) for _ in range(2)]

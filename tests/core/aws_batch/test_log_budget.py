@@ -104,6 +104,20 @@ def test_acquire_waits_for_the_turn() -> None:
     assert slept and 0.5 <= sum(slept) <= 1.5
 
 
+def test_a_retry_takes_a_call_from_the_rate_owed_when_none_is_left() -> None:
+    """A granted call's retry (``charge``) takes a call too: the next grants wait until the
+    rate has paid it back, so the rate holds over every attempt."""
+    clock = Clock()
+    budget = LogBudget(rate=1.0, burst=1, clock=clock)
+    assert budget.try_acquire("a")
+    budget.charge()  # its retry: one call owed
+    clock.now += 1.0
+    assert not budget.try_acquire("b")  # the second paid the debt back
+    clock.now += 1.0
+    assert budget.try_acquire("b")
+    assert budget.calls == 3
+
+
 def test_rate_setting() -> None:
     assert budget_rate({}) == DEFAULT_RPS <= 10  # within the default quota of 10 per account and region
     assert budget_rate({"AIRFLOW_TORCHX_CLOUDWATCH_RPS": "2.5"}) == 2.5

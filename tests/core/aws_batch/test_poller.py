@@ -1,4 +1,4 @@
-"""The shared status poller and retries with jittered back-off (stub client; the log budget is
+"""The shared status poller (stub client; the log budget is
 in ``test_log_budget.py``; the moto-server run of the same poller is in ``test_integration.py`` and the benchmark)."""
 
 from __future__ import annotations
@@ -13,19 +13,15 @@ import time
 from typing import Any
 
 import pytest
-from botocore.exceptions import EndpointConnectionError
 
+from airflow_provider_torchx.core.schedulers.aws_batch import clients as clients_module
 from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler
 from airflow_provider_torchx.core.schedulers.aws_batch import poller as poller_module
-from airflow_provider_torchx.core.schedulers.aws_batch import scheduler as scheduler_module
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
     StatusPoller,
     Waiter,
     answer_waiters,
-    backoff_delays,
     cached,
-    call_with_retry,
-    is_retryable,
     shared_poller,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch.schedule import next_round_at, round_gap, round_ids
@@ -134,51 +130,6 @@ def test_idle_pollers_are_dropped_from_the_registry(monkeypatch: pytest.MonkeyPa
     shared_poller(FakeBatch())  # a new poller: the registry is pruned
     assert shared_poller(b) is busy
     assert shared_poller(idle_client) is not idle
-
-
-def test_retryable_errors() -> None:
-    assert is_retryable(client_error("ThrottlingException"))
-    assert is_retryable(client_error("TooManyRequestsException", 429))
-    assert is_retryable(client_error("503", 503))
-    assert is_retryable(EndpointConnectionError(endpoint_url="http://x"))
-    assert not is_retryable(client_error("ClientException", 400))
-    assert not is_retryable(ValueError("x"))
-
-
-def test_call_with_retry_backs_off_with_jitter_and_gives_up() -> None:
-    slept: list[float] = []
-    errors = [client_error("ThrottlingException"), client_error("500", 500)]
-
-    def flaky() -> str:
-        if errors:
-            raise errors.pop(0)
-        return "ok"
-
-    assert call_with_retry(flaky, sleep=slept.append) == "ok"
-    assert len(slept) == 2 and 0 <= slept[0] <= 0.2 and 0 <= slept[1] <= 0.4
-
-    def always() -> None:
-        raise client_error("ThrottlingException")
-
-    with pytest.raises(Exception, match="Throttling"):
-        call_with_retry(always, attempts=4, sleep=slept.append)
-    assert len(slept) == 2 + 3
-
-    def bad() -> None:
-        raise client_error("ClientException")
-
-    before = len(slept)
-    with pytest.raises(Exception, match="ClientException"):
-        call_with_retry(bad, sleep=slept.append)
-    assert len(slept) == before
-
-
-def test_backoff_is_exponential_capped_and_jittered() -> None:
-    runs = [[d for _, d in zip(range(12), backoff_delays(base=0.2, cap=10.0), strict=False)] for _ in range(30)]
-    for run in runs:
-        assert all(0 <= d <= min(10.0, 0.2 * 2**n) for n, d in enumerate(run))
-    # jitter: the same retry's delay differs between watchers
-    assert len({run[5] for run in runs}) > 20
 
 
 def test_requests_are_futures_its_thread_resolves_without_waiters_threads() -> None:
@@ -512,7 +463,7 @@ def test_a_scheduler_holds_its_poller_until_the_registry_forgets_it_or_its_crede
     held = sched.poller
     lookups = []
     monkeypatch.setattr(
-        scheduler_module, "shared_poller", lambda *a: lookups.append(a) or poller_module.shared_poller(*a)
+        clients_module, "shared_poller", lambda *a: lookups.append(a) or poller_module.shared_poller(*a)
     )
     assert sched.poller is held and sched.poller is held
     assert lookups == []  # held: no registry look-up per access
@@ -525,5 +476,5 @@ def test_a_scheduler_holds_its_poller_until_the_registry_forgets_it_or_its_crede
     assert renewed is not held and renewed is shared_poller(batch, "conn:1")  # shared again
     assert sched.poller is renewed
 
-    sched._session_key = "conn:2"  # what its maker says it signs with now
+    sched.aws._session_key = "conn:2"  # what its maker says it signs with now
     assert sched.poller is shared_poller(batch, "conn:2") and sched.poller is not renewed

@@ -27,7 +27,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.preflight import (
     job_needs,
 )
 from airflow_provider_torchx.core.specs import AppDef, Resource, Role, named_resources
-from tests.core.aws_batch.fakes import client_error
+from tests.core.aws_batch.fakes import client_error, paginator
 
 ARN = "arn:aws:batch:us-east-1:123456789012:compute-environment/"
 
@@ -302,14 +302,13 @@ class FakeAWS:
             page["NextToken"] = str(start + 2)
         return page
 
-
-def plain_call(fn: Any, **kwargs: Any) -> Any:
-    return fn(**kwargs)
+    def get_paginator(self, name: str) -> Any:
+        return paginator(self, "ec2" if name == "describe_instance_types" else "batch", name)
 
 
 def test_describe_reads_the_queue_its_environments_and_every_page_of_their_instance_types() -> None:
     aws = FakeAWS(ce("g5s", types=("g5", "m5.large")), ce("fg", kind="FARGATE"))
-    got = preflight.describe(aws, lambda: aws, "q", plain_call)
+    got = preflight.describe(aws, lambda: aws, "q")
     assert got is not None and got.queue["jobQueueName"] == "q" and len(got.envs) == 2
     assert sorted(got.instance_types or {}) == ["g5.48xlarge", "g5.xlarge", "m5.large"]
     assert aws.calls == [
@@ -318,7 +317,7 @@ def test_describe_reads_the_queue_its_environments_and_every_page_of_their_insta
         "DescribeInstanceTypes",
         "DescribeInstanceTypes",
     ]
-    assert preflight.describe(aws, lambda: aws, "nope", plain_call) is None
+    assert preflight.describe(aws, lambda: aws, "nope") is None
 
 
 def test_describe_asks_ec2_nothing_without_instance_types() -> None:
@@ -327,7 +326,7 @@ def test_describe_asks_ec2_nothing_without_instance_types() -> None:
     def no_ec2() -> Any:
         raise AssertionError("no EC2 client needed")
 
-    got = preflight.describe(aws, no_ec2, "q", plain_call)
+    got = preflight.describe(aws, no_ec2, "q")
     assert got is not None and got.instance_types == {}
     assert "DescribeInstanceTypes" not in aws.calls
 
@@ -335,7 +334,7 @@ def test_describe_asks_ec2_nothing_without_instance_types() -> None:
 def test_describe_without_permission_for_instance_types_warns_and_reads_none(caplog: pytest.LogCaptureFixture) -> None:
     aws = FakeAWS(ce("m5s"), deny_ec2=True)
     with caplog.at_level(logging.WARNING, logger=preflight.__name__):
-        got = preflight.describe(aws, lambda: aws, "q", plain_call)
+        got = preflight.describe(aws, lambda: aws, "q")
     assert got is not None and got.instance_types is None
     assert "ec2:DescribeInstanceTypes was denied" in caplog.text
 

@@ -36,7 +36,6 @@ from tests.core.aws_batch.fakes import (
     FakeLogs,
     attempt,
     child_job,
-    client_error,
     container_job,
     mnp_job,
 )
@@ -296,24 +295,6 @@ def test_missing_queue_is_an_error_before_anything_is_registered() -> None:
     with pytest.raises(InvalidRunConfigError, match=r"queue='nope' does not exist in us-west-2; existing queues: q1"):
         sched.submit(app, {"queue": "nope"})
     assert set(batch.names()) == {"describe_job_queues"}
-
-
-def test_throttled_calls_are_retried() -> None:
-    batch = FakeBatch()
-    batch.jobs["j1"] = mnp_job(status="RUNNING")
-    batch.fail_next = [client_error("TooManyRequestsException", 429), client_error("ServiceUnavailable", 503)]
-    got = make(batch).describe("q1:app-1")
-    assert got is not None and got.state == AppState.RUNNING
-    refused: list[str] = []
-
-    def refuse(jobId: str, reason: str) -> None:
-        refused.append(jobId)
-        raise client_error("ClientException", 400)
-
-    batch.terminate_job = refuse  # type: ignore[method-assign]
-    with pytest.raises(Exception, match="ClientException"):
-        make(batch).cancel("q1:app-1")
-    assert refused == ["j1"]  # not retried: the caller's error
 
 
 def test_logs_per_node_and_attempt_with_a_resumable_cursor() -> None:

@@ -8,7 +8,8 @@ page and skips what it has seen: every event once, in order.
 
 Every read of every log in the process draws its calls from a ``LogBudget``: a rate within
 the account's quota, shared round-robin by the logs being read, so that with thousands of
-jobs watched each log still advances (it may lag; the read says by how much).
+jobs watched each log still advances (it may lag; the read says by how much). A call's retries
+(botocore's, ``clients.client_config``) take from the same budget (``count_attempts``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from airflow_provider_torchx.core.errors import shown
 from airflow_provider_torchx.core.schedulers.api import cursor_object
-from airflow_provider_torchx.core.schedulers.aws_batch.poller import call_with_retry, client_key
+from airflow_provider_torchx.core.schedulers.aws_batch.poller import client_key
 from airflow_provider_torchx.core.schedulers.aws_batch.render import LOG_GROUP
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,9 @@ class LogBudget:
        waiting for its turn could have one (a lone reader reads at the full rate).
     3. ``try_acquire`` never waits (a refused reader keeps its place in the round and reads
        on at its next poll: its log lags, nothing is lost); ``acquire`` waits for the turn.
-    4. Memory is bounded by the readers active within ``active_for``.
+    4. A retry of a granted call is ``charge``-d: it takes a call from the rate, owed when none
+       is left, so the rate holds over every attempt.
+    5. Memory is bounded by the readers active within ``active_for``.
 
     ``clock`` (monotonic seconds) and ``sleep`` are injectable: tests drive time by hand.
     """
@@ -91,15 +94,20 @@ class LogBudget:
         self._served: set[Hashable] = set()
         self._pruned = self._stamp
         self._lock = threading.Lock()
-        #: Calls granted (benchmarks and tests read it).
+        #: Calls granted and retries charged (benchmarks and tests read it).
         self.calls = 0
+
+    def _refill(self) -> float:
+        """Add the calls the rate allowed since the last look (up to ``burst``); the time now."""
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+        return now
 
     def try_acquire(self, key: Hashable) -> bool:
         """Take a call for reader ``key`` if the rate and its turn allow; never waits."""
         with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.rate)
-            self._stamp = now
+            now = self._refill()
             if key not in self._asked:
                 self._granted[key] = now
             self._asked[key] = now
@@ -121,6 +129,15 @@ class LogBudget:
         while not self.try_acquire(key):
             self._sleep(random.uniform(0.5, 1.0) / self.rate)
 
+    def charge(self) -> None:
+        """Take a call for an attempt no turn granted (a retry): owed when none is left, so the
+        next grants wait until the rate has paid it back. Never waits (botocore's back-off
+        already spaces retries)."""
+        with self._lock:
+            self._refill()
+            self._tokens -= 1
+            self.calls += 1
+
     def waited(self, key: Hashable) -> float:
         """Seconds since reader ``key`` last had a call (or first asked)."""
         with self._lock:
@@ -135,6 +152,19 @@ class LogBudget:
             self._served.discard(key)
         if self._served and len(self._served) >= len(self._asked):
             self._served.clear()
+
+
+def count_attempts(client: Any, budget: Callable[[], LogBudget]) -> None:
+    """Charge every retry of the CloudWatch Logs ``client``'s calls to ``budget()``: the
+    first attempt of a call is its reader's grant (``acquire``), each further one is
+    ``charge``-d. ``request-created`` fires once per attempt, its context numbering them.
+    Registered once per client."""
+
+    def charge_retry(request: Any, **_: Any) -> None:
+        if request.context.get("retries", {}).get("attempt", 1) > 1:
+            budget().charge()
+
+    client.meta.events.register("request-created.cloudwatch-logs", charge_retry, unique_id="airflow-torchx-log-budget")
 
 
 _budgets: dict[tuple[str, ...], LogBudget] = {}
@@ -218,10 +248,11 @@ def read_events(
                 budget.acquire(key)
             elif not budget.try_acquire(key):
                 return events, cur, False, _behind(events, budget, key)
+            # By hand, not a paginator: the token outlives the call in the cursor, a page may
+            # be returned in part, and the budget decides each page.
             kwargs: dict[str, Any] = {"nextToken": cur.token} if cur.token else {}
             try:
-                resp = call_with_retry(
-                    logs_client.get_log_events,
+                resp = logs_client.get_log_events(
                     logGroupName=group,
                     logStreamName=streams[cur.index],
                     startFromHead=True,
@@ -272,25 +303,27 @@ def list_streams(
 ) -> list[str] | None:
     """Names of the streams of ``group`` that start with ``prefix``, oldest first (``[]``:
     none, or no such group); None when ``budget`` refused a call (without ``wait``). Each
-    ``DescribeLogStreams`` page is drawn from ``budget`` as reader ``key``, like a read."""
+    ``DescribeLogStreams`` page (boto3's paginator) is drawn from ``budget`` as reader
+    ``key``, like a read, before the paginator asks for it."""
     found: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"logGroupName": group, "logStreamNamePrefix": prefix}
-    while True:
+    pages = iter(
+        logs_client.get_paginator("describe_log_streams").paginate(logGroupName=group, logStreamNamePrefix=prefix)
+    )
+    more = True
+    while more:
         if wait:
             budget.acquire(key)
         elif not budget.try_acquire(key):
             return None
         try:
-            resp = call_with_retry(logs_client.describe_log_streams, **kwargs)
+            page = next(pages)
         except Exception as err:
             if not _missing_stream(err):
                 raise
             warn_once(("group", group), "CloudWatch log group %s does not exist (yet): no pod output to read", group)
             return []
-        found.extend(resp.get("logStreams", []))
-        if not resp.get("nextToken") or resp["nextToken"] == kwargs.get("nextToken"):
-            break
-        kwargs["nextToken"] = resp["nextToken"]
+        found.extend(page.get("logStreams", []))
+        more = bool(page.get("nextToken"))
     found.sort(key=lambda s: (s.get("creationTime", 0), str(s.get("logStreamName"))))
     return [str(s["logStreamName"]) for s in found]
 

@@ -1,5 +1,6 @@
-"""Economical, resilient AWS calls: retries with jittered back-off, a process-wide status poller
-that batches ``DescribeJobs`` for every watched job (the log reads' shared budget is in ``logs.py``).
+"""Economical status reads: a process-wide status poller that batches ``DescribeJobs`` for every
+watched job (the log reads' shared budget is in ``logs.py``; retries are the Batch client's,
+``clients.client_config``).
 
 Many watchers (a triggerer holds up to 1000 triggers, each in its own thread or event loop)
 ask "how is my job?" every few seconds. Asking AWS once per watcher would hit Batch's API
@@ -15,20 +16,17 @@ import dataclasses
 import functools
 import logging
 import pickle
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from airflow_provider_torchx.core.schedulers.api import settle
 from airflow_provider_torchx.core.schedulers.aws_batch.schedule import DESCRIBE_BATCH, RoundSchedule
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import ChangeSweep, Group
 
 log = logging.getLogger(__name__)
-
-R = TypeVar("R")
 
 #: A job nobody asked about for this long is forgotten (seconds): memory stays bounded in a
 #: long-running triggerer.
@@ -37,73 +35,6 @@ FORGET_AFTER = 3600.0
 #: the registry (seconds): the pollers of credentials that changed (a connection edited, keys
 #: rotated) do not pile up in a long-running triggerer.
 POLLER_IDLE_FORGET = 600.0
-
-_THROTTLE_CODES = frozenset(
-    {
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "RequestThrottled",
-        "SlowDown",
-        "ProvisionedThroughputExceededException",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-        "InternalFailure",
-        "InternalError",
-        "InternalServerError",
-        "ServerException",
-    }
-)
-
-
-def is_retryable(err: BaseException) -> bool:
-    """Throttling, 5xx and connection errors: worth retrying; anything else is the caller's."""
-    import botocore.exceptions as bce
-
-    if isinstance(err, bce.ClientError):
-        code = str(err.response.get("Error", {}).get("Code", ""))
-        status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        return code in _THROTTLE_CODES or status == 429 or status >= 500
-    return isinstance(err, bce.ConnectionError | bce.HTTPClientError)
-
-
-def backoff_delays(base: float = 0.2, cap: float = 10.0) -> Iterable[float]:
-    """Delays for successive retries: "full jitter" exponential back-off.
-
-    Each delay is drawn uniformly from ``[0, min(cap, base * 2**n)]``. The randomness matters:
-    when throttling hits many watchers at once, fixed delays would make them all retry in the
-    same instant and be throttled again together; jitter spreads them out.
-    """
-    n = 0
-    while True:
-        yield random.uniform(0, min(cap, base * 2**n))
-        n += 1
-
-
-def call_with_retry(
-    fn: Callable[..., R],
-    *args: Any,
-    attempts: int = 8,
-    sleep: Callable[[float], None] = time.sleep,
-    **kwargs: Any,
-) -> R:
-    """``fn(*args, **kwargs)``, retrying throttling/5xx/connection errors with jittered back-off."""
-    delays = iter(backoff_delays())
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as err:
-            if attempt == attempts or not is_retryable(err):
-                raise
-            delay = next(delays)
-            log.debug(
-                "retrying %s after %s (attempt %d, sleeping %.2fs)", getattr(fn, "__name__", fn), err, attempt, delay
-            )
-            sleep(delay)
-    raise AssertionError("unreachable")
-
 
 Jobs = dict[str, dict[str, Any] | None]
 
@@ -212,9 +143,10 @@ class StatusPoller:
     - A job ``expect``-ed (just submitted here) that DescribeJobs does not show yet is reported
       as ``NOT_VISIBLE`` for ``visibility_grace`` seconds instead of as missing.
     - The thread exits after ``idle_exit`` seconds without requests and restarts on demand.
-      ``clock`` (monotonic seconds) and ``sleep`` (the retries' back-off) are injectable
-      for tests that drive rounds by hand; which waiters a round answers is a pure function
-      (``answer_waiters``).
+      ``clock`` (monotonic seconds) is injectable for tests that drive rounds by hand; which
+      waiters a round answers is a pure function (``answer_waiters``).
+    - A round's ``DescribeJobs`` calls are retried by the client (``clients.client_config``);
+      one that still fails answers the waiters of its ids with the error.
     """
 
     def __init__(
@@ -226,7 +158,6 @@ class StatusPoller:
         visibility_grace: float = 60.0,
         idle_exit: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
         #: Set once ``shared_poller``'s registry dropped this poller (idle): holders ask it again.
@@ -234,7 +165,6 @@ class StatusPoller:
         self.visibility_grace = visibility_grace
         self.idle_exit = idle_exit
         self.clock = clock
-        self.sleep = sleep
         self._cond = threading.Condition()
         self._results: dict[str, Entry] = {}
         self._accessed: dict[str, float] = {}
@@ -248,9 +178,7 @@ class StatusPoller:
         #: DescribeJobs calls and rounds made (benchmarks and tests read them).
         self.calls = 0
         self.rounds = 0
-        self.sweep = ChangeSweep(
-            client, self._sweep_groups, self.look_soon, call=call_with_retry, idle_exit=idle_exit, clock=clock
-        )
+        self.sweep = ChangeSweep(client, self._sweep_groups, self.look_soon, idle_exit=idle_exit, clock=clock)
 
     # ------------------------------------------------------------------ watchers' side
 
@@ -441,7 +369,7 @@ class StatusPoller:
             try:
                 with self._cond:
                     self.calls += 1
-                resp = call_with_retry(self.client.describe_jobs, jobs=chunk, sleep=self.sleep)
+                resp = self.client.describe_jobs(jobs=chunk)
             except Exception as err:
                 self._answer_round(round_no, start, ids[n:], {}, err)  # every id left: the error
                 return

@@ -31,6 +31,7 @@ from typing import Any
 
 from airflow_provider_torchx.core.errors import JobWontFitError
 from airflow_provider_torchx.core.schedulers.aws_batch import eks, options, render
+from airflow_provider_torchx.core.schedulers.aws_batch.clients import all_items
 from airflow_provider_torchx.core.specs import INSTANCE_TYPE
 
 log = logging.getLogger(__name__)
@@ -248,16 +249,16 @@ def check(view: QueueView, job: JobNeeds) -> None:
 # --------------------------------------------------------------------------- the calls
 
 
-def describe(batch: Any, ec2: Callable[[], Any], queue: str, call: Callable[..., Any]) -> QueueView | None:
-    """The ``QueueView`` of ``queue`` (None: no such queue), read with ``call(fn, **kwargs)``
-    (a retrying caller); ``ec2()`` gives the EC2 client, asked for only when an environment
-    lists instance types. An identity not allowed ``ec2:DescribeInstanceTypes`` gets a view
-    without instance types (a warning says so)."""
-    found = call(batch.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
+def describe(batch: Any, ec2: Callable[[], Any], queue: str) -> QueueView | None:
+    """The ``QueueView`` of ``queue`` (None: no such queue), every page read (boto3's
+    paginators); ``ec2()`` gives the EC2 client, asked for only when an environment lists
+    instance types. An identity not allowed ``ec2:DescribeInstanceTypes`` gets a view without
+    instance types (a warning says so)."""
+    found = batch.describe_job_queues(jobQueues=[queue]).get("jobQueues", [])
     if not found:
         return None
     arns = [o["computeEnvironment"] for o in found[0].get("computeEnvironmentOrder", [])]
-    envs = call(batch.describe_compute_environments, computeEnvironments=arns).get("computeEnvironments", [])
+    envs = all_items(batch, "describe_compute_environments", "computeEnvironments", computeEnvironments=arns)
     patterns = sorted(
         {
             p
@@ -268,27 +269,23 @@ def describe(batch: Any, ec2: Callable[[], Any], queue: str, call: Callable[...,
     )
     types: dict[str, Mapping[str, Any]] | None = {}
     if patterns:
-        types = _instance_types(ec2(), patterns, call)
+        types = _instance_types(ec2(), patterns)
     return QueueView(found[0], tuple(envs), types)
 
 
-def _instance_types(ec2: Any, patterns: list[str], call: Callable[..., Any]) -> dict[str, Mapping[str, Any]] | None:
+def _instance_types(ec2: Any, patterns: list[str]) -> dict[str, Mapping[str, Any]] | None:
     from airflow_provider_torchx.core.schedulers.aws_batch.setup_errors import is_denied
 
-    out: dict[str, Mapping[str, Any]] = {}
-    kwargs: dict[str, Any] = {"Filters": [{"Name": "instance-type", "Values": patterns}]}
     try:
-        while True:
-            page = call(ec2.describe_instance_types, **kwargs)
-            out.update((t["InstanceType"], t) for t in page.get("InstanceTypes", []))
-            if not page.get("NextToken"):
-                return out
-            kwargs["NextToken"] = page["NextToken"]
+        found = all_items(
+            ec2, "describe_instance_types", "InstanceTypes", Filters=[{"Name": "instance-type", "Values": patterns}]
+        )
     except Exception as err:
         if not is_denied(err):
             raise
         log.warning("queue check without instance types: ec2:DescribeInstanceTypes was denied (%s)", err)
         return None
+    return {t["InstanceType"]: t for t in found}
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """``AWSBatchScheduler``: an ``AppDef`` as one AWS Batch job, single-node or multi-node parallel.
 
-Calls go through boto3 clients (injected, from an injected boto3 session, or from boto3's
-default chain; ``AWS_ENDPOINT_URL`` and the region come from the environment). Status reads go
-through the process-wide ``StatusPoller``; every other call retries throttling and 5xx with
-jittered back-off. boto3 and docker are imported only when a client is first needed.
+Calls go through the boto3 clients of ``clients.AWSClients`` (injected, from an injected boto3
+session, or from boto3's default chain; ``AWS_ENDPOINT_URL`` and the region come from the
+environment), which retry throttling, 5xx and lost connections themselves. Status reads go
+through the process-wide ``StatusPoller``. boto3 and docker are imported only when a client is
+first needed.
 """
 
 from __future__ import annotations
@@ -44,22 +45,15 @@ from airflow_provider_torchx.core.schedulers.aws_batch import (
     status,
     stuck,
 )
+from airflow_provider_torchx.core.schedulers.aws_batch.clients import AWSClients, all_items
 from airflow_provider_torchx.core.schedulers.aws_batch.logs import (
     LogCursor,
     as_line,
     list_streams,
     read_events,
-    shared_log_budget,
     warn_once,
 )
-from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
-    NOT_VISIBLE,
-    StatusPoller,
-    answer_jobs,
-    call_with_retry,
-    client_key,
-    shared_poller,
-)
+from airflow_provider_torchx.core.schedulers.aws_batch.poller import NOT_VISIBLE, StatusPoller, answer_jobs, client_key
 from airflow_provider_torchx.core.schedulers.aws_batch.setup_errors import translate_setup_errors, translated_iter
 from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
@@ -102,13 +96,6 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _client_config() -> Any:
-    """Clients we create leave retrying to ``call_with_retry`` (jittered, counted)."""
-    from botocore.config import Config
-
-    return Config(retries={"mode": "standard", "total_max_attempts": 1})
-
-
 def _error_code(err: Exception) -> str:
     response = getattr(err, "response", None) or {}
     return str(response.get("Error", {}).get("Code", ""))
@@ -133,11 +120,11 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     check's instance types), ``docker_client`` or a boto3
     ``session`` may be injected; otherwise they are created on first use, from
     ``session_factory``, else from ``region``/``profile`` (or the run options of those names,
-    given before the first AWS call) over boto3's default chain. ``session_key`` names the
-    credentials ``session_factory``'s sessions carry (the hook: a fingerprint of the AWS
-    connection; None: boto3's default chain): instances with equal keys share the status poller
-    and the CloudWatch budget (``credentials_key``). AWS setup errors raise
-    ``SchedulerSetupError`` (``setup_errors.py``).
+    given before the first AWS call) over boto3's default chain (``aws``: ``AWSClients``).
+    ``session_key`` names the credentials ``session_factory``'s sessions carry (the hook: a
+    fingerprint of the AWS connection; None: boto3's default chain): instances with equal keys
+    share the status poller and the CloudWatch budget (``credentials_key``). AWS setup errors
+    raise ``SchedulerSetupError`` (``setup_errors.py``).
     """
 
     supports_workspace = True
@@ -157,105 +144,54 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         session_key: str | None = None,
     ) -> None:
         super().__init__(BACKEND, session_name)
-        self._aws_region, self._aws_profile = region, profile
-        self._client = client
-        self._log_client = log_client
-        self._docker_client = docker_client
-        self._ec2_client = ec2_client
-        self._session = session
-        self._session_factory = session_factory
-        injected = session if session is not None else client
-        if session_key is None and injected is not None and session_factory is None:
-            session_key = f"instance:{id(injected)}"  # its own credentials, whatever they are
-        self._session_key = session_key
-        self._credentials_key_poller: tuple[str, StatusPoller | None] = ("", None)
+        #: The session, clients, credentials key and what is shared under it.
+        self.aws = AWSClients(
+            client=client,
+            log_client=log_client,
+            ec2_client=ec2_client,
+            docker_client=docker_client,
+            session=session,
+            session_factory=session_factory,
+            region=region,
+            profile=profile,
+            session_key=session_key,
+        )
         self._lock = threading.Lock()
         self._summaries: dict[str, dict[str, Any]] = {}
         self._pod_streams: dict[tuple[str, eks_logs.PodRef], builtins.list[str]] = {}
 
     # ------------------------------------------------------------------ clients
 
-    def _boto_session(self) -> Any:
-        if self._session is None and self._session_factory is not None:
-            self._session = self._session_factory()
-        if self._session is None:
-            import boto3
-
-            self._session = boto3.session.Session(region_name=self._aws_region, profile_name=self._aws_profile)
-        return self._session
-
-    def _use_location(self, cfg: Mapping[str, CfgVal] | None) -> None:
-        """Take the run options ``region``/``profile`` for the clients of this instance when
-        none was made yet; once AWS is in use they must agree with it."""
-        region, profile = (cfg or {}).get("region"), (cfg or {}).get("profile")
-        if not region and not profile:
-            return
-        with self._lock:
-            if self._session is None and self._session_factory is None and self._client is None:
-                self._aws_region = str(region) if region else self._aws_region
-                self._aws_profile = str(profile) if profile else self._aws_profile
-                return
-        if region and region != self._region():
-            raise InvalidRunConfigError(
-                f"cfg: region={region!r}, but this scheduler already uses {self._region()} (from its connection, "
-                "AWS_DEFAULT_REGION or the profile): give the same region, or set it there instead"
-            )
-        used = self._boto_session().profile_name if self._session is not None else None
-        if profile and profile != used:
-            raise InvalidRunConfigError(
-                f"cfg: profile={profile!r}, but this scheduler already uses the profile {used!r} "
-                "(from its connection or AWS_PROFILE): give the same profile, or set it there instead"
-            )
-
-    def _made(self, attr: str, make: Callable[[], Any]) -> Any:
-        """The client held in ``attr`` (injected, or ``make()``-d on first use, once)."""
-        with self._lock:
-            if getattr(self, attr) is None:
-                setattr(self, attr, make())
-            return getattr(self, attr)
-
     @property
     def client(self) -> Any:
         """The Batch client."""
-        return self._made("_client", lambda: self._boto_session().client("batch", config=_client_config()))
+        return self.aws.client
 
     @property
     def log_client(self) -> Any:
         """The CloudWatch Logs client."""
-        return self._made("_log_client", lambda: self._boto_session().client("logs", config=_client_config()))
+        return self.aws.log_client
 
     @property
     def ec2_client(self) -> Any:
         """The EC2 client (``DescribeInstanceTypes`` for the queue check)."""
-        return self._made("_ec2_client", lambda: self._boto_session().client("ec2", config=_client_config()))
+        return self.aws.ec2_client
 
     @property
     def docker_client(self) -> Any:
         """The Docker client (workspace builds and pushes)."""
-        return self._made("_docker_client", workspace.docker_client)
+        return self.aws.docker_client
 
     @property
     def credentials_key(self) -> str:
-        """Which credentials this instance's clients sign with, as far as its maker says:
-        ``session_key``, else the injected session or client itself, else boto3's default
-        chain (with the profile). Never read from boto's credential objects, so refreshing
-        credentials (an assumed role's) keep their key."""
-        return self._session_key or f"default-chain:{self._aws_profile or ''}"
+        """Which credentials this instance's clients sign with (``AWSClients.credentials_key``)."""
+        return self.aws.credentials_key
 
     @property
     def poller(self) -> StatusPoller:
-        """The process-wide status poller for this client's account/region/endpoint and
-        credentials (``shared_poller``), held until the registry forgets it or the credentials
-        key changes: a watcher reads it on every look."""
-        key, held = self._credentials_key_poller
-        if held is None or held.forgotten or key != self.credentials_key:
-            key = self.credentials_key
-            held = shared_poller(self.client, key)
-            self._credentials_key_poller = (key, held)
-        return held
-
-    def _region(self) -> str:
-        return str(self.client.meta.region_name)
+        """The process-wide status poller of this instance's client and credentials
+        (``AWSClients.poller``)."""
+        return self.aws.poller
 
     # ------------------------------------------------------------------ submit
 
@@ -263,7 +199,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         return run_options.run_opts()
 
     def _validate(self, app: AppDef, scheduler: str, cfg: dict[str, CfgVal]) -> None:
-        self._use_location(cfg)
+        self.aws.use_location(cfg)
         render.validate(app, on_eks=options.resolve(app, cfg).eks)
         render.queue_name(str(cfg["queue"]))
         render.parse_ulimits(cfg.get("ulimits"))  # type: ignore[arg-type]
@@ -309,11 +245,12 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     def _no_such_queue(self, queue: str) -> UnknownQueueError:
         names = sorted(q["jobQueueName"] for q in self._all_queues())
         return UnknownQueueError(
-            f"cfg: queue={queue!r} does not exist in {self._region()}; existing queues: {', '.join(names) or '(none)'}"
+            f"cfg: queue={queue!r} does not exist in {self.aws.region()}; "
+            f"existing queues: {', '.join(names) or '(none)'}"
         )
 
     def _describe_queue(self, queue: str) -> preflight.QueueView | None:
-        return preflight.describe(self.client, lambda: self.ec2_client, queue, call_with_retry)
+        return preflight.describe(self.client, lambda: self.ec2_client, queue)
 
     def _queue_view(self, queue: str) -> preflight.QueueView:
         """The queue's descriptions, shared by the process for ``preflight.CACHE_TTL``; an
@@ -367,10 +304,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         quiet = bool(dryrun_info.cfg.get("quiet"))
         for image_id, (repo, tag) in job.images_to_push.items():
             workspace.push_image(self.docker_client, image_id, repo, tag, quiet=quiet)
-        registered = call_with_retry(self.client.register_job_definition, **job.job_def)
-        resp = call_with_retry(
-            self.client.submit_job, jobDefinition=registered["jobDefinitionArn"], **job.submit_request()
-        )
+        registered = self.client.register_job_definition(**job.job_def)
+        resp = self.client.submit_job(jobDefinition=registered["jobDefinitionArn"], **job.submit_request())
         poller = self.poller
         poller.remember(job.app_id, resp["jobId"])
         poller.expect(resp["jobId"])
@@ -450,7 +385,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     def _known_job_id(self, app_id: str) -> str | None:
         """The job id of ``app_id`` if it is known without a blocking call (the client made,
         the id learnt: see ``describe_future_as``), else None."""
-        return None if self._client is None else self.poller.job_id(app_id)
+        return self.poller.job_id(app_id) if self.aws.made else None
 
     def _look(
         self,
@@ -468,7 +403,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         """Why the job has not started (``stuck.wait_reason``): one DescribeJobs and a fresh
         description of its queue (never the preflight's cache: the state now is wanted)."""
         job_id = self._job_id(app_id)
-        found = call_with_retry(self.client.describe_jobs, jobs=[job_id]).get("jobs", []) if job_id else []
+        found = self.client.describe_jobs(jobs=[job_id]).get("jobs", []) if job_id else []
         if not found:
             return ""
         queue = str(found[0].get("jobQueue", "")).rsplit("/", 1)[-1]
@@ -501,7 +436,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             and not eks.is_eks_job(job)  # a pod's exit code is in the job's eksAttempts
         ):
             job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
-        resp = status.describe_response(app_id, job, nodes, self._region())
+        resp = status.describe_response(app_id, job, nodes, self.aws.region())
         if resp.state.is_terminal():
             resp.usage = batch_usage(job, nodes, resp.roles)
         else:  # what guards read at each look (``core/guards.py``): no extra call
@@ -524,9 +459,9 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
         """That the job queue ``cfg["queue"]`` exists and is ENABLED."""
-        self._use_location(cfg)
+        self.aws.use_location(cfg)
         queue = str(cfg.get("queue"))
-        found = call_with_retry(self.client.describe_job_queues, jobQueues=[queue]).get("jobQueues", [])
+        found = self.client.describe_job_queues(jobQueues=[queue]).get("jobQueues", [])
         if not found:
             raise self._no_such_queue(queue)
         state, state_status = found[0].get("state"), found[0].get("status")
@@ -562,20 +497,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         info._scheduler = self.backend
         return info
 
-    def _pages(self, call: Callable[..., Any], items: str, **kwargs: Any) -> builtins.list[dict[str, Any]]:
-        """Every ``items`` entry of a paginated Batch call, all pages (``nextToken``)."""
-        out: builtins.list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            page: dict[str, Any] = {**kwargs, "nextToken": token} if token else kwargs
-            resp = call_with_retry(call, **page)
-            out.extend(resp.get(items, []))
-            token = resp.get("nextToken")
-            if not token:
-                return out
-
     def _all_queues(self) -> builtins.list[dict[str, Any]]:
-        return self._pages(self.client.describe_job_queues, "jobQueues")
+        return all_items(self.client, "describe_job_queues", "jobQueues")
 
     def _list_jobs(
         self, queue: str, filters: builtins.list[dict[str, Any]] | None, job_status: str | None = None
@@ -588,7 +511,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         if job_status:
             kwargs["jobStatus"] = job_status
         try:
-            return self._pages(self.client.list_jobs, "jobSummaryList", **kwargs)
+            return all_items(self.client, "list_jobs", "jobSummaryList", **kwargs)
         except Exception as err:
             if _error_code(err) == "ClientException":  # no such queue
                 raise self._no_such_queue(queue) from None
@@ -606,7 +529,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         ListJobs return every status) and described in batches of 100 to read their tags,
         newest first (ListJobs' ``createdAt``), stopping once ``limit`` are found.
         """
-        self._use_location(cfg)
+        self.aws.use_location(cfg)
         want = dict(labels or {})
         if cfg and cfg.get("queue"):
             queues = [render.queue_name(str(cfg["queue"]))]
@@ -649,7 +572,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         for n in range(0, len(ids), 100):
             if limit is not None and len(out) >= limit:
                 break
-            resp = call_with_retry(self.client.describe_jobs, jobs=ids[n : n + 100])
+            resp = self.client.describe_jobs(jobs=ids[n : n + 100])
             for job in resp.get("jobs", []):
                 tags = job.get("tags") or {}
                 if render.TAG_VERSION not in tags:
@@ -730,7 +653,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                 why,
             )
             return _LogTarget(render.LOG_GROUP, [], terminal, eks_logs.line)
-        budget = shared_log_budget(self.log_client, self.credentials_key)
+        budget = self.aws.log_budget
 
         def found(ref: eks_logs.PodRef) -> builtins.list[str] | None:
             slot = (group, ref)
@@ -780,7 +703,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         target = self._log_streams(app_id, role_name, k)
         if target is None or not target.streams:  # none yet, or none at all (a job without a log group)
             return LogChunk(lines=[], cursor=start.dump(), eof=target is not None and target.terminal)
-        budget = shared_log_budget(self.log_client, self.credentials_key)
+        budget = self.aws.log_budget
         events, nxt, eof, behind = read_events(
             self.log_client,
             budget,
@@ -833,7 +756,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             if target is not None and not target.streams:
                 eof = target.terminal
             elif target is not None:
-                budget = shared_log_budget(self.log_client, self.credentials_key)
+                budget = self.aws.log_budget
                 key = (app_id, role_name, k)
                 events, cursor, eof, _ = read_events(
                     self.log_client,
@@ -869,17 +792,17 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             return
         job_id, reason = str(job["jobId"]), status.cancel_reason_text(self.backend, reason)
         try:
-            call_with_retry(self.client.tag_resource, resourceArn=job["jobArn"], tags={render.TAG_CANCEL: "true"})
+            self.client.tag_resource(resourceArn=job["jobArn"], tags={render.TAG_CANCEL: "true"})
         except Exception as err:  # the reason still records the request once Batch applies it
             log.warning("cancel: could not tag %s as cancelled: %s", app_id, err)
         if job.get("status") in status.NOT_STARTED:
-            call_with_retry(self.client.cancel_job, jobId=job_id, reason=reason)
+            self.client.cancel_job(jobId=job_id, reason=reason)
             again = self.poller.get([job_id], max_age=0.0)[job_id]
             if not again or again.get("status") not in ("STARTING", "RUNNING"):
                 self.poller.invalidate(job_id)
                 return
             # It started meanwhile: CancelJob does nothing to a started job.
-        call_with_retry(self.client.terminate_job, jobId=job_id, reason=reason)
+        self.client.terminate_job(jobId=job_id, reason=reason)
         self.poller.invalidate(job_id)
         log.info("cancel: requested for %s (%s)", app_id, job_id)
 
@@ -888,7 +811,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         if job is None or job is NOT_VISIBLE or not job.get("jobDefinition"):
             return
         try:
-            call_with_retry(self.client.deregister_job_definition, jobDefinition=job["jobDefinition"])
+            self.client.deregister_job_definition(jobDefinition=job["jobDefinition"])
         except Exception as err:
             if _error_code(err) != "ClientException":
                 raise

@@ -5,8 +5,8 @@ region, no or rejected or expired credentials, a missing permission, an endpoint
 reach). ``setup_error`` turns each into the core's ``SchedulerSetupError``, whose one-line
 message names what to set; ``translate_setup_errors`` applies it to the scheduler's public
 methods, so every caller (the CLI: exit 3; a task: fails without retry unless ``transient``)
-sees the same message. Throttling and lost connections are retried (``poller.call_with_retry``)
-before anything gets here.
+sees the same message. Throttling and lost connections are retried by the clients
+(``clients.client_config``) before anything gets here.
 """
 
 from __future__ import annotations

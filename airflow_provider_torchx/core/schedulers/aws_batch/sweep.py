@@ -95,9 +95,9 @@ class ChangeSweep:
 
     ``groups()`` returns the watched jobs waiting for a scheduled look by group, with the
     group's shortest period; ``hint(group, ids)`` asks for a look at ``ids`` now (the poller
-    checks they are still in ``group``). ``call`` runs each AWS call (retries). The thread
-    starts on ``wake()`` and exits after ``idle_exit`` seconds without groups. ``step`` is one
-    pass, for tests that drive the clock by hand."""
+    checks they are still in ``group``). The thread starts on ``wake()`` and exits after
+    ``idle_exit`` seconds without groups. ``step`` is one pass, for tests that drive the clock
+    by hand."""
 
     def __init__(
         self,
@@ -105,14 +105,12 @@ class ChangeSweep:
         groups: Callable[[], dict[Group, tuple[frozenset[str], float]]],
         hint: Callable[[Group, list[str]], None],
         *,
-        call: Callable[..., Any],
         idle_exit: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.groups = groups
         self.hint = hint
-        self.call = call
         self.idle_exit = idle_exit
         self.clock = clock
         self._lock = threading.Lock()
@@ -190,19 +188,16 @@ class ChangeSweep:
         }
 
     def _list(self, group: Group) -> tuple[set[str], int]:
-        """The ids ``ListJobs`` lists in ``group`` (every page) and the number of pages."""
+        """The ids ``ListJobs`` lists in ``group`` (every page, boto3's paginator) and the
+        number of pages."""
         queue, status = group
         found: set[str] = set()
-        token: str | None = None
         pages = 0
-        while True:
-            kwargs: dict[str, Any] = {"jobQueue": queue, "jobStatus": status, "maxResults": LIST_PAGE}
-            if token:
-                kwargs["nextToken"] = token
+        listing = self.client.get_paginator("list_jobs").paginate(
+            jobQueue=queue, jobStatus=status, PaginationConfig={"PageSize": LIST_PAGE}
+        )
+        for page in listing:
             self.calls += 1
-            resp = self.call(self.client.list_jobs, **kwargs)
             pages += 1
-            found.update(s["jobId"] for s in resp.get("jobSummaryList", []))
-            token = resp.get("nextToken")
-            if not token:
-                return found, pages
+            found.update(s["jobId"] for s in page.get("jobSummaryList", []))
+        return found, pages
