@@ -31,12 +31,12 @@ import logging
 import os
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_torchx._compat import conf
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, failed_replica_note, find_root_cause
 from airflow_provider_torchx.core.guards import START_TIMEOUT, GuardrailTrippedError, Guards, Trip
@@ -44,8 +44,6 @@ from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import (
     BATCH_LINES,
     PROGRESS_EVERY,
-    SYSTEM_CLOCK,
-    Clock,
     Done,
     JobWatch,
     Log,
@@ -164,11 +162,6 @@ def cursor_file_for(runner: Runner, app_handle: str, identity: Mapping[str, str]
     """The cursor file of watcher ``identity`` (a task instance's labels) for ``app_handle``:
     beside the job when its scheduler keeps a sidecar dir, else under this host's state dir."""
     return CursorFile.locate(app_handle, identity, runner.sidecar_dir(app_handle))
-
-
-def deadline_from(timeout_seconds: float | None) -> float | None:
-    """An absolute deadline (epoch seconds) ``timeout_seconds`` from now."""
-    return None if timeout_seconds is None else time.time() + timeout_seconds
 
 
 def event_position(event: Mapping[str, Any]) -> LogPosition:

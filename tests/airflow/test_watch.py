@@ -23,10 +23,11 @@ import pytest
 from airflow_provider_torchx import watch
 from airflow_provider_torchx.cancels import outside_canceller
 from airflow_provider_torchx.core import cli
+from airflow_provider_torchx.core.clock import Clock
 from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.core.errorfile import find_root_cause
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
-from airflow_provider_torchx.core.logstream import BATCH_LINES, Clock
+from airflow_provider_torchx.core.logstream import BATCH_LINES
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.hooks.torchx import close_runners

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.schedulers.api import settle
 from airflow_provider_torchx.core.schedulers.aws_batch.schedule import DESCRIBE_BATCH, RoundSchedule
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import ChangeSweep, Group
@@ -212,8 +213,8 @@ class StatusPoller:
     - A job ``expect``-ed (just submitted here) that DescribeJobs does not show yet is reported
       as ``NOT_VISIBLE`` for ``visibility_grace`` seconds instead of as missing.
     - The thread exits after ``idle_exit`` seconds without requests and restarts on demand.
-      ``clock`` (monotonic seconds) and ``sleep`` (the retries' back-off) are injectable
-      for tests that drive rounds by hand; which waiters a round answers is a pure function
+      ``clock`` (its monotonic time; its sleep: the retries' back-off) is injectable for
+      tests that drive rounds by hand; which waiters a round answers is a pure function
       (``answer_waiters``).
     """
 
@@ -225,8 +226,7 @@ class StatusPoller:
         coalesce: float = 0.05,
         visibility_grace: float = 60.0,
         idle_exit: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.client = client
         #: Set once ``shared_poller``'s registry dropped this poller (idle): holders ask it again.
@@ -234,7 +234,6 @@ class StatusPoller:
         self.visibility_grace = visibility_grace
         self.idle_exit = idle_exit
         self.clock = clock
-        self.sleep = sleep
         self._cond = threading.Condition()
         self._results: dict[str, Entry] = {}
         self._accessed: dict[str, float] = {}
@@ -244,7 +243,7 @@ class StatusPoller:
         self._job_ids: dict[str, str] = {}
         self._waiters: list[Waiter] = []
         self._thread: threading.Thread | None = None
-        self._last_request = clock()
+        self._last_request = clock.monotonic()
         #: DescribeJobs calls and rounds made (benchmarks and tests read them).
         self.calls = 0
         self.rounds = 0
@@ -257,7 +256,7 @@ class StatusPoller:
     def expect(self, job_id: str) -> None:
         """Note a job just submitted, so that not seeing it yet is not "no such job"."""
         with self._cond:
-            self._expected[job_id] = self.clock() + self.visibility_grace
+            self._expected[job_id] = self.clock.monotonic() + self.visibility_grace
             self._results.pop(job_id, None)
 
     def remember(self, app_id: str, job_id: str) -> None:
@@ -308,7 +307,7 @@ class StatusPoller:
         (``describe_future_as``, ``describe_on_loop_as``); ``then`` must not raise."""
         max_age = self.min_interval if max_age is None else max_age
         with self._cond:
-            now = self._last_request = self.clock()
+            now = self._last_request = self.clock.monotonic()
             wake = self._next_round_at()
             need = set()
             for job_id in job_ids:
@@ -336,7 +335,7 @@ class StatusPoller:
         """Describe ``job_ids`` in the next round (the change sweep found them gone from
         ``group``): those still waiting for a scheduled look and last described in ``group``."""
         with self._cond:
-            now = self.clock()
+            now = self.clock.monotonic()
             wake = self._next_round_at()
             asked = False
             for job_id in job_ids:
@@ -392,7 +391,7 @@ class StatusPoller:
         with self._cond:
             if self._thread is not None or self._waiters or self.schedule:
                 return 0.0
-            return max(0.0, self.clock() - self._last_request)
+            return max(0.0, self.clock.monotonic() - self._last_request)
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -404,9 +403,9 @@ class StatusPoller:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                idle_since = self.clock()
+                idle_since = self.clock.monotonic()
                 while True:
-                    now = self.clock()
+                    now = self.clock.monotonic()
                     wake = self._next_round_at()
                     if wake is not None and wake <= now:
                         break
@@ -429,7 +428,7 @@ class StatusPoller:
         each call completes as soon as it returns (the waiters' loop then takes its answers a
         call's worth at a time, not a whole round's: 500 at 5,000 jobs held it 100 ms)."""
         with self._cond:
-            start = self.clock()
+            start = self.clock.monotonic()
             ids = self.schedule.take(start)
             if not ids:
                 return
@@ -441,7 +440,7 @@ class StatusPoller:
             try:
                 with self._cond:
                     self.calls += 1
-                resp = call_with_retry(self.client.describe_jobs, jobs=chunk, sleep=self.sleep)
+                resp = call_with_retry(self.client.describe_jobs, jobs=chunk, sleep=self.clock.sleep)
             except Exception as err:
                 self._answer_round(round_no, start, ids[n:], {}, err)  # every id left: the error
                 return
