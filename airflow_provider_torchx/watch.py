@@ -152,15 +152,15 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: 
     return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}{lag}"
 
 
-def identity_labels(context: Context) -> dict[str, str]:
-    """The task instance's identity (never the try number) as job labels (``core/identity.py``)."""
+def task_identity(context: Context) -> TaskIdentity:
+    """The task instance's identity (never the try number; ``core/identity.py``)."""
     ti = context["ti"]
-    return TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index).labels()
+    return TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index)
 
 
-def cursor_file_for(runner: Runner, app_handle: str, identity: Mapping[str, str]) -> CursorFile:
-    """The cursor file of watcher ``identity`` (a task instance's labels) for ``app_handle``:
-    beside the job when its scheduler keeps a sidecar dir, else under this host's state dir."""
+def cursor_file_for(runner: Runner, app_handle: str, identity: TaskIdentity) -> CursorFile:
+    """The cursor file of task instance ``identity`` for ``app_handle``: beside the job when
+    its scheduler keeps a sidecar dir, else under this host's state dir."""
     return CursorFile.locate(app_handle, identity, runner.sidecar_dir(app_handle))
 
 
