@@ -42,11 +42,11 @@ def configured_root(operator_root: str | None, hook: TorchXHook, runner: Runner,
     )
 
 
-def earlier_attempts(runner: Runner, scheduler: str, cfg: dict[str, Any], labels: dict[str, str]) -> list[int]:
-    """How many attempts each job the task instance submitted before made (its restarts + 1),
-    as the scheduler still knows them."""
+def earlier_attempts(runner: Runner, scheduler: str, cfg: dict[str, Any], identity: TaskIdentity) -> list[int]:
+    """How many attempts each job task instance ``identity`` submitted before made (its
+    restarts + 1), as the scheduler still knows them (listed by its labels)."""
     counts = []
-    for app in runner.list(scheduler, cfg, labels):
+    for app in runner.list(scheduler, cfg, identity.labels()):
         desc = runner.describe_app(app.app_handle)
         if desc is not None:
             counts.append(max(desc.num_restarts, 0) + 1)
@@ -61,21 +61,20 @@ def prepare(
     runner: Runner,
     scheduler: str,
     cfg: dict[str, Any],
-    labels: dict[str, str],
+    identity: TaskIdentity,
     try_number: int,
     dryrun: bool,
 ) -> str | None:
-    """Give every role of the new job ``app`` the task instance's checkpoint location (when a
-    root is known) and its first attempt number; return the location (None: no root). On a
-    retry the attempt number counts the attempts of the task instance's earlier jobs
-    (``checkpoints.attempt_offset``); a dry run only counts the earlier tries."""
+    """Give every role of the new job ``app`` the checkpoint location of task instance
+    ``identity`` (when a root is known) and its first attempt number; return the location
+    (None: no root). On a retry the attempt number counts the attempts of the task instance's
+    earlier jobs (``checkpoints.attempt_offset``); a dry run only counts the earlier tries."""
     root = configured_root(operator_root, hook, runner, scheduler)
-    identity = TaskIdentity.from_labels(labels)
-    location = checkpoints.checkpoint_dir(root, identity) if root is not None and identity is not None else None
+    location = checkpoints.checkpoint_dir(root, identity) if root is not None else None
     earlier: list[int] = []
     if try_number > 1 and not dryrun:
         try:
-            earlier = earlier_attempts(runner, scheduler, cfg, labels)
+            earlier = earlier_attempts(runner, scheduler, cfg, identity)
         except Exception as e:  # the count is a courtesy: the try number still bounds it
             log.warning("could not count the earlier attempts of this task instance: %s", e)
     attempt = checkpoints.attempt_offset(try_number, earlier)

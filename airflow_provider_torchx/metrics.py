@@ -2,10 +2,10 @@
 OpenTelemetry, as the deployment configured ``[metrics]``; nothing at all when metrics are
 off: the client is then a no-op).
 
-Every usage metric is tagged with the scheduler, the app name, the DAG and the task;
-``torchx.job.orphan_cancelled`` with the scheduler, the DAG, the task and the reason;
-``torchx.job.guardrail`` with the scheduler, the DAG, the task and the guard. Plain StatsD
-carries no tags: they reach the wire with ``statsd_influxdb_enabled``, DogStatsD
+Every metric is tagged with the scheduler and the task, under Airflow's own names
+(``scheduler``, ``dag_id``, ``task_id``: ``job_tags``); a usage metric adds ``app_name``,
+``torchx.job.orphan_cancelled`` the ``reason`` and ``torchx.job.guardrail`` the ``guard``.
+Plain StatsD carries no tags: they reach the wire with ``statsd_influxdb_enabled``, DogStatsD
 (``statsd_datadog_enabled``) or OpenTelemetry.
 """
 
@@ -28,10 +28,16 @@ ORPHAN_CANCELLED = "torchx.job.orphan_cancelled"
 GUARDRAIL = "torchx.job.guardrail"
 
 
+def job_tags(*, scheduler: str, dag_id: str, task_id: str, **more: str) -> dict[str, str]:
+    """The tags of every metric (the scheduler, the DAG and the task, named as Airflow's own
+    metrics name them) with ``more`` of the metric's own."""
+    return {"scheduler": scheduler, "dag_id": dag_id, "task_id": task_id, **more}
+
+
 def emit_usage_metrics(usage: Usage, *, scheduler: str, app_name: str, dag_id: str, task_id: str) -> None:
     """Emit the job's run time and queue wait (timers), GPU-hours, vCPU-hours and attempts
     (gauges); figures the scheduler does not know are left out."""
-    tags = {"scheduler": scheduler, "app_name": app_name, "dag_id": dag_id, "task_id": task_id}
+    tags = job_tags(scheduler=scheduler, dag_id=dag_id, task_id=task_id, app_name=app_name)
     client = stats()
     if usage.run_time_s is not None:
         client.timing(DURATION, timedelta(seconds=usage.run_time_s), tags=tags)
@@ -47,12 +53,10 @@ def emit_usage_metrics(usage: Usage, *, scheduler: str, app_name: str, dag_id: s
 def emit_orphan_cancelled(*, scheduler: str, dag_id: str, task_id: str, reason: str) -> None:
     """Count a job cancelled for outliving its task instance, tagged with why (the decision
     table's reason: ``task_failed``, ``dag_run_deleted``, ``superseded``, ...)."""
-    tags = {"scheduler": scheduler, "dag": dag_id, "task": task_id, "reason": reason}
-    stats().incr(ORPHAN_CANCELLED, tags=tags)
+    stats().incr(ORPHAN_CANCELLED, tags=job_tags(scheduler=scheduler, dag_id=dag_id, task_id=task_id, reason=reason))
 
 
 def emit_guardrail(*, scheduler: str, dag_id: str, task_id: str, guard: str) -> None:
     """Count a job stopped by a guard (``start_timeout``, ``max_gpu_hours``,
     ``attempt_timeout``), tagged with which."""
-    tags = {"scheduler": scheduler, "dag": dag_id, "task": task_id, "guard": guard}
-    stats().incr(GUARDRAIL, tags=tags)
+    stats().incr(GUARDRAIL, tags=job_tags(scheduler=scheduler, dag_id=dag_id, task_id=task_id, guard=guard))

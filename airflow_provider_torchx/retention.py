@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx._compat import conf
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.durations import parse_duration
 
 if TYPE_CHECKING:
@@ -26,10 +26,10 @@ PRUNE_EVERY_S = 3600.0
 _STAMP = ".pruned"
 
 
-def apply_retention(runner: Runner, scheduler: str, log: Any = None) -> int:
+def apply_retention(runner: Runner, scheduler: str, log: Any = None, *, clock: Clock = SYSTEM_CLOCK) -> int:
     """After a submit to ``scheduler``: prune the local store if the scheduler's jobs live
     there (``local_store``), ``retain_finished`` is set and no process did in the last
-    ``PRUNE_EVERY_S``; return how many jobs were removed."""
+    ``PRUNE_EVERY_S`` of ``clock``'s wall time; return how many jobs were removed."""
     log = log or logging.getLogger(__name__)
     setting = (conf.get("torchx", "retain_finished", fallback="") or "").strip()
     if not setting or not runner.capabilities(scheduler).local_store:
@@ -40,13 +40,14 @@ def apply_retention(runner: Runner, scheduler: str, log: Any = None) -> int:
         older_than = parse_duration(setting, "[torchx] retain_finished")
         sched = create_cwd_scheduler("torchx")
         stamp = os.path.join(sched.store.root, _STAMP)
+        now = clock.wall()
         try:
-            if time.time() - os.stat(stamp).st_mtime < PRUNE_EVERY_S:
+            if now - os.stat(stamp).st_mtime < PRUNE_EVERY_S:
                 return 0
         except FileNotFoundError:
             pass
         with open(stamp, "a"):
-            os.utime(stamp)
+            os.utime(stamp, (now, now))
         pruned = sched.prune(older_than)
     except (OSError, ValueError) as err:
         log.warning("TorchX retention (retain_finished=%s) skipped: %s", setting, err)

@@ -31,12 +31,12 @@ import logging
 import os
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_torchx._compat import conf
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, failed_replica_note, find_root_cause
 from airflow_provider_torchx.core.guards import START_TIMEOUT, GuardrailTrippedError, Guards, Trip
@@ -44,8 +44,6 @@ from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import (
     BATCH_LINES,
     PROGRESS_EVERY,
-    SYSTEM_CLOCK,
-    Clock,
     Done,
     JobWatch,
     Log,
@@ -154,21 +152,16 @@ def progress_line(app_handle: str, status: AppStatus, elapsed: float, behind_s: 
     return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{why}{lag}"
 
 
-def identity_labels(context: Context) -> dict[str, str]:
-    """The task instance's identity (never the try number) as job labels (``core/identity.py``)."""
+def task_identity(context: Context) -> TaskIdentity:
+    """The task instance's identity (never the try number; ``core/identity.py``)."""
     ti = context["ti"]
-    return TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index).labels()
+    return TaskIdentity(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index)
 
 
-def cursor_file_for(runner: Runner, app_handle: str, identity: Mapping[str, str]) -> CursorFile:
-    """The cursor file of watcher ``identity`` (a task instance's labels) for ``app_handle``:
-    beside the job when its scheduler keeps a sidecar dir, else under this host's state dir."""
+def cursor_file_for(runner: Runner, app_handle: str, identity: TaskIdentity) -> CursorFile:
+    """The cursor file of task instance ``identity`` for ``app_handle``: beside the job when
+    its scheduler keeps a sidecar dir, else under this host's state dir."""
     return CursorFile.locate(app_handle, identity, runner.sidecar_dir(app_handle))
-
-
-def deadline_from(timeout_seconds: float | None) -> float | None:
-    """An absolute deadline (epoch seconds) ``timeout_seconds`` from now."""
-    return None if timeout_seconds is None else time.time() + timeout_seconds
 
 
 def event_position(event: Mapping[str, Any]) -> LogPosition:

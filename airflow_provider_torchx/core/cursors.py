@@ -3,7 +3,7 @@
 A watcher that copies a job's log lines somewhere (the Airflow trigger, a task waiting in its
 worker) saves its per-replica log cursors after each batch it wrote, so that whoever watches
 the job next (a restarted triggerer, a retried task) goes on from there instead of repeating
-lines. There is one file per watcher identity (an Airflow task instance, not a try) and job.
+lines. There is one file per task instance (``TaskIdentity``, not a try) and job.
 
 Rules:
 
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.schedulers.local.store import read_json
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.core.statedir import default_state_dir
@@ -66,9 +67,9 @@ def newest(*positions: LogPosition | None) -> LogPosition:
     return max(found, key=lambda p: p.seq) if found else LogPosition()
 
 
-def identity_key(identity: Mapping[str, str]) -> str:
-    """A short, stable file-name key for a watcher identity (e.g. a task instance's labels)."""
-    canonical = json.dumps(sorted((str(k), str(v)) for k, v in identity.items()))
+def identity_key(identity: TaskIdentity) -> str:
+    """A short, stable file-name key for a task instance (from its identity labels)."""
+    canonical = json.dumps(sorted(identity.labels().items()))
     return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
 
@@ -83,22 +84,22 @@ def _make_private_dirs(directory: Path) -> None:
 
 
 class CursorFile:
-    """The cursor file of watcher ``identity`` for job ``app_handle`` at ``path``.
+    """The cursor file of task instance ``identity`` for job ``app_handle`` at ``path``.
 
     ``create_dir=False`` (a job's sidecar dir): a missing directory means the job was deleted,
     and is not created again."""
 
-    def __init__(self, path: Path, app_handle: str, identity: Mapping[str, str], *, create_dir: bool = True) -> None:
+    def __init__(self, path: Path, app_handle: str, identity: TaskIdentity, *, create_dir: bool = True) -> None:
         self.path = path
         self.app_handle = app_handle
-        self.identity = dict(identity)
+        self.identity = identity
         self.create_dir = create_dir
 
     @classmethod
     def locate(
         cls,
         app_handle: str,
-        identity: Mapping[str, str],
+        identity: TaskIdentity,
         sidecar_dir: Path | None,
         state_dir: str | os.PathLike[str] | None = None,
     ) -> CursorFile:
@@ -141,7 +142,7 @@ class CursorFile:
         record: dict[str, Any] = {
             "format": _FORMAT,
             "app_handle": self.app_handle,
-            "identity": self.identity,
+            "identity": self.identity.labels(),
             "seq": position.seq,
             "cursors": position.cursors,
             "reported": position.reported,

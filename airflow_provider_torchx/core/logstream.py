@@ -30,12 +30,12 @@ import math
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errors import SignalException
 from airflow_provider_torchx.core.guards import GuardrailTrippedError, Guards, Trip
 from airflow_provider_torchx.core.specs import AppState, AppStatus
@@ -52,18 +52,6 @@ BATCH_LINES = 1000
 #: look this many seconds after the last note: at least once a minute while looks are more
 #: frequent, each look when they are rarer (docs/behaviour.md, "Progress lines").
 PROGRESS_EVERY = 60.0
-
-
-class Clock(NamedTuple):
-    """Where a watcher takes its time from: ``monotonic`` for intervals, ``wall`` (epoch
-    seconds) for deadlines, ``sleep`` for pauses. Tests pass their own."""
-
-    monotonic: Callable[[], float] = time.monotonic
-    wall: Callable[[], float] = time.time
-    sleep: Callable[[float], None] = time.sleep
-
-
-SYSTEM_CLOCK = Clock()
 
 
 class LogLine(NamedTuple):

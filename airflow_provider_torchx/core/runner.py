@@ -14,7 +14,6 @@ import concurrent.futures
 import copy
 import logging
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -23,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errors import UnknownAppError, UnknownSchedulerError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, did_you_mean, runopts
 from airflow_provider_torchx.core.schedulers.api import (
@@ -373,6 +373,7 @@ class Runner:
         wait_interval: float = 10,
         timeout: float | None = None,
         cancel_on_signal: bool | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> AppStatus | None:
         """Block until the app is terminal; return its status (None: no such app).
 
@@ -380,12 +381,13 @@ class Runner:
         ends the wait as soon as the job ends. On ``timeout`` returns the last, non-terminal
         status. With ``cancel_on_signal`` (default: when called in the main thread) SIGTERM
         and SIGINT cancel the job and re-raise (as ``SignalException``); the previous
-        handlers are restored afterwards. The watching rules are ``core/logstream.py``'s.
+        handlers are restored afterwards. The watching rules are ``core/logstream.py``'s,
+        on ``clock``.
         """
         from airflow_provider_torchx.core.logstream import JobWatch  # when watching: the CLI's list needs none
 
-        deadline = None if timeout is None else time.time() + timeout
-        return JobWatch(self, app_handle, stream_logs=False).wait(
+        deadline = None if timeout is None else clock.wall() + timeout
+        return JobWatch(self, app_handle, stream_logs=False, clock=clock).wait(
             wait_interval, deadline, cancel_on_signal=cancel_on_signal
         )
 

@@ -28,6 +28,7 @@ from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reaso
 from airflow_provider_torchx.core.checkpoints import check_root
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, Guards, positive_limit, smaller
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, labels_match
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
@@ -46,7 +47,7 @@ from airflow_provider_torchx.watch import (
     event_position,
     failure_message,
     flush_logs,
-    identity_labels,
+    task_identity,
 )
 
 if TYPE_CHECKING:
@@ -158,11 +159,11 @@ def _remember_job(context: Context, app_handle: str, *, reported: bool) -> None:
 
 @dataclass(frozen=True)
 class _TaskJob:
-    """The job a task watches: its handle, the task instance's identity labels, its cursor file
+    """The job a task watches: its handle, the task instance's identity, its cursor file
     and the log position to go on from, and whether it ended already (an adopted one)."""
 
     handle: str
-    labels: dict[str, str]
+    identity: TaskIdentity
     cursor_file: CursorFile
     position: LogPosition
     ended: bool
@@ -349,10 +350,11 @@ class TorchXRunOperator(BaseOperator):
         submits nothing and returns the rendered request instead."""
         scheduler = hook.settings.scheduler
         cfg = hook.resolve_cfg(self.cfg)
-        labels = identity_labels(context)
+        identity = task_identity(context)
+        labels = identity.labels()  # what the job carries
         adopted = None
         if self.reattach_on_retry and not self.dryrun:
-            adopted = self._find_job_to_adopt(runner, scheduler, cfg, labels, context)
+            adopted = self._find_job_to_adopt(runner, scheduler, cfg, identity, context)
         app = self.build_app()
         register_app_secrets(app)  # before anything is logged
         if adopted is None:
@@ -363,7 +365,7 @@ class TorchXRunOperator(BaseOperator):
                 runner=runner,
                 scheduler=scheduler,
                 cfg=cfg,
-                labels=labels,
+                identity=identity,
                 try_number=context["ti"].try_number,
                 dryrun=self.dryrun,
             )
@@ -379,12 +381,12 @@ class TorchXRunOperator(BaseOperator):
             handle = runner.schedule(info)
             self.log.info("Submitted %s", handle)
             apply_retention(runner, scheduler, self.log)  # [torchx] retain_finished; off by default
-            cursor_file = cursor_file_for(runner, handle, labels)
+            cursor_file = cursor_file_for(runner, handle, identity)
             position = LogPosition()
             cursor_file.save(position)  # "watched by this task instance, not reported yet"
         else:
             handle = adopted.app_handle
-            cursor_file = cursor_file_for(runner, handle, labels)
+            cursor_file = cursor_file_for(runner, handle, identity)
             position = newest(cursor_file.load())
             self.checkpoint_dir = checkpointing.location_of(runner, handle)  # as it was given
         self.app_handle = handle
@@ -395,7 +397,7 @@ class TorchXRunOperator(BaseOperator):
         if not self.wait_for_completion or not self.cancel_on_kill:
             context["ti"].xcom_push(key=DISOWNED_XCOM, value=handle)  # not to be cancelled with the task
         ended = adopted is not None and adopted.state.is_terminal()
-        return _TaskJob(handle, labels, cursor_file, position, ended)
+        return _TaskJob(handle, identity, cursor_file, position, ended)
 
     def _defer(
         self,
@@ -415,7 +417,7 @@ class TorchXRunOperator(BaseOperator):
                 poll_interval=self.poll_interval,
                 stream_logs=self.stream_logs,
                 position=job.position,
-                identity=job.labels,
+                identity=job.identity.labels(),  # the trigger's kwargs: the wire form
                 deadline=deadline,
                 started_at=started_at,
                 cancel_on_kill=self.cancel_on_kill,
@@ -425,7 +427,7 @@ class TorchXRunOperator(BaseOperator):
         )
 
     def _find_job_to_adopt(
-        self, runner: Runner, scheduler: str, cfg: dict[str, Any], labels: dict[str, str], context: Context
+        self, runner: Runner, scheduler: str, cfg: dict[str, Any], identity: TaskIdentity, context: Context
     ) -> JobRecord | None:
         """On a retry, the job of this task instance to adopt (``choose_job_to_adopt`` over
         each job's ``JobRecord``), logging why; None: submit a new one."""
@@ -433,6 +435,7 @@ class TorchXRunOperator(BaseOperator):
             return None
         stored = _remembered_job(context)
         handles = [stored["app_handle"]] if stored else []
+        labels = identity.labels()
         handles += [app.app_handle for app in runner.list(scheduler, cfg, labels) if app.app_handle not in handles]
         records = []
         for handle in handles:
@@ -440,7 +443,7 @@ class TorchXRunOperator(BaseOperator):
             desc = runner.describe_app(handle)
             if desc is None or not labels_match(desc.labels, labels):
                 continue
-            saved = cursor_file_for(runner, handle, labels).load() if desc.state == AppState.SUCCEEDED else None
+            saved = cursor_file_for(runner, handle, identity).load() if desc.state == AppState.SUCCEEDED else None
             records.append(JobRecord.read(handle, desc, stored, saved))
         chosen = choose_job_to_adopt(records)
         for c in records:
@@ -541,7 +544,7 @@ class TorchXRunOperator(BaseOperator):
         the event's and the cursor file's positions), then return the handle or raise."""
         self.app_handle = str(event["app_handle"])
         self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()
-        cursor_file = cursor_file_for(self._runner, self.app_handle, identity_labels(context))
+        cursor_file = cursor_file_for(self._runner, self.app_handle, task_identity(context))
         self.checkpoint_dir = checkpointing.location_of(self._runner, self.app_handle)
         if self.stream_logs:
             position = flush_logs(self._runner, event, self.log, cursor_file)

@@ -26,11 +26,11 @@ import json
 import logging
 import math
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errorfile import RootCause, find_root_cause
 from airflow_provider_torchx.core.errors import UnknownAppError, shown
 from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
@@ -110,7 +110,7 @@ class JobList:
     made_from: dict[str, tuple[Any, JobRow]] = field(default_factory=dict, repr=False)
 
 
-def list_jobs(filters: Mapping[str, str | None]) -> JobList:
+def list_jobs(filters: Mapping[str, str | None], clock: Clock = SYSTEM_CLOCK) -> JobList:
     """Every job the host can see whose identity labels match ``filters`` (``dag_id``,
     ``task_id``, ``run_id``; empty values ignored) and whose state is ``filters["state"]`` if
     given; newest first (by submission time, then handle). A connection of a host-bound
@@ -119,11 +119,12 @@ def list_jobs(filters: Mapping[str, str | None]) -> JobList:
     One listing serves every caller with the same filters and connections (pages poll every
     5 s): younger than ``LIST_REUSE_S`` it is the answer; older, it is still the answer while
     one background thread lists again, so no caller waits for a walk of the store but the
-    first (guarantee 4). A listing nobody asked for in ``LIST_FORGET_S`` is dropped."""
+    first (guarantee 4). A listing nobody asked for in ``LIST_FORGET_S`` is dropped. Ages
+    are counted on ``clock``'s monotonic time."""
     connections = tuple(torchx_connection_ids())
     key = (tuple(sorted((k, v or "") for k, v in filters.items())), connections)
     with _LIST_LOCK:
-        now = time.monotonic()
+        now = clock.monotonic()
         for stale in [k for k, entry in _LISTED.items() if now - entry.asked >= LIST_FORGET_S]:
             del _LISTED[stale]
         entry = _LISTED.get(key)
@@ -131,11 +132,12 @@ def list_jobs(filters: Mapping[str, str | None]) -> JobList:
             entry.asked = now
             if now - entry.at >= LIST_REUSE_S and not entry.refreshing:
                 entry.refreshing = True
-                threading.Thread(target=_refresh, args=(key, filters, connections), daemon=True).start()
+                threading.Thread(target=_refresh, args=(key, filters, connections, clock), daemon=True).start()
             return entry.found
     found = _list_jobs(filters, connections, None)
     with _LIST_LOCK:
-        _LISTED[key] = _Listing(found, time.monotonic(), time.monotonic())
+        now = clock.monotonic()
+        _LISTED[key] = _Listing(found, now, now)
     return found
 
 
@@ -147,7 +149,7 @@ class _Listing:
     refreshing: bool = False
 
 
-def _refresh(key: Any, filters: Mapping[str, str | None], connections: tuple[str, ...]) -> None:
+def _refresh(key: Any, filters: Mapping[str, str | None], connections: tuple[str, ...], clock: Clock) -> None:
     with _LIST_LOCK:
         previous = _LISTED[key].found if key in _LISTED else None
     try:
@@ -159,8 +161,9 @@ def _refresh(key: Any, filters: Mapping[str, str | None], connections: tuple[str
                 _LISTED[key].refreshing = False
         return
     with _LIST_LOCK:
-        asked = _LISTED[key].asked if key in _LISTED else time.monotonic()
-        _LISTED[key] = _Listing(found, time.monotonic(), asked)
+        now = clock.monotonic()
+        asked = _LISTED[key].asked if key in _LISTED else now
+        _LISTED[key] = _Listing(found, now, asked)
 
 
 def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...], previous: JobList | None) -> JobList:

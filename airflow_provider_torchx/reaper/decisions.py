@@ -5,10 +5,10 @@ start (is its own job one)."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide
@@ -77,7 +77,7 @@ def apply(
     return out
 
 
-def orphans_among(jobs: list[LiveJob]) -> dict[str, str]:
+def orphans_among(jobs: list[LiveJob], *, clock: Clock = SYSTEM_CLOCK) -> dict[str, str]:
     """``{handle: why}`` for the live ``jobs`` whose task instance ended (the UI marks them
     "orphaned" until they are cancelled), whatever the setting or the grace period say.
     Empty when the states cannot be read."""
@@ -87,7 +87,7 @@ def orphans_among(jobs: list[LiveJob]) -> dict[str, str]:
     except Exception as e:
         log.warning("orphaned jobs: could not read task instance states (%s: %s)", type(e).__name__, e)
         return {}
-    now = time.time()
+    now = clock.wall()
     out = {}
     for job, view in job_views(jobs):
         decision = decide(views.get(job.identity), view, enabled=settings.enabled, grace=settings.grace, now=now)
@@ -96,10 +96,11 @@ def orphans_among(jobs: list[LiveJob]) -> dict[str, str]:
     return out
 
 
-def start_decision(labels: Mapping[str, str], state: str | None) -> Decision:
+def start_decision(labels: Mapping[str, str], state: str | None, *, clock: Clock = SYSTEM_CLOCK) -> Decision:
     """The table's answer for a job whose task instance a trigger found in ``state`` when it
     started (no grace: the trigger cancels an orphan at once)."""
     settings = reaper_settings()
-    view = TaskView(dag_known=True, run_state="running", found=True, state=state, ended_at=time.time())
+    now = clock.wall()
+    view = TaskView(dag_known=True, run_state="running", found=True, state=state, ended_at=now)
     job = JobView(AppState.RUNNING, labels)
-    return decide(view, job, enabled=settings.enabled, grace=0.0, now=time.time())
+    return decide(view, job, enabled=settings.enabled, grace=0.0, now=now)

@@ -14,13 +14,13 @@ import dataclasses
 import logging
 import sys
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow.listeners import hookimpl
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.orphans import TaskView
 from airflow_provider_torchx.reaper.decisions import Judged, apply
@@ -38,13 +38,13 @@ _announced: ThreadPoolExecutor | None = None
 _announced_lock = threading.Lock()
 
 
-def _when_scheduler(job: Any, timeout: float = 60.0) -> None:
+def _when_scheduler(job: Any, timeout: float = 60.0, clock: Clock = SYSTEM_CLOCK) -> None:
     """``on_starting`` sees a ``Job`` before its runner names its type: wait for the type, and
     start the loop only for a scheduler. (Only sleeps and starts a process: nothing here
     imports or takes a lock the scheduler's forked workers could need.)"""
-    deadline = time.monotonic() + timeout
-    while getattr(job, "job_type", None) in (None, "undefined") and time.monotonic() < deadline:
-        time.sleep(0.2)
+    deadline = clock.monotonic() + timeout
+    while getattr(job, "job_type", None) in (None, "undefined") and clock.monotonic() < deadline:
+        clock.sleep(0.2)
     if getattr(job, "job_type", None) == "SchedulerJob":
         serve_announcements("scheduler")
         start_loop()
@@ -93,7 +93,9 @@ def _guarded(fn: Callable[..., object], *args: Any) -> None:
         log.exception("orphaned jobs: handling what Airflow announced failed")
 
 
-def reap_announced(wanted: Callable[[TaskIdentity], bool], view: TaskView, where: str) -> list[Judged]:
+def reap_announced(
+    wanted: Callable[[TaskIdentity], bool], view: TaskView, where: str, clock: Clock = SYSTEM_CLOCK
+) -> list[Judged]:
     """Apply the table at once (no grace) to the live jobs ``wanted`` selects, with ``view``:
     the state Airflow just announced (whether a try disowned its job is read from the
     database; when it cannot be, nothing is decided here: the loop asks again)."""
@@ -109,7 +111,7 @@ def reap_announced(wanted: Callable[[TaskIdentity], bool], view: TaskView, where
         log.warning("orphaned jobs: could not read task instance states (%s: %s)", type(e).__name__, e)
         return []
     views = {job.identity: dataclasses.replace(view, disowned=stored[job.identity].disowned) for job in jobs}
-    return apply(jobs, views, settings=ReaperSettings(True, 0.0), now=time.time(), where=where)
+    return apply(jobs, views, settings=ReaperSettings(True, 0.0), now=clock.wall(), where=where)
 
 
 def _orm_task_instance(task_instance: Any) -> bool:
@@ -118,10 +120,10 @@ def _orm_task_instance(task_instance: Any) -> bool:
     return type(task_instance).__module__.startswith("airflow.models")
 
 
-def _announce_task(task_instance: Any) -> None:
+def _announce_task(task_instance: Any, clock: Clock = SYSTEM_CLOCK) -> None:
     """In the scheduler (heartbeat timeout, a run's end): wake the loop. Elsewhere (the
     api-server) a state Airflow announces was set through the REST API, by a user: apply the
-    table at once on the reaper's thread."""
+    table at once on the reaper's thread (the state ended when it was announced)."""
     if not _orm_task_instance(task_instance):
         return
     ident = TaskIdentity(
@@ -134,18 +136,19 @@ def _announce_task(task_instance: Any) -> None:
         found=True,
         state=None if state is None else str(getattr(state, "value", state)),
         try_number=int(task_instance.try_number or 0),
-        ended_at=time.time(),
+        ended_at=clock.wall(),
         marked=True,
     )
     if not wake_loop():
         _submit(reap_announced, lambda i: i == ident, view, f"announced by Airflow: task {view.state}")
 
 
-def _announce_run(dag_run: Any) -> None:
+def _announce_run(dag_run: Any, clock: Clock = SYSTEM_CLOCK) -> None:
+    """``_announce_task`` for a DAG run that ended."""
     if not type(dag_run).__module__.startswith("airflow.models"):
         return
     dag_id, run_id, state = dag_run.dag_id, dag_run.run_id, str(getattr(dag_run.state, "value", dag_run.state))
-    view = TaskView(dag_known=True, run_state=state, found=True, ended_at=time.time(), marked=True)
+    view = TaskView(dag_known=True, run_state=state, found=True, ended_at=clock.wall(), marked=True)
     if not wake_loop():
         _submit(
             reap_announced,

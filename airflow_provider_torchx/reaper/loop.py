@@ -15,9 +15,9 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.orphans import TaskView, Verdict
 from airflow_provider_torchx.reaper.decisions import apply
@@ -36,10 +36,12 @@ class Reconciler:
     """The reconciling loop: a round every ``RECONCILE_EVERY`` seconds (sooner when an
     orphan's grace ends or a listener wakes it). Runs in the foreground of a process of its
     own (``main``), never as a thread of the scheduler: the scheduler forks task workers, and a
-    fork while a thread of ours held an import or runner lock would leave the child stuck."""
+    fork while a thread of ours held an import or runner lock would leave the child stuck.
+    ``clock``: where its rounds and grace periods take the time from."""
 
-    def __init__(self, every: float = RECONCILE_EVERY) -> None:
+    def __init__(self, every: float = RECONCILE_EVERY, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.every = every
+        self.clock = clock
         self._woken = False
         self._stopped = False
         self._first_seen: dict[str, float] = {}
@@ -53,7 +55,7 @@ class Reconciler:
     def round(self) -> float:
         """One round; returns the seconds until the next one is due."""
         settings = reaper_settings()
-        now = time.time()
+        now = self.clock.wall()
         if not settings.enabled:
             return self.every
         jobs = live_jobs()
@@ -66,19 +68,20 @@ class Reconciler:
             jobs, views, settings=settings, now=now, where="reconciling loop", first_seen=self._first_seen
         )
         due = [
-            self._grace_end(job, views, settings.grace) - now
+            self._grace_end(job, views, settings.grace, now) - now
             for job, d in decisions
             if d.verdict == Verdict.LATER and d.orphaned
         ]
         return max(0.5, min([self.every, *due]))
 
-    def _grace_end(self, job: LiveJob, views: Mapping[TaskIdentity, TaskView] | None, grace: float) -> float:
-        """When the orphan ``job``'s grace period ends (from its task's end, else first seen)."""
+    def _grace_end(
+        self, job: LiveJob, views: Mapping[TaskIdentity, TaskView] | None, grace: float, now: float
+    ) -> float:
+        """When the orphan ``job``'s grace period ends (from its task's end, else first seen;
+        ``now`` if neither is known)."""
         view = views.get(job.identity) if views else None
         start = (
-            view.ended_at
-            if view is not None and view.ended_at is not None
-            else self._first_seen.get(job.handle, time.time())
+            view.ended_at if view is not None and view.ended_at is not None else self._first_seen.get(job.handle, now)
         )
         return start + grace + 0.1
 
@@ -91,10 +94,10 @@ class Reconciler:
             except Exception:
                 log.exception("orphaned jobs: a reconciling round failed")
                 wait = self.every
-            due = time.monotonic() + wait
+            due = self.clock.monotonic() + wait
             self._woken = False
-            while time.monotonic() < due and not (self._woken or self._stopped) and alive():
-                time.sleep(0.5)
+            while self.clock.monotonic() < due and not (self._woken or self._stopped) and alive():
+                self.clock.sleep(0.5)
 
 
 def main(parent: int) -> None:

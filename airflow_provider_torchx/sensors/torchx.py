@@ -19,7 +19,7 @@ from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
-from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, failure_message, flush_logs, identity_labels
+from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, failure_message, flush_logs, task_identity
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -69,7 +69,7 @@ class TorchXJobSensor(BaseSensorOperator):
                 poll_interval=float(self.poke_interval),
                 stream_logs=self.stream_logs,
                 position=LogPosition(),
-                identity=identity_labels(context),
+                identity=task_identity(context).labels(),  # the trigger's kwargs: the wire form
                 deadline=now + float(self.timeout) if self.timeout is not None else None,
                 started_at=now,
             ),
@@ -79,7 +79,7 @@ class TorchXJobSensor(BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         if self._watcher is None:
             runner = self.hook().get_runner()
-            cursor_file = cursor_file_for(runner, self.app_handle, identity_labels(context))
+            cursor_file = cursor_file_for(runner, self.app_handle, task_identity(context))
             self._watcher = TaskWatcher(
                 runner,
                 self.app_handle,
@@ -104,7 +104,7 @@ class TorchXJobSensor(BaseSensorOperator):
         """Resume after the trigger's event: flush the remaining log lines, then succeed or raise."""
         runner = self.hook().get_runner()
         if self.stream_logs:
-            flush_logs(runner, event, self.log, cursor_file_for(runner, self.app_handle, identity_labels(context)))
+            flush_logs(runner, event, self.log, cursor_file_for(runner, self.app_handle, task_identity(context)))
         if event["status"] in ("success", "failed"):
             report_usage(runner, self.app_handle, context, self.log)
         if event["status"] == "timeout":

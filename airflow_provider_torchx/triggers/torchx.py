@@ -256,7 +256,8 @@ class TorchXJobTrigger(BaseTrigger):
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
         runner = self._runner(aws_connection)
         given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
-        cursor_file = cursor_file_for(runner, self.app_handle, self.identity) if self.identity else None
+        ident = TaskIdentity.from_labels(self.identity) if self.identity else None
+        cursor_file = cursor_file_for(runner, self.app_handle, ident) if ident is not None else None
         saved = cursor_file.load() if cursor_file is not None and self.stream_logs else None
         position = newest(given, saved)
         if saved is not None and saved.seq > given.seq:

@@ -74,6 +74,7 @@ def run_deferred(trigger: Any, log: Any = None) -> list[dict[str, Any]]:
     Returns the trigger's events."""
     import asyncio
 
+    from airflow_provider_torchx.core.identity import TaskIdentity
     from airflow_provider_torchx.watch import cursor_file_for, flush_logs
 
     async def collect() -> list[dict[str, Any]]:
@@ -81,7 +82,8 @@ def run_deferred(trigger: Any, log: Any = None) -> list[dict[str, Any]]:
 
     events = asyncio.run(collect())
     runner = trigger._runner(None)
-    cursor_file = cursor_file_for(runner, trigger.app_handle, trigger.identity) if trigger.identity else None
+    ident = TaskIdentity.from_labels(trigger.identity or {})
+    cursor_file = cursor_file_for(runner, trigger.app_handle, ident) if ident is not None else None
     for event in events:
         if event.get("log_cursors") is not None:
             flush_logs(runner, event, trigger.log if log is None else log, cursor_file)

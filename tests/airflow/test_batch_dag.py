@@ -21,7 +21,7 @@ from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
-from airflow_provider_torchx.watch import identity_labels
+from airflow_provider_torchx.watch import task_identity
 from tests.airflow.helpers import FakeTI, wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.docker]
@@ -101,7 +101,7 @@ def test_retry_reattaches_to_its_single_node_job_by_identity(batch_conn: str) ->
     with pytest.raises(TaskDeferred) as deferred:
         operator(True).execute({"ti": FakeTI(try_number=1, run_id=run_id)})  # type: ignore[arg-type]
     first = deferred.value.trigger.serialize()[1]["app_handle"]
-    labels = identity_labels({"ti": FakeTI(run_id=run_id)})  # type: ignore[typeddict-item]
+    labels = task_identity({"ti": FakeTI(run_id=run_id)}).labels()  # type: ignore[typeddict-item]
     runner = get_runner()
     (found,) = runner.list("aws_batch", {"queue": batch_conn}, labels)
     assert found.app_handle == first

@@ -15,6 +15,7 @@ import pytest
 
 from airflow_provider_torchx import watch
 from airflow_provider_torchx.cancels import outside_canceller
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.orphans import task_name
@@ -28,12 +29,8 @@ from tests.fixtures.airflow import assert_lines_once
 # airflow_line: the pre-3.3 cancel while deferred.
 pytestmark = [pytest.mark.usefixtures("triggerer_channel"), pytest.mark.airflow_line]
 
-IDENTITY = {
-    "airflow.dag_id": "dag",
-    "airflow.task_id": "task",
-    "airflow.run_id": "manual__cursor-tests",
-    "airflow.map_index": "-1",
-}
+TASK = TaskIdentity("dag", "task", "manual__cursor-tests")
+IDENTITY = TASK.labels()
 SLEEP = AppDef(name="sleeper", roles=[Role(name="s", image="local", entrypoint="sleep", args=["60"])])
 
 
@@ -108,7 +105,7 @@ def test_a_restarted_trigger_resumes_from_the_cursor_file_and_logs_each_line_onc
 ) -> None:
     runner, _ = local_jobs
     handle = submit(local_jobs, gated_app(str(tmp_path), 2))
-    cursor_file = cursor_file_for(runner, handle, IDENTITY)
+    cursor_file = cursor_file_for(runner, handle, TASK)
 
     def saved_lines_1_2() -> bool:
         position = cursor_file.load()
@@ -149,7 +146,7 @@ def test_a_trigger_cancelled_before_its_save_ran_saves_what_it_logged(
     twice so)."""
     runner, _ = local_jobs
     handle = submit(local_jobs, gated_app(str(tmp_path), 2))
-    cursor_file = cursor_file_for(runner, handle, IDENTITY)
+    cursor_file = cursor_file_for(runner, handle, TASK)
     run_blocking = watch.run_blocking
     held: list[Any] = []
 
@@ -179,13 +176,13 @@ def test_kwargs_newer_than_the_file_win(
     runner.wait(handle, wait_interval=0.1, timeout=30, cancel_on_signal=False)
     follower = LogFollower(runner, handle, max_lines_per_poll=1)
     assert [line.line for line in follower.poll()] == ["one\n"]
-    cursor_file_for(runner, handle, IDENTITY).save(LogPosition(seq=3))  # older: would repeat "one"
+    cursor_file_for(runner, handle, TASK).save(LogPosition(seq=3))  # older: would repeat "one"
     capfd.readouterr()
     (event,) = run_deferred(trigger_for(handle, log_cursors=follower.cursors, cursor_seq=4))
     out = capfd.readouterr().out
     assert "[e/0] two" in out and "[e/0] one" not in out and "Resuming" not in out
     # the trigger found the job ended and logged nothing; the flush went on from the kwargs
-    saved = cursor_file_for(runner, handle, IDENTITY).load()
+    saved = cursor_file_for(runner, handle, TASK).load()
     assert event["cursor_seq"] == 4 and saved is not None and saved.seq == 5
 
 
@@ -281,6 +278,6 @@ def test_the_cursor_file_goes_in_the_schedulers_sidecar_dir(
 
     runner, _ = local_jobs
     handle = submit(local_jobs, SLEEP)
-    assert cursor_file_for(runner, handle, IDENTITY).path.is_relative_to(Path(os.environ["AIRFLOW_TORCHX_STATE_DIR"]))
+    assert cursor_file_for(runner, handle, TASK).path.is_relative_to(Path(os.environ["AIRFLOW_TORCHX_STATE_DIR"]))
     monkeypatch.setattr(LocalScheduler, "sidecar_dir", lambda self, app_id: tmp_path / app_id)
-    assert cursor_file_for(runner, handle, IDENTITY).path.parent == tmp_path / handle.rsplit("/", 1)[1]
+    assert cursor_file_for(runner, handle, TASK).path.parent == tmp_path / handle.rsplit("/", 1)[1]

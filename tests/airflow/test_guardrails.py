@@ -117,7 +117,10 @@ def test_start_timeout_stops_a_job_waiting_for_gpus_another_job_holds_in_the_wor
     out, err = capfd.readouterr()
     assert len(guard_lines(out + err, "start_timeout")) == 1, out + err
     assert two_gpus.calls == [
-        ("torchx.job.guardrail", {"scheduler": "local_cwd", "dag": op.dag_id, "task": "task", "guard": "start_timeout"})
+        (
+            "torchx.job.guardrail",
+            {"scheduler": "local_cwd", "dag_id": op.dag_id, "task_id": "task", "guard": "start_timeout"},
+        )
     ]
     assert took < 2.0 + POLL + 5, took  # acts within a poll of the limit (a loaded machine's slack)
 

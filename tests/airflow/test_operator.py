@@ -22,8 +22,9 @@ from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.hooks.torchx import close_runners
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
 from airflow_provider_torchx.operators.checks import fail_without_retry
-from airflow_provider_torchx.operators.torchx import TorchXRunOperator, identity_labels
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
+from airflow_provider_torchx.watch import task_identity
 from tests.airflow.helpers import FakeTI
 
 pytestmark = pytest.mark.airflow_line  # each line's exception classes and the import hot path
@@ -68,7 +69,7 @@ def test_build_app_copies_the_given_app() -> None:
 
 
 def test_identity_labels_never_hold_the_try_number() -> None:
-    labels = identity_labels({"ti": FakeTI(try_number=3, map_index=2)})  # type: ignore[typeddict-item]
+    labels = task_identity({"ti": FakeTI(try_number=3, map_index=2)}).labels()  # type: ignore[typeddict-item]
     assert labels == {
         "airflow.dag_id": "dag",
         "airflow.task_id": "task",
@@ -277,7 +278,7 @@ def test_bad_input_at_run_time_fails_without_retry_and_submits_nothing() -> None
         op.execute({"ti": ti})  # type: ignore[arg-type]
     assert raised.value.__cause__ is None and raised.value.__suppress_context__  # one message, not a chain
     assert ti.xcoms == {}
-    assert get_runner().list("local_cwd", labels=identity_labels({"ti": ti})) == []  # type: ignore[typeddict-item]
+    assert get_runner().list("local_cwd", labels=task_identity({"ti": ti}).labels()) == []  # type: ignore[typeddict-item]
 
 
 def test_unknown_connection_fails_without_retry() -> None:

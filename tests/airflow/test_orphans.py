@@ -21,6 +21,7 @@ from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide, task_name
+from tests.fixtures.clock import FakeClock
 
 pytestmark = pytest.mark.airflow_line  # the listeners and the reaper
 
@@ -220,6 +221,29 @@ def test_apply_cancels_an_orphan_with_its_reason_and_leaves_the_others(local_job
     for handle in handles[1:]:
         status = runner.describe_app(handle)
         assert status is not None and not status.state.is_terminal() and not status.cancel_requested, status
+
+
+def test_the_reconciling_loop_takes_its_time_from_its_clock(
+    monkeypatch: pytest.MonkeyPatch, fake_clock: FakeClock
+) -> None:
+    """On a fake clock: a round with an orphan in its grace asks for the next round when the
+    grace ends; the loop waits what a round says, in half-second sleeps of its clock."""
+    from airflow_provider_torchx.reaper import loop
+    from airflow_provider_torchx.reaper.listing import LiveJob
+    from airflow_provider_torchx.reaper.settings import ReaperSettings
+
+    live = LiveJob("local_cwd://torchx/j", "local_cwd", None, AppState.RUNNING, LABELS, fake_clock.now - 300)
+    ended = fake_clock.now - 25
+    monkeypatch.setattr(loop, "reaper_settings", lambda: ReaperSettings(True, 30.0))
+    monkeypatch.setattr(loop, "live_jobs", lambda: [live])
+    monkeypatch.setattr(loop, "read_task_views", lambda ids: {live.identity: task("failed", ended_at=ended)})
+    reconciler = loop.Reconciler(clock=fake_clock.clock)
+    assert reconciler.round() == pytest.approx(5.1)  # the grace ends 5 s from now (+0.1)
+
+    rounds: list[float] = []
+    monkeypatch.setattr(reconciler, "round", lambda: rounds.append(fake_clock.now) or 3.0)
+    reconciler.run(alive=lambda: len(rounds) < 3)
+    assert rounds == [1000.0, 1003.0, 1006.0] and fake_clock.slept == [0.5] * 12
 
 
 def test_no_reaping_thread_in_a_process_with_a_task_sdk_channel(monkeypatch: pytest.MonkeyPatch) -> None:

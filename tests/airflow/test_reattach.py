@@ -32,7 +32,7 @@ from airflow_provider_torchx.operators.torchx import (
     TorchXRunOperator,
     choose_job_to_adopt,
 )
-from airflow_provider_torchx.watch import cursor_file_for, identity_labels
+from airflow_provider_torchx.watch import cursor_file_for, task_identity
 from tests.airflow.helpers import FakeTaskStateStore, FakeTI, gated_app, gated_lines, wait_until
 from tests.fixtures.airflow import REPO, assert_lines_once
 
@@ -60,7 +60,8 @@ class Identity:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.run_id = f"reattach__{uuid.uuid4().hex[:12]}"
-        self.labels = identity_labels({"ti": self.ti()})  # type: ignore[typeddict-item]
+        self.identity = task_identity({"ti": self.ti()})  # type: ignore[typeddict-item]
+        self.labels = self.identity.labels()
 
     def ti(self, try_number: int = 1) -> FakeTI:
         return FakeTI(try_number=try_number, run_id=self.run_id)
@@ -183,7 +184,7 @@ def test_retry_after_the_worker_was_killed_reattaches_and_logs_each_line_once(
             return ident.jobs()
 
         handle = wait_until(submitted, 60, "try 1 to submit")[0]
-        cursor_file = cursor_file_for(runner, handle, ident.labels)
+        cursor_file = cursor_file_for(runner, handle, ident.identity)
 
         def try_one_logged_and_saved_lines_1_2() -> bool:
             position = cursor_file.load()
@@ -312,7 +313,7 @@ def test_task_state_store_keeps_the_handle_and_whether_it_was_reported(ident: Id
     assert store.values[STATE_STORE_KEY] == {"app_handle": handle, "reported": False}
     assert ident.wait(handle) == AppState.SUCCEEDED
     # The retry runs on another host: no cursor file there, only the store says "not reported".
-    cursor_file_for(ident.runner, handle, ident.labels).path.unlink()
+    cursor_file_for(ident.runner, handle, ident.identity).path.unlink()
     assert operator(ECHO).execute(ident.context(2, store)) == handle
     assert store.values[STATE_STORE_KEY] == {"app_handle": handle, "reported": True}
     assert ident.jobs() == [handle]

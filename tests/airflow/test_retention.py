@@ -12,8 +12,9 @@ import pytest
 
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
-from airflow_provider_torchx.retention import apply_retention
+from airflow_provider_torchx.retention import PRUNE_EVERY_S, apply_retention
 from tests.core.local.helpers import sh_app, wait_done
+from tests.fixtures.clock import FakeClock
 
 pytestmark = pytest.mark.airflow
 
@@ -51,6 +52,25 @@ def test_a_task_prunes_what_ended_before_the_retention(
     time.sleep(1.1)
     assert apply_retention(get_runner(), "local_cwd") == 0, "at most one prune an hour"
     assert again in _ids(sched)
+
+
+def test_a_store_is_pruned_at_most_once_an_hour_of_the_clock(
+    store: Any, monkeypatch: pytest.MonkeyPatch, fake_clock: FakeClock
+) -> None:
+    """The once-an-hour rule on a fake clock: a prune, none within the hour after it (a job
+    that ended meanwhile stays), the next one an hour later; never the live job."""
+    sched, ended, live = store
+    monkeypatch.setenv("AIRFLOW__TORCHX__RETAIN_FINISHED", "1s")
+    fake_clock.now = time.time()
+    assert apply_retention(get_runner(), "local_cwd", clock=fake_clock.clock) == 1 and ended not in _ids(sched)
+    again = sched.submit(sh_app("echo newer"))
+    wait_done(sched, again)
+    time.sleep(1.1)  # older than the retention (the store's prune reads the system's time)
+    fake_clock.advance(PRUNE_EVERY_S - 1)
+    assert apply_retention(get_runner(), "local_cwd", clock=fake_clock.clock) == 0 and again in _ids(sched)
+    fake_clock.advance(1)
+    assert apply_retention(get_runner(), "local_cwd", clock=fake_clock.clock) == 1
+    assert again not in _ids(sched) and live in _ids(sched)
 
 
 def test_off_by_default_and_a_bad_value_is_logged(

@@ -14,6 +14,7 @@ import pytest
 
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from tests.fixtures.clock import FakeClock
 
 pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # the UI plugin under each line's auth manager
 
@@ -424,24 +425,30 @@ def test_the_list_pages_newest_first_with_a_cursor(client: Any, auth: Any, jobs:
         assert resp.status_code == 400 and named in resp.json()["detail"], resp.text
 
 
-def test_one_listing_serves_every_page_and_is_renewed_in_the_background(jobs: dict[str, str], local_jobs: Any) -> None:
-    """Many open pages cost one walk of the store per ``LIST_REUSE_S``, and no page waits for
-    the renewal: a new job shows a moment later; an ended job's row is not made again."""
+def test_one_listing_serves_every_page_and_is_renewed_in_the_background(
+    jobs: dict[str, str], local_jobs: Any, fake_clock: FakeClock
+) -> None:
+    """Many open pages cost one walk of the store per ``LIST_REUSE_S`` (of the listing's
+    clock), and no page waits for the renewal: a new job shows a moment later; an ended job's
+    row is not made again."""
     import time
 
     from airflow_provider_torchx.plugins import jobs as ui_jobs
 
-    first = ui_jobs.list_jobs({"task_id": "train"})
-    assert ui_jobs.list_jobs({"task_id": "train"}) is first
+    fake_clock.now = time.monotonic()  # after the listings of earlier tests (the system's clock)
+    clock = fake_clock.clock
+    first = ui_jobs.list_jobs({"task_id": "train"}, clock)
+    fake_clock.advance(ui_jobs.LIST_REUSE_S - 0.1)
+    assert ui_jobs.list_jobs({"task_id": "train"}, clock) is first
     runner, handles = local_jobs
     handles.append(runner.run(_app(0), "local_cwd", labels=_identity("ui_new")))
-    time.sleep(ui_jobs.LIST_REUSE_S)
-    assert ui_jobs.list_jobs({"task_id": "train"}) is first, "the old listing answers while it is renewed"
+    fake_clock.advance(0.1)
+    assert ui_jobs.list_jobs({"task_id": "train"}, clock) is first, "the old listing answers while it is renewed"
     deadline = time.monotonic() + 60
-    while handles[0] not in {row.handle for row in ui_jobs.list_jobs({"task_id": "train"}).jobs}:
+    while handles[0] not in {row.handle for row in ui_jobs.list_jobs({"task_id": "train"}, clock).jobs}:
         assert time.monotonic() < deadline, "the listing was never renewed"
         time.sleep(0.1)
-    renewed = ui_jobs.list_jobs({"task_id": "train"})
+    renewed = ui_jobs.list_jobs({"task_id": "train"}, clock)
     (done_before,) = [row for row in first.jobs if row.handle == jobs["done"]]
     (done_after,) = [row for row in renewed.jobs if row.handle == jobs["done"]]
     assert renewed is not first and done_after is done_before, "the ended job's row was made again"

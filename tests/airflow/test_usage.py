@@ -113,7 +113,7 @@ def test_metrics_and_openlineage_events(
 
     # metrics: run time, queue wait, GPU-hours, attempts, tagged
     ours = [line for line in received(statsd_listener) if line.startswith("airflow.torchx.")]
-    train_tags = "scheduler=local_cwd,app_name=sleepers,dag_id=torchx_test_usage,task_id=train"
+    train_tags = "scheduler=local_cwd,dag_id=torchx_test_usage,task_id=train,app_name=sleepers"
     by_name = {line.split(":")[0]: line for line in ours}
     duration = by_name[f"airflow.torchx.job.duration,{train_tags}"]
     assert duration.endswith("|ms")
@@ -212,5 +212,5 @@ def test_an_orphan_cancel_is_counted_with_its_reason(statsd_listener: socket.soc
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True, timeout=120)
     lines = received(statsd_listener)
-    want = "airflow.torchx.job.orphan_cancelled,scheduler=local_cwd,dag=acc,task=job,reason=task_failed:1|c"
+    want = "airflow.torchx.job.orphan_cancelled,scheduler=local_cwd,dag_id=acc,task_id=job,reason=task_failed:1|c"
     assert want in lines, lines

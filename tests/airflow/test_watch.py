@@ -23,10 +23,12 @@ import pytest
 from airflow_provider_torchx import watch
 from airflow_provider_torchx.cancels import outside_canceller
 from airflow_provider_torchx.core import cli
+from airflow_provider_torchx.core.clock import Clock
 from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.core.errorfile import find_root_cause
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
-from airflow_provider_torchx.core.logstream import BATCH_LINES, Clock
+from airflow_provider_torchx.core.identity import TaskIdentity
+from airflow_provider_torchx.core.logstream import BATCH_LINES
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.hooks.torchx import close_runners
@@ -40,7 +42,8 @@ from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, flush_lo
 #: the job runs and half just before it ends (the drain rule).
 CHATTY = 200_000
 CHATTY_SCRIPT = f"seq 1 {CHATTY // 2}; sleep 1.5; seq {CHATTY // 2 + 1} {CHATTY}"
-IDENTITY = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+TASK = TaskIdentity("d", "t", "r")
+IDENTITY = TASK.labels()
 
 
 class ListLog:
@@ -81,7 +84,7 @@ def racing_clock() -> Clock:
 def watch_in_worker(runner: Runner, handle: str) -> list[str]:
     log = ListLog()
     operator = TorchXRunOperator(task_id="t", app=sh_app("true"), scheduler="local_cwd", poll_interval=0.3)
-    cursor_file = cursor_file_for(runner, handle, IDENTITY)
+    cursor_file = cursor_file_for(runner, handle, TASK)
     watcher = TaskWatcher(runner, handle, log, stream_logs=True, cursor_file=cursor_file, clock=racing_clock())
     event = operator._wait_in_worker(watcher, time.time(), None)
     assert event["status"] == "success", event
@@ -99,7 +102,7 @@ def watch_deferred(runner: Runner, handle: str) -> list[str]:
 
     (event,) = asyncio.run(collect())
     assert event["status"] == "success", event
-    flush_logs(runner, event, log, cursor_file_for(runner, handle, IDENTITY))
+    flush_logs(runner, event, log, cursor_file_for(runner, handle, TASK))
     return log.lines
 
 
@@ -189,7 +192,7 @@ def test_trigger_leaves_an_ended_jobs_lines_to_the_resumed_task(local_jobs: tupl
     assert event["status"] == "success", event
     assert log.lines == [], f"the trigger logged {log.lines}"
     assert event["cursor_seq"] == 0 and event["log_cursors"] == {}, event
-    cursor_file = cursor_file_for(runner, handle, IDENTITY)
+    cursor_file = cursor_file_for(runner, handle, TASK)
     flush_logs(runner, event, log, cursor_file)
     assert replica_lines(log.lines) == [str(i) for i in range(1, 51)]
     flush_logs(runner, event, log, cursor_file)  # a second flush (a retried resume) adds nothing
@@ -210,7 +213,7 @@ def test_trigger_lines_have_time_to_arrive_before_its_event(local_jobs: tuple[Ru
     assert replica_lines(from_trigger)[:3] == ["1", "2", "3"], from_trigger
     settle = min(0.3, watch.LOG_SETTLE)
     assert at - log.times[-1] >= settle, f"last trigger line {at - log.times[-1]:.3f}s before the event"
-    flush_logs(runner, event, log, cursor_file_for(runner, handle, IDENTITY))
+    flush_logs(runner, event, log, cursor_file_for(runner, handle, TASK))
     assert replica_lines(log.lines) == [str(i) for i in range(1, 7)]
 
 

@@ -13,15 +13,17 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_torchx.core.cursors import CURSOR_DIR, CursorFile, LogPosition, identity_key, newest
+from airflow_provider_torchx.core.identity import TaskIdentity
 
 HANDLE = "local_cwd://torchx/job-0123456789ab"
-IDENTITY = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+IDENTITY = TaskIdentity("d", "t", "r")
 
 
 def test_identity_key_is_stable_short_and_distinct() -> None:
-    assert identity_key(IDENTITY) == identity_key(dict(reversed(list(IDENTITY.items()))))
-    assert len(identity_key(IDENTITY)) == 20
-    assert identity_key(IDENTITY) != identity_key({**IDENTITY, "airflow.map_index": "0"})
+    """The key is the hash of the task instance's identity labels, so a file saved by any
+    watcher of the same task instance is found again (the value is what files on disk carry)."""
+    assert identity_key(IDENTITY) == identity_key(TaskIdentity("d", "t", "r", -1)) == "f8f9b21d90811cdff375"
+    assert identity_key(IDENTITY) != identity_key(IDENTITY._replace(map_index=0))
 
 
 def test_located_beside_the_job_or_under_the_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,7 +35,7 @@ def test_located_beside_the_job_or_under_the_state_dir(tmp_path: Path, monkeypat
     monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(tmp_path / "state"))
     assert CursorFile.locate(HANDLE, IDENTITY, None).path.parent == tmp_path / "state" / CURSOR_DIR / "local_cwd"
     other_job = CursorFile.locate("local_cwd://torchx/job-2", IDENTITY, None)
-    other_ti = CursorFile.locate(HANDLE, {**IDENTITY, "airflow.task_id": "u"}, None)
+    other_ti = CursorFile.locate(HANDLE, IDENTITY._replace(task_id="u"), None)
     assert len({CursorFile.locate(HANDLE, IDENTITY, None).path, other_job.path, other_ti.path}) == 3
 
 
@@ -48,7 +50,7 @@ def test_save_and_load_round_trip_owner_only_without_temp_files(tmp_path: Path) 
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert [p.name for p in cursor_file.path.parent.iterdir()] == [cursor_file.path.name]
     record = json.loads(cursor_file.path.read_text())
-    assert record["identity"] == IDENTITY and record["app_handle"] == HANDLE and record["seq"] == 2
+    assert record["identity"] == IDENTITY.labels() and record["app_handle"] == HANDLE and record["seq"] == 2
 
 
 def test_advancing_numbers_each_save_and_keeps_the_report_mark() -> None:

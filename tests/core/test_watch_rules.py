@@ -12,7 +12,6 @@ import pytest
 
 from airflow_provider_torchx.core.logstream import (
     PROGRESS_EVERY,
-    Clock,
     Done,
     JobWatch,
     Log,
@@ -28,6 +27,7 @@ from airflow_provider_torchx.core.logstream import (
 )
 from airflow_provider_torchx.core.schedulers.api import LogChunk
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, RoleStatus
+from tests.fixtures.clock import FakeClock
 
 POLL = 10.0
 
@@ -265,7 +265,7 @@ class ScriptedRunner:
     """A runner whose job goes through ``states`` (one per status call, the last repeated) and
     writes ``per_look`` lines per status call; waiting advances ``clock`` (nothing sleeps)."""
 
-    def __init__(self, clock: list[float], states: list[AppState], per_look: int = 0) -> None:
+    def __init__(self, clock: FakeClock, states: list[AppState], per_look: int = 0) -> None:
         self.clock, self.states, self.per_look = clock, states, per_look
         self.written = 0
         self.waits: list[float] = []
@@ -280,7 +280,7 @@ class ScriptedRunner:
 
     def wait_for_change(self, app_handle: str, timeout: float) -> None:
         self.waits.append(timeout)
-        self.clock[0] += timeout
+        self.clock.advance(timeout)
 
     def read_log(self, app_handle: str, role: str, k: int, cursor: Any = None, **_: Any) -> LogChunk:
         start = int(cursor or 0)
@@ -288,49 +288,42 @@ class ScriptedRunner:
         return LogChunk([f"{i}\n" for i in range(start, end)], str(end), eof=False)
 
 
-def fake_clock(now: list[float]) -> Clock:
-    def sleep(seconds: float) -> None:
-        raise AssertionError(f"slept {seconds}")
-
-    return Clock(monotonic=lambda: now[0], wall=lambda: now[0], sleep=sleep)
-
-
 def test_a_blocking_wait_on_an_injected_clock_looks_a_poll_apart_until_the_deadline() -> None:
-    now = [0.0]
-    runner = ScriptedRunner(now, [AppState.RUNNING])
+    clock = FakeClock(0.0)
+    runner = ScriptedRunner(clock, [AppState.RUNNING])
     notes: list[float] = []
-    watch = JobWatch(runner, "fake://s/job", stream_logs=False, clock=fake_clock(now))  # type: ignore[arg-type]
-    last = watch.wait(10.0, deadline=25.0, on_poll=lambda s: notes.append(now[0]))
+    watch = JobWatch(runner, "fake://s/job", stream_logs=False, clock=clock.clock)  # type: ignore[arg-type]
+    last = watch.wait(10.0, deadline=25.0, on_poll=lambda s: notes.append(clock.now))
     assert last is not None and last.state == AppState.RUNNING  # still running at the deadline
-    assert runner.waits == [10.0, 10.0, 5.0] and now[0] == 25.0
+    assert runner.waits == [10.0, 10.0, 5.0] and clock.now == 25.0 and clock.slept == []
     assert notes == [0.0]  # nothing changed: one note (the next one is due after a minute)
 
 
 def test_a_blocking_wait_at_a_5s_poll_writes_a_progress_line_a_minute_not_a_poll() -> None:
     """``JobWatch.wait`` (the worker's wait) on an injected clock: a job running unchanged for
     three minutes at ``poll_interval=5`` is told to ``on_poll`` at 0, 60 and 120 s."""
-    now = [0.0]
-    runner = ScriptedRunner(now, [AppState.RUNNING] * 36 + [AppState.SUCCEEDED])  # ends at 180 s
+    clock = FakeClock(0.0)
+    runner = ScriptedRunner(clock, [AppState.RUNNING] * 36 + [AppState.SUCCEEDED])  # ends at 180 s
     notes: list[float] = []
-    watch = JobWatch(runner, "fake://s/job", stream_logs=False, clock=fake_clock(now))  # type: ignore[arg-type]
-    final = watch.wait(5.0, on_poll=lambda s: notes.append(now[0]))
-    assert final is not None and final.state == AppState.SUCCEEDED and now[0] == 180.0
+    watch = JobWatch(runner, "fake://s/job", stream_logs=False, clock=clock.clock)  # type: ignore[arg-type]
+    final = watch.wait(5.0, on_poll=lambda s: notes.append(clock.now))
+    assert final is not None and final.state == AppState.SUCCEEDED and clock.now == 180.0 and clock.slept == []
     assert notes == [0.0, 60.0, 120.0]
 
 
 def test_a_blocking_wait_streams_every_line_once_and_drains_the_end() -> None:
-    now = [0.0]
-    runner = ScriptedRunner(now, [AppState.RUNNING] * 4 + [AppState.SUCCEEDED], per_look=5)
+    clock = FakeClock(0.0)
+    runner = ScriptedRunner(clock, [AppState.RUNNING] * 4 + [AppState.SUCCEEDED], per_look=5)
     lines: list[str] = []
     watch = JobWatch(
         runner,  # type: ignore[arg-type]
         "fake://s/job",
         lambda batch: lines.extend(line.line for line in batch),
         batch_lines=3,
-        clock=fake_clock(now),
+        clock=clock.clock,
     )
     final = watch.wait(1.0)
-    assert final is not None and final.state == AppState.SUCCEEDED
+    assert final is not None and final.state == AppState.SUCCEEDED and clock.slept == []
     assert lines == [f"{i}\n" for i in range(runner.written)] and runner.written == 25
 
 

@@ -25,6 +25,7 @@ from airflow_provider_torchx.core.specs import AppDef
 from airflow_provider_torchx.operators import checks
 from tests.core.aws_batch.fakes import FakeBatch, paginator
 from tests.core.aws_batch.test_eks import CLUSTER, EKS, NoCalls, dryrun, role, single_eks_job
+from tests.fixtures.clock import FakeClock
 
 NODE = "ip-10-0-0-2.ec2.internal"
 CONTAINER_ID = "3f1a" * 16
@@ -215,8 +216,7 @@ def test_a_pods_streams_are_listed_page_by_page_oldest_first_within_the_budget()
             {"logStreamName": "other", "creationTime": 5},
         ]
     )
-    clock = [0.0]
-    budget = LogBudget(rate=1.0, burst=2, clock=lambda: clock[0], sleep=lambda s: None)
+    budget = LogBudget(rate=1.0, burst=2, clock=FakeClock(0.0).clock)
     prefix = "n-application.var.log.containers.p_ns_main-"
     assert list_streams(client, budget, "k", "/g", prefix, wait=False) == [
         "n-application.var.log.containers.p_ns_main-a.log",

@@ -21,21 +21,12 @@ from airflow_provider_torchx.core.schedulers.aws_batch.logs import (
     read_events,
 )
 from tests.core.aws_batch.fakes import FakeBatch, FakeLogs, child_job, mnp_job
-
-
-class Clock:
-    """A settable monotonic clock."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fixtures.clock import FakeClock
 
 
 def test_budget_bounds_the_rate_whoever_asks() -> None:
-    clock = Clock()
-    budget = LogBudget(rate=5.0, burst=5, clock=clock)
+    clock = FakeClock()
+    budget = LogBudget(rate=5.0, burst=5, clock=clock.clock)
     granted = 0
     for step in range(1000):  # 100 s in 0.1 s steps, 50 readers asking every step
         clock.now += 0.1
@@ -48,8 +39,8 @@ def test_two_thousand_logs_each_get_a_turn_every_round() -> None:
     """2,000 logs polled every 10 s under 5 calls/s: every log advances once per round of
     about 400 s; only calls left over at a round's end (its last readers ask only every 10 s)
     go to readers that already had their turn."""
-    clock = Clock()
-    budget = LogBudget(rate=5.0, clock=clock, active_for=120.0)
+    clock = FakeClock()
+    budget = LogBudget(rate=5.0, clock=clock.clock, active_for=120.0)
     keys = [f"job-{i}" for i in range(2000)]
     grants = dict.fromkeys(keys, 0)
     for second in range(1200):  # 3 rounds; each second 200 logs poll (every log once in 10 s)
@@ -64,8 +55,8 @@ def test_two_thousand_logs_each_get_a_turn_every_round() -> None:
 
 
 def test_a_lone_reader_reads_at_the_full_rate_and_others_keep_their_turn() -> None:
-    clock = Clock()
-    budget = LogBudget(rate=10.0, burst=10, clock=clock)
+    clock = FakeClock()
+    budget = LogBudget(rate=10.0, burst=10, clock=clock.clock)
     # one busy log: every call it asks for is granted while the bucket has tokens
     assert sum(budget.try_acquire("busy") for _ in range(12)) == 10
     clock.now += 1.0
@@ -78,8 +69,8 @@ def test_a_lone_reader_reads_at_the_full_rate_and_others_keep_their_turn() -> No
 
 
 def test_readers_that_stop_asking_are_forgotten() -> None:
-    clock = Clock()
-    budget = LogBudget(rate=1.0, burst=1, clock=clock, active_for=30.0)
+    clock = FakeClock()
+    budget = LogBudget(rate=1.0, burst=1, clock=clock.clock, active_for=30.0)
     for i in range(100):
         budget.try_acquire(f"gone-{i}")
     clock.now += 100.0
@@ -91,24 +82,18 @@ def test_readers_that_stop_asking_are_forgotten() -> None:
 
 
 def test_acquire_waits_for_the_turn() -> None:
-    clock = Clock()
-    slept: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        clock.now += seconds
-
-    budget = LogBudget(rate=2.0, burst=1, clock=clock, sleep=sleep)
+    clock = FakeClock()
+    budget = LogBudget(rate=2.0, burst=1, clock=clock.clock)
     assert budget.try_acquire("a")
     budget.acquire("b")
-    assert slept and 0.5 <= sum(slept) <= 1.5
+    assert clock.slept and 0.5 <= sum(clock.slept) <= 1.5
 
 
 def test_a_retry_takes_a_call_from_the_rate_owed_when_none_is_left() -> None:
     """A granted call's retry (``charge``) takes a call too: the next grants wait until the
     rate has paid it back, so the rate holds over every attempt."""
-    clock = Clock()
-    budget = LogBudget(rate=1.0, burst=1, clock=clock)
+    clock = FakeClock()
+    budget = LogBudget(rate=1.0, burst=1, clock=clock.clock)
     assert budget.try_acquire("a")
     budget.charge()  # its retry: one call owed
     clock.now += 1.0
@@ -130,8 +115,8 @@ def test_many_growing_logs_under_the_budget_lose_and_repeat_nothing() -> None:
     """200 logs growing for 30 s while they are read, non-waiting reads under 20 calls/s with
     pages of 3 events: every log advances in its turn and, once drained, holds every event
     exactly once, in order."""
-    clock = Clock()
-    budget = LogBudget(rate=20.0, burst=20, clock=clock)
+    clock = FakeClock()
+    budget = LogBudget(rate=20.0, burst=20, clock=clock.clock)
     logs = FakeLogs(page=3)
     names = [f"jd/default/s{i}" for i in range(200)]
     for name in names:

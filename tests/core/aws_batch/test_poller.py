@@ -27,6 +27,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import (
 from airflow_provider_torchx.core.schedulers.aws_batch.schedule import next_round_at, round_gap, round_ids
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import FAILED_PAUSE, GroupSize, sweep_plan
 from tests.core.aws_batch.fakes import FakeBatch, FakeLogs, client_error, mnp_job
+from tests.fixtures.clock import FakeClock
 
 
 def test_many_watchers_share_batched_rounds() -> None:
@@ -238,14 +239,6 @@ def test_a_round_answers_the_waiters_it_completes_and_a_failed_one_those_it_touc
     assert ready == [(done, boom), (half, boom)] and pending == [newer]
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class HandPoller(StatusPoller):
     """A poller whose rounds the test runs by hand at the fake clock's times (no thread)."""
 
@@ -267,7 +260,7 @@ def follow(poller: StatusPoller, job_id: str, period: float, seen: dict[str, lis
 
     def answered(future: Any) -> None:
         job = future.result()[job_id]
-        seen[job_id].append((poller.clock(), job["status"]))
+        seen[job_id].append((poller.clock.monotonic(), job["status"]))
         if job["status"] not in ("SUCCEEDED", "FAILED"):
             poller.request([job_id], period=period).add_done_callback(answered)
 
@@ -283,7 +276,7 @@ def test_scheduled_looks_keep_one_period_and_fill_their_calls() -> None:
     n, period = 1000, 10.0
     for i in range(n):
         batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}", status="PENDING")
-    poller = HandPoller(batch, clock=clock)
+    poller = HandPoller(batch, clock=clock.clock)
     seen: dict[str, list[tuple[float, str]]] = {f"j{i}": [] for i in range(n)}
     for tick in range(2000):  # 200 s in steps of 0.1 s
         if tick < 100:
@@ -316,7 +309,7 @@ def test_watchers_joining_in_uneven_bursts_cost_one_full_call_a_second() -> None
     n = sum(bursts)
     for i in range(n):
         batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}", status="RUNNING")
-    poller = HandPoller(batch, clock=clock)
+    poller = HandPoller(batch, clock=clock.clock)
     seen: dict[str, list[tuple[float, str]]] = {f"j{i}": [] for i in range(n)}
     joined = 0
     for size in bursts:  # a burst a second
@@ -339,7 +332,7 @@ def test_any_round_that_looks_at_a_job_answers_its_scheduled_waiters() -> None:
     clock = FakeClock()
     batch = FakeBatch()
     batch.jobs["j"] = mnp_job(job_id="j", status="RUNNING")
-    poller = HandPoller(batch, clock=clock)
+    poller = HandPoller(batch, clock=clock.clock)
     first = poller.request(["j"])
     poller.step(clock, 0.1)
     assert first.result(timeout=0)["j"]["status"] == "RUNNING"
@@ -395,7 +388,7 @@ def test_the_change_sweep_sees_ends_within_a_quarter_period_for_a_few_list_calls
     n, period = 1000, 10.0
     for i in range(n):
         batch.jobs[f"j{i}"] = mnp_job(job_id=f"j{i}", status="PENDING")
-    poller = HandPoller(batch, clock=clock)
+    poller = HandPoller(batch, clock=clock.clock)
     seen: dict[str, list[tuple[float, str]]] = {f"j{i}": [] for i in range(n)}
     ends: dict[str, float] = {}
     for tick in range(1200):  # 120 s in steps of 0.1 s
@@ -422,7 +415,7 @@ def test_a_hint_for_a_job_described_in_another_status_since_is_ignored() -> None
     clock = FakeClock()
     batch = FakeBatch(page_size=1000)
     batch.jobs["j"] = mnp_job(job_id="j", status="RUNNABLE")
-    poller = HandPoller(batch, clock=clock)
+    poller = HandPoller(batch, clock=clock.clock)
     poller.request(["j"])
     poller.step(clock, 0.1)
     waiter = poller.request(["j"], period=60.0)
@@ -439,7 +432,7 @@ def test_a_failed_listing_leaves_the_scheduled_looks_and_is_tried_again_minutes_
     clock = FakeClock()
     batch = FakeBatch(page_size=1000)
     batch.jobs["j"] = mnp_job(job_id="j", status="RUNNING")
-    poller = HandPoller(batch, clock=clock)
+    poller = HandPoller(batch, clock=clock.clock)
     seen: dict[str, list[tuple[float, str]]] = {"j": []}
     follow(poller, "j", 10.0, seen)
     poller.step(clock, 0.1)

@@ -28,6 +28,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.preflight import (
 )
 from airflow_provider_torchx.core.specs import AppDef, Resource, Role, named_resources
 from tests.core.aws_batch.fakes import client_error, paginator
+from tests.fixtures.clock import FakeClock
 
 ARN = "arn:aws:batch:us-east-1:123456789012:compute-environment/"
 
@@ -340,8 +341,8 @@ def test_describe_without_permission_for_instance_types_warns_and_reads_none(cap
 
 
 def test_the_cache_reuses_a_view_for_its_ttl_and_forgets_missing_queues() -> None:
-    now = [1000.0]
-    cache = QueueCache(ttl=300, clock=lambda: now[0])
+    clock = FakeClock()
+    cache = QueueCache(ttl=300, clock=clock.clock)
     fetched: list[str] = []
 
     def fetch(name: str) -> QueueView | None:
@@ -349,17 +350,17 @@ def test_the_cache_reuses_a_view_for_its_ttl_and_forgets_missing_queues() -> Non
         return view(ce("m5s")) if name == "q" else None
 
     first = cache.get(("k", "q"), lambda: fetch("q"))
-    now[0] += 299
+    clock.advance(299)
     assert cache.get(("k", "q"), lambda: fetch("q")) is first and fetched == ["q"]
     assert cache.get(("other-account", "q"), lambda: fetch("q")) is not first and fetched == ["q", "q"]
-    now[0] += 1
+    clock.advance(1)
     assert cache.get(("k", "q"), lambda: fetch("q")) is not first and fetched == ["q", "q", "q"]
     assert cache.get(("k", "nope"), lambda: fetch("nope")) is None
     assert cache.get(("k", "nope"), lambda: fetch("nope")) is None and fetched[-2:] == ["nope", "nope"]
 
 
 def test_the_cache_fetches_once_for_concurrent_first_readers() -> None:
-    cache = QueueCache(clock=lambda: 0.0)
+    cache = QueueCache(clock=FakeClock().clock)
     fetched: list[int] = []
     lock = threading.Lock()
     start = threading.Barrier(8)

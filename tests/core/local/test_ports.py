@@ -3,9 +3,12 @@ its own per job, the same in every replica of the role, in ``TORCHX_PORT_<NAME>`
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, ledger
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from tests.core.local.helpers import wait_done
+from tests.fixtures.clock import FakeClock
 
 
 def test_each_job_gets_its_own_ports_shared_by_its_replicas(sched: LocalScheduler) -> None:
@@ -36,3 +39,18 @@ def test_reservations_of_ended_jobs_are_dropped(sched: LocalScheduler) -> None:
     second = sched.schedule(sched.submit_dryrun(app, {}))
     assert set(ledger.read(sched.store.root)["ports"].values()) == {second}
     wait_done(sched, second)
+
+
+def test_a_job_without_a_supervisor_is_over_only_start_timeout_after_its_creation(
+    tmp_path: Path, fake_clock: FakeClock
+) -> None:
+    """``ledger.job_over`` on a fake clock: a job dir whose supervisor never recorded itself
+    holds its reservations for ``START_TIMEOUT`` after the dir was made, then is over."""
+    job_dir = tmp_path / "job-1"
+    job_dir.mkdir()
+    made = job_dir.stat().st_mtime
+    fake_clock.now = made + ledger.START_TIMEOUT
+    assert not ledger.job_over(str(tmp_path), "job-1", fake_clock.clock)
+    fake_clock.advance(1.0)
+    assert ledger.job_over(str(tmp_path), "job-1", fake_clock.clock)
+    assert ledger.job_over(str(tmp_path), "job-2", fake_clock.clock)  # no such job: over

@@ -19,11 +19,11 @@ import logging
 import os
 import random
 import threading
-import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errors import shown
 from airflow_provider_torchx.core.schedulers.api import cursor_object
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import client_key
@@ -70,7 +70,7 @@ class LogBudget:
        is left, so the rate holds over every attempt.
     5. Memory is bounded by the readers active within ``active_for``.
 
-    ``clock`` (monotonic seconds) and ``sleep`` are injectable: tests drive time by hand.
+    ``clock`` (its monotonic time and sleep) is injectable: tests drive time by hand.
     """
 
     def __init__(
@@ -79,16 +79,14 @@ class LogBudget:
         burst: int | None = None,
         *,
         active_for: float = 120.0,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.rate = rate
         self.burst = burst if burst is not None else max(1, int(rate))
         self.active_for = active_for
-        self._clock = clock
-        self._sleep = sleep
+        self.clock = clock
         self._tokens = float(self.burst)
-        self._stamp = clock()
+        self._stamp = clock.monotonic()
         self._asked: dict[Hashable, float] = {}
         self._granted: dict[Hashable, float] = {}
         self._served: set[Hashable] = set()
@@ -99,7 +97,7 @@ class LogBudget:
 
     def _refill(self) -> float:
         """Add the calls the rate allowed since the last look (up to ``burst``); the time now."""
-        now = self._clock()
+        now = self.clock.monotonic()
         self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.rate)
         self._stamp = now
         return now
@@ -127,7 +125,7 @@ class LogBudget:
     def acquire(self, key: Hashable) -> None:
         """Wait for a call for reader ``key`` (its turn in the round and the rate)."""
         while not self.try_acquire(key):
-            self._sleep(random.uniform(0.5, 1.0) / self.rate)
+            self.clock.sleep(random.uniform(0.5, 1.0) / self.rate)
 
     def charge(self) -> None:
         """Take a call for an attempt no turn granted (a retry): owed when none is left, so the
@@ -141,7 +139,7 @@ class LogBudget:
     def waited(self, key: Hashable) -> float:
         """Seconds since reader ``key`` last had a call (or first asked)."""
         with self._lock:
-            return self._clock() - self._granted.get(key, self._clock())
+            return self.clock.monotonic() - self._granted.get(key, self.clock.monotonic())
 
     def _prune(self, now: float) -> None:
         """Forget readers that stopped asking (their jobs ended or moved elsewhere)."""
@@ -333,7 +331,7 @@ def _behind(events: list[dict[str, Any]], budget: LogBudget, key: Hashable) -> f
     stamp = events[-1].get("timestamp") if events else None
     if stamp is None:
         return budget.waited(key)
-    return max(0.0, time.time() - float(stamp) / 1000)
+    return max(0.0, budget.clock.wall() - float(stamp) / 1000)
 
 
 def as_line(event: Mapping[str, Any]) -> str:

@@ -17,11 +17,11 @@ import functools
 import logging
 import pickle
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.schedulers.api import settle
 from airflow_provider_torchx.core.schedulers.aws_batch.schedule import DESCRIBE_BATCH, RoundSchedule
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import ChangeSweep, Group
@@ -143,8 +143,8 @@ class StatusPoller:
     - A job ``expect``-ed (just submitted here) that DescribeJobs does not show yet is reported
       as ``NOT_VISIBLE`` for ``visibility_grace`` seconds instead of as missing.
     - The thread exits after ``idle_exit`` seconds without requests and restarts on demand.
-      ``clock`` (monotonic seconds) is injectable for tests that drive rounds by hand; which
-      waiters a round answers is a pure function (``answer_waiters``).
+      ``clock`` is injectable for tests that drive rounds by hand; which waiters a round
+      answers is a pure function (``answer_waiters``).
     - A round's ``DescribeJobs`` calls are retried by the client (``clients.client_config``);
       one that still fails answers the waiters of its ids with the error.
     """
@@ -157,7 +157,7 @@ class StatusPoller:
         coalesce: float = 0.05,
         visibility_grace: float = 60.0,
         idle_exit: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.client = client
         #: Set once ``shared_poller``'s registry dropped this poller (idle): holders ask it again.
@@ -174,7 +174,7 @@ class StatusPoller:
         self._job_ids: dict[str, str] = {}
         self._waiters: list[Waiter] = []
         self._thread: threading.Thread | None = None
-        self._last_request = clock()
+        self._last_request = clock.monotonic()
         #: DescribeJobs calls and rounds made (benchmarks and tests read them).
         self.calls = 0
         self.rounds = 0
@@ -185,7 +185,7 @@ class StatusPoller:
     def expect(self, job_id: str) -> None:
         """Note a job just submitted, so that not seeing it yet is not "no such job"."""
         with self._cond:
-            self._expected[job_id] = self.clock() + self.visibility_grace
+            self._expected[job_id] = self.clock.monotonic() + self.visibility_grace
             self._results.pop(job_id, None)
 
     def remember(self, app_id: str, job_id: str) -> None:
@@ -236,7 +236,7 @@ class StatusPoller:
         (``describe_future_as``, ``describe_on_loop_as``); ``then`` must not raise."""
         max_age = self.min_interval if max_age is None else max_age
         with self._cond:
-            now = self._last_request = self.clock()
+            now = self._last_request = self.clock.monotonic()
             wake = self._next_round_at()
             need = set()
             for job_id in job_ids:
@@ -264,7 +264,7 @@ class StatusPoller:
         """Describe ``job_ids`` in the next round (the change sweep found them gone from
         ``group``): those still waiting for a scheduled look and last described in ``group``."""
         with self._cond:
-            now = self.clock()
+            now = self.clock.monotonic()
             wake = self._next_round_at()
             asked = False
             for job_id in job_ids:
@@ -320,7 +320,7 @@ class StatusPoller:
         with self._cond:
             if self._thread is not None or self._waiters or self.schedule:
                 return 0.0
-            return max(0.0, self.clock() - self._last_request)
+            return max(0.0, self.clock.monotonic() - self._last_request)
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -332,9 +332,9 @@ class StatusPoller:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                idle_since = self.clock()
+                idle_since = self.clock.monotonic()
                 while True:
-                    now = self.clock()
+                    now = self.clock.monotonic()
                     wake = self._next_round_at()
                     if wake is not None and wake <= now:
                         break
@@ -357,7 +357,7 @@ class StatusPoller:
         each call completes as soon as it returns (the waiters' loop then takes its answers a
         call's worth at a time, not a whole round's: 500 at 5,000 jobs held it 100 ms)."""
         with self._cond:
-            start = self.clock()
+            start = self.clock.monotonic()
             ids = self.schedule.take(start)
             if not ids:
                 return

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errors import JobWontFitError
 from airflow_provider_torchx.core.schedulers.aws_batch import eks, options, render
 from airflow_provider_torchx.core.schedulers.aws_batch.clients import all_items
@@ -296,10 +296,10 @@ class _Slot:
 
 
 class QueueCache:
-    """Queue views by key, each reused for ``ttl`` seconds of ``clock``; a key's first
+    """Queue views by key, each reused for ``ttl`` seconds of ``clock``'s monotonic time; a key's first
     readers wait for one fetch. A queue that does not exist is not remembered."""
 
-    def __init__(self, ttl: float = CACHE_TTL, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float = CACHE_TTL, clock: Clock = SYSTEM_CLOCK) -> None:
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
@@ -310,8 +310,8 @@ class QueueCache:
         with self._lock:
             slot = self._slots.setdefault(key, _Slot(threading.Lock()))
         with slot.lock:
-            if slot.view is None or self._clock() - slot.at >= self.ttl:
-                slot.view, slot.at = fetch(), self._clock()
+            if slot.view is None or self._clock.monotonic() - slot.at >= self.ttl:
+                slot.view, slot.at = fetch(), self._clock.monotonic()
             return slot.view
 
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class ChangeSweep:
     ``groups()`` returns the watched jobs waiting for a scheduled look by group, with the
     group's shortest period; ``hint(group, ids)`` asks for a look at ``ids`` now (the poller
     checks they are still in ``group``). The thread starts on ``wake()`` and exits after
-    ``idle_exit`` seconds without groups. ``step`` is one pass, for tests that drive the clock
+    ``idle_exit`` seconds without groups. ``step`` is one pass, for tests that drive ``clock``
     by hand."""
 
     def __init__(
@@ -106,7 +107,7 @@ class ChangeSweep:
         hint: Callable[[Group, list[str]], None],
         *,
         idle_exit: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.client = client
         self.groups = groups
@@ -128,10 +129,10 @@ class ChangeSweep:
                 self._thread.start()
 
     def _loop(self) -> None:
-        idle_since = self.clock()
+        idle_since = self.clock.monotonic()
         while True:
             wake = self.step()
-            now = self.clock()
+            now = self.clock.monotonic()
             if wake is None:
                 with self._lock:
                     if now - idle_since > self.idle_exit:
@@ -139,7 +140,7 @@ class ChangeSweep:
                         return
             else:
                 idle_since = now
-            time.sleep(1.0 if wake is None else min(1.0, max(wake - now, 0.05)))
+            self.clock.sleep(1.0 if wake is None else min(1.0, max(wake - now, 0.05)))
 
     def step(self) -> float | None:
         """List every group that is due and hint its changed jobs; when the next group is due
@@ -155,7 +156,7 @@ class ChangeSweep:
             if interval is None:
                 self._next.pop(group, None)
                 continue
-            now = self.clock()
+            now = self.clock.monotonic()
             due = self._next.setdefault(group, now + interval)  # its jobs were just described
             if due <= now:
                 try:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import time
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.schedulers.local import procfs, store
 
 TYPE_CHECKING = False  # not ``typing``: the supervisor's start-up must stay fast
@@ -92,10 +92,10 @@ def supervisor_alive(sup: dict[str, Any] | None) -> bool:
     return sup is not None and sup.get("boot") == procfs.boot_id() and procfs.is_alive(sup.get("pid"), sup.get("start"))
 
 
-def job_over(root: str, app_id: str) -> bool:
+def job_over(root: str, app_id: str, clock: Clock = SYSTEM_CLOCK) -> bool:
     """Whether the job ``app_id`` of the store at ``root`` is over: deleted, terminal, its
-    supervisor dead (or its record unreadable), or no supervisor ``START_TIMEOUT`` after the
-    job was created."""
+    supervisor dead (or its record unreadable), or no supervisor ``START_TIMEOUT`` (of
+    ``clock``'s wall time) after the job was created."""
     job_dir = os.path.join(root, app_id)
     st = _read_record(os.path.join(job_dir, store.STATE))
     if st is not None and st.get("state") in _TERMINAL:
@@ -107,6 +107,6 @@ def job_over(root: str, app_id: str) -> bool:
     if os.path.exists(sup_path):  # there, but corrupt: its devices cannot be vouched for
         return True
     try:
-        return time.time() - os.stat(job_dir).st_mtime > START_TIMEOUT
+        return clock.wall() - os.stat(job_dir).st_mtime > START_TIMEOUT
     except FileNotFoundError:
         return True
