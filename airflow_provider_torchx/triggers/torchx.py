@@ -26,18 +26,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_torchx.cancels import task_instance_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.guards import Guards
-from airflow_provider_torchx.core.identity import DAG_ID, TASK_ID, TaskIdentity
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import (
     PrefetchedConnection,
@@ -47,8 +46,8 @@ from airflow_provider_torchx.hooks.torchx import (
 )
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
-from airflow_provider_torchx.orphans import Verdict
-from airflow_provider_torchx.reaper.decisions import start_decision
+from airflow_provider_torchx.orphans import Killed, TaskView, Verdict
+from airflow_provider_torchx.reaper.decisions import own_decision
 from airflow_provider_torchx.watch import LOG_SETTLE, TaskWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
@@ -75,12 +74,9 @@ async def get_task_states(dag_id: str, task_id: str, run_id: str, map_index: int
     return states
 
 
-async def task_instance_state(identity: Mapping[str, str]) -> str | None:
-    """The current state of the task instance ``identity`` (its job labels); None is Airflow's
-    "no state" (e.g. just cleared). Raises if it cannot be read."""
-    ident = TaskIdentity.from_labels(identity)
-    if ident is None:
-        raise LookupError(f"job labels {dict(identity)} name no task instance")
+async def task_instance_state(ident: TaskIdentity) -> str | None:
+    """The current state of the task instance ``ident``; None is Airflow's "no state" (e.g.
+    just cleared). Raises if it cannot be read."""
     dag_id, task_id, run_id, map_index = ident
     states = await get_task_states(dag_id, task_id, run_id, map_index)
     key = task_id if map_index < 0 else f"{task_id}_{map_index}"
@@ -322,8 +318,8 @@ class TorchXJobTrigger(BaseTrigger):
                 await self._last_word(str(event.get("message")))
             yield TriggerEvent(redact(event))
         except asyncio.CancelledError:
-            if not TRIGGER_HAS_ON_KILL and self.cancel_on_kill and not self._final_event_fired:
-                await self._cancel_unless_still_deferred()
+            if not TRIGGER_HAS_ON_KILL and not self._final_event_fired:
+                await self._on_killed()
             raise
         except Exception as e:
             self.log.exception("watching %s failed", self.app_handle)
@@ -369,67 +365,70 @@ class TorchXJobTrigger(BaseTrigger):
         except Exception as e:
             self.log.warning("the start check of %s failed: %s: %s", self.app_handle, type(e).__name__, e)
 
-    async def _cancel_unless_still_deferred(self) -> None:
-        """Airflow < 3.3: the trigger was cancelled. Cancel the job only if the task instance
-        is no longer deferred (killed by a user); a triggerer restart leaves it deferred. When
-        the state cannot be read, leave the job alone."""
-        try:
-            if not self.identity:
-                raise ValueError("the trigger carries no task instance identity")
-            state = await task_instance_state(self.identity)
-        except Exception as e:
-            self.log.warning(
-                "Trigger cancelled; could not read the task instance's state (%s: %s): leaving %s running",
-                type(e).__name__,
-                e,
-                self.app_handle,
-            )
+    async def _task_view(self, ident: TaskIdentity, *, marked: bool) -> TaskView:
+        """What the trigger reads of its task instance: its state (``TaskView.of_state``;
+        ``marked``: a user set it, as when the task's kill reached the trigger). Raises when it
+        cannot be read."""
+        return TaskView.of_state(await task_instance_state(ident), marked=marked)
+
+    async def _on_killed(self) -> None:
+        """The task's kill reached the trigger (``on_kill`` on Airflow >= 3.3; on 3.1/3.2 the
+        trigger was cancelled, as on a triggerer restart): the table (``orphans.decide`` with
+        ``Killed``) decides from the task instance's state, read here unless ``cancel_on_kill``
+        is off (the table then keeps the job whatever the state): still ``deferred`` (a
+        triggerer restart or reassignment) or cleared keeps the job, an ended state cancels it
+        at once; an unreadable state leaves it to the reaper."""
+        ident = self._identity()
+        task = None
+        if ident is not None and self.cancel_on_kill:
+            try:
+                task = await self._task_view(ident, marked=True)
+            except Exception as e:
+                self.log.warning(
+                    "Trigger cancelled; could not read the task instance's state (%s: %s)", type(e).__name__, e
+                )
+        decision = own_decision(ident, task, killed=Killed(cancel_on_kill=self.cancel_on_kill))
+        if decision.verdict != Verdict.CANCEL:
+            self.log.info("Trigger stopped: leaving %s running (%s)", self.app_handle, decision.why)
             return
-        if state == "deferred":
-            self.log.info(
-                "Trigger cancelled while the task is still deferred (triggerer restart or reassignment): "
-                "leaving %s running",
-                self.app_handle,
-            )
-            return
-        self.log.info("Task is no longer deferred (now %s): cancelling %s", state, self.app_handle)
-        # a cancel of the task's own making, naming its run and state as the reaper's do
-        await self._cancel(
-            task_instance_cancel_reason(self.identity, f"is no longer deferred (now {state or 'no state'})")
-        )
+        self.log.info("Task killed while deferred: cancelling %s: %s", self.app_handle, decision.detail)
+        await self._cancel(decision.detail, CancelledBy.TASK)
 
     async def _cancel_if_orphaned(self) -> None:
         """On start: a task marked (failed, success, ...) before this trigger ran gets no
-        ``on_kill``; if its state is not ``deferred`` any more and the orphans table
-        (``orphans.decide``) says so, cancel the job now. An unreadable state changes nothing."""
+        ``on_kill``; if the table (``orphans.decide``) says its job is an orphan, cancel it now
+        (by the orphaned-jobs rule). An unreadable state changes nothing."""
+        ident = self._identity()
+        assert ident is not None
         try:
-            assert self.identity is not None
-            state = await task_instance_state(self.identity)
+            task = await self._task_view(ident, marked=False)
         except Exception as e:
             self.log.debug("could not read the task instance's state on start: %s: %s", type(e).__name__, e)
             return
-        if state == "deferred":
-            return
-        decision = start_decision(self.identity, state)
+        decision = own_decision(ident, task)
         if decision.verdict == Verdict.CANCEL:
             self.log.info(
-                "Task is no longer deferred (now %s): cancelling %s: %s", state, self.app_handle, decision.detail
+                "Task is no longer deferred (now %s): cancelling %s: %s", task.state, self.app_handle, decision.detail
             )
-            await self._cancel(decision.detail)
+            await self._cancel(decision.detail, CancelledBy.REAPER)
             emit_orphan_cancelled(
                 scheduler=parse_app_handle(self.app_handle).scheduler_backend,
-                dag_id=self.identity[DAG_ID],
-                task_id=self.identity[TASK_ID],
+                dag_id=ident.dag_id,
+                task_id=ident.task_id,
                 reason=str(decision.reason),
             )
 
-    async def _cancel(self, reason: str) -> None:
-        """Cancel the job, saying why (the reason names the task instance and what ended it),
-        and say in the task log, as the trigger's last word, the reason the job's record keeps
-        (``cancel_reason``: another component's, such as the reaper's, when its cancel came
-        first and the job ended already)."""
+    def _identity(self) -> TaskIdentity | None:
+        """The task instance the trigger's ``identity`` kwarg (its job's labels) names."""
+        return TaskIdentity.from_labels(self.identity) if self.identity else None
+
+    async def _cancel(self, reason: str, by: CancelledBy) -> None:
+        """Cancel the job, saying why (the reason names the task instance and what ended it)
+        and who asks (``by``), and say in the task log, as the trigger's last word, the reason
+        the job's record keeps (``cancel_reason``: another component's, such as the reaper's,
+        when its cancel came first and the job ended already)."""
         runner = await run_blocking(self._runner, await self._aws_connection())
-        await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
+        await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason, by=by))
         try:
             described = await run_blocking(runner.describe_app, self.app_handle)
         except Exception:
@@ -438,9 +437,7 @@ class TorchXJobTrigger(BaseTrigger):
         await self._last_word(f"Cancelled TorchX job {self.app_handle}: {kept}")
 
     async def on_kill(self) -> None:
-        """Cancel the job when the deferred task is killed (Airflow >= 3.3 calls this), unless
-        ``cancel_on_kill`` is off or the final event has already fired. Idempotent."""
-        if not self.cancel_on_kill or self._final_event_fired:
-            return
-        self.log.info("Task killed while deferred: cancelling %s", self.app_handle)
-        await self._cancel(task_instance_cancel_reason(self.identity or {}, "was killed while deferred"))
+        """The deferred task was killed (Airflow >= 3.3 calls this): ``_on_killed``, unless the
+        final event has already fired. Idempotent."""
+        if not self._final_event_fired:
+            await self._on_killed()
