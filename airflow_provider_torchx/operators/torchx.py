@@ -4,8 +4,8 @@ The task dry-runs (``dryrun=True``: logs the native request and returns it) or s
 the app handle (return value, XCom, extra links), then waits in the worker or deferred to
 ``TorchXJobTrigger``, streaming every replica's log lines into the task log as
 ``[role/k] line``. It fails with the failed replica, its exit code or reason and its last log
-lines; ``on_kill`` cancels the job. boto3 and docker are only imported by the backends that
-need them, when they are used.
+lines; ``on_kill`` cancels the job (as the one decision table, ``orphans.decide``, says). boto3
+and docker are only imported by the backends that need them, when they are used.
 """
 
 from __future__ import annotations

@@ -13,10 +13,12 @@ Exactly-once logs across triggerer restarts: kwargs are fixed at ``defer()``, so
 each batch the trigger saves its position in the cursor file of its task instance and job
 (``core/cursors.py``); a restarted trigger goes on from the highest-numbered position of its
 kwargs and the file. Cancelling while deferred: Airflow >= 3.3 calls ``on_kill``; older
-versions only cancel the trigger's task, so ``run()`` then asks the Task SDK whether the task
-instance is still deferred (a triggerer restart) or not (marked failed or success, cleared).
-Whichever cancel ends the job, the trigger's last word in the task log says so and why (a task
-marked while deferred never resumes to say it). The first look never waits for a Task SDK
+versions only cancel the trigger's task, as on a triggerer restart. Either way the trigger
+reads its task instance's state through the Task SDK and the one decision table
+(``orphans.decide``, killed) decides: cancel when the task instance ended, keep it while still
+deferred (a triggerer restart), cleared or retrying. Whichever cancel ends the job, the
+trigger's last word in the task log says so and why (a task marked while deferred never
+resumes to say it). The first look never waits for a Task SDK
 answer (a fresh triggerer takes seconds to give its first): the start check runs beside the
 watch (docs/architecture.md, "In the triggerer").
 """
@@ -99,11 +101,12 @@ class TorchXJobTrigger(BaseTrigger):
 
     Every argument is JSON-serialisable: ``log_cursors`` (``{"role/k": cursor}``) and
     ``cursor_seq`` say where the task log stood at ``defer()``; ``identity`` (the task
-    instance's job labels) names the cursor file and the task instance whose state is checked
-    when cancelled on Airflow < 3.3; ``deadline`` is absolute (epoch seconds), ``host`` is the
-    host a local job runs on, ``started_at`` (epoch seconds) dates the progress lines' elapsed
-    time. ``cancel_on_kill``: cancel the job when Airflow kills the deferred task (marked
-    failed or success, cleared); never on a triggerer restart, never in ``cleanup()``.
+    instance's job labels, a plain dict as every kwarg is: ``TaskIdentity`` inside) names the
+    cursor file and the task instance whose state is read on start and when killed;
+    ``deadline`` is absolute (epoch seconds), ``host`` is the host a local job runs on,
+    ``started_at`` (epoch seconds) dates the progress lines' elapsed time. ``cancel_on_kill``:
+    cancel the job when Airflow kills the deferred task and the table says so (its task
+    instance ended); never on a triggerer restart, never in ``cleanup()``.
     ``native_id``: the scheduler's own id of the job (``Runner.native_id``; AWS Batch: the
     job id), so that a fresh triggerer finds the job without a look-up per trigger; without
     it (None: the scheduler has no id of its own, or found none) the scheduler finds the job
