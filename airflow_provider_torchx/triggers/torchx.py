@@ -388,7 +388,7 @@ class TorchXJobTrigger(BaseTrigger):
                 task = await self._task_view(ident, marked=True)
             except Exception as e:
                 self.log.warning(
-                    "Trigger cancelled; could not read the task instance's state (%s: %s)", type(e).__name__, e
+                    "Trigger stopped; could not read the task instance's state (%s: %s)", type(e).__name__, e
                 )
         decision = own_decision(ident, task, killed=Killed(cancel_on_kill=self.cancel_on_kill))
         if decision.verdict != Verdict.CANCEL:
