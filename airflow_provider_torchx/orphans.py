@@ -1,21 +1,28 @@
-"""Which jobs outlived their task instance: the decision table, as one pure function.
+"""Which jobs to cancel automatically: the decision table, as one pure function.
 
 A job the operator submitted carries its task instance's identity as labels (``airflow.dag_id``,
 ``airflow.task_id``, ``airflow.run_id``, ``airflow.map_index``; never the try number). Once that
 task instance is in a state from which no try will adopt the job, the job is an orphan and is
 cancelled; a job that a try will (or may) adopt is kept; when the task instance's state cannot be
-read, the question is asked again later. ``decide`` is the whole rule; the reaper
-(``reaper/``) feeds it what it read from Airflow and the schedulers and applies its answer.
-Nothing here imports Airflow, so every row is a unit test (``tests/airflow/test_orphans.py``).
+read, the question is asked again later. The same table answers when the task's own kill or
+cancel hook fires (``Killed``: the trigger's ``on_kill`` on Airflow >= 3.3, a trigger cancelled
+on 3.1/3.2, the operator's ``on_kill`` in worker mode), so one function decides every automatic
+cancel: the reaper (``reaper/``), the trigger's start check and its kill paths, and the
+operator's ``on_kill`` feed ``decide`` what they know and apply its answer. Nothing here
+imports Airflow, so every row is a unit test (``tests/airflow/test_orphans.py``).
 
-The table (first matching row wins):
+The table (first matching row wins; "killed": ``decide(killed=...)`` was given):
 
 ================================================  ===========================================
 job / task instance                               verdict
 ================================================  ===========================================
 no ``airflow.*`` identity labels                  keep (not Airflow's: CLI, other tools)
 job already ended                                 keep (nothing to cancel)
-state unreadable (API/DB down)                    later
+killed, ``cancel_on_kill=False``                  keep (never cancelled with its task)
+state unreadable (API/DB down)                    later; killed in the trigger: later too (the
+                                                  reaper looks again)
+killed in the worker (the operator's              cancel ``killed`` at once (the kill is the
+``on_kill``: no state at hand)                    user's intent; ``cancel_on_kill`` says so)
 DAG unknown, or run found without this task       later (a label that names no task)
 its try disowned it (``wait_for_completion=       keep (the job is meant to outlive its task,
 False`` or ``cancel_on_kill=False``)              or never to be cancelled with it)
@@ -28,21 +35,24 @@ state)
 task running/deferred/queued/scheduled/... and    cancel ``superseded`` (cleared; the new try
 a newer live job of the same task instance was    submitted another job instead of adopting
 created during the current try                    this one)
-up_for_retry, up_for_reschedule, scheduled,       keep (a try adopts it)
-queued, running, deferred, restarting, none
+up_for_retry, up_for_reschedule, scheduled,       keep (a try adopts it; killed and
+queued, running, deferred, restarting, none       ``deferred``: a triggerer restart or
+                                                  reassignment; killed and none or
+                                                  ``restarting``: cleared, the next try adopts
+                                                  the job or supersedes it)
 any other state                                   later (unknown to this table)
 ================================================  ===========================================
 
 A "cancel" row waits ``grace`` seconds from the task's (or run's) end before it cancels (a
 task marked failed and cleared again at once keeps its job), and is "keep" while
 ``cancel_orphaned_jobs`` is off; in both cases the job is still reported as an orphan (the UI
-shows it so).
+shows it so). Killed, a "cancel" row cancels at once whatever the setting says: the kill is the
+user's intent, and ``cancel_on_kill`` governs it.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from airflow_provider_torchx.core.identity import TaskIdentity
@@ -94,16 +104,35 @@ class TaskView:
     marked: bool = False
     disowned: bool = False
 
+    @classmethod
+    def of_state(cls, state: str | None, *, marked: bool = False) -> TaskView:
+        """What a trigger knows of its task instance: its ``state`` alone (the DAG, its run and
+        the task instance exist: the task deferred to the trigger)."""
+        return cls(dag_known=True, run_state="running", found=True, state=state, marked=marked)
+
 
 @dataclass(frozen=True)
 class JobView:
-    """A live job as the scheduler listed it. ``newest_sibling_created``: when the newest other
-    live job carrying the same identity was submitted (None: there is none)."""
+    """A live job as the scheduler listed it: ``identity``, the task instance its labels name
+    (None: they name none). ``newest_sibling_created``: when the newest other live job
+    carrying the same identity was submitted (None: there is none)."""
 
     state: AppState
-    labels: Mapping[str, str]
+    identity: TaskIdentity | None
     created: float | None = None
     newest_sibling_created: float | None = None
+
+
+@dataclass(frozen=True)
+class Killed:
+    """The task's own kill or cancel hook fired for the job. ``in_worker``: the operator's
+    ``on_kill`` in worker mode, which has no task instance state at hand (``decide`` is given
+    none, and cancels); else a trigger's (Airflow >= 3.3 ``on_kill``, or the trigger cancelled
+    on 3.1/3.2), which reads the state and leaves the job to the reaper when it cannot.
+    ``cancel_on_kill``: the task's setting (False: the job is never cancelled with its task)."""
+
+    in_worker: bool = False
+    cancel_on_kill: bool = True
 
 
 @dataclass(frozen=True)
@@ -124,10 +153,9 @@ class Decision:
         return self.reason is not None
 
 
-def task_name(labels: Mapping[str, str]) -> str:
-    """``task DAG.TASK of run RUN_ID`` (``TASK[i]`` when mapped), read from the job's identity
-    labels, for messages; ``an unlabelled job`` when it has none."""
-    ident = TaskIdentity.from_labels(labels)
+def task_name(ident: TaskIdentity | None) -> str:
+    """``task DAG.TASK of run RUN_ID`` (``TASK[i]`` when mapped), for messages; ``an
+    unlabelled job`` for a job whose labels name no task instance."""
     if ident is None:
         return "an unlabelled job"
     mapped = f"[{ident.map_index}]" if ident.map_index >= 0 else ""
@@ -136,7 +164,7 @@ def task_name(labels: Mapping[str, str]) -> str:
 
 def _orphan(task: TaskView, job: JobView) -> tuple[str, str] | None:
     """``(reason, detail)`` when no try will adopt the job, else None."""
-    who = task_name(job.labels)
+    who = task_name(job.identity)
     if task.run_state is None:
         return "dag_run_deleted", f"{who}: the DAG run was deleted"
     if task.state in ENDED_STATES:
@@ -164,18 +192,24 @@ def decide(
     grace: float,
     now: float,
     first_seen: float | None = None,
+    killed: Killed | None = None,
 ) -> Decision:
     """The decision table of the module docstring for one live ``job``.
 
     ``task``: what Airflow says of its task instance, None when that could not be read;
     ``enabled``: ``[torchx] cancel_orphaned_jobs``; ``grace``: ``[torchx] orphan_grace``
     seconds, counted from ``task.ended_at``, else from ``first_seen`` (when the caller first
-    saw the job orphaned), else from ``now``."""
-    if TaskIdentity.from_labels(job.labels) is None:
+    saw the job orphaned), else from ``now``; ``killed``: the task's own kill or cancel hook
+    fired (None: the reaper or a trigger's start check asks)."""
+    if job.identity is None:
         return Decision(Verdict.KEEP, why="no Airflow task instance labels")
     if job.state.is_terminal():
         return Decision(Verdict.KEEP, why=f"already {job.state.name}")
+    if killed is not None and not killed.cancel_on_kill:
+        return Decision(Verdict.KEEP, why="killed, but its task has cancel_on_kill=False")
     if task is None:
+        if killed is not None and killed.in_worker:
+            return Decision(Verdict.CANCEL, "killed", f"{task_name(job.identity)} was killed")
         return Decision(Verdict.LATER, why="the task instance's state could not be read")
     if not task.dag_known:
         return Decision(Verdict.LATER, why="its labels name no known DAG")
@@ -185,10 +219,14 @@ def decide(
         return Decision(Verdict.KEEP, why="its task disowned it (wait_for_completion=False or cancel_on_kill=False)")
     orphan = _orphan(task, job)
     if orphan is None:
+        if killed is not None and task.state == "deferred":
+            return Decision(Verdict.KEEP, why="task instance still deferred: a triggerer restart or reassignment")
         if task.state in ADOPTING_STATES:
             return Decision(Verdict.KEEP, why=f"task instance {task.state or 'has no state'}: a try adopts the job")
         return Decision(Verdict.LATER, why=f"task instance state {task.state!r} is not in the table")
     reason, detail = orphan
+    if killed is not None:
+        return Decision(Verdict.CANCEL, reason, detail)
     if not enabled:
         return Decision(Verdict.KEEP, reason, detail, why="[torchx] cancel_orphaned_jobs is off")
     since = task.ended_at if task.ended_at is not None else first_seen if first_seen is not None else now

@@ -58,6 +58,7 @@ from airflow_provider_torchx.core.logstream import (
     last_lines,
     replica_counts,
 )
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
 from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
 
@@ -474,7 +475,8 @@ class TaskWatcher(JobWatch):
             except Exception as e:  # the account is a courtesy: the guard acts regardless
                 why = f"(could not ask the scheduler why: {type(e).__name__}: {e})"
         message = trip.message(self.app_handle, why)
-        self.runner.cancel(self.app_handle, reason=f"guardrail {trip.guard}={trip.limit:g} tripped")
+        reason = f"guardrail {trip.guard}={trip.limit:g} tripped"
+        self.runner.cancel(self.app_handle, reason=reason, by=CancelledBy.TASK)
         return self.event("guardrail", message=message, **trip.to_dict())
 
     def timeout_event(self, status: AppStatus) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupEr
 from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.jobviews import map_strings, printable, printable_tree
 from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Stream
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse, Stream
 from airflow_provider_torchx.core.schedulers.local.store import (
     CancelDeliveredError,
     CancelNotRecordedError,
@@ -251,8 +251,8 @@ def _out(text: str = "", stream: TextIO | None = None) -> None:
 
 
 def _cancel_reason(command: str) -> str:
-    """Who cancels: ``airflow-torchx COMMAND by USER@HOST`` (the job's message names it, and
-    a task watching the job knows the cancel is not its own)."""
+    """Who cancels, in words: ``airflow-torchx COMMAND by USER@HOST`` (the job's message names
+    it; the cancel itself says ``by=CancelledBy.USER``)."""
     try:
         user = getpass.getuser()
     except (OSError, KeyError):  # no login name and no passwd entry (some containers)
@@ -444,7 +444,8 @@ def _attach(runner: Runner, handle: str, stream_logs: bool, poll_interval: float
 def _cancelled(runner: Runner, handle: str, sig: SignalException, previous: dict[Any, Any]) -> int:
     for sig_num, handler in previous.items():  # a second Ctrl-C stops waiting for the cancel
         signal.signal(sig_num, handler)
-    runner.cancel(handle, reason=_cancel_reason(f"run --wait ({sig.sigval.name})"))  # Runner.wait may have already
+    # Runner.wait may have cancelled it already: cancel is idempotent
+    runner.cancel(handle, reason=_cancel_reason(f"run --wait ({sig.sigval.name})"), by=CancelledBy.USER)
     _err(f"{handle}: {sig.sigval.name} received, cancelling the job")
     try:
         final = runner.wait(handle, wait_interval=1, timeout=CANCEL_WAIT_SECONDS, cancel_on_signal=False)
@@ -692,7 +693,7 @@ def _cancel(runner: Runner, handle: str) -> None:
     """Cancel the job; a cancel delivered although the store could not record it, or although
     a file of the job was refused, is printed with why."""
     try:
-        runner.cancel(handle, reason=_cancel_reason("cancel"))
+        runner.cancel(handle, reason=_cancel_reason("cancel"), by=CancelledBy.USER)
     except (CancelNotRecordedError, CancelDeliveredError) as err:  # delivered all the same
         _out(f"{handle}: cancel requested ({err})")
     else:

@@ -105,6 +105,7 @@ def status_dict(handle: str, desc: DescribeAppResponse, root_cause: RootCause | 
         "ended": desc.ended,
         "cancel_requested": desc.cancel_requested,
         "cancel_reason": desc.cancel_reason,
+        "cancelled_by": None if desc.cancelled_by is None else desc.cancelled_by.value,
         "labels": dict(desc.labels),
         "roles": [{"role": rs.role, "replicas": [replica_dict(r) for r in rs.replicas]} for rs in desc.roles_statuses],
         "usage": desc.usage.to_dict() if desc.usage is not None else None,

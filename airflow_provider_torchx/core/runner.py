@@ -26,6 +26,7 @@ from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errors import UnknownAppError, UnknownSchedulerError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, did_you_mean, runopts
 from airflow_provider_torchx.core.schedulers.api import (
+    CancelledBy,
     DescribeAppResponse,
     ListAppResponse,
     LogChunk,
@@ -461,11 +462,12 @@ class Runner:
 
     # ------------------------------------------------------------------ stop
 
-    def cancel(self, app_handle: str, *, reason: str | None = None) -> None:
+    def cancel(self, app_handle: str, *, reason: str | None = None, by: CancelledBy | None = None) -> None:
         """Ask for the app to stop; it ends CANCELLED asynchronously. Idempotent. ``reason``
-        (who or what asks) is recorded where the scheduler can (``Scheduler.cancel``)."""
+        (who or what asks) and ``by`` (who, in ``CancelledBy``'s vocabulary) are recorded
+        where the scheduler can (``Scheduler.cancel``)."""
         sched, app_id = self._scheduler_app_id(app_handle)
-        sched.cancel(app_id, reason=reason)
+        sched.cancel(app_id, reason=reason, by=by)
 
     def stop(self, app_handle: str) -> None:
         """Deprecated alias of ``cancel``."""

@@ -4,8 +4,8 @@ The task dry-runs (``dryrun=True``: logs the native request and returns it) or s
 the app handle (return value, XCom, extra links), then waits in the worker or deferred to
 ``TorchXJobTrigger``, streaming every replica's log lines into the task log as
 ``[role/k] line``. It fails with the failed replica, its exit code or reason and its last log
-lines; ``on_kill`` cancels the job. boto3 and docker are only imported by the backends that
-need them, when they are used.
+lines; ``on_kill`` cancels the job (as the one decision table, ``orphans.decide``, says). boto3
+and docker are only imported by the backends that need them, when they are used.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from airflow_provider_torchx.core.checkpoints import check_root
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, Guards, positive_limit, smaller
 from airflow_provider_torchx.core.identity import TaskIdentity
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, labels_match
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse, labels_match
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
@@ -37,7 +37,8 @@ from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLin
 from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
 from airflow_provider_torchx.metrics import emit_guardrail
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
-from airflow_provider_torchx.orphans import DISOWNED_XCOM
+from airflow_provider_torchx.orphans import DISOWNED_XCOM, Killed, Verdict
+from airflow_provider_torchx.reaper.decisions import own_decision
 from airflow_provider_torchx.retention import apply_retention
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
@@ -273,6 +274,8 @@ class TorchXRunOperator(BaseOperator):
         self.max_gpu_hours = positive_limit(MAX_GPU_HOURS, max_gpu_hours, seconds=False)
         self.app_handle: str | None = None
         self._runner: Runner | None = None
+        #: The task instance whose job ``app_handle`` is (what ``on_kill`` hands the table).
+        self._identity: TaskIdentity | None = None
         #: The ended job's usage summary (``core/usage.py``) and final state, once the task reported it.
         self.usage: Usage | None = None
         self.job_state: str | None = None
@@ -389,7 +392,7 @@ class TorchXRunOperator(BaseOperator):
             cursor_file = cursor_file_for(runner, handle, identity)
             position = newest(cursor_file.load())
             self.checkpoint_dir = checkpointing.location_of(runner, handle)  # as it was given
-        self.app_handle = handle
+        self.app_handle, self._identity = handle, identity
         _remember_job(context, handle, reported=False)
         context["ti"].xcom_push(key="app_handle", value=handle)
         checkpointing.report(context, self.checkpoint_dir, self.log)
@@ -488,7 +491,8 @@ class TorchXRunOperator(BaseOperator):
         assert self._runner is not None
         if event["status"] == "timeout":
             within = f"did not end within {self._wait_seconds():.0f}s"
-            self._runner.cancel(handle, reason=task_cancel_reason(self.dag_id, self.task_id, f"timeout ({within})"))
+            reason = task_cancel_reason(task_identity(context), f"timed out ({within})")
+            self._runner.cancel(handle, reason=reason, by=CancelledBy.TASK)
             raise AirflowException(f"TorchX job {handle} {within} (still {event.get('state')}); cancelled it")
         message = redact(failure_message(event))
         if "attempt_timeout" in message or "attempt duration exceeded timeout" in message:
@@ -543,8 +547,9 @@ class TorchXRunOperator(BaseOperator):
         """Resume after the trigger's event: flush the remaining log lines (from the newest of
         the event's and the cursor file's positions), then return the handle or raise."""
         self.app_handle = str(event["app_handle"])
+        self._identity = task_identity(context)
         self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()
-        cursor_file = cursor_file_for(self._runner, self.app_handle, task_identity(context))
+        cursor_file = cursor_file_for(self._runner, self.app_handle, self._identity)
         self.checkpoint_dir = checkpointing.location_of(self._runner, self.app_handle)
         if self.stream_logs:
             position = flush_logs(self._runner, event, self.log, cursor_file)
@@ -553,10 +558,15 @@ class TorchXRunOperator(BaseOperator):
         return self._finish(event, context, cursor_file, position)
 
     def on_kill(self) -> None:
-        """Cancel the job when the task is killed (worker mode, ``cancel_on_kill``)."""
-        if self.cancel_on_kill and self.app_handle and self._runner is not None:
+        """The task was killed in the worker: cancel its job as the table decides
+        (``orphans.decide``, killed in the worker: the state is not at hand, so
+        ``cancel_on_kill`` says)."""
+        if not self.app_handle or self._runner is None:
+            return
+        decision = own_decision(self._identity, None, killed=Killed(in_worker=True, cancel_on_kill=self.cancel_on_kill))
+        if decision.verdict == Verdict.CANCEL:
             self.log.info("Task killed: cancelling %s", self.app_handle)
-            self._runner.cancel(self.app_handle, reason=task_cancel_reason(self.dag_id, self.task_id, "killed"))
+            self._runner.cancel(self.app_handle, reason=decision.detail, by=CancelledBy.TASK)
 
     # ------------------------------------------------------------------ OpenLineage (lineage.py)
 

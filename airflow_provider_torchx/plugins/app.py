@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from airflow_provider_torchx.cancels import ui_cancel_reason
 from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownAppError, shown
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.schedulers.local.store import (
     CancelDeliveredError,
     CancelNotRecordedError,
@@ -204,7 +205,7 @@ def create_app() -> FastAPI:
         if not desc.state.is_terminal():
             log.info("TorchX UI: %s cancels %s", user.get_name(), body.handle)
             try:
-                runner.cancel(body.handle, reason=ui_cancel_reason(user.get_name()))
+                runner.cancel(body.handle, reason=ui_cancel_reason(user.get_name()), by=CancelledBy.USER)
             except CancelNotRecordedError as err:  # delivered all the same
                 answer["msg"] = str(err)
         return answer
@@ -227,7 +228,7 @@ def _cancel_refused(user: Any, body: CancelRequest) -> dict[str, Any]:
     log.info("TorchX UI: %s cancels %s (a file of the job is refused)", user.get_name(), body.handle)
     answer = {"handle": body.handle, "state": AppState.UNKNOWN.name, "cancel_requested": True}
     try:
-        runner.cancel(body.handle, reason=ui_cancel_reason(user.get_name()))
+        runner.cancel(body.handle, reason=ui_cancel_reason(user.get_name()), by=CancelledBy.USER)
     except CancelDeliveredError as err:
         answer["msg"] = str(err)
     return answer

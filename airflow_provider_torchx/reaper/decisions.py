@@ -1,6 +1,6 @@
 """The table applied: a decision for each live job, and the cancel of each orphan whose grace
-passed; also the table's answer for the UI (which live jobs are orphans) and for a trigger's
-start (is its own job one)."""
+passed; also the table's answer for the UI (which live jobs are orphans) and for a task's own
+components (a trigger's start check, the trigger's and the operator's kill hooks)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import NamedTuple
 
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.identity import TaskIdentity
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppState
-from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide
+from airflow_provider_torchx.orphans import Decision, JobView, Killed, TaskView, Verdict, decide
 from airflow_provider_torchx.reaper.listing import LiveJob
 from airflow_provider_torchx.reaper.settings import ReaperSettings, reaper_settings
 from airflow_provider_torchx.reaper.views import job_views, read_task_views
@@ -34,7 +35,7 @@ def cancel_orphan(job: LiveJob, decision: Decision, where: str) -> None:
 
     message = f"cancelled: {decision.detail}"
     try:
-        runner_for(job.handle, job.conn_id).cancel(job.handle, reason=decision.detail)
+        runner_for(job.handle, job.conn_id).cancel(job.handle, reason=decision.detail, by=CancelledBy.REAPER)
     except Exception as e:
         log.warning("orphaned job %s: cancel failed (%s: %s); trying again later", job.handle, type(e).__name__, e)
         return
@@ -96,11 +97,18 @@ def orphans_among(jobs: list[LiveJob], *, clock: Clock = SYSTEM_CLOCK) -> dict[s
     return out
 
 
-def start_decision(labels: Mapping[str, str], state: str | None, *, clock: Clock = SYSTEM_CLOCK) -> Decision:
-    """The table's answer for a job whose task instance a trigger found in ``state`` when it
-    started (no grace: the trigger cancels an orphan at once)."""
+def own_decision(
+    identity: TaskIdentity | None,
+    task: TaskView | None,
+    *,
+    killed: Killed | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> Decision:
+    """The table's answer for the live job of the task instance ``identity`` (None: its labels
+    name none), asked by one of the task's own components: ``task`` is what it read of the
+    task instance (None: nothing, or it could not), ``killed`` whether the task's kill or
+    cancel hook fired (None: a trigger's start check). No grace: such a component cancels an
+    orphan at once."""
     settings = reaper_settings()
-    now = clock.wall()
-    view = TaskView(dag_known=True, run_state="running", found=True, state=state, ended_at=now)
-    job = JobView(AppState.RUNNING, labels)
-    return decide(view, job, enabled=settings.enabled, grace=0.0, now=now)
+    job = JobView(AppState.RUNNING, identity)
+    return decide(task, job, enabled=settings.enabled, grace=0.0, now=clock.wall(), killed=killed)

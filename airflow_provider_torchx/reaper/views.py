@@ -132,5 +132,5 @@ def job_views(jobs: list[LiveJob]) -> list[ListedJob]:
     out = []
     for job in jobs:
         others = [o.created for o in by_identity[job.identity] if o is not job and o.created is not None]
-        out.append(ListedJob(job, JobView(job.state, job.labels, job.created, max(others) if others else None)))
+        out.append(ListedJob(job, JobView(job.state, job.identity, job.created, max(others) if others else None)))
     return out

@@ -13,10 +13,12 @@ Exactly-once logs across triggerer restarts: kwargs are fixed at ``defer()``, so
 each batch the trigger saves its position in the cursor file of its task instance and job
 (``core/cursors.py``); a restarted trigger goes on from the highest-numbered position of its
 kwargs and the file. Cancelling while deferred: Airflow >= 3.3 calls ``on_kill``; older
-versions only cancel the trigger's task, so ``run()`` then asks the Task SDK whether the task
-instance is still deferred (a triggerer restart) or not (marked failed or success, cleared).
-Whichever cancel ends the job, the trigger's last word in the task log says so and why (a task
-marked while deferred never resumes to say it). The first look never waits for a Task SDK
+versions only cancel the trigger's task, as on a triggerer restart. Either way the trigger
+reads its task instance's state through the Task SDK and the one decision table
+(``orphans.decide``, killed) decides: cancel when the task instance ended, keep it while still
+deferred (a triggerer restart), cleared or retrying. Whichever cancel ends the job, the
+trigger's last word in the task log says so and why (a task marked while deferred never
+resumes to say it). The first look never waits for a Task SDK
 answer (a fresh triggerer takes seconds to give its first): the start check runs beside the
 watch (docs/architecture.md, "In the triggerer").
 """
@@ -26,18 +28,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_torchx.cancels import task_instance_cancel_reason
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.guards import Guards
-from airflow_provider_torchx.core.identity import DAG_ID, TASK_ID, TaskIdentity
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import (
     PrefetchedConnection,
@@ -47,8 +48,8 @@ from airflow_provider_torchx.hooks.torchx import (
 )
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
-from airflow_provider_torchx.orphans import Verdict
-from airflow_provider_torchx.reaper.decisions import start_decision
+from airflow_provider_torchx.orphans import Killed, TaskView, Verdict
+from airflow_provider_torchx.reaper.decisions import own_decision
 from airflow_provider_torchx.watch import LOG_SETTLE, TaskWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
@@ -75,12 +76,9 @@ async def get_task_states(dag_id: str, task_id: str, run_id: str, map_index: int
     return states
 
 
-async def task_instance_state(identity: Mapping[str, str]) -> str | None:
-    """The current state of the task instance ``identity`` (its job labels); None is Airflow's
-    "no state" (e.g. just cleared). Raises if it cannot be read."""
-    ident = TaskIdentity.from_labels(identity)
-    if ident is None:
-        raise LookupError(f"job labels {dict(identity)} name no task instance")
+async def task_instance_state(ident: TaskIdentity) -> str | None:
+    """The current state of the task instance ``ident``; None is Airflow's "no state" (e.g.
+    just cleared). Raises if it cannot be read."""
     dag_id, task_id, run_id, map_index = ident
     states = await get_task_states(dag_id, task_id, run_id, map_index)
     key = task_id if map_index < 0 else f"{task_id}_{map_index}"
@@ -103,11 +101,12 @@ class TorchXJobTrigger(BaseTrigger):
 
     Every argument is JSON-serialisable: ``log_cursors`` (``{"role/k": cursor}``) and
     ``cursor_seq`` say where the task log stood at ``defer()``; ``identity`` (the task
-    instance's job labels) names the cursor file and the task instance whose state is checked
-    when cancelled on Airflow < 3.3; ``deadline`` is absolute (epoch seconds), ``host`` is the
-    host a local job runs on, ``started_at`` (epoch seconds) dates the progress lines' elapsed
-    time. ``cancel_on_kill``: cancel the job when Airflow kills the deferred task (marked
-    failed or success, cleared); never on a triggerer restart, never in ``cleanup()``.
+    instance's job labels, a plain dict as every kwarg is: ``TaskIdentity`` inside) names the
+    cursor file and the task instance whose state is read on start and when killed;
+    ``deadline`` is absolute (epoch seconds), ``host`` is the host a local job runs on,
+    ``started_at`` (epoch seconds) dates the progress lines' elapsed time. ``cancel_on_kill``:
+    cancel the job when Airflow kills the deferred task and the table says so (its task
+    instance ended); never on a triggerer restart, never in ``cleanup()``.
     ``native_id``: the scheduler's own id of the job (``Runner.native_id``; AWS Batch: the
     job id), so that a fresh triggerer finds the job without a look-up per trigger; without
     it (None: the scheduler has no id of its own, or found none) the scheduler finds the job
@@ -323,8 +322,8 @@ class TorchXJobTrigger(BaseTrigger):
                 await self._last_word(str(event.get("message")))
             yield TriggerEvent(redact(event))
         except asyncio.CancelledError:
-            if not TRIGGER_HAS_ON_KILL and self.cancel_on_kill and not self._final_event_fired:
-                await self._cancel_unless_still_deferred()
+            if not TRIGGER_HAS_ON_KILL and not self._final_event_fired:
+                await self._on_killed()
             raise
         except Exception as e:
             self.log.exception("watching %s failed", self.app_handle)
@@ -370,67 +369,70 @@ class TorchXJobTrigger(BaseTrigger):
         except Exception as e:
             self.log.warning("the start check of %s failed: %s: %s", self.app_handle, type(e).__name__, e)
 
-    async def _cancel_unless_still_deferred(self) -> None:
-        """Airflow < 3.3: the trigger was cancelled. Cancel the job only if the task instance
-        is no longer deferred (killed by a user); a triggerer restart leaves it deferred. When
-        the state cannot be read, leave the job alone."""
-        try:
-            if not self.identity:
-                raise ValueError("the trigger carries no task instance identity")
-            state = await task_instance_state(self.identity)
-        except Exception as e:
-            self.log.warning(
-                "Trigger cancelled; could not read the task instance's state (%s: %s): leaving %s running",
-                type(e).__name__,
-                e,
-                self.app_handle,
-            )
+    async def _task_view(self, ident: TaskIdentity, *, marked: bool) -> TaskView:
+        """What the trigger reads of its task instance: its state (``TaskView.of_state``;
+        ``marked``: a user set it, as when the task's kill reached the trigger). Raises when it
+        cannot be read."""
+        return TaskView.of_state(await task_instance_state(ident), marked=marked)
+
+    async def _on_killed(self) -> None:
+        """The task's kill reached the trigger (``on_kill`` on Airflow >= 3.3; on 3.1/3.2 the
+        trigger was cancelled, as on a triggerer restart): the table (``orphans.decide`` with
+        ``Killed``) decides from the task instance's state, read here unless ``cancel_on_kill``
+        is off (the table then keeps the job whatever the state): still ``deferred`` (a
+        triggerer restart or reassignment) or cleared keeps the job, an ended state cancels it
+        at once; an unreadable state leaves it to the reaper."""
+        ident = self._identity()
+        task = None
+        if ident is not None and self.cancel_on_kill:
+            try:
+                task = await self._task_view(ident, marked=True)
+            except Exception as e:
+                self.log.warning(
+                    "Trigger stopped; could not read the task instance's state (%s: %s)", type(e).__name__, e
+                )
+        decision = own_decision(ident, task, killed=Killed(cancel_on_kill=self.cancel_on_kill))
+        if decision.verdict != Verdict.CANCEL:
+            self.log.info("Trigger stopped: leaving %s running (%s)", self.app_handle, decision.why)
             return
-        if state == "deferred":
-            self.log.info(
-                "Trigger cancelled while the task is still deferred (triggerer restart or reassignment): "
-                "leaving %s running",
-                self.app_handle,
-            )
-            return
-        self.log.info("Task is no longer deferred (now %s): cancelling %s", state, self.app_handle)
-        # a cancel of the task's own making, naming its run and state as the reaper's do
-        await self._cancel(
-            task_instance_cancel_reason(self.identity, f"is no longer deferred (now {state or 'no state'})")
-        )
+        self.log.info("Task killed while deferred: cancelling %s: %s", self.app_handle, decision.detail)
+        await self._cancel(decision.detail, CancelledBy.TASK)
 
     async def _cancel_if_orphaned(self) -> None:
         """On start: a task marked (failed, success, ...) before this trigger ran gets no
-        ``on_kill``; if its state is not ``deferred`` any more and the orphans table
-        (``orphans.decide``) says so, cancel the job now. An unreadable state changes nothing."""
+        ``on_kill``; if the table (``orphans.decide``) says its job is an orphan, cancel it now
+        (by the orphaned-jobs rule). An unreadable state changes nothing."""
+        ident = self._identity()
+        assert ident is not None
         try:
-            assert self.identity is not None
-            state = await task_instance_state(self.identity)
+            task = await self._task_view(ident, marked=False)
         except Exception as e:
             self.log.debug("could not read the task instance's state on start: %s: %s", type(e).__name__, e)
             return
-        if state == "deferred":
-            return
-        decision = start_decision(self.identity, state)
+        decision = own_decision(ident, task)
         if decision.verdict == Verdict.CANCEL:
             self.log.info(
-                "Task is no longer deferred (now %s): cancelling %s: %s", state, self.app_handle, decision.detail
+                "Task is no longer deferred (now %s): cancelling %s: %s", task.state, self.app_handle, decision.detail
             )
-            await self._cancel(decision.detail)
+            await self._cancel(decision.detail, CancelledBy.REAPER)
             emit_orphan_cancelled(
                 scheduler=parse_app_handle(self.app_handle).scheduler_backend,
-                dag_id=self.identity[DAG_ID],
-                task_id=self.identity[TASK_ID],
+                dag_id=ident.dag_id,
+                task_id=ident.task_id,
                 reason=str(decision.reason),
             )
 
-    async def _cancel(self, reason: str) -> None:
-        """Cancel the job, saying why (the reason names the task instance and what ended it),
-        and say in the task log, as the trigger's last word, the reason the job's record keeps
-        (``cancel_reason``: another component's, such as the reaper's, when its cancel came
-        first and the job ended already)."""
+    def _identity(self) -> TaskIdentity | None:
+        """The task instance the trigger's ``identity`` kwarg (its job's labels) names."""
+        return TaskIdentity.from_labels(self.identity) if self.identity else None
+
+    async def _cancel(self, reason: str, by: CancelledBy) -> None:
+        """Cancel the job, saying why (the reason names the task instance and what ended it)
+        and who asks (``by``), and say in the task log, as the trigger's last word, the reason
+        the job's record keeps (``cancel_reason``: another component's, such as the reaper's,
+        when its cancel came first and the job ended already)."""
         runner = await run_blocking(self._runner, await self._aws_connection())
-        await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason))
+        await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason, by=by))
         try:
             described = await run_blocking(runner.describe_app, self.app_handle)
         except Exception:
@@ -439,9 +441,7 @@ class TorchXJobTrigger(BaseTrigger):
         await self._last_word(f"Cancelled TorchX job {self.app_handle}: {kept}")
 
     async def on_kill(self) -> None:
-        """Cancel the job when the deferred task is killed (Airflow >= 3.3 calls this), unless
-        ``cancel_on_kill`` is off or the final event has already fired. Idempotent."""
-        if not self.cancel_on_kill or self._final_event_fired:
-            return
-        self.log.info("Task killed while deferred: cancelling %s", self.app_handle)
-        await self._cancel(task_instance_cancel_reason(self.identity or {}, "was killed while deferred"))
+        """The deferred task was killed (Airflow >= 3.3 calls this): ``_on_killed``, unless the
+        final event has already fired. Idempotent."""
+        if not self._final_event_fired:
+            await self._on_killed()

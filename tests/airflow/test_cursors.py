@@ -1,7 +1,8 @@
 """The trigger's cursor file and cancelling while deferred, with real local jobs and triggers
 run directly on an event loop: a triggerer restart resumes the log from the saved position
 (each line once) and never cancels; on Airflow < 3.3 a cancelled trigger cancels the job only
-when the task instance is no longer deferred (``get_task_states`` stubbed)."""
+when the table says so (``orphans.decide``, killed: the task instance ended; not while it is
+still deferred, cleared or unreadable; ``get_task_states`` stubbed)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from airflow_provider_torchx import watch
 from airflow_provider_torchx.cancels import outside_canceller
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.orphans import task_name
 from airflow_provider_torchx.triggers import torchx as triggers
@@ -123,7 +125,7 @@ def test_a_restarted_trigger_resumes_from_the_cursor_file_and_logs_each_line_onc
     asyncio.run(run_then_cancel(trigger_for(handle, cancel_on_kill=True), saved_lines_1_2))
     first = capfd.readouterr().out
     assert pre_33.calls == [("dag", "task", "manual__cursor-tests", -1)]  # asked; still deferred
-    assert "still deferred (triggerer restart or reassignment): leaving" in first
+    assert "leaving" in first and "(task instance still deferred: a triggerer restart or reassignment)" in first
     saved = cursor_file.load()
     assert saved is not None and saved.seq >= 1
     # A new triggerer rebuilds the trigger from the same kwargs (seq 0) and finds the file.
@@ -192,12 +194,13 @@ def test_kwargs_newer_than_the_file_win(
         pytest.param("deferred", False, id="still-deferred"),
         pytest.param("failed", True, id="marked-failed"),
         pytest.param("success", True, id="marked-success"),
-        pytest.param(None, True, id="cleared"),
+        pytest.param(None, False, id="cleared"),
+        pytest.param("restarting", False, id="cleared-while-running"),
         pytest.param(RuntimeError("api server down"), False, id="call-fails"),
         pytest.param(KeyError("other"), False, id="not-found"),
     ],
 )
-def test_before_airflow_3_3_a_cancelled_trigger_cancels_only_a_no_longer_deferred_task(
+def test_before_airflow_3_3_a_cancelled_trigger_cancels_only_the_job_of_an_ended_task(
     local_jobs: tuple[Runner, list[str]], pre_33: TaskStates, answer: Any, cancelled: bool
 ) -> None:
     runner, _ = local_jobs
@@ -211,8 +214,8 @@ def test_before_airflow_3_3_a_cancelled_trigger_cancels_only_a_no_longer_deferre
         desc = runner.describe_app(handle)
         assert desc is not None and desc.state == AppState.CANCELLED
         # the task's own cancel (not one from outside), naming its run and state as the reaper's do
-        assert desc.cancel_reason == f"Airflow {task_name(IDENTITY)} is no longer deferred (now {answer or 'no state'})"
-        assert outside_canceller(desc) is None
+        assert desc.cancel_reason == f"{task_name(TaskIdentity.from_labels(IDENTITY))} was marked {answer}"
+        assert desc.cancelled_by == CancelledBy.TASK and outside_canceller(desc) is None
     else:
         desc = runner.describe_app(handle)
         assert desc is not None and desc.state == AppState.RUNNING and not desc.cancel_requested
@@ -241,12 +244,11 @@ def test_task_instance_state_reads_plain_and_mapped_instances(monkeypatch: pytes
         return {"r": {"t": "deferred", "m_2": "failed", "c": None}}
 
     monkeypatch.setattr(triggers, "get_task_states", get_task_states)
-    ident = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
-    assert asyncio.run(task_instance_state(ident)) == "deferred"
-    assert asyncio.run(task_instance_state({**ident, "airflow.task_id": "m", "airflow.map_index": "2"})) == "failed"
-    assert asyncio.run(task_instance_state({**ident, "airflow.task_id": "c"})) is None
+    assert asyncio.run(task_instance_state(TaskIdentity("d", "t", "r"))) == "deferred"
+    assert asyncio.run(task_instance_state(TaskIdentity("d", "m", "r", 2))) == "failed"
+    assert asyncio.run(task_instance_state(TaskIdentity("d", "c", "r"))) is None
     with pytest.raises(LookupError, match="no task instance 'x'"):
-        asyncio.run(task_instance_state({**ident, "airflow.task_id": "x"}))
+        asyncio.run(task_instance_state(TaskIdentity("d", "x", "r")))
 
 
 def test_get_task_states_asks_the_supervisor_asynchronously(monkeypatch: pytest.MonkeyPatch) -> None:

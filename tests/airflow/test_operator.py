@@ -14,10 +14,11 @@ import pytest
 from airflow.exceptions import AirflowFailException
 from botocore.exceptions import ClientError
 
-from airflow_provider_torchx.cancels import outside_canceller, task_instance_cancel_reason
+from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
 from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownSchedulerError
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.hooks.torchx import close_runners
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, job_links
@@ -84,48 +85,71 @@ def test_on_kill_cancels_only_when_asked(local_jobs: tuple[Runner, list[str]], c
     handle = runner.run(SLEEP_APP, "local_cwd")
     handles.append(handle)
     op = TorchXRunOperator(task_id="t", app=SLEEP_APP, scheduler="local_cwd", cancel_on_kill=cancel_on_kill)
-    op.app_handle, op._runner = handle, runner
+    op.app_handle, op._runner, op._identity = handle, runner, TaskIdentity("adhoc_airflow", "t", "r")
     op.on_kill()
     status = runner.wait(handle, wait_interval=0.2, timeout=2 if not cancel_on_kill else 30, cancel_on_signal=False)
     assert status is not None
     assert (status.state == AppState.CANCELLED) is cancel_on_kill
     if cancel_on_kill:  # a cancel of the task's own making, not one from outside
         desc = runner.describe_app(handle)
-        assert desc is not None and desc.cancel_reason == "Airflow task adhoc_airflow.t: killed"
-        assert outside_canceller(desc) is None
+        assert desc is not None and desc.cancel_reason == "task adhoc_airflow.t of run r was killed"
+        assert desc.cancelled_by == CancelledBy.TASK and outside_canceller(desc) is None
+
+
+USER, TASK, REAPER = CancelledBy.USER, CancelledBy.TASK, CancelledBy.REAPER
 
 
 @pytest.mark.parametrize(
-    ("state", "requested", "reason", "who"),
+    ("state", "requested", "reason", "by", "who"),
     [
-        (AppState.CANCELLED, True, "airflow-torchx cancel by alice@box", "airflow-torchx cancel by alice@box"),
-        (AppState.CANCELLED, True, "Airflow task d.t: timeout (did not end within 5s)", None),
-        (AppState.CANCELLED, True, None, "a cancel request through the scheduler (who asked was not recorded)"),
+        (AppState.CANCELLED, True, "airflow-torchx cancel by alice@box", USER, "airflow-torchx cancel by alice@box"),
+        (AppState.CANCELLED, True, None, USER, "a user (who was not recorded)"),
+        (AppState.CANCELLED, True, "task d.t of run r timed out (did not end within 5s)", TASK, None),
+        (AppState.CANCELLED, True, None, TASK, None),
+        (
+            AppState.CANCELLED,
+            True,
+            "task d.t of run r was marked failed",
+            REAPER,
+            "the orphaned-jobs rule (task d.t of run r was marked failed)",
+        ),
+        (AppState.CANCELLED, True, None, None, "a cancel request through the scheduler (who asked was not recorded)"),
+        # not said: words decide nothing, whatever they read like
+        (AppState.CANCELLED, True, "Airflow task d.t: timeout", None, "Airflow task d.t: timeout"),
         (
             AppState.FAILED,
             False,
             "a TerminateJob on AWS Batch outside airflow-torchx: ops",
+            None,
             "a TerminateJob on AWS Batch outside airflow-torchx: ops",
         ),
-        (AppState.FAILED, False, None, None),
-        (AppState.SUCCEEDED, True, "airflow-torchx cancel by alice@box", None),
+        (AppState.FAILED, False, None, None, None),
+        (AppState.SUCCEEDED, True, "airflow-torchx cancel by alice@box", USER, None),
     ],
-    ids=["cli", "own-timeout", "unrecorded", "batch-by-hand", "failed", "succeeded"],
+    ids=[
+        "cli",
+        "user-unnamed",
+        "own-timeout",
+        "own-unworded",
+        "reaper",
+        "unrecorded",
+        "unsaid-with-task-words",
+        "batch-by-hand",
+        "failed",
+        "succeeded",
+    ],
 )
-def test_who_cancelled_from_outside(state: AppState, requested: bool, reason: str | None, who: str | None) -> None:
-    desc = DescribeAppResponse(state=state, cancel_requested=requested, cancel_reason=reason)
+def test_who_cancelled_from_outside(
+    state: AppState, requested: bool, reason: str | None, by: CancelledBy | None, who: str | None
+) -> None:
+    desc = DescribeAppResponse(state=state, cancel_requested=requested, cancel_reason=reason, cancelled_by=by)
     assert outside_canceller(desc) == who
 
 
-def test_a_triggers_own_cancel_names_the_task_instance_and_is_never_from_outside() -> None:
-    labels = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "2"}
-    named = task_instance_cancel_reason(labels, "was killed while deferred")
-    assert named == "Airflow task d.t[2] of run r was killed while deferred"
-    unnamed = task_instance_cancel_reason({}, "was killed while deferred")  # a trigger of an older release
-    assert unnamed == "Airflow task (unnamed) was killed while deferred"
-    for reason in (named, unnamed):
-        desc = DescribeAppResponse(state=AppState.CANCELLED, cancel_requested=True, cancel_reason=reason)
-        assert outside_canceller(desc) is None
+def test_a_tasks_own_cancel_reason_names_the_task_instance() -> None:
+    named = task_cancel_reason(TaskIdentity("d", "t", "r", 2), "was killed")
+    assert named == "task d.t[2] of run r was killed"
+    assert task_cancel_reason(None, "was killed") == "an unlabelled job was killed"
 
 
 def test_links_point_at_the_job_page_and_a_web_console_only() -> None:

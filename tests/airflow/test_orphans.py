@@ -19,14 +19,16 @@ import pytest
 
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
-from airflow_provider_torchx.orphans import Decision, JobView, TaskView, Verdict, decide, task_name
+from airflow_provider_torchx.orphans import Decision, JobView, Killed, TaskView, Verdict, decide, task_name
 from tests.fixtures.clock import FakeClock
 
 pytestmark = pytest.mark.airflow_line  # the listeners and the reaper
 
 NOW = 10_000.0
 LABELS = {"airflow.dag_id": "acc", "airflow.task_id": "job", "airflow.run_id": "r1", "airflow.map_index": "-1"}
+IDENTITY = TaskIdentity("acc", "job", "r1")
 
 
 def task(state: str | None, run_state: str | None = "running", **kw: object) -> TaskView:
@@ -37,7 +39,8 @@ def task(state: str | None, run_state: str | None = "running", **kw: object) -> 
 
 
 def job(state: AppState = AppState.RUNNING, labels: dict[str, str] | None = None, **kw: object) -> JobView:
-    return JobView(state=state, labels=LABELS if labels is None else labels, created=NOW - 290, **kw)  # type: ignore[arg-type]
+    identity = TaskIdentity.from_labels(LABELS if labels is None else labels)
+    return JobView(state=state, identity=identity, created=NOW - 290, **kw)  # type: ignore[arg-type]
 
 
 def verdict_of(t: TaskView | None, j: JobView | None = None, **kw: object) -> Decision:
@@ -103,7 +106,7 @@ def test_a_cleared_task_whose_new_try_submitted_another_job_cancels_the_old_one(
 
 def test_the_newest_job_of_the_current_try_is_kept() -> None:
     t = task("running", try_number=2, try_started_at=NOW - 60, ended_at=None)
-    newest = JobView(AppState.RUNNING, LABELS, created=NOW - 50, newest_sibling_created=NOW - 290)
+    newest = JobView(AppState.RUNNING, IDENTITY, created=NOW - 50, newest_sibling_created=NOW - 290)
     assert verdict_of(t, newest).verdict == Verdict.KEEP
 
 
@@ -169,8 +172,71 @@ def test_identity_and_names_of_mapped_tasks() -> None:
     labels = {**LABELS, "airflow.map_index": "3"}
     assert TaskIdentity.from_labels(labels) == ("acc", "job", "r1", 3)
     assert TaskIdentity.from_labels(labels).labels() == labels  # type: ignore[union-attr]
-    assert task_name(labels) == "task acc.job[3] of run r1"
-    assert task_name(LABELS) == "task acc.job of run r1"
+    assert task_name(TaskIdentity.from_labels(labels)) == "task acc.job[3] of run r1"
+    assert task_name(IDENTITY) == "task acc.job of run r1"
+    assert task_name(None) == "an unlabelled job"
+
+
+# Killed: the task's own kill or cancel hook fired (the trigger's, or the operator's in the worker).
+IN_TRIGGER, IN_WORKER = Killed(), Killed(in_worker=True)
+
+
+@pytest.mark.parametrize("killed", [IN_TRIGGER, IN_WORKER], ids=["trigger", "worker"])
+@pytest.mark.parametrize("state", ["failed", "deferred", None])
+def test_killed_with_cancel_on_kill_off_keeps_the_job(killed: Killed, state: str | None) -> None:
+    off = Killed(in_worker=killed.in_worker, cancel_on_kill=False)
+    for t in (task(state), None):
+        decision = verdict_of(t, killed=off)
+        assert decision.verdict == Verdict.KEEP and not decision.orphaned, decision
+
+
+def test_killed_in_the_trigger_with_an_unreadable_state_leaves_the_job_to_the_reaper() -> None:
+    decision = verdict_of(None, killed=IN_TRIGGER)
+    assert decision.verdict == Verdict.LATER and not decision.orphaned, decision
+
+
+def test_killed_in_the_worker_without_a_state_at_hand_cancels_at_once() -> None:
+    decision = verdict_of(None, killed=IN_WORKER, enabled=False)
+    assert decision == Decision(Verdict.CANCEL, "killed", "task acc.job of run r1 was killed"), decision
+
+
+def test_killed_while_still_deferred_keeps_the_job() -> None:
+    """A triggerer restart or reassignment (Airflow 3.1/3.2 cancel the trigger then too)."""
+    decision = verdict_of(TaskView.of_state("deferred", marked=True), killed=IN_TRIGGER)
+    assert decision.verdict == Verdict.KEEP and not decision.orphaned, decision
+    assert decision.why == "task instance still deferred: a triggerer restart or reassignment"
+
+
+@pytest.mark.parametrize("state", [None, "restarting", "up_for_retry", "queued", "scheduled"])
+def test_killed_when_cleared_or_retrying_keeps_the_job_for_the_next_try(state: str | None) -> None:
+    """The next try adopts the job by its identity labels, or submits another one and the
+    ``superseded`` row cancels this one."""
+    decision = verdict_of(TaskView.of_state(state, marked=True), killed=IN_TRIGGER)
+    assert decision.verdict == Verdict.KEEP and not decision.orphaned, decision
+
+
+@pytest.mark.parametrize("state", ["failed", "success", "skipped", "removed", "upstream_failed"])
+def test_killed_in_an_ended_state_cancels_at_once_whatever_the_setting(state: str) -> None:
+    """The kill is the user's intent: no grace, and ``cancel_orphaned_jobs`` off changes nothing."""
+    for enabled in (True, False):
+        decision = verdict_of(TaskView.of_state(state, marked=True), killed=IN_TRIGGER, enabled=enabled, grace=600)
+        expected = Decision(Verdict.CANCEL, f"task_{state}", f"task acc.job of run r1 was marked {state}")
+        assert decision == expected, decision
+
+
+def test_killed_keeps_what_the_table_never_touches() -> None:
+    """No identity labels, an ended job, a job its task disowned, a state outside the table."""
+    assert verdict_of(None, job(labels={}), killed=IN_WORKER).verdict == Verdict.KEEP
+    assert verdict_of(None, job(AppState.SUCCEEDED), killed=IN_WORKER).verdict == Verdict.KEEP
+    assert verdict_of(task("failed", disowned=True), killed=IN_TRIGGER).verdict == Verdict.KEEP
+    assert verdict_of(task("some_future_state"), killed=IN_TRIGGER).verdict == Verdict.LATER
+
+
+def test_what_a_trigger_reads_is_its_task_instances_state_alone() -> None:
+    view = TaskView.of_state("failed")
+    assert (view.dag_known, view.found, view.run_state) == (True, True, "running")
+    assert (view.state, view.marked) == ("failed", False)
+    assert verdict_of(view, grace=0).detail == "task acc.job of run r1 ended failed"
 
 
 def test_the_settings_are_declared_with_their_defaults_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,6 +284,7 @@ def test_apply_cancels_an_orphan_with_its_reason_and_leaves_the_others(local_job
     assert ended is not None and ended.state == AppState.CANCELLED
     desc = runner.describe_app(handles[0])
     assert desc is not None and desc.cancel_reason == "task acc.job of run ended ended failed", desc
+    assert desc.cancelled_by == CancelledBy.REAPER, desc
     for handle in handles[1:]:
         status = runner.describe_app(handle)
         assert status is not None and not status.state.is_terminal() and not status.cancel_requested, status

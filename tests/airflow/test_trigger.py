@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from tests.airflow.helpers import run_deferred
@@ -249,13 +251,61 @@ def test_deadline_yields_timeout(local_jobs: tuple[Runner, list[str]]) -> None:
     assert status is not None and not status.is_terminal()  # the trigger never cancels; the task does
 
 
+IDENTITY = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+
+
+def answer_state(monkeypatch: pytest.MonkeyPatch, answer: Any) -> list[TaskIdentity]:
+    """Stub the Task SDK's answer for the task instance's state (a state, or an exception to
+    raise); returns the identities asked about."""
+    from airflow_provider_torchx.triggers import torchx as triggers
+
+    asked: list[TaskIdentity] = []
+
+    async def task_state(ident: TaskIdentity) -> str | None:
+        asked.append(ident)
+        if isinstance(answer, Exception):
+            raise answer
+        return str(answer) if answer is not None else None
+
+    monkeypatch.setattr(triggers, "task_instance_state", task_state)
+    return asked
+
+
 @pytest.mark.parametrize("cancel_on_kill", [True, False])
-def test_on_kill_cancels_only_when_asked(local_jobs: tuple[Runner, list[str]], cancel_on_kill: bool) -> None:
+def test_on_kill_cancels_only_when_asked(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch, cancel_on_kill: bool
+) -> None:
+    asked = answer_state(monkeypatch, "failed")
     runner, _ = local_jobs
     handle = submit(local_jobs, "sleep 60")
-    asyncio.run(TorchXJobTrigger(handle, cancel_on_kill=cancel_on_kill).on_kill())
+    asyncio.run(TorchXJobTrigger(handle, identity=IDENTITY, cancel_on_kill=cancel_on_kill, poll_interval=0.2).on_kill())
     status = runner.wait(handle, wait_interval=0.2, timeout=30 if cancel_on_kill else 1, cancel_on_signal=False)
     assert status is not None and (status.state == AppState.CANCELLED) is cancel_on_kill
+    assert len(asked) == int(cancel_on_kill)  # off: the table keeps the job whatever the state
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param("deferred", id="still-deferred"),
+        pytest.param(None, id="cleared"),
+        pytest.param("restarting", id="cleared-while-running"),
+        pytest.param("up_for_retry", id="retrying"),
+        pytest.param(RuntimeError("api server down"), id="unreadable"),
+    ],
+)
+def test_on_kill_keeps_the_job_the_next_try_adopts_or_the_reaper_judges(
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch, answer: Any
+) -> None:
+    """The table (``orphans.decide``, killed): a triggerer restart, a cleared or retrying task
+    keep the job; an unreadable state leaves it to the reaper."""
+    asked = answer_state(monkeypatch, answer)
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 60")
+    asyncio.run(TorchXJobTrigger(handle, identity=IDENTITY, cancel_on_kill=True, poll_interval=0.2).on_kill())
+    assert asked == [TaskIdentity("d", "t", "r")]
+    desc = runner.describe_app(handle)
+    assert desc is not None and not desc.state.is_terminal() and not desc.cancel_requested, desc
 
 
 def test_on_kill_after_the_final_event_does_nothing(local_jobs: tuple[Runner, list[str]]) -> None:
@@ -298,6 +348,7 @@ def test_a_trigger_started_after_its_task_ended_cancels_at_once(
     if cancelled:
         assert event["status"] == "failed" and desc.state == AppState.CANCELLED, (event, desc)
         assert desc.cancel_reason == f"task d.t of run r ended {state}", desc
+        assert desc.cancelled_by == CancelledBy.REAPER, desc  # the orphaned-jobs rule, applied at the start
     else:
         assert event["status"] == "timeout" and not desc.cancel_requested, (event, desc)
 
@@ -392,14 +443,15 @@ def test_a_job_cancelled_by_another_component_is_said_in_the_task_log_with_its_r
 
 
 def test_on_kill_says_in_the_task_log_why_it_cancelled(
-    local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]
+    local_jobs: tuple[Runner, list[str]], monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    answer_state(monkeypatch, "failed")
     runner, _ = local_jobs
     handle = submit(local_jobs, "sleep 60")
-    identity = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
-    asyncio.run(TorchXJobTrigger(handle, identity=identity, cancel_on_kill=True, poll_interval=0.2).on_kill())
+    asyncio.run(TorchXJobTrigger(handle, identity=IDENTITY, cancel_on_kill=True, poll_interval=0.2).on_kill())
     desc = runner.describe_app(handle)
-    assert desc is not None and desc.cancel_reason == "Airflow task d.t of run r was killed while deferred", desc
+    assert desc is not None and desc.cancel_reason == "task d.t of run r was marked failed", desc
+    assert desc.cancelled_by == CancelledBy.TASK, desc  # the task's own cancel: never "from outside"
     assert f"Cancelled TorchX job {handle}: {desc.cancel_reason}" in capfd.readouterr().out
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from tests.fixtures.clock import FakeClock
 
@@ -275,6 +276,7 @@ def test_only_users_with_edit_rights_cancel(client: Any, auth: Any, jobs: dict[s
     status = runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
     assert status is not None and status.state == AppState.CANCELLED
     assert status.msg.startswith("cancelled by request: the Airflow UI's TorchX jobs page, by ann-user"), status.msg
+    assert runner.describe_app(handle).cancelled_by == CancelledBy.USER  # type: ignore[union-attr]
     again = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user")).json()
     assert again == {"handle": handle, "state": "CANCELLED", "cancel_requested": False}
 

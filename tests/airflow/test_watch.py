@@ -30,6 +30,7 @@ from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import BATCH_LINES
 from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.hooks.torchx import close_runners
 from airflow_provider_torchx.operators import checks
@@ -349,8 +350,17 @@ def test_third_party_scheduler_defers_streams_and_senses(
 
 @pytest.mark.airflow_line  # a trigger beside the triggerer's channel
 @pytest.mark.usefixtures("triggerer_channel")
-def test_third_party_scheduler_cancel_on_kill(acme: Path) -> None:
+def test_third_party_scheduler_cancel_on_kill(acme: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_torchx.hooks.torchx import TorchXHook
+    from airflow_provider_torchx.triggers import torchx as triggers
+
+    state, answered = ["deferred"], []  # the start check's answer; the kill's: "failed" (marked so)
+
+    async def task_state(ident: Any) -> str:
+        answered.append(state[0])
+        return state[0]
+
+    monkeypatch.setattr(triggers, "task_instance_state", task_state)
 
     runner = TorchXHook(None, scheduler="acme").get_runner()
     handle = runner.run(sh_app("echo started; sleep 60"), "acme")
@@ -372,9 +382,10 @@ def test_third_party_scheduler_cancel_on_kill(acme: Path) -> None:
 
     async def main() -> None:
         task = asyncio.create_task(anext(trigger.run()))
-        while not replica_lines(trigger._log.lines, "main/0"):
+        while not replica_lines(trigger._log.lines, "main/0") or not answered:  # the start check asked
             await asyncio.sleep(0.05)
-        await trigger.on_kill()  # the deferred task was killed
+        state[0] = "failed"
+        await trigger.on_kill()  # the deferred task was marked failed
         event = await asyncio.wait_for(task, 30)
         assert event.payload["state"] == "CANCELLED"
 
@@ -383,7 +394,8 @@ def test_third_party_scheduler_cancel_on_kill(acme: Path) -> None:
     assert status is not None and status.state == AppState.CANCELLED
     assert replica_lines(trigger._log.lines, "main/0") == ["started"]
     desc = runner.describe_app(handle)
-    assert desc is not None and desc.cancel_reason == "Airflow task d.t of run r was killed while deferred"
+    assert desc is not None and desc.cancel_reason == "task d.t of run r was marked failed", desc
+    assert desc.cancelled_by == CancelledBy.TASK, desc  # the plugin keeps who asked
     assert outside_canceller(desc) is None  # the task's own cancel: a retry is not refused
 
 

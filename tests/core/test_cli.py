@@ -475,12 +475,14 @@ def test_describe_status_and_list_readable_and_json_with_each_replicas_gpus(
     assert run_cli(capsys, "cancel", handle)[0] == 0
     ended = get_runner().wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
     assert ended is not None and ended.state == AppState.CANCELLED
+    code, out, _ = run_cli(capsys, "status", "--json", handle)
+    assert code == 0 and json.loads(out)["cancelled_by"] == "user"  # a person, as data
 
 
 #: The keys of ``status --json`` (docs/cli.md, "JSON output").
 STATUS_KEYS = (
     "handle", "state", "terminal", "num_restarts", "msg", "structured_error_msg", "ui_url", "started", "ended",
-    "cancel_requested", "cancel_reason", "labels", "roles", "usage", "root_cause", "checkpoint_dir",
+    "cancel_requested", "cancel_reason", "cancelled_by", "labels", "roles", "usage", "root_cause", "checkpoint_dir",
 )  # fmt: skip
 
 

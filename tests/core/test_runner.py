@@ -28,6 +28,7 @@ from airflow_provider_torchx.core.errors import (
 from airflow_provider_torchx.core.runner import JOB_ID_ENV, PARENT_RUN_ID_ENV, Runner, get_runner
 from airflow_provider_torchx.core.runopts import CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
+    CancelledBy,
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
@@ -71,6 +72,7 @@ class FakeScheduler(Scheduler[dict[str, Any]]):
         self.built: list[tuple[str, str | None, dict[str, CfgVal]]] = []
         self.cancelled: list[str] = []
         self.reasons: list[str | None] = []
+        self.by: list[CancelledBy | None] = []
         self.deleted: list[str] = []
         self.waits: list[float] = []
         self.sigterm_handler_at_schedule: object = None
@@ -147,9 +149,10 @@ class FakeScheduler(Scheduler[dict[str, Any]]):
         else:
             super().wait_for_change(app_id, timeout)
 
-    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+    def _cancel_existing(self, app_id: str, reason: str | None, by: CancelledBy | None) -> None:
         self.cancelled.append(app_id)
         self.reasons.append(reason)
+        self.by.append(by)
         self.script[app_id] = [AppState.CANCELLED]
 
     def _delete_existing(self, app_id: str) -> None:
@@ -463,10 +466,11 @@ def test_logs(runner: Runner) -> None:
 def test_cancel_is_idempotent(runner: Runner, factory: Factory) -> None:
     handle = runner.run(_app(), "fake", CFG)
     app_id = parse_app_handle(handle).app_id
-    runner.cancel(handle, reason="a test")
+    runner.cancel(handle, reason="a test", by=CancelledBy.USER)
     runner.cancel(handle)  # already CANCELLED: nothing more happens
     runner.cancel(f"fake://{SESSION}/no-such-app")
     assert (factory.sched.cancelled, factory.sched.reasons) == ([app_id], ["a test"])
+    assert factory.sched.by == [CancelledBy.USER]
     status = runner.status(handle)
     assert status is not None and status.state == AppState.CANCELLED
 

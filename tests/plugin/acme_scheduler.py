@@ -25,6 +25,7 @@ from typing import Any
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
+    CancelledBy,
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
@@ -80,6 +81,7 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
         request = json.loads((job / "request.json").read_text())
         code = int((job / "exit").read_text()) if (job / "exit").exists() else None
         cancel = (job / "cancelled").read_text() if (job / "cancelled").exists() else None  # its reason
+        by = (job / "cancelled_by").read_text() if (job / "cancelled_by").exists() else None
         if cancel is not None:
             state = AppState.CANCELLED
         elif code is None:
@@ -95,6 +97,7 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
             labels=dict(request["labels"]),
             cancel_requested=cancel is not None,
             cancel_reason=cancel or None,
+            cancelled_by=CancelledBy.parse(by),
         )
 
     def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
@@ -114,8 +117,10 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
         path = self.root / app_id / "out.log"
         return path.read_text().splitlines(keepends=True) if path.exists() else []
 
-    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
+    def _cancel_existing(self, app_id: str, reason: str | None, by: CancelledBy | None) -> None:
         job = self.root / app_id
+        if by is not None:
+            (job / "cancelled_by").write_text(by.value)
         (job / "cancelled").write_text(reason or "")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(int((job / "pid").read_text()), signal.SIGKILL)

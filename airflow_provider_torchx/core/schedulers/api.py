@@ -46,6 +46,26 @@ class Stream(str, enum.Enum):
     COMBINED = "combined"
 
 
+class CancelledBy(str, enum.Enum):
+    """Who asked for a cancel, as the job's record keeps it (``Scheduler.cancel(by=...)``): a
+    closed vocabulary, so that a watcher tells its task's own cancel from one made outside it
+    by what was recorded, never by the wording of a reason."""
+
+    #: The task itself: its timeout, its kill (``on_kill``, a trigger cancelled while the task
+    #: is no longer deferred), a guardrail.
+    TASK = "task"
+    #: The orphaned-jobs rule (``orphans.decide``), applied by the reaper or by a trigger's
+    #: start check: the job's task instance ended.
+    REAPER = "reaper"
+    #: A person: the CLI, the UI's jobs page.
+    USER = "user"
+
+    @classmethod
+    def parse(cls, value: object) -> CancelledBy | None:
+        """The member a record holds (``"task"``, ...); None for anything else."""
+        return next((member for member in cls if member.value == value), None)
+
+
 @dataclass
 class DescribeAppResponse:
     """What a scheduler knows of an app: its state and why, its roles and their replicas'
@@ -65,6 +85,9 @@ class DescribeAppResponse:
     #: Who or what asked for the cancel, as given to ``cancel(reason=...)`` (None: no cancel
     #: was requested, none was given, or the backend could not keep it).
     cancel_reason: str | None = None
+    #: Who asked for the cancel, as given to ``cancel(by=...)`` (None: no cancel was
+    #: requested, it did not say, or the backend could not keep it).
+    cancelled_by: CancelledBy | None = None
     #: What the job cost (``core/usage.py``), once it ended and where the scheduler knows it.
     usage: Usage | None = None
     #: What a live job has cost so far (attempts still running have no end: see
@@ -542,7 +565,7 @@ class Scheduler(abc.ABC, Generic[T]):
 
     # ------------------------------------------------------------------ stop
 
-    def cancel(self, app_id: str, *, reason: str | None = None) -> None:
+    def cancel(self, app_id: str, *, reason: str | None = None, by: CancelledBy | None = None) -> None:
         """Ask the scheduler to stop the app; it ends CANCELLED asynchronously.
 
         1. Idempotent: an unknown or already terminal app is logged and left alone (an app that
@@ -551,6 +574,9 @@ class Scheduler(abc.ABC, Generic[T]):
         3. ``reason`` says who or what asks (e.g. ``airflow-torchx cancel by alice``); a
            backend that can keep it records it with the request: ``describe`` then returns it
            as ``cancel_reason`` and the ended app's ``msg`` names it.
+        4. ``by`` says who asks, in the closed vocabulary ``CancelledBy`` (None: not said); a
+           backend that can keep it records it with the request: ``describe`` then returns it
+           as ``cancelled_by``.
         """
         desc = self.describe(app_id)
         if desc is None:
@@ -559,12 +585,12 @@ class Scheduler(abc.ABC, Generic[T]):
             self.finalize(app_id)
             log.info("cancel: app %s is already %s; nothing to do", app_id, desc.state.name)
         else:
-            self._cancel_existing(app_id, reason)
+            self._cancel_existing(app_id, reason, by)
 
     @abc.abstractmethod
-    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
-        """Request the stop of a known app that has not ended, recording ``reason`` where the
-        backend can (see ``cancel``)."""
+    def _cancel_existing(self, app_id: str, reason: str | None, by: CancelledBy | None) -> None:
+        """Request the stop of a known app that has not ended, recording ``reason`` and ``by``
+        where the backend can (see ``cancel``)."""
 
     def delete(self, app_id: str) -> None:
         """Cancel the app if it runs, then remove what the scheduler keeps of it.

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError
-from airflow_provider_torchx.core.schedulers.api import Stream, settle_on_loop
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, Stream, settle_on_loop
 from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler
 from airflow_provider_torchx.core.schedulers.aws_batch.scheduler import AWSBatchScheduler
 from airflow_provider_torchx.core.schedulers.aws_batch.status import (
@@ -216,7 +216,41 @@ def test_cancel_uses_canceljob_before_start_and_terminatejob_after(status: str, 
     assert acted[0][1]["reason"] == f"{CANCEL_REASON} through aws_batch: airflow-torchx cancel by alice"
     assert batch.jobs["j1"]["tags"]["airflow-torchx/cancel-requested"] == "true"
     got = make(batch).describe("q1:app-1")
-    assert got is not None and got.cancel_requested
+    assert got is not None and got.cancel_requested and got.cancelled_by is None
+
+
+@pytest.mark.parametrize("by", list(CancelledBy))
+def test_who_cancelled_is_the_cancel_tags_value(by: CancelledBy) -> None:
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(status="RUNNING")
+    make(batch).cancel("q1:app-1", reason="why", by=by)
+    assert batch.jobs["j1"]["tags"]["airflow-torchx/cancel-requested"] == by.value
+    (terminate,) = [kw for n, kw in batch.calls if n == "terminate_job"]
+    assert terminate["reason"] == f"{CANCEL_REASON} through aws_batch: why"  # the tag says who
+    got = make(batch).describe("q1:app-1")
+    assert got is not None and got.cancel_requested and got.cancelled_by == by
+
+
+def test_who_cancelled_rides_in_our_reason_when_the_tag_could_not_be_set() -> None:
+    batch = FakeBatch()
+    batch.jobs["j1"] = mnp_job(status="RUNNING")
+
+    def refused(**kwargs: Any) -> dict[str, Any]:
+        raise PermissionError("batch:TagResource denied")
+
+    batch.tag_resource = refused  # type: ignore[method-assign]
+    make(batch).cancel("q1:app-1", reason="task d.t of run r was killed", by=CancelledBy.TASK)
+    (terminate,) = [kw for n, kw in batch.calls if n == "terminate_job"]
+    assert terminate["reason"] == f"{CANCEL_REASON} by task through aws_batch: task d.t of run r was killed"
+    ended = mnp_job(status="FAILED", statusReason=terminate["reason"])  # as Batch applies it, untagged
+    got = describe_response("q1:app-1", ended, {}, "us-east-1")
+    assert (got.state, got.cancelled_by, got.cancel_reason) == (
+        AppState.CANCELLED,
+        CancelledBy.TASK,
+        "task d.t of run r was killed",
+    )
+    unknown = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} by someone through aws_batch: x")
+    assert describe_response("q1:app-1", unknown, {}, "us-east-1").cancelled_by is None
 
 
 def test_the_cancel_reason_ours_or_given_to_a_terminate_by_hand_but_not_batchs_own() -> None:

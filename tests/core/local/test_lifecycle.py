@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler, procfs
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
+from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler, procfs, store
 from airflow_provider_torchx.core.specs import AppState
 from tests.core.local.conftest import marked_processes, no_jobs_on_disk, wait_gone
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line, wait_running
@@ -41,6 +42,25 @@ def test_cancel_kills_the_whole_tree_sigterm_then_sigkill(sched: LocalScheduler,
     assert time.monotonic() - t0 < sched.cancel_grace_period + 5.0
     sched.cancel(app_id)  # idempotent on a terminal job
     assert sched.describe(app_id).state == AppState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_who_cancelled_is_a_field_of_the_cancel_record(sched: LocalScheduler) -> None:
+    """``by`` is kept in ``cancel.json`` and read back as ``cancelled_by``; a record without it
+    reads as not said, one with a value outside the vocabulary is corrupt."""
+    app_id = sched.submit(sh_app("sleep 300"))
+    wait_running(sched, app_id)
+    sched.cancel(app_id, by=CancelledBy.USER)
+    desc = wait_done(sched, app_id)
+    assert (desc.state, desc.cancelled_by, desc.cancel_reason) == (AppState.CANCELLED, CancelledBy.USER, None)
+    assert desc.msg.startswith("cancelled by request of the user"), desc.msg
+    path = sched.job_dir(app_id) / store.CANCEL
+    record = json.loads(path.read_text())
+    assert record["by"] == "user"
+    path.write_text(json.dumps({k: v for k, v in record.items() if k != "by"}))
+    assert sched.describe(app_id).cancelled_by is None  # type: ignore[union-attr]
+    path.write_text(json.dumps(record | {"by": "someone"}))
+    with pytest.raises(store.CorruptEntryError, match="'by' is not one of task, reaper, user or null"):
+        sched.describe(app_id)
 
 
 def test_cancel_of_unknown_or_malformed_ids_does_nothing(sched: LocalScheduler, state_dir: Path) -> None:

@@ -23,6 +23,7 @@ from airflow_provider_torchx.core import workspace
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError, UnknownQueueError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
+    CancelledBy,
     DescribeAppResponse,
     ListAppResponse,
     LogChunk,
@@ -783,18 +784,22 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     # ------------------------------------------------------------------ stop
 
-    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
-        """Tag the job as cancelled, then CancelJob (not started) or TerminateJob (started)
-        with a reason of ours (``status.cancel_reason_text``) that carries ``reason``."""
+    def _cancel_existing(self, app_id: str, reason: str | None, by: CancelledBy | None) -> None:
+        """Tag the job as cancelled (the tag's value says ``by``), then CancelJob (not started)
+        or TerminateJob (started) with a reason of ours (``status.cancel_reason_text``) that
+        carries ``reason``, and ``by`` too when the tag could not be set."""
         job = self._job(app_id)  # ``cancel`` described it just now: fresh enough
         if job is None or job is NOT_VISIBLE:
             log.info("cancel: job %s is not visible yet; nothing to cancel", app_id)
             return
-        job_id, reason = str(job["jobId"]), status.cancel_reason_text(self.backend, reason)
+        job_id = str(job["jobId"])
         try:
-            self.client.tag_resource(resourceArn=job["jobArn"], tags={render.TAG_CANCEL: "true"})
-        except Exception as err:  # the reason still records the request once Batch applies it
+            self.client.tag_resource(resourceArn=job["jobArn"], tags={render.TAG_CANCEL: status.cancel_tag_value(by)})
+        except Exception as err:  # the reason still records the request (and who) once Batch applies it
             log.warning("cancel: could not tag %s as cancelled: %s", app_id, err)
+            reason = status.cancel_reason_text(self.backend, reason, by)
+        else:
+            reason = status.cancel_reason_text(self.backend, reason)
         if job.get("status") in status.NOT_STARTED:
             self.client.cancel_job(jobId=job_id, reason=reason)
             again = self.poller.get([job_id], max_age=0.0)[job_id]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.schedulers.aws_batch.eks import as_ecs_shape
 from airflow_provider_torchx.core.schedulers.aws_batch.render import (
     TAG_CANCEL,
@@ -27,6 +27,9 @@ from airflow_provider_torchx.core.specs import AppState, ReplicaStatus, RoleStat
 #: Prefix of the reason this scheduler gives CancelJob/TerminateJob (how a FAILED job is
 #: recognised as cancelled through us).
 CANCEL_REASON = "airflow-torchx: cancel requested"
+#: The value of the cancel tag (``render.TAG_CANCEL``) when the cancel did not say who asked;
+#: otherwise the tag holds ``CancelledBy``'s value.
+CANCEL_TAG_UNSAID = "true"
 
 STATE_MAP: dict[str, AppState] = {
     "SUBMITTED": AppState.PENDING,
@@ -43,10 +46,18 @@ NOT_STARTED = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
 LIVE_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 
 
-def cancel_reason_text(backend: str, reason: str | None) -> str:
-    """The reason this scheduler gives CancelJob/TerminateJob: ours (``CANCEL_REASON``),
-    then who or what asked (``reason``) when given."""
-    return f"{CANCEL_REASON} through {backend}" + (f": {reason}" if reason else "")
+def cancel_tag_value(by: CancelledBy | None) -> str:
+    """The value of the cancel tag (``render.TAG_CANCEL``): who asked (``CancelledBy``'s
+    value), or ``CANCEL_TAG_UNSAID``."""
+    return CANCEL_TAG_UNSAID if by is None else by.value
+
+
+def cancel_reason_text(backend: str, reason: str | None, by: CancelledBy | None = None) -> str:
+    """The reason this scheduler gives CancelJob/TerminateJob: ours (``CANCEL_REASON``), who
+    asked (``by``, for a job whose cancel tag could not be set), then who or what asked in
+    words (``reason``) when given."""
+    who = f" by {by.value}" if by is not None else ""
+    return f"{CANCEL_REASON}{who} through {backend}" + (f": {reason}" if reason else "")
 
 
 #: How the reasons Batch itself gives a FAILED job begin (a failed or unstartable container,
@@ -78,18 +89,34 @@ def cancel_reason(job: Mapping[str, Any]) -> str | None:
     None: not cancelled, no reason given, or Batch has not applied the cancel yet."""
     text = str(job.get("statusReason") or "")
     if text.startswith(CANCEL_REASON):
-        return text[len(CANCEL_REASON) :].partition(": ")[2] or None  # after " through BACKEND: "
-    ours = (job.get("tags") or {}).get(TAG_CANCEL) == "true"
-    if job.get("status") == "FAILED" and text and not ours and not text.startswith(BATCH_REASONS):
+        return text[len(CANCEL_REASON) :].partition(": ")[2] or None  # after "[ by WHO] through BACKEND: "
+    if job.get("status") == "FAILED" and text and not _tagged(job) and not text.startswith(BATCH_REASONS):
         return f"a CancelJob/TerminateJob on AWS Batch outside airflow-torchx: {text}"
     return None
 
 
+def cancelled_by(job: Mapping[str, Any]) -> CancelledBy | None:
+    """Who asked this scheduler to cancel the job: the cancel tag's value, else (the tag could
+    not be set) what our reason says once Batch applied the cancel; None: not said, or not
+    cancelled through this scheduler."""
+    tagged = CancelledBy.parse((job.get("tags") or {}).get(TAG_CANCEL))
+    if tagged is not None:
+        return tagged
+    text = str(job.get("statusReason") or "")
+    if not text.startswith(CANCEL_REASON + " by "):
+        return None
+    return CancelledBy.parse(text[len(CANCEL_REASON + " by ") :].partition(" ")[0])
+
+
+def _tagged(job: Mapping[str, Any]) -> bool:
+    """Whether the job carries our cancel tag (whoever asked)."""
+    value = (job.get("tags") or {}).get(TAG_CANCEL)
+    return value == CANCEL_TAG_UNSAID or CancelledBy.parse(value) is not None
+
+
 def cancel_requested(job: Mapping[str, Any]) -> bool:
     """Whether this scheduler was asked to cancel the job (its tag or its reason says so)."""
-    return (job.get("tags") or {}).get(TAG_CANCEL) == "true" or str(job.get("statusReason", "")).startswith(
-        CANCEL_REASON
-    )
+    return _tagged(job) or str(job.get("statusReason", "")).startswith(CANCEL_REASON)
 
 
 def app_state(job: Mapping[str, Any], cancelled: bool | None = None) -> AppState:
@@ -231,6 +258,7 @@ def describe_response(
         labels={k[len(TAG_LABEL) :]: v for k, v in tags.items() if k.startswith(TAG_LABEL)},
         cancel_requested=cancelled,
         cancel_reason=cancel_reason(job),
+        cancelled_by=cancelled_by(job),
         started=epoch_seconds(job.get("startedAt")),
         ended=epoch_seconds(job.get("stoppedAt")),
         created=epoch_seconds(job.get("createdAt")),

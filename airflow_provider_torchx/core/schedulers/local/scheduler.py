@@ -37,6 +37,7 @@ from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NA
 from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError, shown
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
+    CancelledBy,
     DescribeAppResponse,
     ListAppResponse,
     LogChunk,
@@ -484,6 +485,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             labels=dict(rec["labels"]),
             cancel_requested=cancel is not None,
             cancel_reason=(cancel or {}).get("reason"),
+            cancelled_by=CancelledBy.parse((cancel or {}).get("by")),
             usage=local_usage(rec, st, roles) if state.is_terminal() else None,
             usage_so_far=None if state.is_terminal() else local_usage(rec, st, roles),
             started=st.get("started"),
@@ -804,14 +806,14 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     # ------------------------------------------------------------------ stop
 
-    def cancel(self, app_id: str, *, reason: str | None = None) -> None:
+    def cancel(self, app_id: str, *, reason: str | None = None, by: CancelledBy | None = None) -> None:
         """``Scheduler.cancel``; a job one of whose files is refused (``CorruptEntryError``: a
         state file or directory swapped for a symbolic link, a corrupt record) is stopped all the
         same: its supervisor, known without that file (``_supervisor_pid``), is signalled and
         ``CancelDeliveredError`` names the refused file (``CorruptEntryError`` itself when no
         supervisor of the job runs: ``delete`` stops and removes such a job)."""
         try:
-            super().cancel(app_id, reason=reason)
+            super().cancel(app_id, reason=reason, by=by)
         except store.CorruptEntryError as refused:
             pid = self._signal_supervisor(app_id)
             if pid is None:
@@ -838,8 +840,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             return int(sup["pid"])
         return next((p.pid for p in procfs.scan() if stopped(p.pid, p.start)), None)
 
-    def _cancel_existing(self, app_id: str, reason: str | None) -> None:
-        """Record the cancel (with the grace period and ``reason``) and SIGTERM the supervisor, which
+    def _cancel_existing(self, app_id: str, reason: str | None, by: CancelledBy | None) -> None:
+        """Record the cancel (with the grace period, ``reason`` and ``by``) and SIGTERM the supervisor, which
         SIGTERMs every process of the job, SIGKILLs them after the grace period and records
         CANCELLED. Returns at once. When the store cannot be written, the supervisor is
         signalled all the same and ``CancelNotRecordedError`` says so (``StoreError`` if there
@@ -852,7 +854,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         try:
             store.write_json_atomic(
                 job_dir / store.CANCEL,
-                {"time": time.time(), "grace": self.cancel_grace_period, "pid": os.getpid(), "reason": reason},
+                {
+                    "time": time.time(),
+                    "grace": self.cancel_grace_period,
+                    "pid": os.getpid(),
+                    "reason": reason,
+                    "by": None if by is None else by.value,
+                },
             )
         except OSError as e:
             unrecorded = store.store_error(self.store.root, f"record the cancel of {app_id!r}", e)
@@ -1006,9 +1014,13 @@ def _check_supervisor(sup: Any) -> str | None:
 
 
 def _check_cancel(cancel: Any) -> str | None:
-    """Why ``cancel`` is not a ``cancel.json`` (None: it is)."""
+    """Why ``cancel`` is not a ``cancel.json`` (None: it is). ``by`` may be missing (a record
+    written without it reads as not said)."""
     if not isinstance(cancel, dict) or not isinstance(cancel.get("reason"), str | None):
         return "not an object whose 'reason' is a string or null"
+    by = cancel.get("by")
+    if by is not None and CancelledBy.parse(by) is None:
+        return f"'by' is not one of {', '.join(m.value for m in CancelledBy)} or null"
     return None
 
 

@@ -9,8 +9,9 @@ ids are unique across concurrent launchers. It holds JSON files, each written at
   by the supervisor itself, with the same content).
 - ``state.json``: the supervisor (and, once the supervisor is dead, any observer): app and
   replica states, pids, exit codes, restarts, message.
-- ``cancel.json``: whoever cancels: the request to stop, with its grace period and who or what
-  asked (``reason``, may be null).
+- ``cancel.json``: whoever cancels: the request to stop, with its grace period, who or what
+  asked in words (``reason``, may be null) and who asked as data (``by``: ``task``, ``reaper``
+  or ``user``; null or missing: not said).
 
 Beside the jobs, ``<state dir>/local/.finished.json`` indexes the jobs that ended: for each,
 what a listing shows (backend, name, labels, submission time, final state, when it ended).
@@ -139,9 +140,11 @@ class CancelDeliveredError(CorruptEntryError):
 
 def cancelled_msg(cancel: dict[str, Any] | None) -> str:
     """An ended job's message after the cancel request ``cancel`` (``cancel.json``), naming
-    who or what asked when the request says."""
-    reason = (cancel or {}).get("reason")
-    return f"cancelled by request: {reason}" if reason else "cancelled by request"
+    who or what asked when the request says (its ``reason``, else who: its ``by``)."""
+    reason, by = (cancel or {}).get("reason"), (cancel or {}).get("by")
+    if reason:
+        return f"cancelled by request: {reason}"
+    return f"cancelled by request of the {by}" if by else "cancelled by request"
 
 
 def store_error(root: StrPath, what: str, err: OSError) -> StoreError:
