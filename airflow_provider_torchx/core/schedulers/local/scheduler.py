@@ -13,10 +13,7 @@ import builtins
 import json
 import logging
 import os
-import re
-import secrets
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +26,7 @@ from typing import Any
 
 from airflow_provider_torchx.core.checkpoints import LOCAL_ROOT_NAME as LOCAL_CHECKPOINT_ROOT
 from airflow_provider_torchx.core.checkpoints import app_checkpoint_dir
-from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME, RANK_LOGS_ENV, RANK_LOGS_NAME
+from airflow_provider_torchx.core.errorfile import ERROR_FILE_NAME, RANK_LOGS_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError, shown
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
@@ -41,7 +38,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     Stream,
     filter_regex,
 )
-from airflow_provider_torchx.core.schedulers.local import gpus, listing, options, ports, procfs, record, store
+from airflow_provider_torchx.core.schedulers.local import gpus, listing, options, ports, procfs, record, render, store
 from airflow_provider_torchx.core.schedulers.local.images import (
     CWDImageProvider,
     ImageProvider,
@@ -70,8 +67,6 @@ from airflow_provider_torchx.core.schedulers.local.supervisor import is_supervis
 from airflow_provider_torchx.core.specs import (
     AppDef,
     AppDryRunInfo,
-    Role,
-    macros,
 )
 
 ImageProviderFactory = Callable[[Cfg], ImageProvider]
@@ -79,15 +74,6 @@ log = logging.getLogger(__name__)
 #: The most of a replica's torchrun error file read for its root cause (the file is a small
 #: JSON document; a larger one is cut, never read whole).
 MAX_ERROR_FILE_BYTES = 1 << 20
-
-#: The env var that holds rank 0's host (``${rank0_env}`` names it); locally, ``localhost``.
-RANK0_ENV = "TORCHX_RANK0_HOST"
-
-
-def make_app_id(app_name: str) -> str:
-    """``<name>-<12 random hex digits>``; the name is reduced to ``[A-Za-z0-9_-]``."""
-    safe = re.sub(r"[^A-Za-z0-9_-]+", "-", app_name).strip("-")[:40] or "app"
-    return f"{safe}-{secrets.token_hex(6)}"
 
 
 class LocalScheduler(Scheduler[PopenRequest]):
@@ -138,44 +124,17 @@ class LocalScheduler(Scheduler[PopenRequest]):
     ) -> AppDryRunInfo[PopenRequest]:
         host_gpus = self._host_gpus() if any(r.resource.gpu > 0 for r in app.roles) else None
         if host_gpus == [] and not cfg.get("allow_no_gpus"):
-            raise _no_gpus_error(app)
-        app_id = make_app_id(app.name)
+            raise render.no_gpus_error(app)
+        app_id = render.make_app_id(app.name)
+        app_log_dir = log_root(self.store.job_dir(app_id), app_id, cfg)
+        path_front = ([os.getcwd()] if cfg.get("prepend_cwd") else []) + self.extra_paths
         provider = self.image_provider_class(cfg)
-        log_dir_opt = cfg.get("log_dir")
-        if log_dir_opt:
-            app_log_dir = os.path.join(os.path.abspath(str(log_dir_opt)), app_id)
-        else:
-            app_log_dir = self.store.job_dir(app_id)
-        role_params: dict[str, list[ReplicaParam]] = {}
-        role_log_dirs: dict[str, list[str]] = {}
-        for i, role in enumerate(app.roles):
-            img_root = provider.fetch_role(role)
-            params, dirs = [], []
-            for k in range(role.num_replicas):
-                values = macros.Values(img_root=img_root, app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV)
-                replica_role = values.apply(role)
-                replica_role.env[RANK0_ENV] = "localhost"
-                replica_dir = os.path.join(app_log_dir, role.name, str(k))
-                param = provider.get_replica_param(
-                    img_root,
-                    replica_role,
-                    stdout=os.path.join(replica_dir, "stdout.log"),
-                    stderr=os.path.join(replica_dir, "stderr.log"),
-                    combined=os.path.join(replica_dir, "combined.log"),
-                )
-                self._set_path(param, bool(cfg.get("prepend_cwd")))
-                param.env.setdefault(ERROR_FILE_ENV, os.path.join(replica_dir, ERROR_FILE_NAME))
-                param.env.setdefault(RANK_LOGS_ENV, os.path.join(replica_dir, RANK_LOGS_NAME))
-                params.append(param)
-                dirs.append(replica_dir)
-            _check_entrypoint(i, role, params[0])
-            role_params[role.name] = params
-            role_log_dirs[role.name] = dirs
+        role_params, role_log_dirs = render.replica_params(app, app_id, app_log_dir, provider, path_front)
         gpu_plan = None
         if cfg.get("auto_set_cuda_visible_devices"):
             gpu_plan = self.auto_set_CUDA_VISIBLE_DEVICES(role_params, app, cfg)
         elif host_gpus:  # a host without GPUs (allow_no_gpus) has none to share
-            _warn_shared_gpus(app)
+            render.warn_shared_gpus(app)
         timeout = cfg.get("attempt_timeout")  # an int >= 1 or None: cfg is resolved
         request = PopenRequest(
             app_id=app_id,
@@ -190,14 +149,6 @@ class LocalScheduler(Scheduler[PopenRequest]):
         )
         return AppDryRunInfo(request, format_request)
 
-    def _set_path(self, param: ReplicaParam, prepend_cwd: bool) -> None:
-        """Put the cwd (with ``prepend_cwd``) and the scheduler's ``extra_paths`` in front of
-        the replica's PATH."""
-        front = ([os.getcwd()] if prepend_cwd else []) + self.extra_paths
-        if front:
-            base = param.env.get("PATH", os.environ.get("PATH", ""))
-            param.env["PATH"] = os.pathsep.join([*front, base] if base else front)
-
     def _host_gpus(self) -> list[int]:
         """The host's GPU indices: ``device_count``'s, else ``gpus.host_devices()``."""
         return list(range(self.device_count())) if self.device_count else gpus.host_devices()
@@ -205,30 +156,10 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def auto_set_CUDA_VISIBLE_DEVICES(  # noqa: N802 - TorchX's public name
         self, role_params: dict[str, list[ReplicaParam]], app: AppDef, cfg: Cfg
     ) -> dict[str, Any] | None:
-        """Give each replica of each GPU role its own consecutive devices in
-        ``CUDA_VISIBLE_DEVICES`` (overwriting the role's), in role order, as on an idle host;
-        or, when the host has fewer devices than requested in total, set it nowhere and warn
-        with both counts. Returns the job's GPU plan (``gpus.plan``; None: no GPU or too many):
-        at run time the host's GPU ledger decides which devices the replicas get."""
-        devices = self._host_gpus()
-        plan = gpus.plan(
-            {r.name: max(r.resource.gpu, 0) for r in app.roles}, {r.name: r.num_replicas for r in app.roles}, devices
-        )
-        if plan is None:
-            return None
-        if plan["need"] > len(devices):
-            warnings.warn(
-                f"auto_set_cuda_visible_devices: app {app.name!r} requests {gpus.gpus_text(plan['need'])} but this "
-                f"host has {len(devices)}; CUDA_VISIBLE_DEVICES is not set",
-                UserWarning,
-                stacklevel=3,
-            )
-            return None
-        params = [p for r in app.roles if r.name in plan["roles"] for p in role_params[r.name]]
-        counts = [plan["roles"][r.name] for r in app.roles if r.name in plan["roles"] for _ in role_params[r.name]]
-        for param, chunk in zip(params, gpus.split(counts, devices), strict=True):
-            param.env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, chunk))
-        return plan
+        """Give each replica of each GPU role its own consecutive devices of this host
+        (``render.assign_gpus``); returns the job's GPU plan (None: no GPU or too many): at run
+        time the host's GPU ledger decides which devices the replicas get."""
+        return render.assign_gpus(role_params, app, self._host_gpus())
 
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
         """Create the job in the store and start its supervisor; return the app id.
@@ -665,56 +596,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self.store.remove(app_id)
 
 
-def _no_gpus_error(app: AppDef) -> InvalidSpecError:
-    """The error of a job asking for GPUs on a host without any (refused at the dry run, unless
-    the run option ``allow_no_gpus``): its replicas would run on the CPU, or fail, far from
-    where the mistake was made."""
-    asks = "; ".join(
-        f"role {r.name!r} asks for {gpus.gpus_text(r.resource.gpu)} per replica ({r.num_replicas} replicas)"
-        for r in app.roles
-        if r.resource.gpu > 0
-    )
-    return InvalidSpecError(
-        f"resource.gpu: {asks}, but this host has no GPU (none detected by nvidia-smi -L or "
-        f"/proc/driver/nvidia/gpus; {gpus.GPUS_ENV} is unset or empty). Run it on a host with GPUs, "
-        "ask for gpu=0, or set the run option allow_no_gpus=True to run it without GPUs"
-    )
-
-
-def _warn_shared_gpus(app: AppDef) -> None:
-    """Warn that the GPU roles of ``app`` (those not setting ``CUDA_VISIBLE_DEVICES``
-    themselves) will see every GPU of the host, as without ``auto_set_cuda_visible_devices``."""
-    roles = [r.name for r in app.roles if r.resource.gpu > 0 and "CUDA_VISIBLE_DEVICES" not in r.env]
-    if roles:
-        warnings.warn(
-            f"auto_set_cuda_visible_devices is off: the replicas of {', '.join(map(repr, roles))} (asking for GPUs) "
-            "see every GPU of the host, also those other jobs use; set the run option "
-            "auto_set_cuda_visible_devices=True to give each replica its own",
-            UserWarning,
-            stacklevel=4,
-        )
-
-
 def _open_supervisor(sup: Mapping[str, Any]) -> int | None:
     """A pidfd of the supervisor ``sup`` (its store entry) if it still runs, else None."""
     return procfs.open_if_same(sup["pid"], sup["start"]) if sup.get("boot") == procfs.boot_id() else None
-
-
-def _check_entrypoint(index: int, role: Role, param: ReplicaParam) -> None:
-    """Raise ``InvalidSpecError`` unless the role's program exists and is executable."""
-    program = param.args[0]
-    if os.sep in program:
-        path = os.path.join(param.cwd or os.getcwd(), program)
-        found = os.path.isfile(path) and os.access(path, os.X_OK)
-        where = f"{path!r} is not an executable file"
-    else:
-        search = param.env.get("PATH", os.environ.get("PATH", ""))
-        found = shutil.which(program, path=search) is not None
-        where = f"{program!r} is not an executable on PATH ({search})"
-    if not found:
-        raise InvalidSpecError(
-            f"roles[{index}].entrypoint: role {role.name!r}: {where}; give an executable on PATH or a path to one"
-        )
 
 
 def create_scheduler(
