@@ -1,6 +1,7 @@
-"""A local job's record (``core/schedulers/local/record.py``): the shapes its files must have,
-and what is derived from them, each rule tested alone on parsed dicts and a fake clock (no
-supervisor, no ``/proc``); ``read_entry`` and ``JobRecords`` on files in a temporary store."""
+"""A local job's record (``core/schedulers/local/record.py``): the shapes its files must have
+(declared with ``shapes.py``) and what is derived from them, each rule tested alone on parsed
+dicts and a fake clock (no supervisor, no ``/proc``); ``read_entry`` and ``JobRecords`` on
+files in a temporary store."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_torchx.core.schedulers.local import procfs, record, store
+from airflow_provider_torchx.core.schedulers.local import procfs, record, shapes, store
 from airflow_provider_torchx.core.specs import AppState
 
 NOW = 1_000_000.0
@@ -45,7 +46,7 @@ def state(app_state: str = "RUNNING", *replica_states: str, **changes: Any) -> d
 
 
 def why(name: str, value: Any) -> str | None:
-    return record.why_not(record.SHAPES[name], value)
+    return shapes.why_not(record.SHAPES[name], value)
 
 
 # ------------------------------------------------------------------ shapes

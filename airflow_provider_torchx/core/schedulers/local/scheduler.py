@@ -5,6 +5,11 @@ describe, list, tail, cancel or delete it, also after the launcher is gone.
 Differences from TorchX's local scheduler: jobs live on disk, not in the launcher's memory; a
 failed replica stops the job at once (fail fast); ``max_retries`` and ``retry_policy`` are
 honoured; logs are also readable through a resumable cursor (``read_log``).
+
+The class composes the package's modules: the dry run is ``render.py``'s, what a job's files
+say (its state, an orphan's end, its description) ``record.py``'s, listings ``listing.py``'s,
+log paths and reads ``logs.py``'s; it keeps the launch (``schedule``), the reaping of an
+orphan (``finalize``) and the stopping of a job (``cancel``, ``delete``).
 """
 
 from __future__ import annotations
@@ -64,10 +69,7 @@ from airflow_provider_torchx.core.schedulers.local.request import (
     role_from_json,
 )
 from airflow_provider_torchx.core.schedulers.local.supervisor import is_supervisor_of, supervisor_command
-from airflow_provider_torchx.core.specs import (
-    AppDef,
-    AppDryRunInfo,
-)
+from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo
 
 ImageProviderFactory = Callable[[Cfg], ImageProvider]
 log = logging.getLogger(__name__)
@@ -500,7 +502,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def cancel(self, app_id: str, *, reason: str | None = None) -> None:
         """``Scheduler.cancel``; a job one of whose files is refused (``CorruptEntryError``: a
         state file or directory swapped for a symbolic link, a corrupt record) is stopped all the
-        same: its supervisor, known without that file (``_supervisor_pid``), is signalled and
+        same: its supervisor, known without that file (``_signal_supervisor``), is signalled and
         ``CancelDeliveredError`` names the refused file (``CorruptEntryError`` itself when no
         supervisor of the job runs: ``delete`` stops and removes such a job)."""
         try:
