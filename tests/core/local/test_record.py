@@ -196,11 +196,11 @@ def test_a_finalised_orphan_says_its_replicas_were_stopped_and_names_the_strays(
     assert end["msg"].endswith(f"; stopped 12 process(es) left outside the replicas: {named} and 2 more")
 
 
-def test_a_jobs_processes_are_its_replicas_and_what_its_supervisor_tracked() -> None:
+def test_a_jobs_recorded_processes_are_its_replicas_and_what_its_supervisor_tracked() -> None:
     st = state("RUNNING", "RUNNING", "PENDING") | {"tracked": [[7, 8]]}
     st["replicas"]["w"][1] = {"state": "PENDING"}  # not started: no process
-    assert record.job_processes(st) == ({(100, 7)}, {(7, 8)})
-    assert record.job_processes(None) == (set(), set())
+    assert record.recorded_processes(st) == ({(100, 7)}, {(7, 8)})
+    assert record.recorded_processes(None) == (set(), set())
 
 
 # ------------------------------------------------------------------ the description

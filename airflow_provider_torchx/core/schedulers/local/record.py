@@ -187,7 +187,7 @@ def orphan_end(
     return end
 
 
-def job_processes(st: Mapping[str, Any] | None) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+def recorded_processes(st: Mapping[str, Any] | None) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
     """``(replicas, tracked)``: the ``(pid, start)`` of each replica process the job's
     ``state.json`` (``st``) names, and of the other processes its supervisor tracked."""
     replicas = (st or {}).get("replicas") or {}

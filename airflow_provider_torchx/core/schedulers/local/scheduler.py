@@ -266,7 +266,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         job_dir = self.job_dir(app_id)
         st = self.records.read(app_id, store.STATE)
         sup = self.records.read(app_id, store.SUPERVISOR)
-        replicas, tracked = record.job_processes(st)
+        replicas, tracked = record.recorded_processes(st)
         # The dead supervisor's session is the job's unless its pid now names another process
         # (the kernel does not reuse a pid while a session of that id has members).
         sid = sup["pid"] if sup and procfs.proc_info(sup["pid"]) is None else None
