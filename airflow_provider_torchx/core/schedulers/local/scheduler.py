@@ -413,6 +413,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         """Block until the job's supervisor exits (the job is over) or ``timeout`` passes,
         through a pidfd: no busy polling."""
+        self.job_dir(app_id)  # UnknownAppError for an id that cannot be a job of this store
         sup = self.records.read(app_id, store.SUPERVISOR)
         rec = self.records.request(app_id)
         if rec is not None and not record.on_this_host(rec):
