@@ -70,7 +70,7 @@ def _build_store(sched: Any, finished: int, live: int) -> list[str]:
     """Clone one finished job ``finished`` times; start ``live`` sleeping jobs; return the
     live ones' ids."""
     from airflow_provider_torchx.core.schedulers.local import store
-    from airflow_provider_torchx.core.schedulers.local.scheduler import make_app_id
+    from airflow_provider_torchx.core.schedulers.local.render import make_app_id
     from airflow_provider_torchx.core.specs import AppDef, Role
 
     def app(script: str) -> AppDef:

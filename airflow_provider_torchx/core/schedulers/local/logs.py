@@ -12,12 +12,15 @@ worker, the CLI).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from airflow_provider_torchx.core.errors import shown
+from airflow_provider_torchx.core.schedulers.api import Stream, cursor_object
 from airflow_provider_torchx.core.schedulers.local import store
 
 if TYPE_CHECKING:
@@ -42,6 +45,57 @@ TAIL_INTERVAL = 0.02
 # decoding and splitting of the same bytes).
 _ONE_BYTE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
 _MULTI_BYTE_BREAKS = (b"\xc2\x85", b"\xe2\x80")
+
+
+def log_root(job_dir: str, app_id: str, cfg: Mapping[str, Any]) -> str:
+    """The log directory of the job ``app_id`` as the store's layout makes it: its directory in
+    the store (``job_dir``), or ``<log_dir>/<app_id>`` under the ``log_dir`` run option of its
+    ``cfg``. Readers derive it so, never from a path the record names: a job may rewrite its
+    ``request.json``."""
+    log_dir = cfg.get("log_dir")
+    return os.path.join(os.path.abspath(str(log_dir)), app_id) if log_dir else job_dir
+
+
+def replica_log(
+    app_id: str, root: str, role_params: Mapping[str, Any], role_name: str, k: int, streams: Stream | str | None
+) -> tuple[str, str]:
+    """``(stream name, path)`` of the log of replica ``k`` of ``role_name`` (default stream:
+    combined) of the job ``app_id`` whose log directory is ``root``:
+    ``<root>/<role>/<k>/<stream>.log``. ``ValueError`` names an unknown role (not a key of
+    the record's ``role_params``), replica or stream, or a role name that cannot name a
+    directory below ``root``."""
+    params = role_params.get(role_name)
+    if params is None:
+        raise ValueError(f"role_name: app {app_id!r} has no role {role_name!r}; its roles: {', '.join(role_params)}")
+    if not isinstance(k, int) or not 0 <= k < len(params):
+        raise ValueError(f"k: role {role_name!r} has replicas 0..{len(params) - 1}; got {k!r}")
+    try:
+        stream = Stream(streams or Stream.COMBINED)
+    except ValueError:
+        raise ValueError(f"streams: {streams!r} is not one of {', '.join(s.value for s in Stream)}") from None
+    if role_name in (".", "..") or "/" in role_name or "\0" in role_name:
+        raise ValueError(f"role_name: {shown(role_name)} cannot name a log directory")
+    return stream.value, os.path.join(root, role_name, str(k), f"{stream.value}.log")
+
+
+def cursor_offset(cursor: str | None, stream: str) -> int:
+    """The byte offset a ``read_log`` cursor of ``stream`` holds (None: the start, 0);
+    ``ValueError`` for anything ``cursor_at`` did not make for that stream."""
+    if cursor is None:
+        return 0
+    try:
+        parsed = cursor_object(cursor)
+        offset = parsed["offset"]
+        if parsed.get("stream") == stream and type(offset) is int and 0 <= offset < 1 << 62:
+            return offset
+    except (ValueError, TypeError, KeyError):
+        pass
+    raise ValueError(f"cursor: {shown(cursor)} is not a cursor read_log returned for the {stream} stream")
+
+
+def cursor_at(stream: str, offset: int) -> str:
+    """The ``read_log`` cursor of byte ``offset`` of ``stream``."""
+    return json.dumps({"stream": stream, "offset": offset})
 
 
 def open_log(path: str, root: str) -> int | None:
