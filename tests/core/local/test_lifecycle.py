@@ -59,7 +59,7 @@ def test_who_cancelled_is_a_field_of_the_cancel_record(sched: LocalScheduler) ->
     path.write_text(json.dumps({k: v for k, v in record.items() if k != "by"}))
     assert sched.describe(app_id).cancelled_by is None  # type: ignore[union-attr]
     path.write_text(json.dumps(record | {"by": "someone"}))
-    with pytest.raises(store.CorruptEntryError, match="'by' is not one of task, reaper, user or null"):
+    with pytest.raises(store.CorruptEntryError, match="'by' is 'someone', not one of task, reaper, user or null"):
         sched.describe(app_id)
 
 

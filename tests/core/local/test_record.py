@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.schedulers.local import procfs, record, shapes, store
 from airflow_provider_torchx.core.specs import AppState
 
@@ -237,8 +238,13 @@ def test_a_live_job_has_its_usage_so_far_an_ended_one_its_usage() -> None:
 
 
 def test_the_cancel_request_gives_the_cancel_fields() -> None:
-    assert record.cancel_fields(None) == {"cancel_requested": False, "cancel_reason": None}
-    assert record.cancel_fields({"reason": None}) == {"cancel_requested": True, "cancel_reason": None}
+    assert record.cancel_fields(None) == {"cancel_requested": False, "cancel_reason": None, "cancelled_by": None}
+    assert record.cancel_fields({"reason": None}) == {
+        "cancel_requested": True,
+        "cancel_reason": None,
+        "cancelled_by": None,
+    }
+    assert record.cancel_fields({"reason": "x", "by": "reaper"})["cancelled_by"] == CancelledBy.REAPER
     desc = record.description("app-1", request(), state("RUNNING"), {"reason": "user"})
     assert (desc.cancel_requested, desc.cancel_reason) == (True, "user")
 
