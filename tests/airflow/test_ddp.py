@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from airflow_provider_torchx.core.components.dist import spmd
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.local import store
 from airflow_provider_torchx.core.specs import AppState
@@ -134,7 +135,8 @@ def test_on_kill_stops_every_rank(local_jobs: tuple[Runner, list[str]]) -> None:
     assert len(ranks) == 2, [p.cmdline() for p in procs]
 
     op = TorchXRunOperator(task_id="t", app=app, scheduler="local_cwd")
-    op.app_handle, op._runner = handle, runner
+    # What the try set when it submitted the job: its handle, runner and task instance.
+    op.app_handle, op._runner, op._identity = handle, runner, TaskIdentity("torchx_test_ddp", "t", "manual")
     op.on_kill()
     status = runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
     assert status is not None and status.state == AppState.CANCELLED
