@@ -27,7 +27,6 @@ import copy
 import getpass
 import json
 import logging
-import math
 import os
 import re
 import signal
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
+from airflow_provider_torchx.core.guards import positive_number
 from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.jobviews import map_strings, printable, printable_tree
 from airflow_provider_torchx.core.runner import Runner, get_runner
@@ -125,11 +125,8 @@ def _positive_int(text: str) -> int:
 def _positive_seconds(text: str) -> float:
     """A duration flag's value: a finite number of seconds > 0 (a zero or negative interval
     would poll without pause or never)."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
+    seconds = positive_number(text)
+    if seconds is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give a number of seconds > 0 (e.g. 0.5 or 2)")
     return seconds
 

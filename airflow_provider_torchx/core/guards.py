@@ -31,12 +31,10 @@ MAX_GPU_HOURS = "max_gpu_hours"
 ATTEMPT_TIMEOUT = "attempt_timeout"
 
 
-def positive_limit(name: str, value: Any, *, seconds: bool) -> float | None:
-    """``value`` as a float limit (a ``timedelta`` in seconds where ``seconds``), None for
-    None; ``ValueError`` naming ``name``, the value and what is allowed for anything else
-    than a finite number > 0."""
-    if value is None:
-        return None
+def positive_number(value: Any, *, seconds: bool = False) -> float | None:
+    """``value`` (a number, a number's text or, where ``seconds``, a ``timedelta``) as a
+    finite float > 0; None when it is none of those. The one rule for every limit, interval
+    and duration a user gives (the guards, the operator's ``poll_interval``, the CLI's flags)."""
     if seconds and isinstance(value, timedelta):
         number: Any = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -45,13 +43,23 @@ def positive_limit(name: str, value: Any, *, seconds: bool) -> float | None:
         try:
             number = float(value)
         except ValueError:
-            number = None
+            return None
     else:
-        number = None
-    what = "a number of seconds or a timedelta" if seconds else "a number of GPU-hours"
-    if number is None or not math.isfinite(number) or number <= 0:
+        return None
+    return float(number) if math.isfinite(number) and number > 0 else None
+
+
+def positive_limit(name: str, value: Any, *, seconds: bool) -> float | None:
+    """``value`` as a float limit (a ``timedelta`` in seconds where ``seconds``), None for
+    None; ``ValueError`` naming ``name``, the value and what is allowed for anything else
+    than a finite number > 0."""
+    if value is None:
+        return None
+    number = positive_number(value, seconds=seconds)
+    if number is None:
+        what = "a number of seconds or a timedelta" if seconds else "a number of GPU-hours"
         raise ValueError(f"{name}: {value!r} is not allowed: expected {what} > 0 (or None: no limit)")
-    return float(number)
+    return number
 
 
 def smaller(*limits: float | None) -> float | None:

@@ -27,7 +27,14 @@ from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
 from airflow_provider_torchx.core.checkpoints import check_root
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
-from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, Guards, positive_limit, smaller
+from airflow_provider_torchx.core.guards import (
+    MAX_GPU_HOURS,
+    START_TIMEOUT,
+    Guards,
+    positive_limit,
+    positive_number,
+    smaller,
+)
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse, labels_match
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
@@ -245,8 +252,8 @@ class TorchXRunOperator(BaseOperator):
             )
         if app is not None and not isinstance(app, AppDef):
             raise TypeError(f"app: expected an AppDef, got {type(app).__name__}")
-        if poll_interval <= 0:
-            raise ValueError(f"poll_interval: {poll_interval!r} must be > 0 seconds")
+        if positive_number(poll_interval) is None:
+            raise ValueError(f"poll_interval: {poll_interval!r} is not allowed: expected a number of seconds > 0")
         check_literal_arguments(
             app=app, component=component, scheduler=scheduler, cfg=cfg, component_args=component_args
         )

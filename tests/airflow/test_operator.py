@@ -40,8 +40,11 @@ def test_exactly_one_of_app_or_component() -> None:
         TorchXRunOperator(task_id="t", app=SLEEP_APP, component="utils.echo")
     with pytest.raises(TypeError, match="app: expected an AppDef, got str"):
         TorchXRunOperator(task_id="t", app="utils.echo")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="poll_interval: 0 must be > 0"):
-        TorchXRunOperator(task_id="t", component="utils.echo", poll_interval=0)
+    for bad in (0, -1, float("nan"), "soon"):
+        with pytest.raises(
+            ValueError, match=rf"poll_interval: {bad!r} is not allowed: expected a number of seconds > 0"
+        ):
+            TorchXRunOperator(task_id="t", component="utils.echo", poll_interval=bad)
 
 
 def test_templated_fields() -> None:
