@@ -47,7 +47,7 @@ def main() -> None:
         handle = runner.run(app, "local_cwd")
         runner.wait(handle, wait_interval=0.1)
         sched, app_id = runner._scheduler_app_id(handle)
-        _, path = sched._log_file(app_id, "main", 0, None)  # type: ignore[attr-defined]
+        _, path, _ = sched._log_file(app_id, "main", 0, None)  # type: ignore[attr-defined]
         size = os.path.getsize(path)
         print(f"log: {args.lines:,} lines, {size / args.lines:.1f} bytes a line; load {os.getloadavg()}")
         ours: list[float] = []
