@@ -32,12 +32,6 @@ from airflow_provider_torchx.core.schedulers.aws_batch.poller import NOT_VISIBLE
 from tests.core.aws_batch.fakes import FakeBatch, FakeLogs, attempt, child_job, container_job, mnp_job
 
 
-@pytest.fixture(autouse=True)
-def generous_log_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fake's CloudWatch budget (``test_log_budget.py`` tests it) never refuses a read here."""
-    monkeypatch.setenv("AIRFLOW_TORCHX_CLOUDWATCH_RPS", "1000")
-
-
 def test_a_multi_node_replica_runs_on_its_roles_first_node_plus_k() -> None:
     job = mnp_job(roles=(("trainer", 2), ("ps", 1)))
     assert [replica_node("q1:app-1", job, "trainer", k) for k in (0, 1)] == [0, 1]
@@ -152,6 +146,8 @@ class Lookups:
 
 
 def job_logs(lookups: Lookups, logs: FakeLogs, clock: Clock) -> JobLogs:
+    """``JobLogs`` over ``logs``: a fake of its own endpoint, so a CloudWatch budget of its own,
+    whose burst covers these tests' few reads."""
     aws = AWSClients(client=FakeBatch(), log_client=logs)
     return JobLogs(aws, "aws_batch", lookups.job, lookups.nodes, lookups.queue_view, clock)
 
