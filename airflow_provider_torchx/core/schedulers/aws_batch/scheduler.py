@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core import workspace
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownQueueError
@@ -30,11 +30,10 @@ from airflow_provider_torchx.core.schedulers.api import (
     Stream,
     labels_match,
     newest,
-    settle,
-    settle_on_loop,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch import (
     eks,
+    looks,
     options,
     preflight,
     render,
@@ -44,7 +43,8 @@ from airflow_provider_torchx.core.schedulers.aws_batch import (
 )
 from airflow_provider_torchx.core.schedulers.aws_batch.clients import AWSClients, all_items
 from airflow_provider_torchx.core.schedulers.aws_batch.joblogs import JobLogs
-from airflow_provider_torchx.core.schedulers.aws_batch.poller import NOT_VISIBLE, StatusPoller, answer_jobs, client_key
+from airflow_provider_torchx.core.schedulers.aws_batch.looks import R
+from airflow_provider_torchx.core.schedulers.aws_batch.poller import NOT_VISIBLE, StatusPoller, client_key
 from airflow_provider_torchx.core.schedulers.aws_batch.setup_errors import translate_setup_errors, translated_iter
 from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
@@ -129,6 +129,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             session_key=session_key,
         )
         self._summaries: dict[str, dict[str, Any]] = {}
+        #: The one bound ``_response`` every look holds (``looks.Look``): a look adds no other object.
+        self._respond = self._response
         #: The replica logs of this instance's jobs.
         self.logs = JobLogs(self.aws, self.backend, self._job, self._nodes, self._queue_view)
 
@@ -312,14 +314,14 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def _nodes(self, job: Mapping[str, Any], nodes: Iterable[int]) -> dict[int, dict[str, Any]]:
         """Child jobs ``jobId#N`` by node index (real AWS; moto has none)."""
-        ids = _node_ids(job, nodes)
+        ids = looks.node_ids(job, nodes)
         terminal = job.get("status") in ("SUCCEEDED", "FAILED")
-        return _by_node(ids, self.poller.get(list(ids), max_age=3600.0 if terminal else None))
+        return looks.by_node(ids, self.poller.get(list(ids), max_age=looks.ENDED_NODES_MAX_AGE if terminal else None))
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """Status, roles, labels of the job; node details (exit codes) once it ended."""
         job = self._job(app_id)
-        ended = _ended_nodes(job)
+        ended = looks.ended_nodes(job)
         return self._response(app_id, job, self._nodes(job, ended) if job and ended else {})
 
     def describe_future_as(
@@ -346,7 +348,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         period: float | None = None,
     ) -> asyncio.Future[R] | None:
         """``describe_future_as`` resolved on ``loop`` by the poller's thread itself: a look
-        holds an asyncio future, the poller's waiter and one ``_Look``, nothing more."""
+        holds an asyncio future, the poller's waiter and one ``looks.Look``, nothing more."""
         job_id = self._known_job_id(app_id)
         if job_id is None:
             return None
@@ -367,9 +369,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         period: float | None,
         future: concurrent.futures.Future[R] | asyncio.Future[R],
     ) -> None:
-        """Ask the poller for job ``job_id`` of ``app_id`` on behalf of ``future`` (``_Look``)."""
+        """Ask the poller for job ``job_id`` of ``app_id`` on behalf of ``future`` (``looks.Look``)."""
         poller = self.poller
-        poller.request_then(future, _Look(self, poller, app_id, job_id, then, future), [job_id], period=period)
+        look = looks.Look(self._respond, poller, app_id, job_id, then, future)
+        poller.request_then(future, look, [job_id], period=period)
 
     def wait_reason(self, app_id: str) -> str:
         """Why the job has not started (``stuck.wait_reason``): one DescribeJobs and a fresh
@@ -647,88 +650,6 @@ def _definition_fields(container: Mapping[str, Any]) -> dict[str, Any]:
     """A single-node job's ``containerProperties`` as DescribeJobs returns them (its
     ``container`` without the fields that describe the run)."""
     return {k: v for k, v in container.items() if k not in _RUNTIME_FIELDS}
-
-
-def _ended_nodes(job: Mapping[str, Any] | None) -> range:
-    """The nodes whose child jobs describe ``job``'s end: all of an ended job's, else none."""
-    if (
-        not job
-        or job is NOT_VISIBLE
-        or job.get("status") not in ("SUCCEEDED", "FAILED")
-        or not render.is_multinode(job)
-    ):
-        return range(0)
-    return range(int((job.get("nodeProperties") or {}).get("numNodes", 0)))
-
-
-R = TypeVar("R")
-
-
-def _node_ids(job: Mapping[str, Any], nodes: Iterable[int]) -> dict[str, int]:
-    return {f"{job['jobId']}#{n}": n for n in nodes}
-
-
-def _by_node(ids: Mapping[str, int], found: Mapping[str, dict[str, Any] | None]) -> dict[int, dict[str, Any]]:
-    return {ids[i]: c for i, c in found.items() if c is not None and c is not NOT_VISIBLE}
-
-
-def _reraise(err: BaseException) -> Any:
-    raise err
-
-
-class _Look(Generic[R]):
-    """One look at an app's job for ``describe_future_as`` and ``describe_on_loop_as``,
-    called with the poller's answer: the job, then, for a multi-node job that ended, its
-    nodes' child jobs (``nodes``); described (``_response``), mapped by ``then`` on the
-    poller's thread and handed to ``future`` (on its loop when it is an asyncio one). A look
-    waits a whole poll, so whatever it holds outlives the collector's young generations and
-    hastens the next full collection, which holds a triggerer's loop for hundreds of
-    milliseconds at 5,000 watched jobs: one slotted object, not closures."""
-
-    __slots__ = ("app_id", "future", "ids", "job", "job_id", "poller", "sched", "then")
-
-    def __init__(
-        self,
-        sched: AWSBatchScheduler,
-        poller: StatusPoller,
-        app_id: str,
-        job_id: str,
-        then: Callable[[DescribeAppResponse | None], R],
-        future: concurrent.futures.Future[R] | asyncio.Future[R],
-    ) -> None:
-        self.sched, self.poller, self.app_id, self.job_id = sched, poller, app_id, job_id
-        self.then, self.future = then, future
-        self.job: dict[str, Any] | None = None
-        self.ids: dict[str, int] = {}
-
-    def __call__(self, answer: dict[str, dict[str, Any] | None] | BaseException) -> None:
-        """The job's answer: describe it, or first ask for its ended nodes."""
-        try:
-            self.job = job = answer_jobs(answer)[self.job_id]
-            ended = _ended_nodes(job)
-            if not job or not ended:
-                self._deliver({})
-                return
-            self.ids = _node_ids(job, ended)
-            self.poller.request_then(self.future, self.nodes, list(self.ids), max_age=3600.0)
-        except BaseException as err:
-            self._settle(functools.partial(_reraise, err))
-
-    def nodes(self, found: dict[str, dict[str, Any] | None] | BaseException) -> None:
-        """The answer for the job's nodes: describe the job with them."""
-        try:
-            self._deliver(_by_node(self.ids, answer_jobs(found)))
-        except BaseException as err:
-            self._settle(functools.partial(_reraise, err))
-
-    def _deliver(self, nodes: dict[int, dict[str, Any]]) -> None:
-        self._settle(lambda: self.then(self.sched._response(self.app_id, self.job, nodes)))
-
-    def _settle(self, compute: Callable[[], R]) -> None:
-        if isinstance(self.future, concurrent.futures.Future):
-            settle(self.future, compute)
-        else:
-            settle_on_loop(self.future.get_loop(), self.future, compute)
 
 
 #: The keyword arguments ``create_scheduler`` passes on to ``AWSBatchScheduler``.
