@@ -3,8 +3,8 @@
 Calls go through the boto3 clients of ``clients.AWSClients`` (injected, from an injected boto3
 session, or from boto3's default chain; ``AWS_ENDPOINT_URL`` and the region come from the
 environment), which retry throttling, 5xx and lost connections themselves. Status reads go
-through the process-wide ``StatusPoller``. boto3 and docker are imported only when a client is
-first needed.
+through the process-wide ``StatusPoller`` (a look for its futures: ``looks.Look``); log reads
+through ``joblogs.JobLogs``. boto3 and docker are imported only when a client is first needed.
 """
 
 from __future__ import annotations
