@@ -663,7 +663,7 @@ def test_a_scheduled_look_waiting_on_a_loop_holds_four_tracked_objects() -> None
     """A scheduled look waits a whole poll, so what it holds outlives the garbage collector's
     young generations; in a triggerer watching thousands of jobs those objects bring on the
     full collections that hold its loop. A waiting look holds its future, the poller's
-    waiter, the waiter's set of ids and one ``_Look``: four objects the collector tracks."""
+    waiter, the waiter's set of ids and one ``looks.Look``: four objects the collector tracks."""
     batch = FakeBatch()
     jobs = [f"j{n}" for n in range(1000)]
     for n, job_id in enumerate(jobs):

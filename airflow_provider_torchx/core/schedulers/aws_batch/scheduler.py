@@ -3,8 +3,8 @@
 Calls go through the boto3 clients of ``clients.AWSClients`` (injected, from an injected boto3
 session, or from boto3's default chain; ``AWS_ENDPOINT_URL`` and the region come from the
 environment), which retry throttling, 5xx and lost connections themselves. Status reads go
-through the process-wide ``StatusPoller``. boto3 and docker are imported only when a client is
-first needed.
+through the process-wide ``StatusPoller`` (a look for its futures: ``looks.Look``); log reads
+through ``joblogs.JobLogs``. boto3 and docker are imported only when a client is first needed.
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ import builtins
 import concurrent.futures
 import functools
 import logging
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core import workspace
-from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError, UnknownQueueError
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownQueueError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     CancelledBy,
@@ -30,15 +28,12 @@ from airflow_provider_torchx.core.schedulers.api import (
     Scheduler,
     SchedulerCapabilities,
     Stream,
-    filter_regex,
     labels_match,
     newest,
-    settle,
-    settle_on_loop,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch import (
     eks,
-    eks_logs,
+    looks,
     options,
     preflight,
     render,
@@ -47,14 +42,9 @@ from airflow_provider_torchx.core.schedulers.aws_batch import (
     stuck,
 )
 from airflow_provider_torchx.core.schedulers.aws_batch.clients import AWSClients, all_items
-from airflow_provider_torchx.core.schedulers.aws_batch.logs import (
-    LogCursor,
-    as_line,
-    list_streams,
-    read_events,
-    warn_once,
-)
-from airflow_provider_torchx.core.schedulers.aws_batch.poller import NOT_VISIBLE, StatusPoller, answer_jobs, client_key
+from airflow_provider_torchx.core.schedulers.aws_batch.joblogs import JobLogs
+from airflow_provider_torchx.core.schedulers.aws_batch.looks import R
+from airflow_provider_torchx.core.schedulers.aws_batch.poller import NOT_VISIBLE, StatusPoller, client_key
 from airflow_provider_torchx.core.schedulers.aws_batch.setup_errors import translate_setup_errors, translated_iter
 from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
@@ -67,25 +57,6 @@ log = logging.getLogger(__name__)
 BACKEND = "aws_batch"
 #: Failed jobs' ListJobs summaries kept per scheduler (see ``_summary_container``).
 _MAX_SUMMARIES = 1000
-#: How old the job's entry in the status poller may be when a log read looks up its streams
-#: (seconds). Streams change only when an attempt starts, so a somewhat older entry costs at
-#: most a late first line; a terminal entry is always the cached one, so the drain sees the
-#: end. A log read then never waits for the poller's next round on a watch-pool thread: with
-#: thousands of jobs watched, a round takes seconds, and threads held that long starved the
-#: pool that every trigger's end goes through.
-LOG_STREAMS_MAX_AGE = 30.0
-#: Pods' found log streams kept per scheduler (``_pod_log``).
-_MAX_POD_STREAMS = 10000
-
-
-class _LogTarget(NamedTuple):
-    """A node's log: the ``streams`` of log ``group`` in attempt order, whether the log is over
-    once they are drained (``terminal``), and how an event reads as a line."""
-
-    group: str
-    streams: list[str]
-    terminal: bool
-    line: Callable[[Mapping[str, Any]], str]
 
 
 def _version() -> str:
@@ -157,9 +128,11 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             profile=profile,
             session_key=session_key,
         )
-        self._lock = threading.Lock()
         self._summaries: dict[str, dict[str, Any]] = {}
-        self._pod_streams: dict[tuple[str, eks_logs.PodRef], builtins.list[str]] = {}
+        #: The one bound ``_response`` every look holds (``looks.Look``): a look adds no other object.
+        self._respond = self._response
+        #: The replica logs of this instance's jobs.
+        self.logs = JobLogs(self.aws, self.backend, self._job, self._nodes, self._queue_view)
 
     # ------------------------------------------------------------------ clients
 
@@ -341,14 +314,14 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def _nodes(self, job: Mapping[str, Any], nodes: Iterable[int]) -> dict[int, dict[str, Any]]:
         """Child jobs ``jobId#N`` by node index (real AWS; moto has none)."""
-        ids = _node_ids(job, nodes)
+        ids = looks.node_ids(job, nodes)
         terminal = job.get("status") in ("SUCCEEDED", "FAILED")
-        return _by_node(ids, self.poller.get(list(ids), max_age=3600.0 if terminal else None))
+        return looks.by_node(ids, self.poller.get(list(ids), max_age=looks.ENDED_NODES_MAX_AGE if terminal else None))
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """Status, roles, labels of the job; node details (exit codes) once it ended."""
         job = self._job(app_id)
-        ended = _ended_nodes(job)
+        ended = looks.ended_nodes(job)
         return self._response(app_id, job, self._nodes(job, ended) if job and ended else {})
 
     def describe_future_as(
@@ -375,7 +348,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         period: float | None = None,
     ) -> asyncio.Future[R] | None:
         """``describe_future_as`` resolved on ``loop`` by the poller's thread itself: a look
-        holds an asyncio future, the poller's waiter and one ``_Look``, nothing more."""
+        holds an asyncio future, the poller's waiter and one ``looks.Look``, nothing more."""
         job_id = self._known_job_id(app_id)
         if job_id is None:
             return None
@@ -396,9 +369,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         period: float | None,
         future: concurrent.futures.Future[R] | asyncio.Future[R],
     ) -> None:
-        """Ask the poller for job ``job_id`` of ``app_id`` on behalf of ``future`` (``_Look``)."""
+        """Ask the poller for job ``job_id`` of ``app_id`` on behalf of ``future`` (``looks.Look``)."""
         poller = self.poller
-        poller.request_then(future, _Look(self, poller, app_id, job_id, then, future), [job_id], period=period)
+        look = looks.Look(self._respond, poller, app_id, job_id, then, future)
+        poller.request_then(future, look, [job_id], period=period)
 
     def wait_reason(self, app_id: str) -> str:
         """Why the job has not started (``stuck.wait_reason``): one DescribeJobs and a fresh
@@ -597,94 +571,6 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     # ------------------------------------------------------------------ logs
 
-    def _log_streams(
-        self, app_id: str, role_name: str, k: int, max_age: float = LOG_STREAMS_MAX_AGE
-    ) -> _LogTarget | None:
-        """The node's log: its streams in attempt order, their group, whether the log is over
-        once they are drained (the job is terminal), and how an event reads as a line; None
-        while the job is not visible yet. Unknown app/role/replica raise. The job's entry may
-        be ``max_age`` old (default ``LOG_STREAMS_MAX_AGE``: see there). An EKS job's streams
-        are looked up by name (``_pod_log``): a running job's as far as the call budget allows
-        now, a terminal job's waiting for its turns, as its reads do."""
-        job = self._job(app_id, max_age=max_age)
-        if job is None:
-            raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
-        if job is NOT_VISIBLE:
-            return None
-        ranges = render.node_ranges(job)
-        for name, first, last, _ in ranges:
-            if name == role_name:
-                if not 0 <= k <= last - first:
-                    raise ValueError(f"k: role {role_name!r} of {app_id} has replicas 0..{last - first}, not {k}")
-                node = first + k
-                break
-        else:
-            raise ValueError(
-                f"role_name: {role_name!r} is not a role of {app_id}; roles: {', '.join(r[0] for r in ranges)}"
-            )
-        child = self._nodes(job, [node]).get(node) if render.is_multinode(job) else None
-        entry = child if child is not None else job
-        terminal = job.get("status") in ("SUCCEEDED", "FAILED")
-        if eks.is_eks_job(entry) or eks.is_eks_job(job):
-            return self._pod_log(app_id, job, entry, terminal, (app_id, role_name, k))
-        return _LogTarget(render.LOG_GROUP, _attempt_streams(entry), terminal, as_line)
-
-    def _pod_log(
-        self,
-        app_id: str,
-        job: Mapping[str, Any],
-        entry: Mapping[str, Any],
-        terminal: bool,
-        key: tuple[str, str, int],
-    ) -> _LogTarget:
-        """An EKS node's log: its pods' Container Insights streams (``eks_logs``), found by
-        name prefix (``DescribeLogStreams`` from the read's budget; a found stream is kept);
-        without a log group, none, said once per job."""
-        group = eks_logs.job_log_group(job.get("tags"), entry)
-        why = ""
-        if group is None:
-            group, why = self._queue_log_group(app_id.partition(":")[0])
-        if group is None:
-            warn_once(
-                ("eks-log-group", app_id),
-                "aws_batch: no log lines for EKS job %s: no CloudWatch log group is known for its pods (%s); set the "
-                "run option eks_log_group=/aws/containerinsights/CLUSTER/application (docs/schedulers.md, "
-                '"Batch on EKS")',
-                app_id,
-                why,
-            )
-            return _LogTarget(render.LOG_GROUP, [], terminal, eks_logs.line)
-        budget = self.aws.log_budget
-
-        def found(ref: eks_logs.PodRef) -> builtins.list[str] | None:
-            slot = (group, ref)
-            with self._lock:
-                known = self._pod_streams.get(slot)
-            if known:
-                return known
-            names = list_streams(self.log_client, budget, key, group, eks_logs.stream_prefix(ref), wait=terminal)
-            if names is None:
-                return None
-            names = [n for n in names if eks_logs.matches(ref, n)]
-            if names:
-                with self._lock:
-                    self._pod_streams[slot] = names
-                    if len(self._pod_streams) > _MAX_POD_STREAMS:
-                        del self._pod_streams[next(iter(self._pod_streams))]
-            return names
-
-        streams, complete = eks_logs.streams_in_order(eks_logs.pods(entry), found, time.time())
-        return _LogTarget(group, streams, terminal and complete, eks_logs.line)
-
-    def _queue_log_group(self, queue: str) -> tuple[str | None, str]:
-        """The log group of the single EKS cluster of ``queue`` (the queue check's cached
-        descriptions), or None and why not."""
-        try:
-            envs = self._queue_view(queue).envs
-        except Exception as err:
-            return None, f"its queue {queue!r} could not be read: {err}"
-        return eks_logs.queue_log_group(eks_logs.queue_clusters(envs))
-
     def read_log(
         self,
         app_id: str,
@@ -694,29 +580,9 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         streams: Stream | None = None,
         max_lines: int | None = None,
     ) -> LogChunk:
-        """Lines of replica ``k`` of ``role_name`` after ``cursor`` (see ``LogCursor``).
-
-        CloudWatch calls come from the process's fair ``LogBudget``: a running job's read
-        returns what its turn allows (``behind_s`` says how far it lags); a terminal job's
-        read waits for its turns, so that draining it reaches the end."""
-        _check_stream(streams)
-        start = LogCursor.load(cursor)
-        target = self._log_streams(app_id, role_name, k)
-        if target is None or not target.streams:  # none yet, or none at all (a job without a log group)
-            return LogChunk(lines=[], cursor=start.dump(), eof=target is not None and target.terminal)
-        budget = self.aws.log_budget
-        events, nxt, eof, behind = read_events(
-            self.log_client,
-            budget,
-            (app_id, role_name, k),
-            target.streams,
-            start,
-            max_lines,
-            target.terminal,
-            wait=target.terminal,
-            group=target.group,
-        )
-        return LogChunk(lines=[target.line(e) for e in events], cursor=nxt.dump(), eof=eof, behind_s=behind)
+        """Lines of replica ``k`` of ``role_name`` after ``cursor``, CloudWatch calls drawn
+        from the process's fair ``LogBudget`` (``JobLogs.read``)."""
+        return self.logs.read(app_id, role_name, k, cursor, streams, max_lines)
 
     def log_iter(
         self,
@@ -730,57 +596,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         streams: Stream | None = None,
     ) -> Iterable[str]:
         """Lines of replica ``k`` of ``role_name`` within ``[since, until]``; with
-        ``should_tail`` follows (back-off 0.5 s to 5 s) until the job ended and its log is drained."""
-        _check_stream(streams)
-        self._log_streams(app_id, role_name, k)  # unknown app/role/replica raise now, not on next()
-        lines = self._follow(app_id, role_name, k, since, until, should_tail)
-        return translated_iter(filter_regex(regex, lines))
-
-    def _follow(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int,
-        since: datetime | None,
-        until: datetime | None,
-        should_tail: bool,
-    ) -> Iterator[str]:
-        lo = since.timestamp() * 1000 if since else None
-        hi = until.timestamp() * 1000 if until else None
-        cursor = LogCursor()
-        delay = 0.5
-        while True:
-            # A tail sees the job's end within its own pause, not a log read's allowed age.
-            target = self._log_streams(app_id, role_name, k, max_age=delay if should_tail else LOG_STREAMS_MAX_AGE)
-            eof = False
-            events: builtins.list[dict[str, Any]] = []
-            if target is not None and not target.streams:
-                eof = target.terminal
-            elif target is not None:
-                budget = self.aws.log_budget
-                key = (app_id, role_name, k)
-                events, cursor, eof, _ = read_events(
-                    self.log_client,
-                    budget,
-                    key,
-                    target.streams,
-                    cursor,
-                    None,
-                    target.terminal,
-                    wait=True,
-                    group=target.group,
-                )
-            to_line = target.line if target is not None else as_line
-            for event in events:
-                stamp = float(event.get("timestamp", 0))
-                if hi is not None and stamp > hi:
-                    return
-                if lo is None or stamp >= lo:
-                    yield to_line(event)
-            if eof or not should_tail:
-                return
-            delay = 0.5 if events else min(delay * 2, 5.0)
-            time.sleep(delay)
+        ``should_tail`` follows until the job ended and its log is drained (``JobLogs.lines``)."""
+        return translated_iter(self.logs.lines(app_id, role_name, k, regex, since, until, should_tail, streams))
 
     # ------------------------------------------------------------------ stop
 
@@ -833,106 +650,6 @@ def _definition_fields(container: Mapping[str, Any]) -> dict[str, Any]:
     """A single-node job's ``containerProperties`` as DescribeJobs returns them (its
     ``container`` without the fields that describe the run)."""
     return {k: v for k, v in container.items() if k not in _RUNTIME_FIELDS}
-
-
-def _attempt_streams(job: Mapping[str, Any]) -> list[str]:
-    """Log streams of a job's attempts, oldest first, then the running attempt's."""
-    names: list[str] = []
-    containers = [a.get("container") or {} for a in job.get("attempts", [])] + [job.get("container") or {}]
-    for container in containers:
-        name = container.get("logStreamName")
-        if name and name not in names:
-            names.append(str(name))
-    return names
-
-
-def _check_stream(streams: Stream | None) -> None:
-    if streams not in (None, Stream.COMBINED):
-        raise ValueError(
-            f"streams: {streams!r}; AWS Batch logs hold stdout and stderr together: use Stream.COMBINED or None"
-        )
-
-
-def _ended_nodes(job: Mapping[str, Any] | None) -> range:
-    """The nodes whose child jobs describe ``job``'s end: all of an ended job's, else none."""
-    if (
-        not job
-        or job is NOT_VISIBLE
-        or job.get("status") not in ("SUCCEEDED", "FAILED")
-        or not render.is_multinode(job)
-    ):
-        return range(0)
-    return range(int((job.get("nodeProperties") or {}).get("numNodes", 0)))
-
-
-R = TypeVar("R")
-
-
-def _node_ids(job: Mapping[str, Any], nodes: Iterable[int]) -> dict[str, int]:
-    return {f"{job['jobId']}#{n}": n for n in nodes}
-
-
-def _by_node(ids: Mapping[str, int], found: Mapping[str, dict[str, Any] | None]) -> dict[int, dict[str, Any]]:
-    return {ids[i]: c for i, c in found.items() if c is not None and c is not NOT_VISIBLE}
-
-
-def _reraise(err: BaseException) -> Any:
-    raise err
-
-
-class _Look(Generic[R]):
-    """One look at an app's job for ``describe_future_as`` and ``describe_on_loop_as``,
-    called with the poller's answer: the job, then, for a multi-node job that ended, its
-    nodes' child jobs (``nodes``); described (``_response``), mapped by ``then`` on the
-    poller's thread and handed to ``future`` (on its loop when it is an asyncio one). A look
-    waits a whole poll, so whatever it holds outlives the collector's young generations and
-    hastens the next full collection, which holds a triggerer's loop for hundreds of
-    milliseconds at 5,000 watched jobs: one slotted object, not closures."""
-
-    __slots__ = ("app_id", "future", "ids", "job", "job_id", "poller", "sched", "then")
-
-    def __init__(
-        self,
-        sched: AWSBatchScheduler,
-        poller: StatusPoller,
-        app_id: str,
-        job_id: str,
-        then: Callable[[DescribeAppResponse | None], R],
-        future: concurrent.futures.Future[R] | asyncio.Future[R],
-    ) -> None:
-        self.sched, self.poller, self.app_id, self.job_id = sched, poller, app_id, job_id
-        self.then, self.future = then, future
-        self.job: dict[str, Any] | None = None
-        self.ids: dict[str, int] = {}
-
-    def __call__(self, answer: dict[str, dict[str, Any] | None] | BaseException) -> None:
-        """The job's answer: describe it, or first ask for its ended nodes."""
-        try:
-            self.job = job = answer_jobs(answer)[self.job_id]
-            ended = _ended_nodes(job)
-            if not job or not ended:
-                self._deliver({})
-                return
-            self.ids = _node_ids(job, ended)
-            self.poller.request_then(self.future, self.nodes, list(self.ids), max_age=3600.0)
-        except BaseException as err:
-            self._settle(functools.partial(_reraise, err))
-
-    def nodes(self, found: dict[str, dict[str, Any] | None] | BaseException) -> None:
-        """The answer for the job's nodes: describe the job with them."""
-        try:
-            self._deliver(_by_node(self.ids, answer_jobs(found)))
-        except BaseException as err:
-            self._settle(functools.partial(_reraise, err))
-
-    def _deliver(self, nodes: dict[int, dict[str, Any]]) -> None:
-        self._settle(lambda: self.then(self.sched._response(self.app_id, self.job, nodes)))
-
-    def _settle(self, compute: Callable[[], R]) -> None:
-        if isinstance(self.future, concurrent.futures.Future):
-            settle(self.future, compute)
-        else:
-            settle_on_loop(self.future.get_loop(), self.future, compute)
 
 
 #: The keyword arguments ``create_scheduler`` passes on to ``AWSBatchScheduler``.
