@@ -8,12 +8,13 @@ created on first use; never the project's ``.venv``).
 3. tail latency of a line written by a replica until a tailing ``log_iter`` yields it;
 4. ``describe`` from a fresh process, and ``list`` of 1,000 jobs in the store.
 
-Usage: ``.venv/bin/python benchmarks/local_bench.py [--quick]``. Not run by CI. Jobs go to
-a temporary job store that is removed at the end.
+Usage: ``.venv/bin/python benchmarks/local_bench.py [--quick] [--launch-only] [--reps N]``
+(``--help``). Not run by CI. Jobs go to a temporary job store that is removed at the end.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -69,6 +70,9 @@ TORCHX_CODE = textwrap.dedent(
             wait(run(cmd, 8), 0.1)
             times.append(time.perf_counter() - t0)
         out[key] = statistics.median(times)
+    if args["launch_only"]:
+        print(json.dumps(out))
+        sys.exit(0)
     app_id = run(["seq", "1", str(args["lines"])])
     wait(app_id, 0.05)
     rates = []
@@ -107,16 +111,26 @@ def p(values: list[float], q: float) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (5 and 3)")
+    parser.add_argument("--reps", type=int, help="repetitions of each submit-to-terminal job (default 15, sleep 7)")
+    parser.add_argument(
+        "--launch-only", action="store_true", help="only benchmark 1 (submit to terminal), ours and torchx's"
+    )
+    args = parser.parse_args()
+    reps, sleep_reps = (5, 3) if args.quick else (15, 7)
+    if args.reps:
+        reps = sleep_reps = args.reps
     state = Path(tempfile.mkdtemp(prefix="local-bench-"))
     try:
-        run(state, quick="--quick" in sys.argv)
+        run(state, reps, sleep_reps, args.launch_only)
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
 
-def run(state: Path, quick: bool) -> None:
-    """All four benchmarks, with the job store (and torchx's logs) under ``state``."""
-    reps, sleep_reps = (5, 3) if quick else (15, 7)
+def run(state: Path, reps: int, sleep_reps: int, launch_only: bool) -> None:
+    """The benchmarks (only the first with ``launch_only``), with the job store (and torchx's
+    logs) under ``state``."""
     os.environ["AIRFLOW_TORCHX_STATE_DIR"] = str(state / "store")
 
     from airflow_provider_torchx.core.schedulers.local import create_cwd_scheduler
@@ -142,6 +156,7 @@ def run(state: Path, quick: bool) -> None:
         "lines": LOG_LINES,
         "writer": WRITER,
         "log_dir": str(state / "tx"),
+        "launch_only": launch_only,
     }
     tx_proc = subprocess.run(
         [torchx_python(), "-c", TORCHX_CODE, json.dumps(tx_args)], capture_output=True, text=True, check=False
@@ -168,6 +183,9 @@ def run(state: Path, quick: bool) -> None:
             row("8 x sleep 0.5: overhead", ours - 0.5, ref - 0.5, tx["sleep"] - 0.5, "ms", "< 100 ms")
         else:
             row("8 x true: submit->terminal", ours, ref, tx["true"], "ms", "< 100 ms")
+    if launch_only:
+        show(rows)
+        return
 
     # 2. reading a finished 1M-line log
     app_id = submit(["seq", "1", str(LOG_LINES)])
@@ -249,15 +267,21 @@ def run(state: Path, quick: bool) -> None:
 
     def raw_list() -> None:
         for name in os.listdir(sched.store.root):
+            if name.startswith("."):  # the index of ended jobs (.finished.json)
+                continue
             with open(os.path.join(sched.store.root, name, "request.json"), "rb") as f:
                 json.loads(f.read())
 
     row(f"list of {listed['n']} jobs, fresh process", listed["list"], median_time(raw_list, 3), None, "ms", "< 1 s")
 
+    show(rows)
+    print(f"\n(python import of the local scheduler in a fresh process: {fresh['import'] * 1000:.0f} ms)")
+
+
+def show(rows: list[tuple[str, str, str, str, str]]) -> None:
     print(f"\n{'benchmark':34} {'ours':>12} {'raw/plain (ours/ref)':>22} {'torchx 0.7.0 (ours/tx)':>24}  goal")
     for r in rows:
         print(f"{r[0]:34} {r[1]:>12} {r[2]:>22} {r[3]:>24}  {r[4]}")
-    print(f"\n(python import of the local scheduler in a fresh process: {fresh['import'] * 1000:.0f} ms)")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import copy
 import heapq
 import json
 import logging
+import marshal
 import os
 import re
 import secrets
@@ -294,24 +295,38 @@ class LocalScheduler(Scheduler[PopenRequest]):
                     gpus.enqueue(self.store.root, req.app_id, int(req.gpus["need"]))
             except OSError as e:
                 raise store.store_error(self.store.root, f"write the job {req.app_id!r}", e) from None
-            self._start_supervisor(job_dir)
+            self._start_supervisor(job_dir, record)
         except BaseException:
             self.store.remove(req.app_id)
             raise
         return req.app_id
 
-    def _start_supervisor(self, job_dir: Path) -> None:
+    def _start_supervisor(self, job_dir: Path, record: dict[str, Any]) -> None:
         """Start the supervisor detached (a background job of a short-lived ``sh``, so it is
-        nobody's child and survives its launcher) and record its identity."""
-        # The log is created owner-only; the supervisor keeps the launcher's umask for the replicas.
-        script = '(umask 077; : >>"$0"); "$@" </dev/null >>"$0" 2>&1 & echo $!'
-        sh = subprocess.Popen(
-            ["/bin/sh", "-c", script, str(job_dir / store.SUPERVISOR_LOG), *supervisor_command(str(job_dir))],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
-        out, _ = sh.communicate()
+        nobody's child and survives its launcher), hand it the job's ``record`` (what
+        ``request.json`` holds) on its stdin in ``marshal``'s format (``supervisor.read_request``:
+        it starts the replicas without importing ``json``) and record its identity."""
+        # The log is created owner-only here (the supervisor keeps the launcher's umask for the
+        # replicas) and is the shell's stderr, which the supervisor's stdout and stderr share.
+        # The shell's stdin goes on to the supervisor through fd 3: a background job's own
+        # stdin is /dev/null.
+        try:
+            log_fd = os.open(
+                job_dir / store.SUPERVISOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+            )
+        except OSError as e:
+            raise store.store_error(self.store.root, f"write the job {job_dir.name!r}", e) from None
+        try:
+            sh = subprocess.Popen(
+                ["/bin/sh", "-c", 'exec 3<&0; "$@" <&3 3<&- >&2 & echo $!', "sh", *supervisor_command(str(job_dir))],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_fd,
+                start_new_session=True,
+            )
+        finally:
+            os.close(log_fd)
+        out, _ = sh.communicate(marshal.dumps(record))
         if sh.returncode != 0 or not out.strip().isdigit():
             raise RuntimeError(f"could not start the supervisor of {job_dir} (sh exited {sh.returncode})")
         pid = int(out)
@@ -645,7 +660,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ``labels`` pair, oldest first, or the newest ``limit`` (from ``summaries``; answers are
         built for those only, and those of ended jobs once per process and shared: read them,
         do not change them)."""
-        with store.gc_paused():
+        with store.GcPaused():
             return self._newest(self.summaries(), labels, limit)
 
     def _newest(
@@ -682,7 +697,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def count(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> int:
         """How many jobs ``list`` returns, counted on the summaries (no answer built, no
         state file read: a job with a corrupt one, which ``list`` skips, is counted)."""
-        with store.gc_paused():
+        with store.GcPaused():
             return len(self._matching(self.summaries(states=False), labels))
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
