@@ -279,33 +279,41 @@ class LocalScheduler(Scheduler[PopenRequest]):
         except FileExistsError:
             raise ValueError(f"app_id: {req.app_id!r} was already scheduled; dry-run the app again") from None
         try:
-            ports.assign(self.store.root, req)
-            record = {
-                "backend": self.backend,
-                "session": self.session_name,
-                "host": socket.gethostname(),
-                "created": time.time(),
-                "labels": dict(dryrun_info.labels),
-                "cfg": json.loads(json.dumps(dryrun_info.cfg, default=str)),
-                **request_to_json(req),
-            }
+            # The supervisor's interpreter starts while the job's files are written: it waits
+            # for the record on its stdin (``_hand_over``).
+            sh = self._spawn_supervisor(job_dir)
+            written = None
             try:
-                store.write_json_atomic(job_dir / store.REQUEST, record)
-                if req.gpus:
-                    gpus.enqueue(self.store.root, req.app_id, int(req.gpus["need"]))
-            except OSError as e:
-                raise store.store_error(self.store.root, f"write the job {req.app_id!r}", e) from None
-            self._start_supervisor(job_dir, record)
+                ports.assign(self.store.root, req)
+                record = {
+                    "backend": self.backend,
+                    "session": self.session_name,
+                    "host": socket.gethostname(),
+                    "created": time.time(),
+                    "labels": dict(dryrun_info.labels),
+                    "cfg": json.loads(json.dumps(dryrun_info.cfg, default=str)),
+                    **request_to_json(req),
+                }
+                try:
+                    store.write_json_atomic(job_dir / store.REQUEST, record)
+                    if req.gpus:
+                        gpus.enqueue(self.store.root, req.app_id, int(req.gpus["need"]))
+                    for params in req.role_params.values():
+                        for param in params:
+                            store.make_log_dirs([param.stdout, param.stderr, param.combined])
+                except OSError as e:
+                    raise store.store_error(self.store.root, f"write the job {req.app_id!r}", e) from None
+                written = record
+            finally:
+                self._hand_over(job_dir, sh, written)
         except BaseException:
             self.store.remove(req.app_id)
             raise
         return req.app_id
 
-    def _start_supervisor(self, job_dir: Path, record: dict[str, Any]) -> None:
-        """Start the supervisor detached (a background job of a short-lived ``sh``, so it is
-        nobody's child and survives its launcher), hand it the job's ``record`` (what
-        ``request.json`` holds) on its stdin in ``marshal``'s format (``supervisor.read_request``:
-        it starts the replicas without importing ``json``) and record its identity."""
+    def _spawn_supervisor(self, job_dir: Path) -> subprocess.Popen[bytes]:
+        """Start the supervisor detached: a background job of a short-lived ``sh``, so it is
+        nobody's child and survives its launcher. It waits for ``_hand_over``."""
         # The log is created owner-only here (the supervisor keeps the launcher's umask for the
         # replicas) and is the shell's stderr, which the supervisor's stdout and stderr share.
         # The shell's stdin goes on to the supervisor through fd 3: a background job's own
@@ -317,7 +325,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         except OSError as e:
             raise store.store_error(self.store.root, f"write the job {job_dir.name!r}", e) from None
         try:
-            sh = subprocess.Popen(
+            return subprocess.Popen(
                 ["/bin/sh", "-c", 'exec 3<&0; "$@" <&3 3<&- >&2 & echo $!', "sh", *supervisor_command(str(job_dir))],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -326,7 +334,15 @@ class LocalScheduler(Scheduler[PopenRequest]):
             )
         finally:
             os.close(log_fd)
+
+    def _hand_over(self, job_dir: Path, sh: subprocess.Popen[bytes], record: dict[str, Any] | None) -> None:
+        """Hand the supervisor the job's ``record`` (what ``request.json`` holds) on its stdin in
+        ``marshal``'s format (``supervisor.read_request``: it starts the replicas without
+        importing ``json``) and record its identity. ``record`` None: the job was not written,
+        and the supervisor exits without running or writing anything."""
         out, _ = sh.communicate(marshal.dumps(record))
+        if record is None:
+            return
         if sh.returncode != 0 or not out.strip().isdigit():
             raise RuntimeError(f"could not start the supervisor of {job_dir} (sh exited {sh.returncode})")
         pid = int(out)

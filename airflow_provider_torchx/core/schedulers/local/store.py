@@ -5,8 +5,8 @@ ids are unique across concurrent launchers. It holds JSON files, each written at
 (temp file + rename) and each with one writer:
 
 - ``request.json``: the launcher, once: the rendered request, roles, labels, cfg, backend.
-- ``supervisor.json``: the supervisor's pid and start time (written by the launcher and again
-  by the supervisor itself, with the same content).
+- ``supervisor.json``: the supervisor's pid and start time (written by the launcher, or by the
+  supervisor itself when the launcher has not yet, with the same content).
 - ``state.json``: the supervisor (and, once the supervisor is dead, any observer): app and
   replica states, pids, exit codes, restarts, message.
 - ``cancel.json``: whoever cancels: the request to stop, with its grace period and who or what
@@ -171,6 +171,14 @@ def makedirs_private(path: StrPath) -> None:
     except FileExistsError:
         return
     os.chmod(path, 0o700)
+
+
+def make_log_dirs(paths: list[str | None]) -> None:
+    """Create the directories of a replica's log files ``paths`` (None: no such log),
+    owner-only: its error file goes there too, so they exist before it starts."""
+    for path in paths:
+        if path:
+            makedirs_private(os.path.dirname(path))
 
 
 def write_json_atomic(path: StrPath, obj: Any) -> os.stat_result:

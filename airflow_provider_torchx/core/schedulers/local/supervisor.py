@@ -100,14 +100,15 @@ def supervisor_command(job_dir: str) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", code, job_dir]
 
 
-def read_request(job_dir: str) -> dict[str, Any]:
+def read_request(job_dir: str) -> dict[str, Any] | None:
     """The job's request: what ``request.json`` holds, as the launcher hands it on stdin
-    (``marshal.dumps``); without it (the launcher died first), ``request.json`` itself."""
+    (``marshal.dumps``); without it (the launcher died first), ``request.json`` itself. None:
+    nothing to run (the launcher could not write the job, or there is no ``request.json``)."""
     chunks = []
     while chunk := os.read(0, _CHUNK):
         chunks.append(chunk)
     try:
-        request: dict[str, Any] = marshal.loads(b"".join(chunks))
+        request: dict[str, Any] | None = marshal.loads(b"".join(chunks))
     except (EOFError, ValueError):  # nothing handed, or cut short
         request = store.read_json(os.path.join(job_dir, store.REQUEST), job_dir)
     return request
@@ -160,12 +161,8 @@ class _Replica:
         return (self.pid, self.start)
 
     def make_log_dirs(self) -> None:
-        """Create the directories of the replica's logs: its error file goes there too, so they
-        exist before it starts."""
-        for stream in (*_STREAMS, "combined"):
-            path = self.param.get(stream)
-            if path:
-                store.makedirs_private(os.path.dirname(path))
+        """``store.make_log_dirs`` for this replica (the launcher made them, unless it died first)."""
+        store.make_log_dirs([self.param.get(stream) for stream in (*_STREAMS, "combined")])
 
     def open_logs(self) -> None:
         for stream in (*_STREAMS, "combined"):
@@ -295,6 +292,15 @@ class Supervisor:
 
     # ------------------------------------------------------------------ processes
 
+    def launch_all(self, group: list[_Replica]) -> None:
+        """Start (or restart) the replicas of ``group``, then read their start times (their
+        identities): a read of a child's ``/proc`` entry waits for its exec, which would hold up
+        the next fork. A replica that ended already has none (it is reaped, never signalled)."""
+        for r in group:
+            self.launch(r)
+        for r in group:
+            r.start = procfs.start_time(r.pid) if r.pid is not None else None
+
     def launch(self, r: _Replica) -> None:
         """Start (or restart) replica ``r``: fork, then exec in the child. Not ``subprocess``:
         importing it costs start-up time, and its ``Popen`` waits for each exec in turn."""
@@ -316,7 +322,7 @@ class Supervisor:
         r.pid, r.exit_code, r.stopping, r.state = pid, None, False, "RUNNING"
         r.timed_out, r.msg = False, ""
         r.deadline = time.monotonic() + self.attempt_timeout if self.attempt_timeout else None
-        r.start = procfs.start_time(pid)
+        r.start = None  # ``launch_all`` reads it
         r.attempts.append({"started": started, "ended": None, "exit_code": None})
         r.pidfd = os.pidfd_open(pid)
         self.watch(r.pidfd, lambda: self.reap(r))
@@ -553,8 +559,7 @@ class Supervisor:
                 # A whole-job restart starts clean: what the last attempt left behind (a
                 # torchrun agent's store, a daemon) would hold its ports and answer the new one.
                 self.sweep()
-            for x in group:
-                self.launch(x)
+            self.launch_all(group)
         if self.final is None and all(x.state == "SUCCEEDED" for x in self.replicas):
             self.final = "SUCCEEDED"
         if not any(x.running for x in self.replicas) and not self.winding_down():
@@ -579,9 +584,11 @@ class Supervisor:
             _signal.signal(sig, self.on_signal)
         _signal.set_wakeup_fd(wake_w)
         self.watch(wake_r, lambda: os.read(wake_r, 512))
-        if not os.path.exists(os.path.join(self.dir, store.SUPERVISOR)):  # the launcher died first
+        request = read_request(self.dir)  # the launcher writes the job's files meanwhile
+        if request is None:  # the launcher removes the job: nothing of it is touched
+            return 0
+        if not os.path.exists(os.path.join(self.dir, store.SUPERVISOR)):  # the launcher has not yet
             store.write_json_atomic(os.path.join(self.dir, store.SUPERVISOR), self.identity())
-        request = read_request(self.dir)
         self.grace = float(request.get("cancel_grace_period", 10.0))
         self.attempt_timeout = request.get("attempt_timeout")
         for role in request["roles"]:
@@ -593,10 +600,10 @@ class Supervisor:
             self.cancel_requested = True
         else:
             self.take_gpus(request.get("gpus"))
-            for r in self.replicas:
-                if not self.cancel_requested:
+            if not self.cancel_requested:
+                for r in self.replicas:
                     r.make_log_dirs()
-                    self.launch(r)
+                self.launch_all(self.replicas)
         # The replicas run meanwhile: their output waits in the pipes until the loop reads it.
         for r in self.replicas:
             r.make_log_dirs()
