@@ -279,8 +279,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         except FileExistsError:
             raise ValueError(f"app_id: {req.app_id!r} was already scheduled; dry-run the app again") from None
         try:
-            # The supervisor's interpreter starts while the job's files are written: it waits
-            # for the record on its stdin (``_hand_over``).
+            # The supervisor's interpreter starts while the job's files (the replicas' logs too)
+            # are written: it waits for the record on its stdin (``_hand_over``).
             sh = self._spawn_supervisor(job_dir)
             written = None
             try:
@@ -300,7 +300,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                         gpus.enqueue(self.store.root, req.app_id, int(req.gpus["need"]))
                     for params in req.role_params.values():
                         for param in params:
-                            store.make_log_dirs([param.stdout, param.stderr, param.combined])
+                            store.create_logs([param.stdout, param.stderr, param.combined])
                 except OSError as e:
                     raise store.store_error(self.store.root, f"write the job {req.app_id!r}", e) from None
                 written = record

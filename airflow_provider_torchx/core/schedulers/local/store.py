@@ -173,12 +173,14 @@ def makedirs_private(path: StrPath) -> None:
     os.chmod(path, 0o700)
 
 
-def make_log_dirs(paths: list[str | None]) -> None:
-    """Create the directories of a replica's log files ``paths`` (None: no such log),
-    owner-only: its error file goes there too, so they exist before it starts."""
+def create_logs(paths: list[str | None]) -> None:
+    """Create a replica's log files ``paths`` (None: no such log) and their directories,
+    owner-only, keeping what they hold: its error file goes in that directory too, so it exists
+    before the replica starts."""
     for path in paths:
         if path:
             makedirs_private(os.path.dirname(path))
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600))
 
 
 def write_json_atomic(path: StrPath, obj: Any) -> os.stat_result:

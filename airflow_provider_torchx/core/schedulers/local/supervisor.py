@@ -38,8 +38,9 @@ only, started without ``site`` and isolated (``-I``: no environment variables, n
 directory on the path), and until the replicas run it imports only modules that load no others
 (``_signal``, not ``signal`` and its enums). It reads the request the launcher hands it on its
 stdin in ``marshal``'s format (``json`` loads ``re`` and ``enum``; it is imported once the
-replicas run, to record their state), and creates the replicas' log files once they run (their
-output waits in the pipes).
+replicas run, to record their state). The launcher writes the job's files, the replicas' log
+files and directories too, while this interpreter starts; the supervisor opens the logs once
+the replicas run (their output waits in the pipes).
 """
 
 from __future__ import annotations
@@ -160,9 +161,9 @@ class _Replica:
             return None
         return (self.pid, self.start)
 
-    def make_log_dirs(self) -> None:
-        """``store.make_log_dirs`` for this replica (the launcher made them, unless it died first)."""
-        store.make_log_dirs([self.param.get(stream) for stream in (*_STREAMS, "combined")])
+    def create_logs(self) -> None:
+        """``store.create_logs`` for this replica (the launcher made them, unless it died first)."""
+        store.create_logs([self.param.get(stream) for stream in (*_STREAMS, "combined")])
 
     def open_logs(self) -> None:
         for stream in (*_STREAMS, "combined"):
@@ -600,13 +601,12 @@ class Supervisor:
             self.cancel_requested = True
         else:
             self.take_gpus(request.get("gpus"))
-            if not self.cancel_requested:
-                for r in self.replicas:
-                    r.make_log_dirs()
-                self.launch_all(self.replicas)
+        for r in self.replicas:
+            r.create_logs()
+        if not self.cancel_requested:
+            self.launch_all(self.replicas)
         # The replicas run meanwhile: their output waits in the pipes until the loop reads it.
         for r in self.replicas:
-            r.make_log_dirs()
             r.open_logs()
         self.reserve_room()
         while True:
