@@ -8,8 +8,14 @@ created on first use; never the project's ``.venv``).
 3. tail latency of a line written by a replica until a tailing ``log_iter`` yields it;
 4. ``describe`` from a fresh process, and ``list`` of 1,000 jobs in the store.
 
-Usage: ``.venv/bin/python benchmarks/local_bench.py [--quick] [--launch-only] [--reps N]``
-(``--help``). Not run by CI. Jobs go to a temporary job store that is removed at the end.
+Usage: ``.venv/bin/python benchmarks/local_bench.py [--quick] [--launch-only] [--reps N]
+[--baseline DIR]`` (``--help``). Not run by CI. Jobs go to a temporary job store that is
+removed at the end.
+
+``--baseline DIR`` then compares the launch of 8 x ``sleep 0.5`` with another source tree's
+(the package directory's parent, e.g. ``git archive <commit> airflow_provider_torchx | tar -x
+-C DIR``): a fresh process per tree and round, alternating, several jobs each, so both see the
+same load; it prints the overhead's quartiles per tree.
 """
 
 from __future__ import annotations
@@ -117,6 +123,7 @@ def main() -> None:
     parser.add_argument(
         "--launch-only", action="store_true", help="only benchmark 1 (submit to terminal), ours and torchx's"
     )
+    parser.add_argument("--baseline", help="a source tree to compare the launch with (see the docstring)")
     args = parser.parse_args()
     reps, sleep_reps = (5, 3) if args.quick else (15, 7)
     if args.reps:
@@ -124,8 +131,51 @@ def main() -> None:
     state = Path(tempfile.mkdtemp(prefix="local-bench-"))
     try:
         run(state, reps, sleep_reps, args.launch_only)
+        if args.baseline:
+            compare_launch(state / "compare", args.baseline, rounds=max(reps, 5))
     finally:
         shutil.rmtree(state, ignore_errors=True)
+
+
+# Runs in a fresh process per tree: one job to warm up, then JOBS jobs of 8 x ``sleep 0.5``.
+LAUNCH_CODE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from airflow_provider_torchx.core.schedulers.local import create_cwd_scheduler
+    from airflow_provider_torchx.core.specs import AppDef, Role
+
+    sched = create_cwd_scheduler("compare")
+    app = AppDef("b", roles=[Role("r", entrypoint="sleep", args=["0.5"], num_replicas=8)])
+
+    def one():
+        t0 = time.perf_counter()
+        app_id = sched.submit(app)
+        while not sched.describe(app_id).state.is_terminal():
+            sched.wait_for_change(app_id, 0.1)
+        return time.perf_counter() - t0 - 0.5
+
+    one()
+    print(json.dumps([one() for _ in range(int(sys.argv[1]))]))
+    """
+)
+
+
+def compare_launch(state: Path, baseline: str, rounds: int, jobs: int = 3) -> None:
+    """The overhead of 8 x ``sleep 0.5`` with this tree and with ``baseline``, alternating."""
+    trees = {"this tree": str(HERE.parent), "baseline": os.path.abspath(baseline)}
+    samples: dict[str, list[float]] = {name: [] for name in trees}
+    for _ in range(rounds):
+        for name, tree in trees.items():
+            env = {**os.environ, "PYTHONPATH": tree, "AIRFLOW_TORCHX_STATE_DIR": str(state / name.replace(" ", "-"))}
+            command = [sys.executable, "-c", LAUNCH_CODE, str(jobs)]
+            out = subprocess.run(command, env=env, cwd=state.parent, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise SystemExit(f"{name}: {out.stderr}")
+            samples[name] += json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"\n8 x sleep 0.5 overhead, {rounds} rounds x {jobs} jobs per tree, alternating:")
+    for name, values in samples.items():
+        q1, q2, q3 = statistics.quantiles(values, n=4)
+        print(f"  {name:10s} p25 {q1 * 1000:6.1f} ms  median {q2 * 1000:6.1f} ms  p75 {q3 * 1000:6.1f} ms")
 
 
 def run(state: Path, reps: int, sleep_reps: int, launch_only: bool) -> None:
