@@ -336,25 +336,30 @@ class LocalScheduler(Scheduler[PopenRequest]):
             os.close(log_fd)
 
     def _hand_over(self, job_dir: Path, sh: subprocess.Popen[bytes], record: dict[str, Any] | None) -> None:
-        """Hand the supervisor the job's ``record`` (what ``request.json`` holds) on its stdin in
-        ``marshal``'s format (``supervisor.read_request``: it starts the replicas without
-        importing ``json``) and record its identity. ``record`` None: the job was not written,
-        and the supervisor exits without running or writing anything."""
-        out, _ = sh.communicate(marshal.dumps(record))
-        if record is None:
-            return
-        if sh.returncode != 0 or not out.strip().isdigit():
-            raise RuntimeError(f"could not start the supervisor of {job_dir} (sh exited {sh.returncode})")
-        pid = int(out)
-        start = procfs.start_time(pid)
-        if start is not None and not (job_dir / store.SUPERVISOR).exists():
-            try:
-                store.write_json_atomic(
-                    job_dir / store.SUPERVISOR, {"pid": pid, "start": start, "boot": procfs.boot_id()}
-                )
-            except OSError as e:
-                procfs.signal_if_same(pid, start, signal.SIGKILL)  # nothing half-started is left
-                raise store.store_error(self.store.root, f"write the job {job_dir.name!r}", e) from None
+        """Record the supervisor's identity, then hand it the job's ``record`` (what
+        ``request.json`` holds) on its stdin in ``marshal``'s format (``supervisor.read_request``:
+        it starts the replicas without importing ``json``, and finds its identity recorded).
+        ``record`` None, or an identity that cannot be recorded: the supervisor gets None and
+        exits without running or writing anything."""
+        assert sh.stdout is not None
+        echoed = sh.stdout.readline()  # sh prints the supervisor's pid once it started it
+        plan = None
+        try:
+            if record is not None:
+                if not echoed.strip().isdigit():
+                    raise RuntimeError(f"could not start the supervisor of {job_dir} (sh printed {echoed!r})")
+                pid = int(echoed)
+                start = procfs.start_time(pid)
+                if start is not None:
+                    try:
+                        store.write_json_atomic(
+                            job_dir / store.SUPERVISOR, {"pid": pid, "start": start, "boot": procfs.boot_id()}
+                        )
+                    except OSError as e:
+                        raise store.store_error(self.store.root, f"write the job {job_dir.name!r}", e) from None
+                plan = record
+        finally:
+            sh.communicate(marshal.dumps(plan))
 
     # ------------------------------------------------------------------ records
 

@@ -5,8 +5,8 @@ ids are unique across concurrent launchers. It holds JSON files, each written at
 (temp file + rename) and each with one writer:
 
 - ``request.json``: the launcher, once: the rendered request, roles, labels, cfg, backend.
-- ``supervisor.json``: the supervisor's pid and start time (written by the launcher, or by the
-  supervisor itself when the launcher has not yet, with the same content).
+- ``supervisor.json``: the supervisor's pid and start time (written by the launcher before it
+  hands the supervisor the request, or by the supervisor itself when the launcher died first).
 - ``state.json``: the supervisor (and, once the supervisor is dead, any observer): app and
   replica states, pids, exit codes, restarts, message.
 - ``cancel.json``: whoever cancels: the request to stop, with its grace period and who or what

@@ -588,7 +588,7 @@ class Supervisor:
         request = read_request(self.dir)  # the launcher writes the job's files meanwhile
         if request is None:  # the launcher removes the job: nothing of it is touched
             return 0
-        if not os.path.exists(os.path.join(self.dir, store.SUPERVISOR)):  # the launcher has not yet
+        if not os.path.exists(os.path.join(self.dir, store.SUPERVISOR)):  # the launcher died first
             store.write_json_atomic(os.path.join(self.dir, store.SUPERVISOR), self.identity())
         self.grace = float(request.get("cancel_grace_period", 10.0))
         self.attempt_timeout = request.get("attempt_timeout")
