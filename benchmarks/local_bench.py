@@ -8,12 +8,19 @@ created on first use; never the project's ``.venv``).
 3. tail latency of a line written by a replica until a tailing ``log_iter`` yields it;
 4. ``describe`` from a fresh process, and ``list`` of 1,000 jobs in the store.
 
-Usage: ``.venv/bin/python benchmarks/local_bench.py [--quick]``. Not run by CI. Jobs go to
-a temporary job store that is removed at the end.
+Usage: ``.venv/bin/python benchmarks/local_bench.py [--quick] [--launch-only] [--reps N]
+[--baseline DIR]`` (``--help``). Not run by CI. Jobs go to a temporary job store that is
+removed at the end.
+
+``--baseline DIR`` then compares the launch of 8 x ``sleep 0.5`` with another source tree's
+(the package directory's parent, e.g. ``git archive <commit> airflow_provider_torchx | tar -x
+-C DIR``): a fresh process per tree and round, alternating, several jobs each, so both see the
+same load; it prints the overhead's quartiles per tree.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -69,6 +76,9 @@ TORCHX_CODE = textwrap.dedent(
             wait(run(cmd, 8), 0.1)
             times.append(time.perf_counter() - t0)
         out[key] = statistics.median(times)
+    if args["launch_only"]:
+        print(json.dumps(out))
+        sys.exit(0)
     app_id = run(["seq", "1", str(args["lines"])])
     wait(app_id, 0.05)
     rates = []
@@ -107,16 +117,70 @@ def p(values: list[float], q: float) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (5 and 3)")
+    parser.add_argument("--reps", type=int, help="repetitions of each submit-to-terminal job (default 15, sleep 7)")
+    parser.add_argument(
+        "--launch-only", action="store_true", help="only benchmark 1 (submit to terminal), ours and torchx's"
+    )
+    parser.add_argument("--baseline", help="a source tree to compare the launch with (see the docstring)")
+    args = parser.parse_args()
+    reps, sleep_reps = (5, 3) if args.quick else (15, 7)
+    if args.reps:
+        reps = sleep_reps = args.reps
     state = Path(tempfile.mkdtemp(prefix="local-bench-"))
     try:
-        run(state, quick="--quick" in sys.argv)
+        run(state, reps, sleep_reps, args.launch_only)
+        if args.baseline:
+            compare_launch(state / "compare", args.baseline, rounds=max(reps, 5))
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
 
-def run(state: Path, quick: bool) -> None:
-    """All four benchmarks, with the job store (and torchx's logs) under ``state``."""
-    reps, sleep_reps = (5, 3) if quick else (15, 7)
+# Runs in a fresh process per tree: one job to warm up, then JOBS jobs of 8 x ``sleep 0.5``.
+LAUNCH_CODE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from airflow_provider_torchx.core.schedulers.local import create_cwd_scheduler
+    from airflow_provider_torchx.core.specs import AppDef, Role
+
+    sched = create_cwd_scheduler("compare")
+    app = AppDef("b", roles=[Role("r", entrypoint="sleep", args=["0.5"], num_replicas=8)])
+
+    def one():
+        t0 = time.perf_counter()
+        app_id = sched.submit(app)
+        while not sched.describe(app_id).state.is_terminal():
+            sched.wait_for_change(app_id, 0.1)
+        return time.perf_counter() - t0 - 0.5
+
+    one()
+    print(json.dumps([one() for _ in range(int(sys.argv[1]))]))
+    """
+)
+
+
+def compare_launch(state: Path, baseline: str, rounds: int, jobs: int = 3) -> None:
+    """The overhead of 8 x ``sleep 0.5`` with this tree and with ``baseline``, alternating."""
+    trees = {"this tree": str(HERE.parent), "baseline": os.path.abspath(baseline)}
+    samples: dict[str, list[float]] = {name: [] for name in trees}
+    for _ in range(rounds):
+        for name, tree in trees.items():
+            env = {**os.environ, "PYTHONPATH": tree, "AIRFLOW_TORCHX_STATE_DIR": str(state / name.replace(" ", "-"))}
+            command = [sys.executable, "-c", LAUNCH_CODE, str(jobs)]
+            out = subprocess.run(command, env=env, cwd=state.parent, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise SystemExit(f"{name}: {out.stderr}")
+            samples[name] += json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"\n8 x sleep 0.5 overhead, {rounds} rounds x {jobs} jobs per tree, alternating:")
+    for name, values in samples.items():
+        q1, q2, q3 = statistics.quantiles(values, n=4)
+        print(f"  {name:10s} p25 {q1 * 1000:6.1f} ms  median {q2 * 1000:6.1f} ms  p75 {q3 * 1000:6.1f} ms")
+
+
+def run(state: Path, reps: int, sleep_reps: int, launch_only: bool) -> None:
+    """The benchmarks (only the first with ``launch_only``), with the job store (and torchx's
+    logs) under ``state``."""
     os.environ["AIRFLOW_TORCHX_STATE_DIR"] = str(state / "store")
 
     from airflow_provider_torchx.core.schedulers.local import create_cwd_scheduler
@@ -142,6 +206,7 @@ def run(state: Path, quick: bool) -> None:
         "lines": LOG_LINES,
         "writer": WRITER,
         "log_dir": str(state / "tx"),
+        "launch_only": launch_only,
     }
     tx_proc = subprocess.run(
         [torchx_python(), "-c", TORCHX_CODE, json.dumps(tx_args)], capture_output=True, text=True, check=False
@@ -168,6 +233,9 @@ def run(state: Path, quick: bool) -> None:
             row("8 x sleep 0.5: overhead", ours - 0.5, ref - 0.5, tx["sleep"] - 0.5, "ms", "< 100 ms")
         else:
             row("8 x true: submit->terminal", ours, ref, tx["true"], "ms", "< 100 ms")
+    if launch_only:
+        show(rows)
+        return
 
     # 2. reading a finished 1M-line log
     app_id = submit(["seq", "1", str(LOG_LINES)])
@@ -249,15 +317,21 @@ def run(state: Path, quick: bool) -> None:
 
     def raw_list() -> None:
         for name in os.listdir(sched.store.root):
+            if name.startswith("."):  # the index of ended jobs (.finished.json)
+                continue
             with open(os.path.join(sched.store.root, name, "request.json"), "rb") as f:
                 json.loads(f.read())
 
     row(f"list of {listed['n']} jobs, fresh process", listed["list"], median_time(raw_list, 3), None, "ms", "< 1 s")
 
+    show(rows)
+    print(f"\n(python import of the local scheduler in a fresh process: {fresh['import'] * 1000:.0f} ms)")
+
+
+def show(rows: list[tuple[str, str, str, str, str]]) -> None:
     print(f"\n{'benchmark':34} {'ours':>12} {'raw/plain (ours/ref)':>22} {'torchx 0.7.0 (ours/tx)':>24}  goal")
     for r in rows:
         print(f"{r[0]:34} {r[1]:>12} {r[2]:>22} {r[3]:>24}  {r[4]}")
-    print(f"\n(python import of the local scheduler in a fresh process: {fresh['import'] * 1000:.0f} ms)")
 
 
 if __name__ == "__main__":

@@ -28,12 +28,11 @@ import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowNotFoundException
 
 from airflow_provider_torchx._compat import AirflowFailException
-from airflow_provider_torchx.core import components
 from airflow_provider_torchx.core.errors import (
     ComponentError,
     InvalidRunConfigError,
@@ -45,6 +44,11 @@ from airflow_provider_torchx.core.errors import (
 from airflow_provider_torchx.core.runner import RUN_OPTIONS_ENTRY_POINT_GROUP, SCHEDULER_ENTRY_POINT_GROUP
 from airflow_provider_torchx.core.runopts import did_you_mean, runopts
 from airflow_provider_torchx.core.specs import AppDef, validate_app
+
+# The component resolver (and its ``argparse``) loads when a component is checked: a DAG of
+# ``app=`` tasks does not pay for it.
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.components import Component
 
 #: Errors a retry cannot fix: the task fails without retries.
 CONFIG_ERRORS: tuple[type[Exception], ...] = (
@@ -76,9 +80,11 @@ def _entry_point_names(group: str) -> frozenset[str]:
 
 
 @functools.cache
-def _builtin_components() -> dict[str, components.Component]:
+def _builtin_components() -> dict[str, Component]:
     """The builtin components, made once per process (each keeps its parsed signature)."""
-    return components.builtin_components()
+    from airflow_provider_torchx.core.components import builtin_components
+
+    return builtin_components()
 
 
 def _builtin_component_names() -> frozenset[str]:
@@ -89,10 +95,12 @@ def check_component(name: str) -> None:
     """An unknown component name raises the resolver's ``ComponentError`` (with the closest
     names). A builtin or a name under an entry point passes without loading anything; only an
     unknown name is looked up in full (loading the entry points), to say so and why."""
-    registered = _entry_point_names(components.COMPONENT_ENTRY_POINT_GROUP)
+    from airflow_provider_torchx.core.components import COMPONENT_ENTRY_POINT_GROUP, get_component
+
+    registered = _entry_point_names(COMPONENT_ENTRY_POINT_GROUP)
     if name in _builtin_component_names() or any(name == ep or name.startswith(ep + ".") for ep in registered):
         return
-    components.get_component(name)
+    get_component(name)
 
 
 def check_component_args(name: str, args: Any) -> None:
@@ -154,7 +162,9 @@ def check_literal_arguments(
     if app is not None:
         validate_app(app)
     if component_args is not None and not (isinstance(component_args, str) and not is_literal(component_args)):
-        components.check_args_form(component_args)  # a template may render into a list (native rendering)
+        from airflow_provider_torchx.core.components import check_args_form
+
+        check_args_form(component_args)  # a template may render into a list (native rendering)
     if component is not None and is_literal(component) and ":" not in component:
         check_component(component)
         check_component_args(component, component_args)

@@ -24,9 +24,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_torchx import checkpointing
 from airflow_provider_torchx._compat import AirflowFailException
-from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
 from airflow_provider_torchx.core.checkpoints import check_root
-from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.guards import (
     MAX_GPU_HOURS,
     START_TIMEOUT,
@@ -36,33 +34,28 @@ from airflow_provider_torchx.core.guards import (
     smaller,
 )
 from airflow_provider_torchx.core.identity import TaskIdentity
-from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse, labels_match
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
-from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
 from airflow_provider_torchx.metrics import emit_guardrail
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
-from airflow_provider_torchx.orphans import DISOWNED_XCOM, Killed, Verdict
-from airflow_provider_torchx.reaper.decisions import own_decision
 from airflow_provider_torchx.retention import apply_retention
-from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
-from airflow_provider_torchx.watch import (
-    TaskWatcher,
-    cursor_file_for,
-    event_position,
-    failure_message,
-    flush_logs,
-    task_identity,
-)
 
+# What only a running task uses (the watching path, the trigger and through it Airflow's
+# ``airflow.triggers``, the cancel reasons) is imported where it is used: a DAG file that
+# imports this module does not pay for it (benchmarks/import_time.py).
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
+    from airflow_provider_torchx.core.cursors import CursorFile, LogPosition
     from airflow_provider_torchx.core.runner import Runner
+    from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+    from airflow_provider_torchx.core.usage import Usage
+    from airflow_provider_torchx.watch import TaskWatcher
 
 log = logging.getLogger(__name__)
 #: Job states a retried task adopts instead of submitting again.
@@ -329,6 +322,8 @@ class TorchXRunOperator(BaseOperator):
 
     def _execute(self, context: Context) -> str | dict[str, Any]:
         """Submit (or, on a retry, adopt) the job, then return at once, defer or wait."""
+        from airflow_provider_torchx.watch import TaskWatcher
+
         started_at = time.time()
         hook = self.hook()
         guards = self.guards(hook, started_at)  # a bad connection extra fails before anything is submitted
@@ -358,6 +353,10 @@ class TorchXRunOperator(BaseOperator):
         """The task's job: on a retry the earlier try's one it adopts (``_find_job_to_adopt``),
         else a new one submitted; recorded for the task (state store, XCom, links). A dry run
         submits nothing and returns the rendered request instead."""
+        from airflow_provider_torchx.core.cursors import LogPosition, newest
+        from airflow_provider_torchx.orphans import DISOWNED_XCOM
+        from airflow_provider_torchx.watch import cursor_file_for, task_identity
+
         scheduler = hook.settings.scheduler
         cfg = hook.resolve_cfg(self.cfg)
         identity = task_identity(context)
@@ -419,6 +418,8 @@ class TorchXRunOperator(BaseOperator):
         guards: Guards | None = None,
     ) -> None:
         """Hand the wait to ``TorchXJobTrigger`` (raises ``TaskDeferred``)."""
+        from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+
         self.defer(
             trigger=TorchXJobTrigger.for_job(
                 job.handle,
@@ -443,6 +444,9 @@ class TorchXRunOperator(BaseOperator):
         each job's ``JobRecord``), logging why; None: submit a new one."""
         if context["ti"].try_number <= 1:
             return None
+        from airflow_provider_torchx.core.schedulers.api import labels_match
+        from airflow_provider_torchx.watch import cursor_file_for
+
         stored = _remembered_job(context)
         handles = [stored["app_handle"]] if stored else []
         labels = identity.labels()
@@ -486,6 +490,9 @@ class TorchXRunOperator(BaseOperator):
     ) -> str:
         """Return the handle of a succeeded job (recording that this try reported it);
         otherwise cancel on timeout and raise."""
+        from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
+        from airflow_provider_torchx.watch import failure_message, task_identity
+
         handle = str(event["app_handle"])
         if event["status"] == "guardrail":
             self._guardrail(event, context)
@@ -553,6 +560,9 @@ class TorchXRunOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
         """Resume after the trigger's event: flush the remaining log lines (from the newest of
         the event's and the cursor file's positions), then return the handle or raise."""
+        from airflow_provider_torchx.core.cursors import newest
+        from airflow_provider_torchx.watch import cursor_file_for, event_position, flush_logs, task_identity
+
         self.app_handle = str(event["app_handle"])
         self._identity = task_identity(context)
         self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()
@@ -568,6 +578,9 @@ class TorchXRunOperator(BaseOperator):
         """The task was killed in the worker: cancel its job as the table decides
         (``orphans.decide``, killed in the worker: the state is not at hand, so
         ``cancel_on_kill`` says)."""
+        from airflow_provider_torchx.orphans import Killed, Verdict
+        from airflow_provider_torchx.reaper.decisions import own_decision
+
         if not self.app_handle or self._runner is None:
             return
         decision = own_decision(self._identity, None, killed=Killed(in_worker=True, cancel_on_kill=self.cancel_on_kill))

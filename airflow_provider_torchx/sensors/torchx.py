@@ -15,14 +15,15 @@ from airflow.exceptions import AirflowException
 from airflow.sdk import BaseSensorOperator
 
 from airflow_provider_torchx._compat import AirflowSensorTimeout
-from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
-from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.usage_report import report_usage
-from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, failure_message, flush_logs, task_identity
 
+# The watching path and the trigger (with Airflow's ``airflow.triggers``) are imported where
+# they are used: a DAG file that imports this module does not pay for them.
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_torchx.watch import TaskWatcher
 
 
 class TorchXJobSensor(BaseSensorOperator):
@@ -59,6 +60,10 @@ class TorchXJobSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        from airflow_provider_torchx.core.cursors import LogPosition
+        from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+        from airflow_provider_torchx.watch import task_identity
+
         hook = self.hook()
         now = time.time()
         self.defer(
@@ -77,6 +82,8 @@ class TorchXJobSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool:
+        from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, failure_message, task_identity
+
         if self._watcher is None:
             runner = self.hook().get_runner()
             cursor_file = cursor_file_for(runner, self.app_handle, task_identity(context))
@@ -102,6 +109,8 @@ class TorchXJobSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
         """Resume after the trigger's event: flush the remaining log lines, then succeed or raise."""
+        from airflow_provider_torchx.watch import cursor_file_for, failure_message, flush_logs, task_identity
+
         runner = self.hook().get_runner()
         if self.stream_logs:
             flush_logs(runner, event, self.log, cursor_file_for(runner, self.app_handle, task_identity(context)))

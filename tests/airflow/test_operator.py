@@ -231,6 +231,30 @@ def test_operator_import_does_not_load_cloud_or_docker_clients() -> None:
     assert run_deferrable is True and sensor_deferrable is True
 
 
+def test_parsing_a_dag_file_loads_no_trigger_or_listener() -> None:
+    """Importing the operator and sensor modules and building their tasks (what parsing a DAG
+    file does) loads neither Airflow's ``airflow.triggers`` nor ``airflow.listeners``, nor the
+    provider's trigger and watching path: they load when a task runs or defers. In a fresh
+    interpreter."""
+    code = (
+        "import sys, json\n"
+        "import airflow_provider_torchx.operators.torchx as op, airflow_provider_torchx.sensors.torchx as se\n"
+        "op.TorchXRunOperator(task_id='a', component='utils.echo', scheduler='local_cwd', cfg={'log_dir': '/l'})\n"
+        "se.TorchXJobSensor(task_id='b', app_handle='local_cwd://s/x')\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    modules = json.loads(out.strip().splitlines()[-1])
+    loaded = [
+        m
+        for m in modules
+        if m.startswith(("airflow.triggers", "airflow.listeners"))
+        or m in ("airflow_provider_torchx.triggers.torchx", "airflow_provider_torchx.watch")
+        or m.startswith("airflow_provider_torchx.reaper")
+    ]
+    assert loaded == []
+
+
 def test_sensor_poke_fails_with_the_reason(local_jobs: tuple[Runner, list[str]]) -> None:
     from airflow.exceptions import AirflowException
 

@@ -142,6 +142,7 @@ def test_reads_work_on_a_full_store_and_report_a_dead_supervisor(
 
     with pytest.raises(store.StoreError, match=f"job store {tiny}/local: .*No space left on device"):
         sched.submit(sh_app("true"))
+    assert _supervisors_in(tiny, timeout=10) == []  # the one started for it was told to exit
     code, out, err = run_cli(capsys, "run", "utils.sh", "true")
     assert code == cli.EXIT_SYSTEM and f"job store {tiny}/local" in err and "No space left on device" in err
     assert "Traceback" not in err
@@ -152,6 +153,21 @@ def test_reads_work_on_a_full_store_and_report_a_dead_supervisor(
     desc = create_cwd_scheduler("test").finalize(app_id)  # the next finaliser records it
     assert desc is not None and desc.state == AppState.FAILED and "not recorded" not in desc.msg
     assert json.loads((sched.job_dir(app_id) / store.STATE).read_text())["state"] == "FAILED"
+
+
+def _supervisors_in(state_dir: Path, timeout: float) -> list[psutil.Process]:
+    """The supervisors of jobs below ``state_dir`` still running after ``timeout`` (a
+    supervisor's last argument is its job directory)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = []
+        for p in psutil.process_iter(["cmdline"]):
+            cmdline = p.info["cmdline"] or []
+            if cmdline and cmdline[-1].startswith(f"{state_dir}/") and "supervisor" in " ".join(cmdline):
+                left.append(p)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 # ------------------------------------------------------------------ a read-only store

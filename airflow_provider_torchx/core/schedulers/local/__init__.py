@@ -7,8 +7,6 @@ start-up and must not pay for the scheduler's imports.
 
 from __future__ import annotations
 
-import importlib
-
 TYPE_CHECKING = False  # not ``typing``: the supervisor's start-up must stay fast
 if TYPE_CHECKING:
     from typing import Any
@@ -43,5 +41,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
+        import importlib  # here, not above: the supervisor's start-up does without it
+
         return getattr(importlib.import_module(f"{__name__}.scheduler"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

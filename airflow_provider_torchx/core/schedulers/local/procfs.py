@@ -5,15 +5,18 @@ since boot: a reused pid has another start time, so a recorded process is never 
 a newcomer. Signals go through a pidfd opened *before* the identity check, which leaves no
 window for the pid to be reused between the check and the signal.
 
-Standard library only: the per-job supervisor imports this at start-up.
+Standard library only: the per-job supervisor imports this at start-up, before it starts the
+replicas, so ``signal`` (its enums) is imported where a signal is sent.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import time
-from collections.abc import Iterable
+
+TYPE_CHECKING = False  # not ``typing``/``collections``: the supervisor's start-up
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class ProcInfo:
@@ -182,6 +185,8 @@ def open_if_same(pid: int, start: int) -> int | None:
 
 def signal_if_same(pid: int, start: int, sig: int) -> bool:
     """Send ``sig`` to ``pid`` only if it still is the process that started at ``start``."""
+    import signal
+
     fd = open_if_same(pid, start)
     if fd is None:
         return False
@@ -205,6 +210,8 @@ def kill_job(
     killed. It scans again until two scans in a row find nothing (at most ``passes`` scans):
     a scan can miss a process forked while it ran, when the parent exited before the scan
     read it (a double-forking daemon), and the next scan finds it."""
+    import signal
+
     roots = list(roots)
     killed: dict[tuple[int, int], ProcInfo] = {}
     empty = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import marshal
 import os
 import select
 import signal
@@ -178,52 +179,87 @@ class LocalScheduler(Scheduler[PopenRequest]):
         except FileExistsError:
             raise ValueError(f"app_id: {req.app_id!r} was already scheduled; dry-run the app again") from None
         try:
-            ports.assign(self.store.root, req)
-            record = {
-                "backend": self.backend,
-                "session": self.session_name,
-                "host": socket.gethostname(),
-                "created": time.time(),
-                "labels": dict(dryrun_info.labels),
-                "cfg": json.loads(json.dumps(dryrun_info.cfg, default=str)),
-                **request_to_json(req),
-            }
+            # The supervisor's interpreter starts while the job's files (the replicas' logs too)
+            # are written: it waits for the record on its stdin (``_hand_over``).
+            sh = self._spawn_supervisor(job_dir)
+            written = None
             try:
-                store.write_json_atomic(job_dir / store.REQUEST, record)
-                if req.gpus:
-                    gpus.enqueue(self.store.root, req.app_id, int(req.gpus["need"]))
-            except OSError as e:
-                raise store.store_error(self.store.root, f"write the job {req.app_id!r}", e) from None
-            self._start_supervisor(job_dir)
+                ports.assign(self.store.root, req)
+                record = {
+                    "backend": self.backend,
+                    "session": self.session_name,
+                    "host": socket.gethostname(),
+                    "created": time.time(),
+                    "labels": dict(dryrun_info.labels),
+                    "cfg": json.loads(json.dumps(dryrun_info.cfg, default=str)),
+                    **request_to_json(req),
+                }
+                try:
+                    store.write_json_atomic(job_dir / store.REQUEST, record)
+                    if req.gpus:
+                        gpus.enqueue(self.store.root, req.app_id, int(req.gpus["need"]))
+                    for params in req.role_params.values():
+                        for param in params:
+                            store.create_logs([param.stdout, param.stderr, param.combined])
+                except OSError as e:
+                    raise store.store_error(self.store.root, f"write the job {req.app_id!r}", e) from None
+                written = record
+            finally:
+                self._hand_over(job_dir, sh, written)
         except BaseException:
             self.store.remove(req.app_id)
             raise
         return req.app_id
 
-    def _start_supervisor(self, job_dir: Path) -> None:
-        """Start the supervisor detached (a background job of a short-lived ``sh``, so it is
-        nobody's child and survives its launcher) and record its identity."""
-        # The log is created owner-only; the supervisor keeps the launcher's umask for the replicas.
-        script = '(umask 077; : >>"$0"); "$@" </dev/null >>"$0" 2>&1 & echo $!'
-        sh = subprocess.Popen(
-            ["/bin/sh", "-c", script, str(job_dir / store.SUPERVISOR_LOG), *supervisor_command(str(job_dir))],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
-        out, _ = sh.communicate()
-        if sh.returncode != 0 or not out.strip().isdigit():
-            raise RuntimeError(f"could not start the supervisor of {job_dir} (sh exited {sh.returncode})")
-        pid = int(out)
-        start = procfs.start_time(pid)
-        if start is not None and not (job_dir / store.SUPERVISOR).exists():
-            try:
-                store.write_json_atomic(
-                    job_dir / store.SUPERVISOR, {"pid": pid, "start": start, "boot": procfs.boot_id()}
-                )
-            except OSError as e:
-                procfs.signal_if_same(pid, start, signal.SIGKILL)  # nothing half-started is left
-                raise store.store_error(self.store.root, f"write the job {job_dir.name!r}", e) from None
+    def _spawn_supervisor(self, job_dir: Path) -> subprocess.Popen[bytes]:
+        """Start the supervisor detached: a background job of a short-lived ``sh``, so it is
+        nobody's child and survives its launcher. It waits for ``_hand_over``."""
+        # The log is created owner-only here (the supervisor keeps the launcher's umask for the
+        # replicas) and is the shell's stderr, which the supervisor's stdout and stderr share.
+        # The shell's stdin goes on to the supervisor through fd 3: a background job's own
+        # stdin is /dev/null.
+        try:
+            log_fd = os.open(
+                job_dir / store.SUPERVISOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+            )
+        except OSError as e:
+            raise store.store_error(self.store.root, f"write the job {job_dir.name!r}", e) from None
+        try:
+            return subprocess.Popen(
+                ["/bin/sh", "-c", 'exec 3<&0; "$@" <&3 3<&- >&2 & echo $!', "sh", *supervisor_command(str(job_dir))],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_fd,
+                start_new_session=True,
+            )
+        finally:
+            os.close(log_fd)
+
+    def _hand_over(self, job_dir: Path, sh: subprocess.Popen[bytes], record: dict[str, Any] | None) -> None:
+        """Record the supervisor's identity, then hand it the job's ``record`` (what
+        ``request.json`` holds) on its stdin in ``marshal``'s format (``supervisor.read_request``:
+        it starts the replicas without importing ``json``, and finds its identity recorded).
+        ``record`` None, or an identity that cannot be recorded: the supervisor gets None and
+        exits without running or writing anything."""
+        assert sh.stdout is not None
+        echoed = sh.stdout.readline()  # sh prints the supervisor's pid once it started it
+        plan = None
+        try:
+            if record is not None:
+                if not echoed.strip().isdigit():
+                    raise RuntimeError(f"could not start the supervisor of {job_dir} (sh printed {echoed!r})")
+                pid = int(echoed)
+                start = procfs.start_time(pid)
+                if start is not None:
+                    try:
+                        store.write_json_atomic(
+                            job_dir / store.SUPERVISOR, {"pid": pid, "start": start, "boot": procfs.boot_id()}
+                        )
+                    except OSError as e:
+                        raise store.store_error(self.store.root, f"write the job {job_dir.name!r}", e) from None
+                plan = record
+        finally:
+            sh.communicate(marshal.dumps(plan))
 
     # ------------------------------------------------------------------ records
 
@@ -402,13 +438,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         ``labels`` pair, oldest first, or the newest ``limit`` (from ``summaries``; answers are
         built for those only, and those of ended jobs once per process and shared: read them,
         do not change them)."""
-        with store.gc_paused():
+        with store.GcPaused():
             return self.listing.answers(self.summaries(), labels, limit)
 
     def count(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> int:
         """How many jobs ``list`` returns, counted on the summaries (no answer built, no
         state file read: a job with a corrupt one, which ``list`` skips, is counted)."""
-        with store.gc_paused():
+        with store.GcPaused():
             return len(self.listing.matching(self.summaries(states=False), labels))
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:

@@ -5,8 +5,8 @@ ids are unique across concurrent launchers. It holds JSON files, each written at
 (temp file + rename) and each with one writer:
 
 - ``request.json``: the launcher, once: the rendered request, roles, labels, cfg, backend.
-- ``supervisor.json``: the supervisor's pid and start time (written by the launcher and again
-  by the supervisor itself, with the same content).
+- ``supervisor.json``: the supervisor's pid and start time (written by the launcher before it
+  hands the supervisor the request, or by the supervisor itself when the launcher died first).
 - ``state.json``: the supervisor (and, once the supervisor is dead, any observer): app and
   replica states, pids, exit codes, restarts, message.
 - ``cancel.json``: whoever cancels: the request to stop, with its grace period, who or what
@@ -28,26 +28,25 @@ target is never read.
 Everything is created owner-only, whatever the umask. Store faults (a full or read-only
 filesystem) raise ``StoreError`` naming the store and the cause; a file that is not what its
 writer wrote (truncated, foreign, hand-edited) raises ``CorruptEntryError`` naming it.
-Standard library only: the supervisor imports this.
+Standard library only: the supervisor imports this before it starts the replicas, so what
+only some functions use (``json``, ``re``, ``shutil``) is imported in them: a job's start waits
+for nothing it does not use.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import gc
-import json
 import os
-import re
 import stat
 import time
-from collections.abc import Iterator, Set
 
 from airflow_provider_torchx.core.statedir import default_state_dir
 
-# Not ``typing``/``pathlib``: they would slow the supervisor's start-up (a job's overhead).
+# Not ``typing``/``pathlib``/``collections``: they would slow the supervisor's start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Set
     from typing import Any
 
     StrPath = str | os.PathLike[str]
@@ -64,36 +63,44 @@ FINISHED_INDEX = ".finished.json"
 #: be found even after they left its session and lost their parent.
 JOB_ENV = "AIRFLOW_TORCHX_LOCAL_JOB"
 
-#: What an app id may look like: it becomes a directory name in the store.
-APP_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+#: What an app id is made of (it becomes a directory name in the store); it starts with
+#: neither ``.`` nor ``-``.
+_APP_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 #: The longest file name (``NAME_MAX``): a longer id names no job of the store.
 NAME_MAX = 255
 #: The app ids among names joined by ``/`` (which no file name holds): one pass of the regex
 #: over a whole directory listing instead of one match per name.
-_APP_IDS_RE = re.compile(r"(?<![^/])[A-Za-z0-9_][A-Za-z0-9_.-]*(?![^/])")
+_APP_IDS_PATTERN = r"(?<![^/])[A-Za-z0-9_][A-Za-z0-9_.-]*(?![^/])"
 #: How old a directory's mtime must be for a listing to be reused while it is unchanged:
 #: well above the coarse clock tick that stamps it.
 _RACY_NS = 2_000_000_000
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Run the block without the cyclic garbage collector (restored after, if it was on).
-    Parsing the index or listing a big store makes hundreds of thousands of objects, none of
-    them garbage, and would otherwise trigger collections that scan all of them again."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
+class GcPaused:
+    """``with GcPaused():`` runs the block without the cyclic garbage collector (restored
+    after, if it was on). Parsing the index or listing a big store makes hundreds of thousands
+    of objects, none of them garbage, and would otherwise trigger collections that scan all of
+    them again. A class, not ``contextlib``: the supervisor imports this module."""
+
+    def __enter__(self) -> None:
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.was_enabled:
             gc.enable()
 
 
 def is_valid_app_id(app_id: object) -> bool:
     """Whether ``app_id`` can name a job directory (no ``/``, no ``..``, not hidden, not longer
     than a file name may be)."""
-    return isinstance(app_id, str) and len(app_id) <= NAME_MAX and ".." not in app_id and bool(APP_ID_RE.match(app_id))
+    return (
+        isinstance(app_id, str)
+        and 0 < len(app_id) <= NAME_MAX
+        and ".." not in app_id
+        and app_id[0] not in ".-"
+        and _APP_ID_CHARS.issuperset(app_id)
+    )
 
 
 def job_marker(job_dir: StrPath) -> str:
@@ -169,12 +176,24 @@ def makedirs_private(path: StrPath) -> None:
     os.chmod(path, 0o700)
 
 
+def create_logs(paths: list[str | None]) -> None:
+    """Create a replica's log files ``paths`` (None: no such log) and their directories,
+    owner-only, keeping what they hold: its error file goes in that directory too, so it exists
+    before the replica starts."""
+    for path in paths:
+        if path:
+            makedirs_private(os.path.dirname(path))
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600))
+
+
 def write_json_atomic(path: StrPath, obj: Any) -> os.stat_result:
     """Write ``obj`` as JSON to ``path`` through a temp file and a rename (owner-only); return
     the written file's status (its inode is ``path``'s until the next writer's rename). On any
     error the temp file is removed and the old content of ``path`` stays."""
     head, name = os.path.split(path)
     tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
+    import json
+
     data = json.dumps(obj, separators=(",", ":")).encode()  # json.dump's streaming encoder is slower
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -241,6 +260,8 @@ def read_json(path: StrPath, root: StrPath) -> Any:
     """The JSON in ``path`` (a file below ``root``, read through ``open_inside``), or None when
     it does not exist (or vanished); ``ValueError`` when it is not JSON, ``UnsafeFileError``
     (a ``ValueError``) when it is not a file ``open_inside`` reads."""
+    import json
+
     fd = open_inside(path, root)
     if fd is None:
         return None
@@ -303,7 +324,9 @@ class JobStore:
             return frozenset()
         if self._ids is not None and self._ids[0] == st.st_mtime_ns:
             return self._ids[1]
-        ids = frozenset(n for n in _APP_IDS_RE.findall("/".join(os.listdir(self.root))) if ".." not in n)
+        import re
+
+        ids = frozenset(n for n in re.findall(_APP_IDS_PATTERN, "/".join(os.listdir(self.root))) if ".." not in n)
         if time.time_ns() - st.st_mtime_ns > _RACY_NS:
             self._ids = (st.st_mtime_ns, ids)
         return ids
@@ -320,7 +343,7 @@ class JobStore:
         if parsed is not None and parsed[0] == key:
             return parsed[1]
         try:
-            with gc_paused():
+            with GcPaused():
                 index = read_json(path, self.root)
         except (OSError, ValueError):
             index = None

@@ -1,4 +1,4 @@
-"""The per-job supervisor: ``python -S -E -c ... <job dir>`` (see ``supervisor_command``).
+"""The per-job supervisor: ``python -I -S -c ... <job dir>`` (see ``supervisor_command``).
 
 It runs in a session of its own, detached from whoever launched the job, so the job outlives
 its launcher. It starts every replica (each in its own process group, with a parent-death
@@ -31,20 +31,29 @@ It reserves room in the job directory (``.reserve``) and frees it to record its 
 filesystem is full, so a job stopped by a full disk ends FAILED with that reason.
 
 It is single-threaded: one ``select.poll`` loop over pidfds (replica exits), pipes (output)
-and a signal wake-up pipe, so it never busy-polls. Standard library only, and started without
-``site``, to keep a job's start-up overhead small.
+and a signal wake-up pipe, so it never busy-polls.
+
+A job's start waits for the supervisor's start-up, so that is kept small: standard library
+only, started without ``site`` and isolated (``-I``: no environment variables, no working
+directory on the path), and until the replicas run it imports only modules that load no others
+(``_signal``, not ``signal`` and its enums). It reads the request the launcher hands it on its
+stdin in ``marshal``'s format (``json`` loads ``re`` and ``enum``; it is imported once the
+replicas run, to record their state). The launcher writes the job's files, the replicas' log
+files and directories too, while this interpreter starts; the supervisor opens the logs once
+the replicas run (their output waits in the pipes).
 """
 
 from __future__ import annotations
 
+import _signal
 import ctypes
+import marshal
 import os
 import select
-import signal
 import sys
 import time
 
-from airflow_provider_torchx.core.schedulers.local import gpus, procfs, store
+from airflow_provider_torchx.core.schedulers.local import procfs, store
 
 TYPE_CHECKING = False  # not ``typing``/``pathlib``: they would slow the start-up
 if TYPE_CHECKING:
@@ -83,12 +92,27 @@ _ENTRY = "from airflow_provider_torchx.core.schedulers.local.supervisor import m
 
 
 def supervisor_command(job_dir: str) -> list[str]:
-    """The argv that runs the supervisor of ``job_dir`` (without ``site``: fast start-up)."""
+    """The argv that runs the supervisor of ``job_dir`` (without ``site``, isolated: fast
+    start-up). It reads the request on its stdin (``read_request``)."""
     package_root = os.path.realpath(__file__)
     for _ in range(5):  # .../airflow_provider_torchx/core/schedulers/local/supervisor.py
         package_root = os.path.dirname(package_root)
     code = f"import sys; sys.path.insert(0, {package_root!r}); {_ENTRY}"
-    return [sys.executable, "-S", "-E", "-c", code, job_dir]
+    return [sys.executable, "-I", "-S", "-c", code, job_dir]
+
+
+def read_request(job_dir: str) -> dict[str, Any] | None:
+    """The job's request: what ``request.json`` holds, as the launcher hands it on stdin
+    (``marshal.dumps``); without it (the launcher died first), ``request.json`` itself. None:
+    nothing to run (the launcher could not write the job, or there is no ``request.json``)."""
+    chunks = []
+    while chunk := os.read(0, _CHUNK):
+        chunks.append(chunk)
+    try:
+        request: dict[str, Any] | None = marshal.loads(b"".join(chunks))
+    except (EOFError, ValueError):  # nothing handed, or cut short
+        request = store.read_json(os.path.join(job_dir, store.REQUEST), job_dir)
+    return request
 
 
 def is_supervisor_of(argv: list[str] | None, job_dir: str) -> bool:
@@ -137,11 +161,14 @@ class _Replica:
             return None
         return (self.pid, self.start)
 
+    def create_logs(self) -> None:
+        """``store.create_logs`` for this replica (the launcher made them, unless it died first)."""
+        store.create_logs([self.param.get(stream) for stream in (*_STREAMS, "combined")])
+
     def open_logs(self) -> None:
         for stream in (*_STREAMS, "combined"):
             path = self.param.get(stream)
             if path:
-                store.makedirs_private(os.path.dirname(path))
                 self.files[stream] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def emit(self, stream: str, data: bytes) -> None:
@@ -266,6 +293,15 @@ class Supervisor:
 
     # ------------------------------------------------------------------ processes
 
+    def launch_all(self, group: list[_Replica]) -> None:
+        """Start (or restart) the replicas of ``group``, then read their start times (their
+        identities): a read of a child's ``/proc`` entry waits for its exec, which would hold up
+        the next fork. A replica that ended already has none (it is reaped, never signalled)."""
+        for r in group:
+            self.launch(r)
+        for r in group:
+            r.start = procfs.start_time(r.pid) if r.pid is not None else None
+
     def launch(self, r: _Replica) -> None:
         """Start (or restart) replica ``r``: fork, then exec in the child. Not ``subprocess``:
         importing it costs start-up time, and its ``Popen`` waits for each exec in turn."""
@@ -287,7 +323,7 @@ class Supervisor:
         r.pid, r.exit_code, r.stopping, r.state = pid, None, False, "RUNNING"
         r.timed_out, r.msg = False, ""
         r.deadline = time.monotonic() + self.attempt_timeout if self.attempt_timeout else None
-        r.start = procfs.start_time(pid)
+        r.start = None  # ``launch_all`` reads it
         r.attempts.append({"started": started, "ended": None, "exit_code": None})
         r.pidfd = os.pidfd_open(pid)
         self.watch(r.pidfd, lambda: self.reap(r))
@@ -305,11 +341,11 @@ class Supervisor:
         try:
             os.umask(self.umask)
             os.setpgid(0, 0)
-            self.libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            self.libc.prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0)
             if os.getppid() != self.pid:
                 os._exit(1)
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # ignored by Python; exec keeps SIG_IGN
-                signal.signal(sig, signal.SIG_DFL)
+            for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):  # ignored by Python; exec keeps SIG_IGN
+                _signal.signal(sig, _signal.SIG_DFL)
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
@@ -368,7 +404,7 @@ class Supervisor:
             r.stopping = True
         self.kill_session = self.kill_session or session
         if running or session:
-            self.signal_job(running, signal.SIGTERM, session)
+            self.signal_job(running, _signal.SIGTERM, session)
             self.kill_at = time.monotonic() + self.grace
 
     def note_escaped(self) -> None:
@@ -397,7 +433,7 @@ class Supervisor:
         if session and self.self_start is not None:
             roots.append((self.pid, self.self_start))  # as subreaper, it adopted the orphans
         sid = self.pid if session else None
-        if sig == signal.SIGKILL:
+        if sig == _signal.SIGKILL:
             procfs.kill_job(sid, roots, exclude=self.pid)
             return
         # The session leader and subreaper is the ancestor of every process of its session:
@@ -414,6 +450,8 @@ class Supervisor:
         cancel ends the wait (the job leaves the queue)."""
         if not plan:
             return
+        from airflow_provider_torchx.core.schedulers.local import gpus  # only a GPU job pays for it
+
         root, app_id = os.path.split(self.dir)
         counts = [plan["roles"].get(r.role, 0) for r in self.replicas]
         while not self.cancel_requested:
@@ -436,6 +474,8 @@ class Supervisor:
 
     def release_gpus(self) -> None:
         if self.holds_gpus:
+            from airflow_provider_torchx.core.schedulers.local import gpus
+
             gpus.release(*os.path.split(self.dir))
             self.holds_gpus = False
 
@@ -520,8 +560,7 @@ class Supervisor:
                 # A whole-job restart starts clean: what the last attempt left behind (a
                 # torchrun agent's store, a daemon) would hold its ports and answer the new one.
                 self.sweep()
-            for x in group:
-                self.launch(x)
+            self.launch_all(group)
         if self.final is None and all(x.state == "SUCCEEDED" for x in self.replicas):
             self.final = "SUCCEEDED"
         if not any(x.running for x in self.replicas) and not self.winding_down():
@@ -542,12 +581,15 @@ class Supervisor:
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, self.on_signal)
-        signal.set_wakeup_fd(wake_w)
+        for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+            _signal.signal(sig, self.on_signal)
+        _signal.set_wakeup_fd(wake_w)
         self.watch(wake_r, lambda: os.read(wake_r, 512))
-        store.write_json_atomic(os.path.join(self.dir, store.SUPERVISOR), self.identity())
-        request = store.read_json(os.path.join(self.dir, store.REQUEST), self.dir)
+        request = read_request(self.dir)  # the launcher writes the job's files meanwhile
+        if request is None:  # the launcher removes the job: nothing of it is touched
+            return 0
+        if not os.path.exists(os.path.join(self.dir, store.SUPERVISOR)):  # the launcher died first
+            store.write_json_atomic(os.path.join(self.dir, store.SUPERVISOR), self.identity())
         self.grace = float(request.get("cancel_grace_period", 10.0))
         self.attempt_timeout = request.get("attempt_timeout")
         for role in request["roles"]:
@@ -555,16 +597,18 @@ class Supervisor:
         for role_name, params in request["role_params"].items():
             for idx, param in enumerate(params):
                 self.replicas.append(_Replica(role_name, idx, param))
-        self.reserve_room()
-        for r in self.replicas:
-            r.open_logs()
         if os.path.exists(os.path.join(self.dir, store.CANCEL)):
             self.cancel_requested = True
         else:
             self.take_gpus(request.get("gpus"))
-            for r in self.replicas:
-                if not self.cancel_requested:
-                    self.launch(r)
+        for r in self.replicas:
+            r.create_logs()
+        if not self.cancel_requested:
+            self.launch_all(self.replicas)
+        # The replicas run meanwhile: their output waits in the pipes until the loop reads it.
+        for r in self.replicas:
+            r.open_logs()
+        self.reserve_room()
         while True:
             self.progress()
             if self.dirty:  # once per round of events: replicas often end together
@@ -590,7 +634,7 @@ class Supervisor:
                 self.track()
             if self.kill_at is not None and time.monotonic() >= self.kill_at:
                 stopping = [x for x in self.replicas if x.running and x.stopping]
-                self.signal_job(stopping, signal.SIGKILL, self.kill_session)
+                self.signal_job(stopping, _signal.SIGKILL, self.kill_session)
                 self.kill_at = None
         self.finish()
         return 0
@@ -648,9 +692,9 @@ class Supervisor:
                 break
             if not kids:
                 return
-            procfs.signal_all(procfs.descendants(self.pid), signal.SIGKILL)
+            procfs.signal_all(procfs.descendants(self.pid), _signal.SIGKILL)
             time.sleep(0.001)
-        self.signal_job([], signal.SIGKILL, session=True)  # the kernel does not list children
+        self.signal_job([], _signal.SIGKILL, session=True)  # the kernel does not list children
 
 
 def _reap_adopted() -> None:
@@ -673,8 +717,10 @@ def _base_attempt(env: dict[str, str]) -> int:
 
 def _exit_text(role: str, idx: int, code: int) -> str:
     if code < 0:
+        from signal import Signals  # its enums load once a replica was killed, not at start-up
+
         try:
-            return f"role {role!r} replica {idx} was killed by {signal.Signals(-code).name} (exit code {code})"
+            return f"role {role!r} replica {idx} was killed by {Signals(-code).name} (exit code {code})"
         except ValueError:
             pass
     return f"role {role!r} replica {idx} exited with code {code}"
