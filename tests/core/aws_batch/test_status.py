@@ -27,6 +27,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.status import (
     CANCEL_REASON,
     app_state,
     describe_response,
+    has_ended,
     num_restarts,
 )
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
@@ -732,3 +733,18 @@ def test_a_watcher_given_the_job_id_makes_no_look_up() -> None:
     assert other.client.names().count("list_jobs") == 1
     assert other.native_id("q1:app-2") == "j2"  # ... then remembered
     assert other.client.names().count("list_jobs") == 1
+
+
+@pytest.mark.parametrize(
+    ("batch_status", "ended"),
+    [
+        ("SUCCEEDED", True),
+        ("FAILED", True),
+        ("RUNNING", False),
+        ("RUNNABLE", False),
+        ("SUBMITTED", False),
+        (None, False),
+    ],
+)
+def test_a_job_has_ended_once_it_succeeded_or_failed(batch_status: str | None, ended: bool) -> None:
+    assert has_ended({"status": batch_status}) is ended

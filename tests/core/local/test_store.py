@@ -3,7 +3,11 @@ job files while their writer replaces them (``store.read_json``)."""
 
 from __future__ import annotations
 
+import ast
+import marshal
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -92,3 +96,29 @@ def test_the_index_is_parsed_once_per_change_for_every_store_of_a_directory(tmp_
     store.write_json_atomic(index, {"a": entry, "b": entry})  # another process's write
     assert set(dir_jobs.finished()) == {"a", "b"}
     assert cwd_jobs.finished() is dir_jobs.finished()
+
+
+def _read_request_in_a_process(job_dir: Path, stdin: bytes) -> Any:
+    """``supervisor.read_request(job_dir)`` in a fresh interpreter whose stdin holds ``stdin``,
+    as the supervisor reads it."""
+    code = (
+        "import sys; from airflow_provider_torchx.core.schedulers.local.supervisor import read_request; "
+        "print(repr(read_request(sys.argv[1])))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(job_dir)], input=stdin, capture_output=True, check=True)
+    return ast.literal_eval(out.stdout.decode().strip())
+
+
+def test_the_supervisor_reads_the_request_handed_on_its_stdin_else_the_job_file(tmp_path: Path) -> None:
+    """The launcher hands the request on stdin (``marshal``); when it died before that (stdin
+    empty or cut short) the supervisor reads ``request.json``; None handed: nothing to run."""
+    job_dir = tmp_path / "app-1"
+    job_dir.mkdir()
+    store.write_json_atomic(job_dir / store.REQUEST, {"from": "file"})
+    handed = marshal.dumps({"from": "stdin"})
+    assert _read_request_in_a_process(job_dir, handed) == {"from": "stdin"}
+    assert _read_request_in_a_process(job_dir, b"") == {"from": "file"}
+    assert _read_request_in_a_process(job_dir, handed[:3]) == {"from": "file"}
+    assert _read_request_in_a_process(job_dir, marshal.dumps(None)) is None
+    (job_dir / store.REQUEST).unlink()
+    assert _read_request_in_a_process(job_dir, b"") is None

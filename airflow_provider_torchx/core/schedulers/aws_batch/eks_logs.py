@@ -93,8 +93,7 @@ def pods(entry: Mapping[str, Any]) -> list[PodRef]:
     if name and node and all(ref.pod != name for ref in out):
         namespace = (pod.get("metadata") or {}).get("namespace") or namespace
         container = (pod.get("containers") or [{}])[0].get("name") or eks.CONTAINER_NAME
-        ended = entry.get("status") in ("SUCCEEDED", "FAILED")
-        stopped = status.epoch_seconds(entry.get("stoppedAt")) if ended else None
+        stopped = status.epoch_seconds(entry.get("stoppedAt")) if status.has_ended(entry) else None
         out.append(PodRef(str(name), str(node), namespace, str(container), stopped))
     return out
 

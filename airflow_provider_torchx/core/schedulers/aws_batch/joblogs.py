@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errors import UnknownAppError
 from airflow_provider_torchx.core.schedulers.api import LogChunk, Stream, filter_regex
-from airflow_provider_torchx.core.schedulers.aws_batch import eks, eks_logs, render
+from airflow_provider_torchx.core.schedulers.aws_batch import eks, eks_logs, render, status
 from airflow_provider_torchx.core.schedulers.aws_batch.logs import (
     LogCursor,
     as_line,
@@ -160,7 +160,7 @@ class JobLogs:
         node = replica_node(app_id, job, role_name, k)
         child = self._nodes(job, [node]).get(node) if render.is_multinode(job) else None
         entry = child if child is not None else job
-        terminal = job.get("status") in ("SUCCEEDED", "FAILED")
+        terminal = status.has_ended(job)
         if eks.is_eks_job(entry) or eks.is_eks_job(job):
             return self._pod_target(app_id, job, entry, terminal, (app_id, role_name, k))
         return container_target(entry, terminal)

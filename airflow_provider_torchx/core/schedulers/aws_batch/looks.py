@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, settle, settle_on_loop
-from airflow_provider_torchx.core.schedulers.aws_batch import render
+from airflow_provider_torchx.core.schedulers.aws_batch import render, status
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import NOT_VISIBLE, StatusPoller, answer_jobs
 
 if TYPE_CHECKING:
@@ -29,12 +29,7 @@ Respond = Callable[[str, dict[str, Any] | None, dict[int, dict[str, Any]]], Desc
 
 def ended_nodes(job: Mapping[str, Any] | None) -> range:
     """The nodes whose child jobs describe ``job``'s end: all of an ended job's, else none."""
-    if (
-        not job
-        or job is NOT_VISIBLE
-        or job.get("status") not in ("SUCCEEDED", "FAILED")
-        or not render.is_multinode(job)
-    ):
+    if not job or job is NOT_VISIBLE or not status.has_ended(job) or not render.is_multinode(job):
         return range(0)
     return range(int((job.get("nodeProperties") or {}).get("numNodes", 0)))
 

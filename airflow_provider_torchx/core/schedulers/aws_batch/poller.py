@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.schedulers.api import settle
 from airflow_provider_torchx.core.schedulers.aws_batch.schedule import DESCRIBE_BATCH, RoundSchedule
+from airflow_provider_torchx.core.schedulers.aws_batch.status import ENDED
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import ChangeSweep, Group
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,7 @@ class StatusPoller:
             for job_id in job_ids:
                 self._accessed[job_id] = now
                 got = self._results.get(job_id)
-                if got is not None and got[1] in _TERMINAL:
+                if got is not None and got[1] in ENDED:
                     continue
                 if period is not None and got is not None:
                     self.schedule.schedule(job_id, got[0] + period, period)
@@ -417,9 +418,6 @@ def answer_jobs(answer: Jobs | BaseException) -> Jobs:
 
 def _settle_answer(future: concurrent.futures.Future[Jobs], answer: Jobs | BaseException) -> None:
     settle(future, functools.partial(answer_jobs, answer))
-
-
-_TERMINAL = frozenset({"SUCCEEDED", "FAILED"})
 
 
 _pollers: dict[tuple[str, ...], StatusPoller] = {}

@@ -315,8 +315,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     def _nodes(self, job: Mapping[str, Any], nodes: Iterable[int]) -> dict[int, dict[str, Any]]:
         """Child jobs ``jobId#N`` by node index (real AWS; moto has none)."""
         ids = looks.node_ids(job, nodes)
-        terminal = job.get("status") in ("SUCCEEDED", "FAILED")
-        return looks.by_node(ids, self.poller.get(list(ids), max_age=looks.ENDED_NODES_MAX_AGE if terminal else None))
+        max_age = looks.ENDED_NODES_MAX_AGE if status.has_ended(job) else None
+        return looks.by_node(ids, self.poller.get(list(ids), max_age=max_age))
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """Status, roles, labels of the job; node details (exit codes) once it ended."""

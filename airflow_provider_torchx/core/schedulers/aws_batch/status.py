@@ -42,6 +42,8 @@ STATE_MAP: dict[str, AppState] = {
 }
 
 NOT_STARTED = frozenset({"SUBMITTED", "PENDING", "RUNNABLE"})
+#: The Batch statuses of a job that has ended.
+ENDED = frozenset({"SUCCEEDED", "FAILED"})
 #: The Batch statuses of a job that has not ended (what ``list_live`` asks ListJobs for).
 LIVE_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 
@@ -127,12 +129,16 @@ def app_state(job: Mapping[str, Any], cancelled: bool | None = None) -> AppState
     return AppState.CANCELLED if state == AppState.FAILED and cancelled else state
 
 
+def has_ended(job: Mapping[str, Any]) -> bool:
+    """Whether the Batch job (a DescribeJobs or ListJobs entry) has ended: SUCCEEDED or FAILED."""
+    return job.get("status") in ENDED
+
+
 def num_restarts(job: Mapping[str, Any]) -> int:
     """Attempts that ended and were followed by another (Batch lists attempts as they end;
     moto also lists the running one, without ``stoppedAt``)."""
     ended = sum(1 for a in job.get("attempts", []) if a.get("stoppedAt"))
-    terminal = job.get("status") in ("SUCCEEDED", "FAILED")
-    return max(0, ended - 1 if terminal else ended)
+    return max(0, ended - 1 if has_ended(job) else ended)
 
 
 def _attempt_line(n: int, allowed: int, attempt: Mapping[str, Any], verb: str = "ended") -> str:
@@ -151,7 +157,7 @@ def attempts_summary(job: Mapping[str, Any]) -> str:
     if allowed <= 1 and len(ended) <= 1:
         return ""
     status = str(job.get("status"))
-    if status in ("SUCCEEDED", "FAILED") and ended:
+    if status in ENDED and ended:
         last, earlier = ended[-1], ended[:-1]
         cancelled = cancel_requested(job)
         verb = "succeeded" if status == "SUCCEEDED" else "was cancelled" if cancelled else "failed"
