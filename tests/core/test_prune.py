@@ -16,6 +16,7 @@ from airflow_provider_torchx.core.cli import main
 from airflow_provider_torchx.core.schedulers.local import store
 from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
 from tests.core.local.helpers import sh_app, wait_done
+from tests.fixtures.clock import FakeClock
 
 
 @pytest.fixture
@@ -163,3 +164,14 @@ def test_prune_checkpoints_removes_only_the_dirs_no_remaining_job_uses(
     assert "removed 1 checkpoint dir(s)" in capsys.readouterr().out
     assert not Path(alone).exists() and Path(shared).is_dir()
     assert sched.describe(live) is not None
+
+
+def test_prune_judges_a_jobs_age_on_the_schedulers_clock(sched: LocalScheduler) -> None:
+    """An ended job is as old as the scheduler's clock says: kept an hour before, taken once
+    the clock is two hours on (``LocalScheduler(clock=...)``, the fixture clock of the tests)."""
+    done = _ended(sched)
+    clock = FakeClock(now=time.time())
+    aged = create_cwd_scheduler("torchx", clock=clock.clock)
+    assert aged.prune(older_than=3600, dry_run=True) == []
+    clock.advance(2 * 3600)
+    assert [app_id for app_id, _ in aged.prune(older_than=3600, dry_run=True)] == [done]

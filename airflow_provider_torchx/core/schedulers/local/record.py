@@ -19,11 +19,11 @@ import copy
 import os
 import socket
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.schedulers.local import ledger, procfs, store
 from airflow_provider_torchx.core.schedulers.local.logs import open_log
@@ -294,13 +294,15 @@ class JobRecords:
     """The job records of the store ``root`` as this process reads them. What never changes
     once written (a job's request record; its state once it ended) is cached, up to
     ``cache_size`` jobs, the least recently read dropped first; the cache is shared by the
-    threads of a process (a triggerer's pool, sensors)."""
+    threads of a process (a triggerer's pool, sensors). ``clock``: the time a live job's
+    state and an orphan's end are judged at."""
 
-    def __init__(self, root: str, cache_size: int) -> None:
+    def __init__(self, root: str, cache_size: int, clock: Clock = SYSTEM_CLOCK) -> None:
         if cache_size <= 0:
             raise ValueError(f"cache_size: {cache_size!r} must be > 0")
         self.root = root
         self.cache_size = cache_size
+        self.clock = clock
         # app id -> (request record, final state or None)
         self._cache: OrderedDict[str, tuple[dict[str, Any], dict[str, Any] | None]] = OrderedDict()
         self._lock = threading.Lock()
@@ -340,13 +342,15 @@ class JobRecords:
         if not is_ended(st):
             here = on_this_host(rec)
             sup = self.read(app_id, store.SUPERVISOR) if here else None
-            live = live_state(rec, st, sup, here=here, alive=here and ledger.supervisor_alive(sup), now=time.time())
+            live = live_state(
+                rec, st, sup, here=here, alive=here and ledger.supervisor_alive(sup), now=self.clock.wall()
+            )
             if live is not None:
                 return live
             st = self.read(app_id, store.STATE)  # it may have ended just now
             if not is_ended(st):
                 cancel = self.read(app_id, store.CANCEL)
-                end = orphan_end(st, sup, cancel, now=time.time(), last_words=last_words(self.root, app_id))
+                end = orphan_end(st, sup, cancel, now=self.clock.wall(), last_words=last_words(self.root, app_id))
                 return {**end, "orphaned": True}  # not cached: finalize records it
         self.remember(app_id, rec, st)
         return st

@@ -32,6 +32,7 @@ from typing import Any
 
 from airflow_provider_torchx.core.checkpoints import LOCAL_ROOT_NAME as LOCAL_CHECKPOINT_ROOT
 from airflow_provider_torchx.core.checkpoints import app_checkpoint_dir
+from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_NAME, RANK_LOGS_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError, shown
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
@@ -88,7 +89,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
     ``device_count`` returns the host's GPU count (devices ``0..n-1``; default:
     ``gpus.host_devices()``); ``state_dir`` overrides
     where the job store is (default: ``statedir.default_state_dir()``). ``cache_size`` bounds
-    what is held in memory, never what is on disk.
+    what is held in memory, never what is on disk. ``clock``: the time a job's state, an
+    orphan's end and what a prune takes are judged at (records are stamped with the real
+    time).
     """
 
     #: Jobs run on this host and are watched from it; a status is a few small file reads.
@@ -107,6 +110,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         cancel_grace_period: float = 10.0,
         device_count: Callable[[], int] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(backend, session_name)
         self.image_provider_class = image_provider_class
@@ -115,7 +119,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self.cancel_grace_period = float(cancel_grace_period)
         self.device_count = device_count
         self.store = store.JobStore(state_dir)
-        self.records = record.JobRecords(self.store.root, cache_size)
+        self.clock = clock
+        self.records = record.JobRecords(self.store.root, cache_size, clock)
         self.listing = listing.Listing(self.store, self.records, backend)
 
     # ------------------------------------------------------------------ submit
@@ -312,7 +317,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             st,
             sup,
             self.records.read(app_id, store.CANCEL),
-            now=time.time(),
+            now=self.clock.wall(),
             last_words=record.last_words(self.store.root, app_id),
             strays=[p for p in killed if (p.pid, p.start) not in replicas],
         )
@@ -396,7 +401,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         seconds ago, in one of ``states`` if given (never a job that has not ended; logs under
         a ``log_dir`` option stay); ``dry_run``: remove nothing. Returns ``(app_id, bytes on
         disk)`` per job, oldest first; ``StoreError`` if the store cannot be written."""
-        cutoff = time.time() - older_than
+        cutoff = self.clock.wall() - older_than
         summaries = self.summaries()
         for app_id, entry in summaries.items():
             if entry.get("orphaned"):  # stop what is left of it and record its end first
@@ -656,7 +661,7 @@ def create_scheduler(
 ) -> LocalScheduler:
     """A ``LocalScheduler`` (TorchX's factory). Recognised keyword arguments: ``backend``
     (default: ``local_dir`` for ``LocalDirectoryImageProvider``, else ``local_cwd``),
-    ``cancel_grace_period``, ``device_count``, ``state_dir``; others are ignored."""
+    ``cancel_grace_period``, ``device_count``, ``state_dir``, ``clock``; others are ignored."""
     backend = kwargs.get("backend") or (
         "local_dir" if image_provider_class is LocalDirectoryImageProvider else "local_cwd"
     )
@@ -669,6 +674,7 @@ def create_scheduler(
         cancel_grace_period=kwargs.get("cancel_grace_period", 10.0),
         device_count=kwargs.get("device_count"),
         state_dir=kwargs.get("state_dir"),
+        clock=kwargs.get("clock", SYSTEM_CLOCK),
     )
 
 
