@@ -32,7 +32,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler,
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from tests.core.aws_batch.fakes import FakeBatch
 from tests.core.aws_batch.test_eks import EksBatch, NoCalls, mnp_eks_job, single_eks_job
-from tests.fixtures.aws import FAKE_CREDS, REGION, MotoServer, create_job_queue
+from tests.fixtures.aws import MotoServer, create_job_queue, moto_settings
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,12 +42,7 @@ EKS = {"platform": "EKS", "namespace": "training", "service_account": "trainer-s
 @pytest.fixture(scope="module")
 def queue(moto_without_docker: MotoServer) -> Iterator[str]:
     """A job queue of the moto server, its AWS settings exported for the module."""
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in {**FAKE_CREDS, "AWS_DEFAULT_REGION": REGION}.items():
-            mp.setenv(key, value)
-        mp.setenv("AWS_ENDPOINT_URL", moto_without_docker.url)
-        for key in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
-            mp.delenv(key, raising=False)
+    with moto_settings(moto_without_docker):
         yield create_job_queue(f"eks-{uuid.uuid4().hex[:8]}")
 
 

@@ -29,7 +29,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler,
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import StatusPoller
 from airflow_provider_torchx.core.schedulers.aws_batch.sweep import sweep_plan
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, parse_app_handle
-from tests.fixtures.aws import FlakyProxy, create_job_queue
+from tests.fixtures.aws import FlakyProxy, add_job_queue, create_job_queue
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
 
@@ -255,14 +255,7 @@ def managed_queues(aws_env: str) -> dict[str, str]:
             serviceRole=role,
             computeResources=resources,
         )["computeEnvironmentArn"]
-        name = f"torchx-test-{kind.lower()}"
-        batch.create_job_queue(
-            jobQueueName=name,
-            state="ENABLED",
-            priority=1,
-            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env}],
-        )
-        queues[kind] = name
+        queues[kind] = add_job_queue(batch, f"torchx-test-{kind.lower()}", env)
     return queues
 
 

@@ -19,7 +19,7 @@ from airflow_provider_torchx.core import cli
 from airflow_provider_torchx.core.errors import JobWontFitError
 from airflow_provider_torchx.core.schedulers.aws_batch import AWSBatchScheduler, create_scheduler
 from airflow_provider_torchx.core.specs import AppDef, Resource, Role
-from tests.fixtures.aws import FAKE_CREDS, REGION, MotoServer
+from tests.fixtures.aws import REGION, MotoServer, add_job_queue, moto_settings
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,12 +31,7 @@ WRITES = {"RegisterJobDefinition", "SubmitJob"}
 def moto_env(moto_without_docker: MotoServer) -> Iterator[dict[str, str]]:
     """The network, roles and instance profile a MANAGED compute environment needs; the AWS
     settings of the moto server exported for the module."""
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in {**FAKE_CREDS, "AWS_DEFAULT_REGION": REGION}.items():
-            mp.setenv(key, value)
-        mp.setenv("AWS_ENDPOINT_URL", moto_without_docker.url)
-        for key in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
-            mp.delenv(key, raising=False)
+    with moto_settings(moto_without_docker):
         ec2, iam = boto3.client("ec2"), boto3.client("iam")
         vpc = ec2.create_vpc(CidrBlock="10.7.0.0/16")["Vpc"]["VpcId"]
         tag = uuid.uuid4().hex[:8]
@@ -67,13 +62,7 @@ def managed_queue(env: dict[str, str], max_vcpus: int, instance_types: list[str]
             "instanceRole": env["profile"],
         },
     )["computeEnvironmentArn"]
-    batch.create_job_queue(
-        jobQueueName=name,
-        state="ENABLED",
-        priority=1,
-        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": arn}],
-    )
-    return name, f"{name}-ce"
+    return add_job_queue(batch, name, arn), f"{name}-ce"
 
 
 class Counted:
