@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errorfile import RootCause, find_root_cause
 from airflow_provider_torchx.core.errors import UnknownAppError, shown
@@ -318,17 +319,7 @@ def job_details(
                 "args": list(role.args),
                 "num_replicas": role.num_replicas,
                 "resource": {"cpu": res.cpu, "gpu": res.gpu, "memMB": res.memMB, "devices": dict(res.devices)},
-                "replicas": [
-                    {
-                        "id": r.id,
-                        "state": r.state.name,
-                        "exit_code": r.exit_code,
-                        "hostname": r.hostname,
-                        "msg": r.msg or r.structured_error_msg,
-                        "devices": r.devices or None,
-                    }
-                    for r in replicas.get(role.name, [])
-                ],
+                "replicas": [jobviews.replica_dict(r) for r in replicas.get(role.name, [])],
             }
         )
     console = desc.ui_url if desc.ui_url and desc.ui_url.startswith(("http://", "https://")) else None
