@@ -349,11 +349,22 @@ class JobRecords:
                 return live
             st = self.read(app_id, store.STATE)  # it may have ended just now
             if not is_ended(st):
-                cancel = self.read(app_id, store.CANCEL)
-                end = orphan_end(st, sup, cancel, now=self.clock.wall(), last_words=last_words(self.root, app_id))
-                return {**end, "orphaned": True}  # not cached: finalize records it
+                return {**self.orphan_end(app_id, st, sup), "orphaned": True}  # not cached: finalize records it
         self.remember(app_id, rec, st)
         return st
+
+    def orphan_end(
+        self,
+        app_id: str,
+        st: Mapping[str, Any] | None,
+        sup: Mapping[str, Any] | None,
+        strays: list[procfs.ProcInfo] | None = None,
+    ) -> dict[str, Any]:
+        """``orphan_end`` of the job, now, with its cancel record; the supervisor's log is read
+        only when the message quotes it (the supervisor died, no cancel was requested)."""
+        cancel = self.read(app_id, store.CANCEL)
+        words = last_words(self.root, app_id) if cancel is None and sup is not None else ""
+        return orphan_end(st, sup, cancel, now=self.clock.wall(), last_words=words, strays=strays)
 
     def remember(self, app_id: str, rec: dict[str, Any], final: dict[str, Any] | None) -> None:
         """Cache the job's request record and its final state (None: not ended)."""

@@ -313,14 +313,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         # (the kernel does not reuse a pid while a session of that id has members).
         sid = sup["pid"] if sup and procfs.proc_info(sup["pid"]) is None else None
         killed = procfs.kill_job(sid, replicas | tracked, env_marker=store.job_marker(job_dir))
-        end = record.orphan_end(
-            st,
-            sup,
-            self.records.read(app_id, store.CANCEL),
-            now=self.clock.wall(),
-            last_words=record.last_words(self.store.root, app_id),
-            strays=[p for p in killed if (p.pid, p.start) not in replicas],
-        )
+        end = self.records.orphan_end(app_id, st, sup, strays=[p for p in killed if (p.pid, p.start) not in replicas])
         try:
             store.write_json_atomic(job_dir / store.STATE, end)
         except OSError as e:
