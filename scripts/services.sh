@@ -9,7 +9,10 @@
 #   scripts/services.sh stop    # stops what `start` started, by pid
 #   scripts/services.sh env     # prints the env file (source it: `. <(scripts/services.sh env)`)
 #
-# STATE defaults to <repo>/.ci/state (gitignored); override with TORCHX_SERVICES_DIR.
+# STATE defaults to <repo>/.ci/state (gitignored); override with TORCHX_SERVICES_DIR. What a
+# service's own user must reach (PostgreSQL's data, run as `postgres`) lives in a run folder of
+# this state dir's own under /var/tmp, mode 0755, whose path STATE/rundir keeps: the checkout may
+# sit in a folder only root can enter (a clone under /root, a `mktemp -d` folder).
 # The moto server itself is started per test session by tests/fixtures/aws.py.
 set -euo pipefail
 
@@ -19,10 +22,22 @@ D="$STATE/docker"
 ENV_FILE="$STATE/services.env"
 SOCK="$D/docker.sock"
 REGISTRY_DIR="$STATE/registry"
-PG="$STATE/postgres"
 export DOCKER_HOST="unix://$SOCK"
 
 log() { echo "services: $*" >&2; }
+
+# The run folder (see above): made once per state dir, reused while its path is recorded.
+run_dir() {
+    local dir
+    dir=$(cat "$STATE/rundir" 2>/dev/null || true)
+    if [[ -z "$dir" || ! -d "$dir" ]]; then
+        mkdir -p "$STATE"
+        dir=$(mktemp -d /var/tmp/airflow-provider-torchx.XXXXXXXX)
+        chmod 0755 "$dir"
+        echo "$dir" >"$STATE/rundir"
+    fi
+    echo "$dir"
+}
 
 alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -51,10 +66,10 @@ pg_bin() {
 }
 
 # Run a PostgreSQL program as the cluster's owner: `postgres` when we are root (the server
-# refuses to run as root), else ourselves.
+# refuses to run as root), else ourselves; from `/`, which that user can enter.
 as_pg_owner() {
     if [[ $(id -u) -eq 0 ]]; then
-        runuser -u postgres -- "$@"
+        (cd / && runuser -u postgres -- "$@")
     else
         "$@"
     fi
@@ -63,6 +78,7 @@ as_pg_owner() {
 start_postgres() {
     local bin port
     bin=$(pg_bin)
+    PG="$(run_dir)/postgres"
     if [[ -f "$PG/port" ]] && as_pg_owner "$bin/pg_isready" -q -h 127.0.0.1 -p "$(cat "$PG/port")"; then
         return
     fi
@@ -85,6 +101,8 @@ start_postgres() {
 stop_postgres() {
     local bin
     bin=$(pg_bin) || return 0
+    [[ -f "$STATE/rundir" ]] || return 0
+    PG="$(cat "$STATE/rundir")/postgres"
     if [[ -f "$PG/data/postmaster.pid" ]]; then
         log "stopping PostgreSQL"
         as_pg_owner "$bin/pg_ctl" -D "$PG/data" -m fast -w stop >/dev/null 2>&1 || true
@@ -165,7 +183,7 @@ write_env() {
     cat >"$ENV_FILE" <<EOF
 export DOCKER_HOST=unix://$SOCK
 export TORCHX_TEST_REGISTRY=127.0.0.1:$(cat "$STATE/registry.port")
-export TORCHX_TEST_POSTGRES=postgresql+psycopg2://airflow@127.0.0.1:$(cat "$PG/port")
+export TORCHX_TEST_POSTGRES=postgresql+psycopg2://airflow@127.0.0.1:$(cat "$(run_dir)/postgres/port")
 EOF
 }
 

@@ -8,9 +8,12 @@
 # pass runs even when one before it failed; each writes its output and JUnit XML under
 # .ci/state/, and the end prints each pass's time and the run's slowest tests
 # (scripts/test_times.py). Services are stopped on exit. Arguments, if any, select what to run
-# on 3.3.2 alone (`bash scripts/test.sh tests/core -x`).
+# on 3.3.2 alone (`bash scripts/test.sh tests/core -x`). It runs under scripts/scoped.sh: every
+# process it starts (the background venv builders, services, jobs) ends when it ends, passed,
+# failed or killed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ -n "${TORCHX_RUN_SCOPE:-}" ] || exec bash scripts/scoped.sh --cleanup 'bash scripts/services.sh stop' bash "$0" "$@"
 bash scripts/setup.sh
 # The older lines' venvs, TorchX's and PyTorch's (a large download) are made in the background
 # while the browser's venv, the services and the checks are set up one after the other (apt

@@ -16,6 +16,7 @@ from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from tests.fixtures.clock import FakeClock
+from tests.fixtures.files import swap_file_for_symlink
 
 pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]  # the UI plugin under each line's auth manager
 
@@ -545,8 +546,7 @@ def test_a_job_whose_state_file_was_swapped_is_cancelled_all_the_same(
         assert time.monotonic() < deadline, "the replicas never printed"
         time.sleep(0.05)
     (tmp_path / "state.json").write_text(Path(state_file).read_text())
-    os.unlink(state_file)
-    os.symlink(tmp_path / "state.json", state_file)
+    swap_file_for_symlink(Path(state_file), tmp_path / "state.json")
     assert client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "viewer")).status_code == 403
     resp = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user"))
     assert resp.status_code == 202, resp.text

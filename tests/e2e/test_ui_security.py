@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ import pytest
 from airflow_provider_torchx.core.specs import AppDef, Role
 from tests.e2e.deployment import AirflowDeployment, free_port, wait_until
 from tests.e2e.live import AIRFLOW_LINE, ONE_TASK_DAG, LiveAirflow, browse
+from tests.fixtures.files import swap_file_for_symlink
 
 pytestmark = [
     pytest.mark.airflow,
@@ -136,16 +136,14 @@ def _start_jobs(live: LiveAirflow, root: Path) -> dict[str, str]:
     # what a replica may do to its own log: make it a symbolic link to a file it cannot read
     rec = json.loads((live.job_dir(handles["swapped"]) / "request.json").read_text())
     log_path = rec["role_params"]["worker"][0]["combined"]
-    os.unlink(log_path)
-    os.symlink(secret_file, log_path)
+    swap_file_for_symlink(Path(log_path), Path(secret_file))
     # and to the job's record, once it ended: a link to a record carrying a secret
     ended = handles["swapped_record"].rsplit("/", 1)[1]
     wait_until(lambda: live.scheduler.describe(ended).state.is_terminal(), 60, "the swapped_record job to end")
     record = live.job_dir(handles["swapped_record"]) / "request.json"
     forged = root / "forged-request.json"
     forged.write_text(json.dumps(json.loads(record.read_text()) | {"app_name": "SHADOW-RECORD"}))
-    record.unlink()
-    record.symlink_to(forged)
+    swap_file_for_symlink(record, forged)
     return handles
 
 

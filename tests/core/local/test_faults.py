@@ -29,6 +29,7 @@ from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create
 from airflow_provider_torchx.core.specs import AppState, make_app_handle
 from tests.core.local.conftest import marked_processes, wait_gone
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line, wait_running
+from tests.fixtures.files import swap_dir_for_symlink, swap_file_for_symlink
 
 
 def _mount(*args: str) -> None:
@@ -331,8 +332,7 @@ def test_a_swapped_job_file_is_refused_never_read(
         app_id = f"swap-{name.split('.')[0]}-0123456789ab"
         shutil.copytree(sched.job_dir(good), state_dir / "local" / app_id)
         link = state_dir / "local" / app_id / name
-        link.unlink()
-        link.symlink_to(outside / name)
+        swap_file_for_symlink(link, outside / name)
         swapped[app_id] = (link, "refused: it is a symbolic link")
     (state_dir / "local" / "swap-dir-0123456789ab").symlink_to(outside)
     swapped["swap-dir-0123456789ab"] = (
@@ -397,11 +397,8 @@ def test_a_job_whose_state_file_or_directory_was_swapped_is_cancelled_all_the_sa
         wait_running(sched, app_id)
     state_file = sched.job_dir(by_state) / store.STATE
     (tmp_path / "state.json").write_text(state_file.read_text())
-    state_file.unlink()
-    state_file.symlink_to(tmp_path / "state.json")
-    moved = tmp_path / "moved"
-    sched.job_dir(by_dir).rename(moved)
-    sched.job_dir(by_dir).symlink_to(moved)
+    swap_file_for_symlink(state_file, tmp_path / "state.json")
+    swap_dir_for_symlink(sched.job_dir(by_dir), tmp_path / "moved")
     fresh = create_cwd_scheduler("test")  # nothing cached
 
     with pytest.raises(store.CancelDeliveredError) as err:
