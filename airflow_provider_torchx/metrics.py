@@ -22,6 +22,7 @@ QUEUE_WAIT = "torchx.job.queue_wait"
 GPU_HOURS = "torchx.job.gpu_hours"
 VCPU_HOURS = "torchx.job.vcpu_hours"
 ATTEMPTS = "torchx.job.attempts"
+COST_USD = "torchx.job.cost_usd"
 #: A counter: a job cancelled because it outlived its task instance (``reaper/decisions.py``).
 ORPHAN_CANCELLED = "torchx.job.orphan_cancelled"
 #: A counter: a guard stopped a job (``core/guards.py``; ``attempt_timeout``: the scheduler did).
@@ -35,8 +36,8 @@ def job_tags(*, scheduler: str, dag_id: str, task_id: str, **more: str) -> dict[
 
 
 def emit_usage_metrics(usage: Usage, *, scheduler: str, app_name: str, dag_id: str, task_id: str) -> None:
-    """Emit the job's run time and queue wait (timers), GPU-hours, vCPU-hours and attempts
-    (gauges); figures the scheduler does not know are left out."""
+    """Emit the job's run time and queue wait (timers), GPU-hours, vCPU-hours, attempts and,
+    when priced, its cost in US dollars (gauges); figures not known are left out."""
     tags = job_tags(scheduler=scheduler, dag_id=dag_id, task_id=task_id, app_name=app_name)
     client = stats()
     if usage.run_time_s is not None:
@@ -48,6 +49,8 @@ def emit_usage_metrics(usage: Usage, *, scheduler: str, app_name: str, dag_id: s
     if usage.vcpu_hours is not None:
         client.gauge(VCPU_HOURS, usage.vcpu_hours, tags=tags)
     client.gauge(ATTEMPTS, len(usage.attempts), tags=tags)
+    if usage.cost_usd is not None:
+        client.gauge(COST_USD, usage.cost_usd, tags=tags)
 
 
 def emit_orphan_cancelled(*, scheduler: str, dag_id: str, task_id: str, reason: str) -> None:

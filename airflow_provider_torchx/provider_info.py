@@ -26,6 +26,7 @@ _PLACEHOLDERS = {
     "aws_conn_id": "aws_default",
     "region_name": "us-east-1",
     "checkpoint_root": "s3://my-bucket/checkpoints",
+    "rates": '{"gpu_hour": 2.5, "vcpu_hour": 0.04, "memory_gb_hour": 0.005}',
 }
 
 
@@ -108,6 +109,15 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "s3://my-bucket/checkpoints",
                         "default": "",
                     },
+                    "rates": {
+                        "description": "What hardware costs when a torchx connection names no rates of its "
+                        "own: a JSON object of US dollars per gpu_hour, vcpu_hour, memory_gb_hour (a key left "
+                        "out costs nothing); empty: jobs are not priced (docs/cost-and-lineage.md).",
+                        "version_added": None,
+                        "type": "string",
+                        "example": '{"gpu_hour": 2.5}',
+                        "default": "",
+                    },
                     "retain_finished": {
                         "description": "Remove local jobs (their records and logs in the job store) that "
                         "ended longer ago than this duration (s, m, h, d or w: 30d), checked at most hourly "
@@ -152,6 +162,12 @@ def get_provider_info() -> dict[str, Any]:
                         "Checkpoint root",
                         "Where tasks' jobs checkpoint (an absolute path or s3://bucket/prefix); each task instance "
                         "gets its own TORCHX_CHECKPOINT_DIR under it (docs/checkpoints.md).",
+                    ),
+                    "rates": _field(
+                        "rates",
+                        "Rates (US$)",
+                        "What this connection's hardware costs: a JSON object of US dollars per gpu_hour, "
+                        "vcpu_hour, memory_gb_hour; a job's usage then says its cost (docs/cost-and-lineage.md).",
                     ),
                 },
                 "ui-field-behaviour": {

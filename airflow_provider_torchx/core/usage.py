@@ -5,7 +5,8 @@ Pure functions over plain records, so every scheduler turns its own records (the
 supervisor's ``state.json``, Batch's ``DescribeJobs`` entries) into ``Attempt`` values and
 gets the same figures. Hours are *requested* resources times the seconds each replica ran:
 what a scheduler reserves and a cloud bills, not what the process used. Memory is in GiB
-(``memMB / 1024``), as Batch and the named resources count it.
+(``memMB / 1024``), as Batch and the named resources count it. Priced with ``Rates``
+(``core/rates.py``), the same hours give ``cost_usd``: per attempt, per role and in total.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.specs import Resource, Role
 
 
@@ -51,8 +53,15 @@ class RoleUsage:
     vcpu_hours: float | None
     gpu_hours: float | None
     memory_gb_hours: float | None
-    #: GPUs each replica asked for (None: none asked), to count a live job's open attempts.
+    #: GPUs, vCPUs and GiB of memory each replica asked for (None: none asked), to count a
+    #: live job's open attempts and to price an attempt.
     gpus: float | None = None
+    vcpus: float | None = None
+    memory_gb: float | None = None
+
+    def cost_per_hour(self, rates: Rates) -> float:
+        """What one replica of this role costs per hour at ``rates``."""
+        return rates.per_node_hour(self.gpus, self.vcpus, self.memory_gb)
 
 
 def _hours(amount: float, node_seconds: float) -> float | None:
@@ -71,6 +80,8 @@ def role_usage(role: str, replicas: int, resource: Resource, attempts: Sequence[
         gpu_hours=_hours(resource.gpu, seconds),
         memory_gb_hours=_hours(mem_gib, seconds),
         gpus=None if resource.gpu < 0 else float(resource.gpu),
+        vcpus=None if resource.cpu < 0 else float(resource.cpu),
+        memory_gb=None if mem_gib < 0 else mem_gib,
     )
 
 
@@ -89,6 +100,11 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _priced(cost: float | None) -> str:
+    """``, $1.23`` for a priced figure; nothing for a job not priced (None)."""
+    return "" if cost is None else f", ${cost:.2f}"
+
+
 @dataclass(frozen=True)
 class Usage:
     """A finished job's usage summary (see the module docstring).
@@ -105,6 +121,8 @@ class Usage:
     #: Where the job checkpoints (``TORCHX_CHECKPOINT_DIR``; None: nowhere), which the task
     #: reporting the usage adds (``core/checkpoints.py``).
     checkpoint_dir: str | None = None
+    #: The rates the job is priced at (None: not priced, ``cost_usd`` is None).
+    rates: Rates | None = None
 
     @property
     def queue_wait_s(self) -> float | None:
@@ -136,6 +154,36 @@ class Usage:
     def memory_gb_hours(self) -> float | None:
         return _sum([r.memory_gb_hours for r in self.roles])
 
+    def attempt_cost_usd(self, attempt: Attempt, now: float | None = None) -> float | None:
+        """What ``attempt`` cost at ``rates`` (None: not priced); an open attempt (started,
+        no end) counts until ``now`` (None: it counts nothing yet)."""
+        if self.rates is None:
+            return None
+        role = next((r for r in self.roles if r.role == attempt.role), None)
+        if role is None or attempt.started is None:
+            return 0.0
+        ended = attempt.ended if attempt.ended is not None else now
+        seconds = 0.0 if ended is None else max(0.0, ended - attempt.started)
+        return role.cost_per_hour(self.rates) * seconds / 3600.0
+
+    def role_cost_usd(self, role: str) -> float | None:
+        """What ``role``'s attempts cost (None: not priced)."""
+        if self.rates is None:
+            return None
+        return sum(self.attempt_cost_usd(a) or 0.0 for a in self.attempts if a.role == role)
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the job cost at ``rates`` (None: not priced)."""
+        return self.cost_so_far(None)
+
+    def cost_so_far(self, now: float | None) -> float | None:
+        """The cost as ``cost_usd`` counts it, with every open attempt taken to run until
+        ``now`` (a live job's cost so far); None when not priced."""
+        if self.rates is None:
+            return None
+        return sum(self.attempt_cost_usd(a, now) or 0.0 for a in self.attempts)
+
     def gpu_hours_at(self, now: float) -> float | None:
         """The GPU-hours counted as ``gpu_hours`` does, with every attempt still open (started,
         no end yet: a live job's) taken to run until ``now`` (epoch seconds); None where no
@@ -163,8 +211,10 @@ class Usage:
             "gpu_hours": self.gpu_hours,
             "memory_gb_hours": self.memory_gb_hours,
             "attempts_count": len(self.attempts),
-            "roles": [asdict(r) for r in self.roles],
-            "attempts": [asdict(a) for a in self.attempts],
+            "cost_usd": self.cost_usd,
+            "rates": None if self.rates is None else self.rates.to_dict(),
+            "roles": [asdict(r) | {"cost_usd": self.role_cost_usd(r.role)} for r in self.roles],
+            "attempts": [asdict(a) | {"cost_usd": self.attempt_cost_usd(a)} for a in self.attempts],
             "checkpoint_dir": self.checkpoint_dir,
         }
 
@@ -175,19 +225,23 @@ class Usage:
             f"Queue wait:  {_fmt(self.queue_wait_s, 2)} s (submitted -> first replica running)",
             f"Run time:    {_fmt(self.run_time_s, 2)} s (first replica running -> end, {_when(self.ended)})",
             f"Total:       {self.node_seconds:.2f} node-s, {_fmt(self.vcpu_hours)} vCPU-h, "
-            f"{_fmt(self.gpu_hours)} GPU-h, {_fmt(self.memory_gb_hours)} GB-h memory",
+            f"{_fmt(self.gpu_hours)} GPU-h, {_fmt(self.memory_gb_hours)} GB-h memory{_priced(self.cost_usd)}",
             "Roles:",
         ]
         for r in self.roles:
             lines.append(
                 f"  {r.role}: {r.replicas} replica(s), {r.node_seconds:.2f} node-s, {_fmt(r.vcpu_hours)} vCPU-h, "
                 f"{_fmt(r.gpu_hours)} GPU-h, {_fmt(r.memory_gb_hours)} GB-h memory"
+                f"{_priced(self.role_cost_usd(r.role))}"
             )
         lines.append(f"Attempts: {len(self.attempts)}")
         for a in self.attempts:
             code = "?" if a.exit_code is None else str(a.exit_code)
             reason = f" ({a.reason})" if a.reason else ""
-            lines.append(f"  {a.role}[{a.replica}] #{a.number}: {a.seconds:.2f} s, exit {code}{reason}")
+            lines.append(
+                f"  {a.role}[{a.replica}] #{a.number}: {a.seconds:.2f} s{_priced(self.attempt_cost_usd(a))}, "
+                f"exit {code}{reason}"
+            )
         if self.checkpoint_dir:
             lines.append(f"Checkpoints: {self.checkpoint_dir}")
         return "Usage:\n" + textwrap.indent("\n".join(lines), "  ")

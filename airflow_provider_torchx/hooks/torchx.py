@@ -26,12 +26,22 @@ from airflow.sdk import BaseHook
 from airflow_provider_torchx._compat import conf, connection_form_widgets, ui_field_behaviour
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, positive_limit
+from airflow_provider_torchx.core.rates import Rates, parse_rates
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME, Runner, get_runner
 from airflow_provider_torchx.core.specs import parse_app_handle
 
 #: The connection extras that give the guards' defaults (``core/guards.py``).
 GUARD_EXTRAS = (START_TIMEOUT, MAX_GPU_HOURS)
-_EXTRA_KEYS = ("scheduler", "cfg", "session_name", "aws_conn_id", "region_name", "checkpoint_root", *GUARD_EXTRAS)
+_EXTRA_KEYS = (
+    "scheduler",
+    "cfg",
+    "session_name",
+    "aws_conn_id",
+    "region_name",
+    "checkpoint_root",
+    "rates",
+    *GUARD_EXTRAS,
+)
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,8 @@ class TorchXSettings:
     #: The connection's guard defaults (``core/guards.py``): seconds, GPU-hours.
     start_timeout: float | None = None
     max_gpu_hours: float | None = None
+    #: What the hardware costs (the extra ``rates``, else ``[torchx] rates``; None: unpriced).
+    rates: Rates | None = None
 
     @property
     def runner_key(self) -> tuple[str, str, str | None, str | None]:
@@ -194,6 +206,11 @@ class TorchXHook(BaseHook):
                 )
                 for key in GUARD_EXTRAS
             }
+            rates = (
+                parse_rates(values["rates"], f"connection {self.torchx_conn_id!r} extra rates")
+                if values.get("rates") is not None
+                else parse_rates(conf.get("torchx", "rates", fallback=""), "[torchx] rates")
+            )
         except ValueError as e:  # a retry cannot fix it: the task fails without retry
             raise InvalidRunConfigError(str(e)) from None
         return TorchXSettings(
@@ -204,6 +221,7 @@ class TorchXHook(BaseHook):
             aws_conn_id=values.get("aws_conn_id"),
             region_name=values.get("region_name"),
             checkpoint_root=values.get("checkpoint_root"),
+            rates=rates,
         )
 
     # ------------------------------------------------------------------ runner

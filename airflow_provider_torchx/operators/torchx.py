@@ -542,6 +542,7 @@ class TorchXRunOperator(BaseOperator):
             self.app_name or getattr(self.app, "name", None),
             checkpoint_dir=self.checkpoint_dir,
             budget=budget,
+            rates=self.hook().settings.rates,
         )
 
     def _guardrail_line(self, guard: str, message: str, handle: str) -> None:

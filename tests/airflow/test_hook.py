@@ -45,6 +45,7 @@ def test_provider_info_matches_airflows_schema() -> None:
         "aws_conn_id",
         "region_name",
         "checkpoint_root",
+        "rates",
     }
     # the watch pool's size is a declared setting, its default the one the watch path uses
     from airflow_provider_torchx.watch import DEFAULT_WATCH_THREADS
@@ -233,3 +234,26 @@ def test_checkpoint_root_operator_over_connection_over_config_over_the_scheduler
     set_conn(monkeypatch, "ckpt_conn", {"scheduler": "local_cwd", "checkpoint_root": "relative"})
     with pytest.raises(InvalidRunConfigError, match=r"connection 'ckpt_conn' extra checkpoint_root: 'relative'"):
         configured_root(None, TorchXHook("ckpt_conn", scheduler="local_cwd"), runner, "local_cwd")
+
+
+def test_rates_from_the_connection_over_the_config_and_bad_ones_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection's extra ``rates`` wins over ``[torchx] rates``; neither: unpriced. A bad
+    rate is refused when the settings are read (before any submit), naming where it was."""
+    from airflow_provider_torchx.core.errors import InvalidRunConfigError
+    from airflow_provider_torchx.core.rates import Rates
+
+    set_conn(monkeypatch, "priced", {"scheduler": "local_cwd"})
+    assert TorchXHook("priced").settings.rates is None
+    monkeypatch.setenv("AIRFLOW__TORCHX__RATES", '{"gpu_hour": 1.5}')
+    assert TorchXHook("priced").settings.rates == Rates(gpu_hour=1.5)
+    set_conn(monkeypatch, "priced", {"scheduler": "local_cwd", "rates": {"gpu_hour": 4, "vcpu_hour": 0.1}})
+    assert TorchXHook("priced").settings.rates == Rates(gpu_hour=4.0, vcpu_hour=0.1)
+    set_conn(monkeypatch, "priced", {"scheduler": "local_cwd", "rates": {"gpu_hour": -4}})
+    with pytest.raises(
+        InvalidRunConfigError, match=r"connection 'priced' extra rates: rate gpu_hour=-4 is not allowed"
+    ):
+        _ = TorchXHook("priced").settings
+    set_conn(monkeypatch, "priced", {"scheduler": "local_cwd"})
+    monkeypatch.setenv("AIRFLOW__TORCHX__RATES", '{"gpu": 1}')
+    with pytest.raises(InvalidRunConfigError, match=r"\[torchx\] rates: unknown rate 'gpu'; allowed: gpu_hour"):
+        _ = TorchXHook("priced").settings

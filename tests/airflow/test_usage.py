@@ -58,6 +58,20 @@ def check_train_usage(usage: dict[str, Any]) -> None:
     assert 0.0 <= usage["queue_wait_s"] < 4.0
 
 
+#: The rates the runs below price their jobs at: a replica of ``train`` (1 GPU, 2 vCPUs,
+#: 2 GiB) costs 1 x 3.0 + 2 x 0.5 + 2 x 0.25 = 4.5 US dollars an hour.
+RATES = {"gpu_hour": 3.0, "vcpu_hour": 0.5, "memory_gb_hour": 0.25}
+
+
+def check_train_cost(usage: dict[str, Any]) -> None:
+    """The job's dollars are its replicas' seconds times what a replica costs an hour."""
+    assert usage["rates"] == RATES
+    assert usage["cost_usd"] == pytest.approx(usage["node_seconds"] / 3600 * 4.5)
+    assert [a["cost_usd"] for a in usage["attempts"]] == [
+        pytest.approx((a["ended"] - a["started"]) / 3600 * 4.5) for a in usage["attempts"]
+    ]
+
+
 def test_usage_in_log_and_xcom_and_no_metrics_when_off(
     run_dag: Any, statsd_listener: socket.socket, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -65,10 +79,13 @@ def test_usage_in_log_and_xcom_and_no_metrics_when_off(
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "False")
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(port))
+    monkeypatch.setenv("AIRFLOW__TORCHX__RATES", json.dumps(RATES))
     dag_run, output = run_dag(DAG_ID)
     ti = dag_run.get_task_instance("train")
     train = ti.xcom_pull(task_ids="train", key="usage")
     check_train_usage(train)
+    check_train_cost(train)
+    assert f"GB-h memory, ${train['cost_usd']:.2f}\n" in output, output[-3000:]
     fail = ti.xcom_pull(task_ids="fail", key="usage")
     assert [(a["role"], a["exit_code"]) for a in fail["attempts"]] == [("sh", 3)]
     watch = ti.xcom_pull(task_ids="watch", key="usage")
@@ -96,6 +113,7 @@ def test_metrics_and_openlineage_events(
             {"type": "file", "log_file_path": str(events_file), "append": True}
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "torchx-tests",
+        "AIRFLOW__TORCHX__RATES": json.dumps(RATES),
     }
     proc = subprocess.run(
         [sys.executable, "-m", "tests.airflow.run_dag_subprocess", "torchx_usage_dags.py", DAG_ID],
@@ -124,6 +142,9 @@ def test_metrics_and_openlineage_events(
     gpu = by_name[f"airflow.torchx.job.gpu_hours,{train_tags}"]
     assert float(gpu.split(":")[1].split("|")[0]) == pytest.approx(result["train"]["usage"]["gpu_hours"], rel=1e-3)
     assert by_name[f"airflow.torchx.job.attempts,{train_tags}"].split(":")[1] == "2|g"
+    cost = by_name[f"airflow.torchx.job.cost_usd,{train_tags}"]
+    assert float(cost.split(":")[1].split("|")[0]) == pytest.approx(result["train"]["usage"]["cost_usd"], rel=1e-3)
+    check_train_cost(result["train"]["usage"])
     assert any(",task_id=fail" in name and "attempts" in name for name in by_name), sorted(by_name)
     assert any(",task_id=watch" in name and "duration" in name for name in by_name), sorted(by_name)
 
@@ -153,6 +174,7 @@ def test_metrics_and_openlineage_events(
     assert run_facet["state"] == "SUCCEEDED"
     assert run_facet["usage"]["attempts_count"] == 2
     assert run_facet["usage"]["node_seconds"] == pytest.approx(result["train"]["usage"]["node_seconds"])
+    assert run_facet["usage"]["cost_usd"] == pytest.approx(result["train"]["usage"]["cost_usd"])
     fail_events = {ev["eventType"]: ev for ev in by_task[f"{DAG_ID}.fail"]}
     failed = fail_events["FAIL"]["run"]["facets"]["torchx_run"]
     assert failed["state"] == "FAILED" and failed["usage"]["attempts"][0]["exit_code"] == 3

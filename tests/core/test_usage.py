@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from airflow_provider_torchx.core.rates import Rates, parse_rates
 from airflow_provider_torchx.core.specs import NULL_RESOURCE, Resource, Role
 from airflow_provider_torchx.core.usage import Attempt, compute_usage
 
@@ -43,3 +46,67 @@ def test_unknown_amounts_and_a_job_that_never_ran() -> None:
     assert usage.node_seconds == 0.0
     assert usage.vcpu_hours is None and usage.gpu_hours is None and usage.memory_gb_hours is None
     assert "n/a vCPU-h" in usage.format()
+
+
+def test_a_priced_job_costs_its_reserved_resources_times_seconds_times_rates() -> None:
+    """Each attempt costs (GPUs x gpu_hour + vCPUs x vcpu_hour + GiB x memory_gb_hour) x its
+    hours; a role and the job sum their attempts; the summary carries the dollars."""
+    roles = [Role("trainer", num_replicas=2, resource=Resource(cpu=8, gpu=4, memMB=64 * 1024))]
+    attempts = [
+        Attempt("trainer", 0, 1, started=100.0, ended=1900.0, exit_code=0),  # 0.5 h
+        Attempt("trainer", 1, 1, started=100.0, ended=3700.0, exit_code=0),  # 1 h
+    ]
+    rates = Rates(gpu_hour=2.0, vcpu_hour=0.05, memory_gb_hour=0.01)
+    usage = dataclasses.replace(compute_usage(90.0, 3700.0, roles, attempts), rates=rates)
+    per_hour = 4 * 2.0 + 8 * 0.05 + 64 * 0.01  # 9.04
+    assert [usage.attempt_cost_usd(a) for a in usage.attempts] == [pytest.approx(per_hour / 2), pytest.approx(per_hour)]
+    assert usage.role_cost_usd("trainer") == pytest.approx(1.5 * per_hour)
+    assert usage.cost_usd == pytest.approx(1.5 * per_hour)
+    d = usage.to_dict()
+    assert d["cost_usd"] == pytest.approx(13.56) and d["rates"] == {
+        "gpu_hour": 2.0,
+        "vcpu_hour": 0.05,
+        "memory_gb_hour": 0.01,
+    }
+    assert d["roles"][0]["cost_usd"] == pytest.approx(13.56) and d["attempts"][1]["cost_usd"] == pytest.approx(9.04)
+    text = usage.format()
+    assert "GB-h memory, $13.56\n" in text and "trainer[1] #1: 3600.00 s, $9.04, exit 0" in text
+
+
+def test_an_unpriced_job_has_no_cost_and_says_no_dollars() -> None:
+    usage = compute_usage(
+        0.0, 10.0, [Role("r", resource=Resource(cpu=1, gpu=1, memMB=1024))], [Attempt("r", 0, 1, 0.0, 10.0)]
+    )
+    assert usage.cost_usd is None and usage.to_dict()["cost_usd"] is None and "$" not in usage.format()
+
+
+def test_the_cost_so_far_counts_open_attempts_until_now() -> None:
+    roles = [Role("r", resource=Resource(cpu=-1, gpu=2, memMB=-1))]
+    live = dataclasses.replace(
+        compute_usage(0.0, None, roles, [Attempt("r", 0, 1, started=0.0, ended=None)]), rates=Rates(gpu_hour=3.0)
+    )
+    assert live.cost_so_far(1800.0) == pytest.approx(3.0)  # 2 GPUs x 0.5 h x $3
+    assert live.cost_so_far(3600.0) == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({"gpu_hour": -1}, r"conn: rate gpu_hour=-1 is not allowed; expected a number of US dollars >= 0"),
+        ({"gpu_hour": "high"}, r"conn: rate gpu_hour='high' is not allowed"),
+        ({"gpu_hour": float("nan")}, r"rate gpu_hour=nan is not allowed"),
+        ({"gpu_hour": True}, r"rate gpu_hour=True is not allowed"),
+        ({"gpu_hours": 1}, r"conn: unknown rate 'gpu_hours'; allowed: gpu_hour, vcpu_hour, memory_gb_hour"),
+        ("[1, 2]", r"conn: rates must be a JSON object of US dollars per gpu_hour, vcpu_hour, memory_gb_hour"),
+        ("gpu_hour=2", r"conn: rates must be a JSON object"),
+    ],
+)
+def test_bad_rates_are_refused_naming_the_key_and_value(value: object, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        parse_rates(value, "conn")
+
+
+def test_rates_from_json_text_or_a_mapping_and_none_for_nothing() -> None:
+    assert parse_rates('{"gpu_hour": 2.5}', "x") == Rates(gpu_hour=2.5)
+    assert parse_rates({"vcpu_hour": 0, "memory_gb_hour": 0.01}, "x") == Rates(memory_gb_hour=0.01)
+    assert parse_rates(None, "x") is None and parse_rates("  ", "x") is None
