@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_torchx.core.guards import MAX_COST
 from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
@@ -41,7 +42,7 @@ def report_usage(
     has not ended or its scheduler keeps no usage). ``app_name`` tags the metrics (default:
     the handle's app id); ``checkpoint_dir``, the job's checkpoint location, joins the summary;
     ``rates`` price it (``cost_usd``).
-    ``budget``: the ``max_gpu_hours`` trip that stopped the job (``Trip.to_dict``): the summary
+    ``budget``: the ``max_gpu_hours`` or ``max_cost`` trip that stopped the job (``Trip.to_dict``): the summary
     says the budget was hit (XCom: key ``budget``), from the usage so far when the cancelled
     job has not ended yet."""
     try:
@@ -60,7 +61,11 @@ def report_usage(
         usage = dataclasses.replace(usage, rates=rates)
     summary = usage.to_dict()
     text = usage.format()
-    if budget is not None:
+    if budget is not None and budget["guard"] == MAX_COST:
+        spent = f"${budget['cost_usd']:.2f} spent when the job was cancelled"
+        text += f"\n  Cost budget hit: max_cost={budget['limit']:g}, {spent}"
+        summary["budget"] = {"max_cost": budget["limit"], "cost_usd": budget["cost_usd"], "hit": True}
+    elif budget is not None:
         hit = (
             f"GPU budget hit: max_gpu_hours={budget['limit']:g}, {budget['gpu_hours']:.4f} GPU-h used when the "
             "job was cancelled"

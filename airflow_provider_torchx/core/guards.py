@@ -10,6 +10,10 @@ and says whether a guard tripped (docs/architecture.md, "Guardrails"):
 - ``max_gpu_hours``: the job's GPU-hours, counted as the usage summary counts them (each
   replica's GPUs times its running time over every attempt, ``core/usage.py``), with the
   attempts still running counted up to now, went over the budget.
+- ``max_cost`` (US dollars): the job's cost so far at ``rates`` (``core/rates.py``), counted as
+  the usage summary prices it (``Usage.cost_so_far``), went over the budget. A job that cannot
+  be priced (no rates) cannot hold this guard: ``Guards.require_priced`` refuses it before
+  anything is submitted.
 
 Whoever watches acts on a ``Trip``: cancels the job (saying why) and fails its task without a
 retry; ``Trip.message`` says which guard, its value, the state the job was in, for how long,
@@ -19,15 +23,19 @@ start (``Runner.wait_reason``) is asked for once, when the guard trips.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.specs import AppState, AppStatus
+from airflow_provider_torchx.core.usage import Usage
 
 START_TIMEOUT = "start_timeout"
 MAX_GPU_HOURS = "max_gpu_hours"
+MAX_COST = "max_cost"
 ATTEMPT_TIMEOUT = "attempt_timeout"
 
 
@@ -49,15 +57,15 @@ def positive_number(value: Any, *, seconds: bool = False) -> float | None:
     return float(number) if math.isfinite(number) and number > 0 else None
 
 
-def positive_limit(name: str, value: Any, *, seconds: bool) -> float | None:
-    """``value`` as a float limit (a ``timedelta`` in seconds where ``seconds``), None for
-    None; ``ValueError`` naming ``name``, the value and what is allowed for anything else
-    than a finite number > 0."""
+def positive_limit(name: str, value: Any, *, seconds: bool, unit: str = "GPU-hours") -> float | None:
+    """``value`` as a float limit (a ``timedelta`` in seconds where ``seconds``, else a number
+    of ``unit``), None for None; ``ValueError`` naming ``name``, the value and what is allowed
+    for anything else than a finite number > 0."""
     if value is None:
         return None
     number = positive_number(value, seconds=seconds)
     if number is None:
-        what = "a number of seconds or a timedelta" if seconds else "a number of GPU-hours"
+        what = "a number of seconds or a timedelta" if seconds else f"a number of {unit}"
         raise ValueError(f"{name}: {value!r} is not allowed: expected {what} > 0 (or None: no limit)")
     return number
 
@@ -88,12 +96,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _ran(usage: Usage, wall: float) -> float:
+    """Seconds since the job's first replica ran (0: none has)."""
+    return wall - usage.first_running if usage.first_running is not None else 0.0
+
+
 @dataclass(frozen=True)
 class Trip:
     """A guard that tripped: which (``guard``), its ``limit``, the job's ``state`` and how
     long it had been so (``for_s``: since its submission for ``start_timeout``, since it first
     ran for ``max_gpu_hours``), the scheduler's reason (``reason``: its status message) and,
-    for ``max_gpu_hours``, the GPU-hours used."""
+    for ``max_gpu_hours``, the GPU-hours used; for ``max_cost``, the US dollars spent."""
 
     guard: str
     limit: float
@@ -101,6 +114,7 @@ class Trip:
     for_s: float
     reason: str = ""
     gpu_hours: float | None = None
+    cost_usd: float | None = None
 
     def message(self, app_handle: str, why: str = "") -> str:
         """What the task's error says: the guard, its value, what was seen and, for a job
@@ -109,6 +123,11 @@ class Trip:
             text = (
                 f"{START_TIMEOUT}={self.limit:g}s: TorchX job {app_handle} did not start within {self.limit:g}s of "
                 f"its submission: still {self.state.name} after {_duration(self.for_s)}"
+            )
+        elif self.guard == MAX_COST:
+            text = (
+                f"{MAX_COST}={self.limit:g}: TorchX job {app_handle} cost ${self.cost_usd or 0.0:.2f}, over its "
+                f"budget of ${self.limit:.2f} ({self.state.name}, running for {_duration(self.for_s)})"
             )
         else:
             text = (
@@ -129,6 +148,7 @@ class Trip:
             "for_s": self.for_s,
             "reason": self.reason,
             "gpu_hours": self.gpu_hours,
+            "cost_usd": self.cost_usd,
         }
 
 
@@ -143,16 +163,28 @@ class GuardrailTrippedError(Exception):
 @dataclass(frozen=True)
 class Guards:
     """The guards a watcher holds a job to (see the module docstring); None: not set.
-    ``since`` (epoch seconds): when the job was submitted, where its status does not say."""
+    ``since`` (epoch seconds): when the job was submitted, where its status does not say;
+    ``rates``: what the job's hardware costs, for ``max_cost``."""
 
     start_timeout: float | None = None
     max_gpu_hours: float | None = None
     since: float | None = None
+    max_cost: float | None = None
+    rates: Rates | None = None
 
     @property
     def armed(self) -> bool:
         """Whether any guard is set."""
-        return self.start_timeout is not None or self.max_gpu_hours is not None
+        return self.start_timeout is not None or self.max_gpu_hours is not None or self.max_cost is not None
+
+    def require_priced(self, where: str) -> None:
+        """``ValueError`` when ``max_cost`` is set but the job cannot be priced (no rates):
+        the budget could never trip. ``where`` names what would give the rates."""
+        if self.max_cost is not None and self.rates is None:
+            raise ValueError(
+                f"{MAX_COST}={self.max_cost:g}: the job cannot be priced, so its budget could never be held; "
+                f"give rates ({where})"
+            )
 
     def check(self, status: AppStatus | None, wall: float) -> Trip | None:
         """The guard that ``status`` trips at ``wall`` (epoch seconds), if any. A job that
@@ -167,6 +199,9 @@ class Guards:
         if self.max_gpu_hours is not None and usage is not None:
             used = usage.gpu_hours_at(wall)
             if used is not None and used > self.max_gpu_hours:
-                ran = wall - usage.first_running if usage.first_running is not None else 0.0
-                return Trip(MAX_GPU_HOURS, self.max_gpu_hours, status.state, ran, status.msg, used)
+                return Trip(MAX_GPU_HOURS, self.max_gpu_hours, status.state, _ran(usage, wall), status.msg, used)
+        if self.max_cost is not None and self.rates is not None and usage is not None:
+            spent = dataclasses.replace(usage, rates=self.rates).cost_so_far(wall)
+            if spent is not None and spent > self.max_cost:
+                return Trip(MAX_COST, self.max_cost, status.state, _ran(usage, wall), status.msg, cost_usd=spent)
         return None

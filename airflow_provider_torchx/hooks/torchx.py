@@ -25,13 +25,14 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_torchx._compat import conf, connection_form_widgets, ui_field_behaviour
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
-from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, positive_limit
+from airflow_provider_torchx.core.guards import MAX_COST, MAX_GPU_HOURS, START_TIMEOUT, positive_limit
 from airflow_provider_torchx.core.rates import Rates, parse_rates
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME, Runner, get_runner
 from airflow_provider_torchx.core.specs import parse_app_handle
 
-#: The connection extras that give the guards' defaults (``core/guards.py``).
-GUARD_EXTRAS = (START_TIMEOUT, MAX_GPU_HOURS)
+#: The connection extras that give the guards' defaults (``core/guards.py``), with the unit of
+#: each (None: seconds).
+GUARD_EXTRAS = {START_TIMEOUT: None, MAX_GPU_HOURS: "GPU-hours", MAX_COST: "US dollars"}
 _EXTRA_KEYS = (
     "scheduler",
     "cfg",
@@ -56,9 +57,10 @@ class TorchXSettings:
     region_name: str | None = None
     #: Where tasks' jobs checkpoint (the extra ``checkpoint_root``; ``core/checkpoints.py``).
     checkpoint_root: str | None = None
-    #: The connection's guard defaults (``core/guards.py``): seconds, GPU-hours.
+    #: The connection's guard defaults (``core/guards.py``): seconds, GPU-hours, US dollars.
     start_timeout: float | None = None
     max_gpu_hours: float | None = None
+    max_cost: float | None = None
     #: What the hardware costs (the extra ``rates``, else ``[torchx] rates``; None: unpriced).
     rates: Rates | None = None
 
@@ -202,9 +204,12 @@ class TorchXHook(BaseHook):
         try:
             limits = {
                 key: positive_limit(
-                    f"connection {self.torchx_conn_id!r} extra {key}", values.get(key), seconds=key == START_TIMEOUT
+                    f"connection {self.torchx_conn_id!r} extra {key}",
+                    values.get(key),
+                    seconds=unit is None,
+                    unit=unit or "",
                 )
-                for key in GUARD_EXTRAS
+                for key, unit in GUARD_EXTRAS.items()
             }
             rates = (
                 parse_rates(values["rates"], f"connection {self.torchx_conn_id!r} extra rates")

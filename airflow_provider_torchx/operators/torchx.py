@@ -25,7 +25,9 @@ from airflow.sdk import BaseOperator
 from airflow_provider_torchx import checkpointing
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.checkpoints import check_root
+from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.guards import (
+    MAX_COST,
     MAX_GPU_HOURS,
     START_TIMEOUT,
     Guards,
@@ -205,6 +207,10 @@ class TorchXRunOperator(BaseOperator):
     :param max_gpu_hours: the job's GPU budget, counted as its usage summary counts it; over
         it, the job is cancelled and the task fails without retry (the connection's extra
         ``max_gpu_hours`` too: the smaller wins)
+    :param max_cost: the job's budget in US dollars, its cost so far priced at the connection's
+        ``rates`` (else ``[torchx] rates``; docs/cost-and-lineage.md); over it, the job is
+        cancelled and the task fails without retry (the connection's extra ``max_cost`` too:
+        the smaller wins). A job that cannot be priced fails before it is submitted.
     """
 
     template_fields: Sequence[str] = ("component_args", "app_name", "env", "cfg")
@@ -235,6 +241,7 @@ class TorchXRunOperator(BaseOperator):
         checkpoint_root: str | None = None,
         start_timeout: timedelta | float | None = None,
         max_gpu_hours: float | None = None,
+        max_cost: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -272,6 +279,7 @@ class TorchXRunOperator(BaseOperator):
         self.checkpoint_dir: str | None = None
         self.start_timeout = positive_limit(START_TIMEOUT, start_timeout, seconds=True)
         self.max_gpu_hours = positive_limit(MAX_GPU_HOURS, max_gpu_hours, seconds=False)
+        self.max_cost = positive_limit(MAX_COST, max_cost, seconds=False, unit="US dollars")
         self.app_handle: str | None = None
         self._runner: Runner | None = None
         #: The task instance whose job ``app_handle`` is (what ``on_kill`` hands the table).
@@ -308,11 +316,24 @@ class TorchXRunOperator(BaseOperator):
 
     def guards(self, hook: TorchXHook, since: float) -> Guards:
         """The guards the wait holds the job to: this task's, else the connection's
-        ``start_timeout``; the smaller ``max_gpu_hours``. ``since``: when this try began
-        (counted from only where the scheduler does not date the job's submission)."""
+        ``start_timeout``; the smaller ``max_gpu_hours`` and ``max_cost``, the latter priced at
+        the connection's rates. ``since``: when this try began (counted from only where the
+        scheduler does not date the job's submission). ``InvalidRunConfigError`` for a
+        ``max_cost`` with no rates to price the job at."""
         settings = hook.settings
         start = self.start_timeout if self.start_timeout is not None else settings.start_timeout
-        return Guards(start, smaller(self.max_gpu_hours, settings.max_gpu_hours), since=since)
+        guards = Guards(
+            start,
+            smaller(self.max_gpu_hours, settings.max_gpu_hours),
+            since=since,
+            max_cost=smaller(self.max_cost, settings.max_cost),
+            rates=settings.rates,
+        )
+        try:
+            guards.require_priced(f"the `rates` extra of connection {self.torchx_conn_id!r} or [torchx] rates")
+        except ValueError as e:
+            raise InvalidRunConfigError(str(e)) from None
+        return guards
 
     # ------------------------------------------------------------------ execute
 
@@ -526,7 +547,7 @@ class TorchXRunOperator(BaseOperator):
         handle = str(event["app_handle"])
         message = str(redact(str(event.get("message"))))
         self._guardrail_line(str(event["guard"]), message, handle)
-        self._report_usage(handle, context, budget=event if event["guard"] == MAX_GPU_HOURS else None)
+        self._report_usage(handle, context, budget=event if event["guard"] in (MAX_GPU_HOURS, MAX_COST) else None)
         self.job_state = event.get("state")
         raise AirflowFailException(message)
 

@@ -37,6 +37,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.guards import Guards
 from airflow_provider_torchx.core.identity import TaskIdentity
+from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
@@ -111,8 +112,9 @@ class TorchXJobTrigger(BaseTrigger):
     job id), so that a fresh triggerer finds the job without a look-up per trigger; without
     it (None: the scheduler has no id of its own, or found none) the scheduler finds the job
     by its app id.
-    ``start_timeout``, ``max_gpu_hours``: the guards (``core/guards.py``) held at each look; a
-    trip cancels the job and yields a ``guardrail`` event.
+    ``start_timeout``, ``max_gpu_hours``, ``max_cost`` (priced at ``rates``, a
+    ``Rates.to_dict()``): the guards (``core/guards.py``) held at each look; a trip cancels the
+    job and yields a ``guardrail`` event.
     """
 
     def __init__(
@@ -133,10 +135,14 @@ class TorchXJobTrigger(BaseTrigger):
         native_id: str | None = None,
         start_timeout: float | None = None,
         max_gpu_hours: float | None = None,
+        max_cost: float | None = None,
+        rates: dict[str, float] | None = None,
     ) -> None:
         super().__init__()
         self.start_timeout = start_timeout
         self.max_gpu_hours = max_gpu_hours
+        self.max_cost = max_cost
+        self.rates = rates
         self.app_handle = app_handle
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
@@ -190,6 +196,8 @@ class TorchXJobTrigger(BaseTrigger):
             native_id=runner.native_id(app_handle),
             start_timeout=guards.start_timeout if guards else None,
             max_gpu_hours=guards.max_gpu_hours if guards else None,
+            max_cost=guards.max_cost if guards else None,
+            rates=guards.rates.to_dict() if guards and guards.rates else None,
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -212,6 +220,8 @@ class TorchXJobTrigger(BaseTrigger):
                 "native_id": self.native_id,
                 "start_timeout": self.start_timeout,
                 "max_gpu_hours": self.max_gpu_hours,
+                "max_cost": self.max_cost,
+                "rates": self.rates,
             },
         )
 
@@ -273,7 +283,13 @@ class TorchXJobTrigger(BaseTrigger):
             stream_logs=self.stream_logs,
             position=position,
             cursor_file=cursor_file,
-            guards=Guards(self.start_timeout, self.max_gpu_hours, since=self.started_at),
+            guards=Guards(
+                self.start_timeout,
+                self.max_gpu_hours,
+                since=self.started_at,
+                max_cost=self.max_cost,
+                rates=Rates(**self.rates) if self.rates else None,
+            ),
         )
 
     async def _job_secrets(self, runner: Runner) -> list[tuple[str, str]]:

@@ -169,6 +169,65 @@ def test_max_gpu_hours_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget(
     assert [tags["guard"] for _, tags in two_gpus.calls] == ["max_gpu_hours"]
 
 
+#: $1 a GPU-second: a 2-GPU job spends $2 a second.
+DEAR = {"gpu_hour": 3600.0}
+
+
+def test_max_cost_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget_in_the_worker(
+    local_jobs: tuple[Runner, list[str]],
+    two_gpus: Counter,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runner, handles = local_jobs
+    monkeypatch.setenv("AIRFLOW__TORCHX__RATES", json.dumps(DEAR))
+    op = TorchXRunOperator(
+        task_id="task",
+        app=gpu_app("spender", 2),
+        scheduler="local_cwd",
+        cfg=CFG,
+        poll_interval=POLL,
+        deferrable=False,
+        max_cost=6,
+    )
+    ti = FakeTI(run_id="guard-cost-worker")
+    with pytest.raises(AirflowFailException, match=r"^max_cost=6: TorchX job local_cwd://.* over its budget of \$6.00"):
+        op.execute({"ti": ti})  # type: ignore[arg-type]
+    handles.append(ti.xcoms["app_handle"])
+    assert ended(runner, ti.xcoms["app_handle"]) == AppState.CANCELLED
+    budget = ti.xcoms["usage"]["budget"]
+    assert budget["max_cost"] == 6.0 and budget["hit"] is True
+    over_s = (budget["cost_usd"] - 6.0) / 2  # how long after the crossing the guard acted
+    assert 0 < over_s <= POLL + 2.0, over_s  # one poll (and a loaded machine's latency)
+    out, err = capfd.readouterr()
+    assert "Cost budget hit: max_cost=6" in out + err and len(guard_lines(out + err, "max_cost")) == 1
+    assert [tags["guard"] for _, tags in two_gpus.calls] == ["max_cost"]
+
+
+def test_max_cost_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget_deferred(
+    local_jobs: tuple[Runner, list[str]], two_gpus: Counter
+) -> None:
+    runner, handles = local_jobs
+    job = runner.run(gpu_app("spender", 2), "local_cwd", CFG)
+    handles.append(job)
+    trigger = TorchXJobTrigger(job, poll_interval=POLL, host=socket.gethostname(), max_cost=6.0, rates=DEAR)
+    (event,) = run_deferred(trigger)
+    assert event["status"] == "guardrail" and event["guard"] == "max_cost"
+    over_s = (event["cost_usd"] - 6.0) / 2
+    assert 0 < over_s <= POLL + 2.0, over_s
+    assert ended(runner, job) == AppState.CANCELLED
+
+
+def test_max_cost_with_nothing_to_price_the_job_fails_before_submitting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AIRFLOW__TORCHX__RATES", raising=False)
+    op = TorchXRunOperator(task_id="t", component="utils.echo", scheduler="local_cwd", max_cost=10)
+    with pytest.raises(AirflowFailException, match=r"max_cost=10: the job cannot be priced, .*give rates"):
+        op.execute({"ti": (ti := FakeTI(run_id="guard-cost-unpriced"))})  # type: ignore[arg-type]
+    assert "app_handle" not in ti.xcoms  # nothing was submitted
+
+
 # ---------------------------------------------------------------------- the limits
 
 
@@ -179,6 +238,8 @@ def test_max_gpu_hours_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget(
         ({"start_timeout": timedelta(seconds=-5)}, r"start_timeout: datetime.timedelta\(.*\) is not allowed"),
         ({"max_gpu_hours": 0}, r"max_gpu_hours: 0 is not allowed: expected a number of GPU-hours > 0"),
         ({"max_gpu_hours": -1.5}, r"max_gpu_hours: -1.5 is not allowed"),
+        ({"max_cost": -20}, r"max_cost: -20 is not allowed: expected a number of US dollars > 0"),
+        ({"max_cost": "ten"}, r"max_cost: 'ten' is not allowed"),
     ],
 )
 def test_a_zero_or_negative_limit_fails_when_the_dag_is_parsed(kwargs: dict[str, Any], error: str) -> None:

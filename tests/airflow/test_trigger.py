@@ -73,6 +73,8 @@ def test_serialize_is_exact_and_round_trips() -> None:
         "native_id": "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
         "start_timeout": 600.0,
         "max_gpu_hours": 2.5,
+        "max_cost": 40.0,
+        "rates": {"gpu_hour": 2.5, "vcpu_hour": 0.04, "memory_gb_hour": 0.005},
     }
     trigger = TorchXJobTrigger(**kwargs)
     assert trigger.serialize() == (CLASSPATH, kwargs)
@@ -100,6 +102,8 @@ def test_serialize_defaults() -> None:
             "native_id": None,
             "start_timeout": None,
             "max_gpu_hours": None,
+            "max_cost": None,
+            "rates": None,
         },
     )
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_torchx.core.guards import (
+    MAX_COST,
     MAX_GPU_HOURS,
     START_TIMEOUT,
     Guards,
@@ -21,6 +22,7 @@ from airflow_provider_torchx.core.guards import (
     smaller,
 )
 from airflow_provider_torchx.core.logstream import LogBatch, LogLine, Look, Pause, Tripped, WatchRules, WatchState
+from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, Resource, Role, RoleStatus
 from airflow_provider_torchx.core.usage import Attempt, Usage, compute_usage
 
@@ -203,3 +205,23 @@ def test_a_positive_number_is_finite_above_zero_and_nothing_else(
 
 def test_the_smaller_limit_wins() -> None:
     assert smaller(None, None) is None and smaller(2.0, None) == 2.0 and smaller(3.0, 1.5) == 1.5
+
+
+def test_max_cost_trips_when_the_cost_so_far_at_the_rates_goes_over_the_budget() -> None:
+    """One replica of 2 GPUs and 4 vCPUs at $3 a GPU-hour and $0.25 a vCPU-hour: $7 an hour.
+    A $7 budget holds for one hour of running, not a minute more."""
+    live = status(AppState.RUNNING, usage(run(0, SUBMITTED + 10)))
+    guards = Guards(max_cost=7.0, rates=Rates(gpu_hour=3.0, vcpu_hour=0.25))
+    assert guards.check(live, SUBMITTED + 10 + 3600) is None  # exactly at the budget
+    trip = guards.check(live, SUBMITTED + 10 + 3660)
+    assert trip is not None and trip.guard == MAX_COST and trip.cost_usd == pytest.approx(7 * 3660 / 3600)
+    message = trip.message("local_cwd://t/j")
+    assert message.startswith("max_cost=7: TorchX job local_cwd://t/j cost $7.12, over its budget of $7.00 (RUNNING")
+    assert trip.to_dict()["cost_usd"] == pytest.approx(7 * 3660 / 3600)
+
+
+def test_max_cost_without_rates_is_refused_before_anything_runs() -> None:
+    with pytest.raises(ValueError, match=r"max_cost=5: the job cannot be priced, .*give rates \(the conn\)"):
+        Guards(max_cost=5.0).require_priced("the conn")
+    Guards(max_cost=5.0, rates=Rates(gpu_hour=1.0)).require_priced("the conn")
+    Guards(max_gpu_hours=1.0).require_priced("the conn")
