@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core.guards import MAX_COST
-from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.metrics import emit_usage_metrics
@@ -36,12 +35,11 @@ def report_usage(
     *,
     checkpoint_dir: str | None = None,
     budget: Mapping[str, Any] | None = None,
-    rates: Rates | None = None,
 ) -> Usage | None:
     """Log, push and emit the usage of the ended job ``app_handle``; return it (None: the job
     has not ended or its scheduler keeps no usage). ``app_name`` tags the metrics (default:
-    the handle's app id); ``checkpoint_dir``, the job's checkpoint location, joins the summary;
-    ``rates`` price it (``cost_usd``).
+    the handle's app id); ``checkpoint_dir``, the job's checkpoint location, joins the summary
+    (priced at the rates the job carries, ``cost_usd``, as the runner reads it).
     ``budget``: the ``max_gpu_hours`` or ``max_cost`` trip that stopped the job (``Trip.to_dict``): the summary
     says the budget was hit (XCom: key ``budget``), from the usage so far when the cancelled
     job has not ended yet."""
@@ -57,8 +55,6 @@ def report_usage(
         return None
     if checkpoint_dir is not None:
         usage = dataclasses.replace(usage, checkpoint_dir=checkpoint_dir)
-    if rates is not None:
-        usage = dataclasses.replace(usage, rates=rates)
     summary = usage.to_dict()
     text = usage.format()
     if budget is not None and budget["guard"] == MAX_COST:

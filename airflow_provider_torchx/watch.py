@@ -26,7 +26,6 @@ on the loop a few hundred at a time, yielding in between.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import os
@@ -59,7 +58,6 @@ from airflow_provider_torchx.core.logstream import (
     last_lines,
     replica_counts,
 )
-from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
 from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
@@ -151,28 +149,27 @@ def progress_line(
     behind_s: float | None = None,
     *,
     now: float | None = None,
-    rates: Rates | None = None,
 ) -> str:
     """``<handle> RUNNING: 2 replicas running, 1 done, 0 pending; elapsed 12s``, then what the
     job used so far at ``now`` (epoch seconds; ``; 0.0123 GPU-h, $0.03 so far``, the dollars
-    where ``rates`` price it), what the scheduler says of a job not ended yet (``; waiting for
+    where the job is priced), what the scheduler says of a job not ended yet (``; waiting for
     4 GPUs, ...``) and ``; log 40s behind`` when the log read lags by a second or more (a
     shared CloudWatch budget with many jobs watched)."""
     parts = ", ".join(f"{n} {what}" for what, n in replica_counts(status).items())
     why = f"; {status.msg}" if status.msg and not status.is_terminal() else ""
     lag = f"; log {behind_s:.0f}s behind" if behind_s is not None and behind_s >= 1.0 else ""
-    used = _so_far(status, now, rates)
+    used = _so_far(status, now)
     return f"{app_handle} {status.state.name}: replicas {parts}; elapsed {elapsed:.0f}s{used}{why}{lag}"
 
 
-def _so_far(status: AppStatus, now: float | None, rates: Rates | None) -> str:
+def _so_far(status: AppStatus, now: float | None) -> str:
     """``; 0.0123 GPU-h, $0.03 so far`` for a live job whose usage so far is known (GPU-hours
     where it asked for GPUs, dollars where priced); nothing otherwise."""
     usage = status.usage_so_far
     if usage is None or now is None or status.is_terminal():
         return ""
     gpu_hours = usage.gpu_hours_at(now)
-    cost = None if rates is None else dataclasses.replace(usage, rates=rates).cost_so_far(now)
+    cost = usage.cost_so_far(now)
     figures = [f"{gpu_hours:.4f} GPU-h"] if gpu_hours is not None else []
     figures += [f"${cost:.2f}"] if cost is not None else []
     return f"; {', '.join(figures)} so far" if figures else ""
@@ -235,8 +232,6 @@ class TaskWatcher(JobWatch):
         guards: Guards | None = None,
     ) -> None:
         self.log = log
-        #: What the job's hardware costs (None: unpriced), for the progress lines.
-        self.rates = guards.rates if guards is not None else None
         self.guards = guards if guards is not None and guards.armed else None
         self.position = position or LogPosition()
         super().__init__(
@@ -283,9 +278,7 @@ class TaskWatcher(JobWatch):
 
     def _progress(self, status: AppStatus, started_at: float | None) -> None:
         now = self.clock.wall()
-        self.log.info(
-            progress_line(self.app_handle, status, now - (started_at or now), self.behind_s, now=now, rates=self.rates)
-        )
+        self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s, now=now))
 
     def wait_for_outcome(self, poll_interval: float, deadline: float | None, started_at: float) -> dict[str, Any]:
         """Wait in this thread for the job's end (or ``deadline``), streaming and logging

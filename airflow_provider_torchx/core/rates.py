@@ -5,6 +5,9 @@ with one JSON object: ``{"gpu_hour": 2.5, "vcpu_hour": 0.04, "memory_gb_hour": 0
 left out costs nothing (a team that counts only its GPUs gives ``gpu_hour`` alone). Rates are
 checked where they are read: a negative or non-numeric rate or an unknown key is an error that
 names it, before anything is submitted.
+
+A job carries the rates it was submitted at in its labels (``RATES_LABEL``), so whoever
+describes it later (the task, the CLI, the UI) prices it the same way (``Runner`` does).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from typing import Any
 
 #: The keys a rates object may hold: US dollars per GPU-hour, vCPU-hour and GiB-hour of memory.
 RATE_KEYS = ("gpu_hour", "vcpu_hour", "memory_gb_hour")
+#: The job label holding the rates a job was submitted at: ``gpu_hour=2.5 vcpu_hour=0.04 ...``
+#: (the characters an AWS tag value allows).
+RATES_LABEL = "torchx.rates"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,23 @@ class Rates:
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+    def labels(self) -> dict[str, str]:
+        """The job label that carries these rates (``rates_of`` reads it back)."""
+        return {RATES_LABEL: " ".join(f"{k}={v!r}" for k, v in self.to_dict().items())}
+
+
+def rates_of(labels: Mapping[str, str]) -> Rates | None:
+    """The rates a job's ``labels`` carry (``Rates.labels``); None when it carries none or
+    they do not read as rates (a label set by hand: the job is then not priced)."""
+    text = labels.get(RATES_LABEL)
+    if not text:
+        return None
+    try:
+        pairs = dict(part.split("=", 1) for part in text.split())
+        return parse_rates({k: float(v) for k, v in pairs.items()}, RATES_LABEL)
+    except ValueError:
+        return None
 
 
 def parse_rates(value: Any, source: str) -> Rates | None:

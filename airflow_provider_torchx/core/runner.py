@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import concurrent.futures
 import copy
+import dataclasses
 import logging
 import threading
 import warnings
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errors import UnknownAppError, UnknownSchedulerError
+from airflow_provider_torchx.core.rates import rates_of
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, did_you_mean, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     CancelledBy,
@@ -323,9 +325,10 @@ class Runner:
         """Everything the scheduler says of the app in one answer (``DescribeAppResponse``:
         status, roles, labels, whether a cancel was requested), for callers that need more
         than ``status`` (labels to adopt a job, its env to find its secrets), or None if it
-        does not know it."""
+        does not know it. Its usage is priced at the rates the job carries."""
         sched, app_id = self._scheduler_app_id(app_handle)
-        return sched.describe(app_id)
+        desc = sched.describe(app_id)
+        return None if desc is None else _priced(desc)
 
     def native_id(self, app_handle: str) -> str | None:
         """The scheduler's own id of the app, for a watcher elsewhere (``Scheduler.native_id``);
@@ -495,10 +498,24 @@ class Runner:
         self.close()
 
 
+def _priced(desc: DescribeAppResponse) -> DescribeAppResponse:
+    """``desc`` with its usage priced at the rates the job carries (``core/rates.py``), if any."""
+    rates = rates_of(desc.labels)
+    if rates is None:
+        return desc
+    return dataclasses.replace(
+        desc,
+        usage=None if desc.usage is None else dataclasses.replace(desc.usage, rates=rates),
+        usage_so_far=None if desc.usage_so_far is None else dataclasses.replace(desc.usage_so_far, rates=rates),
+    )
+
+
 def _app_status(desc: DescribeAppResponse | None) -> AppStatus | None:
-    """A scheduler's answer as the runner's ``AppStatus`` (None: no such app)."""
+    """A scheduler's answer as the runner's ``AppStatus`` (None: no such app), its usage priced
+    at the job's rates."""
     if desc is None:
         return None
+    desc = _priced(desc)
     return AppStatus(
         state=desc.state,
         num_restarts=desc.num_restarts,

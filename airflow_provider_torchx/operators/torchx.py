@@ -381,7 +381,8 @@ class TorchXRunOperator(BaseOperator):
         scheduler = hook.settings.scheduler
         cfg = hook.resolve_cfg(self.cfg)
         identity = task_identity(context)
-        labels = identity.labels()  # what the job carries
+        rates = hook.settings.rates
+        labels = identity.labels() | ({} if rates is None else rates.labels())  # what the job carries
         adopted = None
         if self.reattach_on_retry and not self.dryrun:
             adopted = self._find_job_to_adopt(runner, scheduler, cfg, identity, context)
@@ -563,7 +564,6 @@ class TorchXRunOperator(BaseOperator):
             self.app_name or getattr(self.app, "name", None),
             checkpoint_dir=self.checkpoint_dir,
             budget=budget,
-            rates=self.hook().settings.rates,
         )
 
     def _guardrail_line(self, guard: str, message: str, handle: str) -> None:

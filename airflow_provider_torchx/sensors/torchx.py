@@ -101,7 +101,7 @@ class TorchXJobSensor(BaseSensorOperator):
             self.log.info("%s is %s", self.app_handle, status.state.name)
             return False
         event = self._watcher.outcome(status)
-        report_usage(self._watcher.runner, self.app_handle, context, self.log, rates=self.hook().settings.rates)
+        report_usage(self._watcher.runner, self.app_handle, context, self.log)
         if event["status"] != "success":
             raise AirflowException(failure_message(event))
         self.log.info("TorchX job %s SUCCEEDED", self.app_handle)
@@ -115,7 +115,7 @@ class TorchXJobSensor(BaseSensorOperator):
         if self.stream_logs:
             flush_logs(runner, event, self.log, cursor_file_for(runner, self.app_handle, task_identity(context)))
         if event["status"] in ("success", "failed"):
-            report_usage(runner, self.app_handle, context, self.log, rates=self.hook().settings.rates)
+            report_usage(runner, self.app_handle, context, self.log)
         if event["status"] == "timeout":
             raise AirflowSensorTimeout(f"{self.app_handle} did not end within {self.timeout}s: {event.get('message')}")
         if event["status"] != "success":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -215,16 +216,18 @@ def test_progress_line_says_why_a_job_waits() -> None:
 
 
 def test_progress_line_says_what_a_live_job_used_so_far_and_its_cost_where_priced() -> None:
-    """Two GPUs running for half an hour at $3 a GPU-hour: 1 GPU-h and $3 so far."""
+    """Two GPUs running for half an hour at $3 a GPU-hour (the rates the job carries, which the
+    runner priced its usage at): 1 GPU-h and $3 so far."""
     from airflow_provider_torchx.core.rates import Rates
     from airflow_provider_torchx.core.specs import Resource, Role
     from airflow_provider_torchx.core.usage import Attempt, compute_usage
 
     so_far = compute_usage(0.0, None, [Role("w", resource=Resource(1, 2, 64))], [Attempt("w", 0, 1, 0.0, None)])
+    priced = dataclasses.replace(so_far, rates=Rates(gpu_hour=3.0))
     running = AppStatus(
         AppState.RUNNING, roles=[RoleStatus("w", [ReplicaStatus(0, AppState.RUNNING, "w")])], usage_so_far=so_far
     )
-    assert progress_line("h", running, 1800, now=1800.0, rates=Rates(gpu_hour=3.0)) == (
+    assert progress_line("h", dataclasses.replace(running, usage_so_far=priced), 1800, now=1800.0) == (
         "h RUNNING: replicas 1 running, 0 done, 0 pending; elapsed 1800s; 1.0000 GPU-h, $3.00 so far"
     )
     assert progress_line("h", running, 1800, now=1800.0).endswith("; elapsed 1800s; 1.0000 GPU-h so far")

@@ -7,6 +7,7 @@ that Airflow loads the plugin from the entry point and mounts it under ``/torchx
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -222,6 +223,34 @@ def test_a_failed_job_shows_its_root_cause_masked_and_its_gpus(
     assert "EnvUiCausePw551" not in json.dumps(job)
     assert job["usage"]["attempts_count"] == 1 and job["usage"]["gpu_hours"] > 0, job["usage"]
     assert [r["devices"] for r in job["roles"][0]["replicas"]] == ["0"]
+
+
+def test_a_priced_job_shows_its_usage_and_cost_so_far_while_running_then_its_cost(
+    client: Any, auth: Any, local_jobs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live job's page gets what it used so far (GPU-hours, dollars at the rates it carries);
+    once it ended, its usage with the cost."""
+    from airflow_provider_torchx.core.rates import Rates
+
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0")
+    runner: Runner = local_jobs[0]
+    role = Role("trainer", image="/", entrypoint="sh", args=["-c", "echo up; sleep 2"], resource=Resource(1, 1, 128))
+    labels = _identity("ui_priced") | Rates(gpu_hour=3600.0).labels()  # $1 a GPU-second
+    handle = runner.run(
+        AppDef("ui-priced", roles=[role]), "local_cwd", {"auto_set_cuda_visible_devices": True}, labels=labels
+    )
+    local_jobs[1].append(handle)
+    deadline = time.monotonic() + 30
+    while not runner.read_log(handle, "trainer", 0).lines:  # it runs
+        assert time.monotonic() < deadline, "the replica never printed"
+        time.sleep(0.05)
+    live = client.get("/api/job", params={"handle": handle}, headers=_headers(auth, "viewer")).json()
+    so_far = live["usage_so_far"]
+    assert live["usage"] is None and so_far["gpu_hours"] > 0, live
+    assert so_far["cost_usd"] == pytest.approx(so_far["gpu_hours"] * 3600.0), so_far
+    runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    done = client.get("/api/job", params={"handle": handle}, headers=_headers(auth, "viewer")).json()
+    assert done["usage_so_far"] is None and done["usage"]["cost_usd"] == pytest.approx(done["usage"]["node_seconds"])
 
 
 @pytest.mark.parametrize(

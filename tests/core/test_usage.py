@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
-from airflow_provider_torchx.core.rates import Rates, parse_rates
+from airflow_provider_torchx.core.rates import RATES_LABEL, Rates, parse_rates, rates_of
 from airflow_provider_torchx.core.specs import NULL_RESOURCE, Resource, Role
 from airflow_provider_torchx.core.usage import Attempt, compute_usage
 
@@ -110,3 +111,13 @@ def test_rates_from_json_text_or_a_mapping_and_none_for_nothing() -> None:
     assert parse_rates('{"gpu_hour": 2.5}', "x") == Rates(gpu_hour=2.5)
     assert parse_rates({"vcpu_hour": 0, "memory_gb_hour": 0.01}, "x") == Rates(memory_gb_hour=0.01)
     assert parse_rates(None, "x") is None and parse_rates("  ", "x") is None
+
+
+def test_rates_travel_as_a_job_label_and_read_back_the_same() -> None:
+    rates = Rates(gpu_hour=2.5, vcpu_hour=0.04, memory_gb_hour=0.005)
+    labels = rates.labels()
+    assert labels == {RATES_LABEL: "gpu_hour=2.5 vcpu_hour=0.04 memory_gb_hour=0.005"}
+    assert re.fullmatch(r"[\w .:/=+\-@]*", labels[RATES_LABEL])  # what an AWS tag value may hold
+    assert rates_of(labels) == rates
+    assert rates_of({}) is None
+    assert rates_of({RATES_LABEL: "gpu_hour=cheap"}) is None and rates_of({RATES_LABEL: "gpu=1"}) is None

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from airflow_provider_torchx.core.rates import Rates
+from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler
 from airflow_provider_torchx.core.specs import AppDef, Resource, Role
 
@@ -70,3 +72,22 @@ def test_attempts_of_a_retried_role(sched: LocalScheduler, tmp_path: object) -> 
     (role,) = usage.roles
     assert role.vcpu_hours is None and role.gpu_hours is None
     assert role.node_seconds == pytest.approx(sum(a.seconds for a in usage.attempts))
+
+
+def test_a_job_submitted_with_rates_is_priced_by_whoever_describes_it(mark: str) -> None:
+    """The rates travel with the job (its labels): the runner prices its usage at them, live
+    (``usage_so_far``) and once it ended, with no rates of its own."""
+    rates = Rates(gpu_hour=3600.0)  # $1 a GPU-second
+    role = Role("sleeper", entrypoint="sleep", args=["1"], resource=Resource(cpu=1, gpu=2, memMB=64))
+    with get_runner("test") as runner:
+        cfg = {"auto_set_cuda_visible_devices": False, "allow_no_gpus": True}
+        handle = runner.run(AppDef("priced", roles=[role]), "local_cwd", cfg, labels=rates.labels())
+        status = runner.wait(handle, wait_interval=0.1)
+        assert status is not None and status.usage is not None
+        assert status.usage.rates == rates
+        assert status.usage.cost_usd == pytest.approx(2 * status.usage.node_seconds)
+        desc = runner.describe_app(handle)
+        assert desc is not None and desc.usage is not None and desc.usage.cost_usd == status.usage.cost_usd
+        unpriced = runner.run(AppDef("unpriced", roles=[role]), "local_cwd", cfg)
+        done = runner.wait(unpriced, wait_interval=0.1)
+        assert done is not None and done.usage is not None and done.usage.cost_usd is None
