@@ -155,7 +155,7 @@ class LogChunk:
 @dataclass(frozen=True)
 class SchedulerCapabilities:
     """What a watcher of this scheduler's jobs must know of it (the Airflow layer and the CLI
-    act on these, never on a scheduler's name; docs/architecture.md, "Capabilities").
+    act on these, never on a scheduler's name; docs/architecture.md, "Capabilities, not names").
 
     - ``host_bound``: jobs run on the submitting host and can only be watched from there (a
       deferred task must be watched by a triggerer on the same host).
@@ -485,7 +485,7 @@ class Scheduler(abc.ABC, Generic[T]):
         """The text of torchrun's error file of replica ``k`` of ``role_name`` (its
         ``TORCHELASTIC_ERROR_FILE``) and when it was written (epoch seconds), for a scheduler
         with the ``error_files`` capability. The scheduler reads it itself, from a place the job
-        cannot redirect (docs/architecture.md, "files are read only inside the job"). None (the
+        cannot redirect (docs/architecture.md, "Capabilities, not names": ``error_files``). None (the
         default): there is none to read here. Quick: never waits on a remote service."""
         return None
 

@@ -445,7 +445,7 @@ def client_key(client: Any, credentials: str | None = None) -> tuple[str, ...]:
 
 def shared_poller(client: Any, credentials: str | None = None) -> StatusPoller:
     """The process-wide poller for the account/region/endpoint and credentials of the Batch
-    ``client`` (``client_key``); pollers idle for ``POLLER_IDLE_FORGET`` are dropped."""
+    ``client`` (``client_key``); making a new one drops those idle for ``POLLER_IDLE_FORGET``."""
     key = client_key(client, credentials)
     with _registry_lock:
         poller = _pollers.get(key)
