@@ -243,7 +243,7 @@ class TorchXHook(BaseHook):
                 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
             except ImportError:
                 self.log.warning(
-                    "aws_conn_id=%r ignored: apache-airflow-providers-amazon is not installed; "
+                    "aws_conn_id=%r ignored: apache-airflow-providers-amazon (the amazon extra) is not installed; "
                     "using boto3's default credential chain",
                     settings.aws_conn_id,
                 )
