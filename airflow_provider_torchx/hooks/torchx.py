@@ -294,7 +294,7 @@ class TorchXHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """Check that the scheduler exists and the cfg is valid, and whatever the scheduler
         checks of its settings (``Scheduler.check_settings``: for AWS Batch, that the queue
-        exists and is enabled)."""
+        exists and runs jobs, by the rule its submit-time check applies)."""
         try:
             return True, self.get_runner().check_settings(self.settings.scheduler, self.resolve_cfg())
         except Exception as e:
