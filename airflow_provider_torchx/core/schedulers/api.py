@@ -1,8 +1,13 @@
 """The contract every scheduler backend meets.
 
-A backend subclasses ``Scheduler`` and implements the abstract methods. Each public method's
-docstring lists its behaviours and assumptions: what it guarantees, what it raises and
-whether it blocks. The ``Runner`` only talks to backends through this contract.
+A backend subclasses ``Scheduler`` and implements the required core, TorchX's handful of
+abstract methods (``_run_opts``, ``_submit_dryrun``, ``schedule``, ``describe``, ``list``,
+``_cancel_existing``); every other method has a default a backend may replace. A capability it
+declares (``SchedulerCapabilities``) promises methods of its own (``CAPABILITY_METHODS``),
+checked when the class is made, as is ``list``'s signature: a ``TypeError`` names the class,
+what it declared and what it misses. Each public method's docstring lists its behaviours and
+assumptions: what it guarantees, what it raises and whether it blocks. The ``Runner`` only
+talks to backends through this contract.
 """
 
 from __future__ import annotations
@@ -184,6 +189,15 @@ class SchedulerCapabilities:
     error_files: bool = False
     separate_stderr: bool = False
     local_store: bool = False
+
+
+#: The methods a capability makes the watchers call, which a scheduler declaring it must define
+#: itself (``Scheduler``'s defaults answer "none here"): ``error_files``, the error file's read;
+#: ``separate_stderr``, a log read by stream (``Stream.STDERR``, through ``log_iter``).
+CAPABILITY_METHODS: Mapping[str, tuple[str, ...]] = {
+    "error_files": ("read_error_file",),
+    "separate_stderr": ("log_iter",),
+}
 
 
 def _same(described: DescribeAppResponse | None) -> DescribeAppResponse | None:
@@ -424,23 +438,9 @@ class Scheduler(abc.ABC, Generic[T]):
         return self.describe(app_id) is not None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Give a backend whose ``list`` predates ``limit`` (a plugin's ``list(cfg, labels)``)
-        one that takes it: the full list, cut to the newest ``limit`` (``newest``)."""
+        """Check the class against the contract when it is made (``check_contract``)."""
         super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("list")
-        if own is not None and "limit" not in inspect.signature(own).parameters:
-
-            def list_limited(
-                self: Scheduler[Any],
-                cfg: Cfg | None = None,
-                labels: Mapping[str, str] | None = None,
-                *,
-                limit: int | None = None,
-            ) -> builtins.list[ListAppResponse]:
-                return newest(own(self, cfg, labels), limit)
-
-            list_limited.__doc__ = own.__doc__
-            cls.list = list_limited  # type: ignore[method-assign]
+        check_contract(cls)
 
     @abc.abstractmethod
     def list(
@@ -614,3 +614,25 @@ class Scheduler(abc.ABC, Generic[T]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_contract(cls: type[Scheduler[Any]]) -> None:
+    """``TypeError`` naming ``cls``, unless each capability it declares has the methods it
+    needs (``CAPABILITY_METHODS``) defined by ``cls`` or a base of its own, and its ``list``
+    takes ``limit=`` (``Scheduler.list``): the contract is met by what a class says, never
+    patched in behind its back."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    for capability, methods in CAPABILITY_METHODS.items():
+        if not getattr(cls.capabilities, capability):
+            continue
+        for method in methods:
+            if getattr(cls, method) is getattr(Scheduler, method):
+                raise TypeError(
+                    f"{name} declares the capability {capability!r}, which needs the method {method}(); "
+                    f"it has only Scheduler's default, which answers for a scheduler without it"
+                )
+    if "limit" not in inspect.signature(cls.list).parameters:
+        raise TypeError(
+            f"{name}.list takes no limit=: Scheduler.list takes `*, limit: int | None = None` (the newest "
+            "`limit` matches, None: all); a list that builds every answer returns newest(apps, limit)"
+        )
