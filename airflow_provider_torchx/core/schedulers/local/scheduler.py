@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_torchx.core import safefiles
 from airflow_provider_torchx.core.checkpoints import LOCAL_ROOT_NAME as LOCAL_CHECKPOINT_ROOT
 from airflow_provider_torchx.core.checkpoints import app_checkpoint_dir
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
@@ -354,7 +355,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         try:
             _, path, root = self._log_file(app_id, role_name, k, Stream.STDERR)
             fd = open_log(os.path.join(os.path.dirname(path), ERROR_FILE_NAME), root)
-        except store.UnsafeFileError as e:
+        except safefiles.UnsafeFileError as e:
             log.warning("root cause of %s: %s", shown(app_id), e)
             return None
         except (UnknownAppError, ValueError):
