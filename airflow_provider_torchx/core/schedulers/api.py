@@ -291,7 +291,8 @@ class Scheduler(abc.ABC, Generic[T]):
         1. ``cfg`` is resolved against ``run_opts()`` (defaults filled, types checked,
            required options present) before anything else: ``InvalidRunConfigError``.
         2. The app is validated (``validate_app`` and the backend's ``_validate``); invalid
-           input raises a ``ValueError`` subclass naming the field. Nothing is submitted.
+           input raises a ``ValueError`` subclass naming the field (``InvalidSpecError``,
+           ``InvalidRunConfigError``). Nothing is submitted.
         3. Each role's ``pre_proc`` may edit the request.
         4. ``app`` is used as given (the runner passes its own deep copy); the result carries
            it as ``info.app``, with the resolved cfg and ``labels``.
@@ -323,6 +324,10 @@ class Scheduler(abc.ABC, Generic[T]):
         1. Submits ``dryrun_info.request`` as is (edits to ``dryrun_info.app`` are ignored).
         2. Returns once the scheduler accepted the job; does not wait for it to start.
         3. The app id never contains ``/`` or ``..``.
+        4. A job the scheduler refuses before submitting it raises, leaving nothing behind:
+           ``InvalidRunConfigError`` (``JobWontFitError``, ``UnknownQueueError``: its queue
+           cannot run it), ``SchedulerSetupError`` (this host's setup), ``StoreError`` (the
+           scheduler's own store of jobs cannot be written).
         """
 
     def submit(self, app: AppDef, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> str:
@@ -341,7 +346,9 @@ class Scheduler(abc.ABC, Generic[T]):
         """The app's state, roles and replica statuses, or None if there is no such app.
 
         1. Never raises for an unknown app id (returns None); a setup error of the scheduler
-           (no credentials, a queue that does not exist) raises ``SchedulerSetupError``.
+           (no credentials, a queue that does not exist) raises ``SchedulerSetupError``; a
+           record of the app the scheduler cannot read raises ``CorruptEntryError`` (``cancel``
+           and ``delete`` still act on such an app).
         2. ``msg`` names the failed role/replica and its exit code or the scheduler's reason.
         3. May block for one round trip to the scheduler.
         """
@@ -423,9 +430,10 @@ class Scheduler(abc.ABC, Generic[T]):
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
         """Check that jobs can be submitted with the resolved ``cfg`` (e.g. that a queue
-        exists and is enabled); return what was checked. Raises a ``ValueError`` subclass
-        naming the field for a bad setting. Used by a connection's test; may block for a
-        round trip to the scheduler. The default checks nothing beyond ``cfg`` itself."""
+        exists and runs jobs); return what was checked. Raises a ``ValueError`` subclass
+        naming the field for a bad setting (``InvalidRunConfigError``, ``UnknownQueueError``),
+        ``SchedulerSetupError`` for this host's setup. Used by a connection's test; may block
+        for a round trip to the scheduler. The default checks nothing beyond ``cfg`` itself."""
         return f"scheduler {self.backend} is available; cfg {dict(cfg)} is valid"
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[T] | None:
@@ -546,7 +554,8 @@ class Scheduler(abc.ABC, Generic[T]):
            ``log_iter``, re-reads the log and skips the lines counted in the cursor: it is
            at-least-once if the backend's log changes under it.
         3. At most ``max_lines`` lines when given.
-        4. Unknown app: ``UnknownAppError``.
+        4. Unknown app: ``UnknownAppError``; a cursor this scheduler did not return:
+           ``ValueError`` naming it.
         """
         try:
             skip = int(cursor_object(cursor)["skip"]) if cursor else 0
@@ -577,6 +586,11 @@ class Scheduler(abc.ABC, Generic[T]):
         4. ``by`` says who asks, in the closed vocabulary ``CancelledBy`` (None: not said); a
            backend that can keep it records it with the request: ``describe`` then returns it
            as ``cancelled_by``.
+        5. A request that reached the app but could not be recorded raises
+           ``CancelNotRecordedError`` (a ``StoreError``), one that reached it though a record of
+           it was refused ``CancelDeliveredError`` (a ``CorruptEntryError``): the app stops all
+           the same. ``CorruptEntryError`` itself: the request reached nothing (``delete``
+           removes such an app).
         """
         desc = self.describe(app_id)
         if desc is None:
@@ -595,7 +609,8 @@ class Scheduler(abc.ABC, Generic[T]):
     def delete(self, app_id: str) -> None:
         """Cancel the app if it runs, then remove what the scheduler keeps of it.
 
-        Idempotent: an unknown app is logged and left alone.
+        Idempotent: an unknown app is logged and left alone. ``StoreError``: the scheduler's
+        own store of jobs cannot be written.
         """
         if not self.exists(app_id):
             log.info("delete: no app %s on %s; nothing to do", app_id, self.backend)

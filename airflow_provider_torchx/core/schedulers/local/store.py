@@ -27,7 +27,8 @@ target is never read.
 
 Everything is created owner-only, whatever the umask. Store faults (a full or read-only
 filesystem) raise ``StoreError`` naming the store and the cause; a file that is not what its
-writer wrote (truncated, foreign, hand-edited) raises ``CorruptEntryError`` naming it.
+writer wrote (truncated, foreign, hand-edited) raises ``CorruptEntryError`` naming it (both
+in ``core/errors.py``: the contract's errors).
 Standard library only: the supervisor imports this before it starts the replicas, so what
 only some functions use (``json``, ``re``, ``shutil``) is imported in them: a job's start waits
 for nothing it does not use.
@@ -39,6 +40,12 @@ import gc
 import os
 import time
 
+# The store's errors are the contract's (callers catch them from ``core/errors.py``); the local
+# modules name them through the store.
+from airflow_provider_torchx.core.errors import CancelDeliveredError as CancelDeliveredError
+from airflow_provider_torchx.core.errors import CancelNotRecordedError as CancelNotRecordedError
+from airflow_provider_torchx.core.errors import CorruptEntryError as CorruptEntryError
+from airflow_provider_torchx.core.errors import StoreError
 from airflow_provider_torchx.core.safefiles import read_json
 from airflow_provider_torchx.core.statedir import default_state_dir
 
@@ -105,43 +112,6 @@ def is_valid_app_id(app_id: object) -> bool:
 def job_marker(job_dir: StrPath) -> str:
     """The ``KEY=value`` every process of the job has in its environment."""
     return f"{JOB_ENV}={job_dir}"
-
-
-class StoreError(OSError):
-    """The job store cannot be written (or read): full, read-only, no permission. The message
-    names the store, what was being done and the cause (``errno`` is the cause's)."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)
-
-
-class CancelNotRecordedError(StoreError):
-    """A cancel that could not be written to the store (full, read-only) but was delivered all
-    the same: the job's supervisor was signalled, stops the job and records it CANCELLED as
-    soon as the store can be written. The message says so."""
-
-
-class CorruptEntryError(ValueError):
-    """A file of a job is not valid (not JSON, truncated, or not the shape its writer writes).
-    ``app_id`` and ``path`` name the job and the file."""
-
-    def __init__(self, app_id: str, path: StrPath, why: str) -> None:
-        super().__init__(f"job {app_id!r}: {os.fspath(path)} is corrupt ({why}); delete the job or fix the file")
-        self.app_id, self.path = app_id, os.fspath(path)
-
-
-class CancelDeliveredError(CorruptEntryError):
-    """A cancel of a job one of whose files was refused (``refused``: swapped for a symbolic
-    link, not what its writer wrote) that reached the job's supervisor all the same (``pid``):
-    the job stops and ends CANCELLED. The message names the refused file and says so."""
-
-    def __init__(self, refused: CorruptEntryError, pid: int) -> None:
-        ValueError.__init__(
-            self,
-            f"{refused}; the cancel was delivered all the same: its supervisor (pid {pid}) was signalled "
-            "and stops the job",
-        )
-        self.app_id, self.path = refused.app_id, refused.path
 
 
 def cancelled_msg(cancel: dict[str, Any] | None) -> str:
