@@ -11,7 +11,7 @@ first, so it is masked whatever the logging configuration (``dag.test()`` logs w
 Airflow's masking processor). A resumed task did not build its app: it registers the job's
 secrets (``job_secrets``, ``register_secrets``) before logging the job's last lines.
 
-In a triggerer the rule is stricter (docs/architecture.md, "The triggerer is shared"): no
+In a triggerer the rule is stricter (docs/architecture.md, "In the triggerer"): no
 synchronous Task SDK call from a trigger or a thread it starts, since the trigger runner's
 channel to its supervisor is shared by every trigger of the process. A trigger reads its job's
 secrets on a pool thread (``job_secrets``, a plain store read) and registers them on the loop

@@ -138,8 +138,8 @@ def check_batch_location(location: str, app: AppDef) -> None:
         if not any(d and (location == d.rstrip("/") or location.startswith(d.rstrip("/") + "/")) for d in mounted):
             raise InvalidRunConfigError(
                 f"checkpoint_root: {location!r} is a local path that role {role.name!r} does not mount "
-                f"(its mounts: {', '.join(d for d in mounted if d) or 'none'}); on aws_batch use an s3:// URI "
-                "or a path under a mount (an EFS or host volume) of every role"
+                f"(its mounts: {', '.join(d for d in mounted if d) or 'none'}); the scheduler runs jobs on other "
+                "hosts: use a URI (s3://) or a path under a mount (an EFS or host volume) of every role"
             )
 
 

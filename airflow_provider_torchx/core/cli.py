@@ -39,17 +39,20 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from airflow_provider_torchx.core import jobviews
-from airflow_provider_torchx.core.errors import ComponentError, SchedulerSetupError, SignalException, UnknownAppError
-from airflow_provider_torchx.core.guards import positive_number
-from airflow_provider_torchx.core.identity import task_label
-from airflow_provider_torchx.core.jobviews import map_strings, printable, printable_tree
-from airflow_provider_torchx.core.runner import Runner, get_runner
-from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse, Stream
-from airflow_provider_torchx.core.schedulers.local.store import (
+from airflow_provider_torchx.core.errors import (
     CancelDeliveredError,
     CancelNotRecordedError,
+    ComponentError,
     CorruptEntryError,
+    SchedulerSetupError,
+    SignalException,
+    UnknownAppError,
 )
+from airflow_provider_torchx.core.identity import task_label
+from airflow_provider_torchx.core.jobviews import map_strings, printable, printable_tree
+from airflow_provider_torchx.core.numbers import positive_number
+from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse, Stream
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 if TYPE_CHECKING:

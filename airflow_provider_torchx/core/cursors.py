@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_torchx.core.identity import TaskIdentity
-from airflow_provider_torchx.core.schedulers.local.store import read_json
+from airflow_provider_torchx.core.safefiles import read_json
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.core.statedir import default_state_dir
 

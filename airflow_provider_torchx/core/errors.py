@@ -1,15 +1,21 @@
-"""Exceptions of the scheduler core.
+"""Exceptions of the scheduler core: the errors a caller of the scheduler contract must tell
+apart (``core/schedulers/api.py`` names them in each method's guarantees).
 
 Every error caused by bad input is a ``ValueError`` subclass whose message names the field, the
 bad value and what is allowed, so callers (the CLI, the Airflow operator) can show it as is.
+Standard library only, loaded without ``typing``: the local job store raises these in the
+supervisor, before it starts the replicas.
 """
 
 from __future__ import annotations
 
-import signal
-from typing import TYPE_CHECKING
+import os
 
+# Not ``typing``/``signal``: they would slow the supervisor's start-up.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal
+
     from airflow_provider_torchx.core.specs import AppStatus
 
 
@@ -72,6 +78,45 @@ class SchedulerSetupError(RuntimeError):
 
 class UnknownQueueError(InvalidRunConfigError, SchedulerSetupError):
     """A scheduler's queue (``cfg`` or the app id's) does not exist."""
+
+
+class StoreError(OSError):
+    """The scheduler's own store of jobs cannot be written (or read): full, read-only, no
+    permission. The message names the store, what was being done and the cause (``errno`` is
+    the cause's)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class CancelNotRecordedError(StoreError):
+    """A cancel that could not be written to the store (full, read-only) but was delivered all
+    the same: the job stops and is recorded CANCELLED as soon as the store can be written. The
+    message says so."""
+
+
+class CorruptEntryError(ValueError):
+    """A record the scheduler keeps of a job is not valid (not JSON, truncated, not the shape
+    its writer writes, or refused: swapped for a symbolic link). ``app_id`` and ``path`` name
+    the job and the file; the job can still be cancelled or deleted."""
+
+    def __init__(self, app_id: str, path: str | os.PathLike[str], why: str) -> None:
+        super().__init__(f"job {app_id!r}: {os.fspath(path)} is corrupt ({why}); delete the job or fix the file")
+        self.app_id, self.path = app_id, os.fspath(path)
+
+
+class CancelDeliveredError(CorruptEntryError):
+    """A cancel of a job one of whose records was refused (``refused``) that reached the job all
+    the same (its supervisor, ``pid``, was signalled): the job stops and ends CANCELLED. The
+    message names the refused file and says so."""
+
+    def __init__(self, refused: CorruptEntryError, pid: int) -> None:
+        ValueError.__init__(
+            self,
+            f"{refused}; the cancel was delivered all the same: its supervisor (pid {pid}) was signalled "
+            "and stops the job",
+        )
+        self.app_id, self.path = refused.app_id, refused.path
 
 
 class AppStatusError(Exception):

@@ -24,11 +24,10 @@ start (``Runner.wait_reason``) is asked for once, when the guard trips.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
+from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.specs import AppState, AppStatus
 from airflow_provider_torchx.core.usage import Usage
@@ -37,24 +36,6 @@ START_TIMEOUT = "start_timeout"
 MAX_GPU_HOURS = "max_gpu_hours"
 MAX_COST = "max_cost"
 ATTEMPT_TIMEOUT = "attempt_timeout"
-
-
-def positive_number(value: Any, *, seconds: bool = False) -> float | None:
-    """``value`` (a number, a number's text or, where ``seconds``, a ``timedelta``) as a
-    finite float > 0; None when it is none of those. The one rule for every limit, interval
-    and duration a user gives (the guards, the operator's ``poll_interval``, the CLI's flags)."""
-    if seconds and isinstance(value, timedelta):
-        number: Any = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    else:
-        return None
-    return float(number) if math.isfinite(number) and number > 0 else None
 
 
 def positive_limit(name: str, value: Any, *, seconds: bool, unit: str = "GPU-hours") -> float | None:

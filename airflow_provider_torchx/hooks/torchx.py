@@ -266,7 +266,7 @@ class TorchXHook(BaseHook):
                 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
             except ImportError:
                 self.log.warning(
-                    "aws_conn_id=%r ignored: apache-airflow-providers-amazon is not installed; "
+                    "aws_conn_id=%r ignored: apache-airflow-providers-amazon (the amazon extra) is not installed; "
                     "using boto3's default credential chain",
                     settings.aws_conn_id,
                 )
@@ -317,7 +317,7 @@ class TorchXHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """Check that the scheduler exists and the cfg is valid, and whatever the scheduler
         checks of its settings (``Scheduler.check_settings``: for AWS Batch, that the queue
-        exists and is enabled)."""
+        exists and runs jobs, by the rule its submit-time check applies)."""
         try:
             return True, self.get_runner().check_settings(self.settings.scheduler, self.resolve_cfg())
         except Exception as e:

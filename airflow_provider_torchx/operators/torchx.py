@@ -32,10 +32,10 @@ from airflow_provider_torchx.core.guards import (
     START_TIMEOUT,
     Guards,
     positive_limit,
-    positive_number,
     smaller,
 )
 from airflow_provider_torchx.core.identity import TaskIdentity
+from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle

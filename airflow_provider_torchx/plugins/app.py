@@ -37,13 +37,15 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel
 
 from airflow_provider_torchx.cancels import ui_cancel_reason
-from airflow_provider_torchx.core.errors import SchedulerSetupError, UnknownAppError, shown
-from airflow_provider_torchx.core.schedulers.api import CancelledBy
-from airflow_provider_torchx.core.schedulers.local.store import (
+from airflow_provider_torchx.core.errors import (
     CancelDeliveredError,
     CancelNotRecordedError,
     CorruptEntryError,
+    SchedulerSetupError,
+    UnknownAppError,
+    shown,
 )
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.plugins import access, jobs
 from airflow_provider_torchx.plugins.access import EDIT, READ, PageUser, User

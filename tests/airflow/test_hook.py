@@ -201,7 +201,7 @@ def test_batch_test_connection_checks_the_queue(
     )
     set_conn(monkeypatch, "tx_batch_disabled", {"scheduler": "aws_batch", "cfg": "queue=torchx-disabled"})
     ok, message = TorchXHook("tx_batch_disabled").test_connection()
-    assert not ok and "is DISABLED; it must be ENABLED" in message
+    assert not ok and "queue 'torchx-disabled' is DISABLED: AWS Batch runs no jobs from it" in message
 
 
 def test_progress_line_says_why_a_job_waits() -> None:

@@ -18,7 +18,6 @@ from airflow_provider_torchx.core.guards import (
     Trip,
     has_started,
     positive_limit,
-    positive_number,
     smaller,
 )
 from airflow_provider_torchx.core.logstream import LogBatch, LogLine, Look, Pause, Tripped, WatchRules, WatchState
@@ -178,29 +177,6 @@ def test_a_limit_takes_a_positive_number(value: Any, seconds: bool, expected: fl
 def test_a_limit_refuses_anything_else_naming_the_field_and_the_value(value: Any) -> None:
     with pytest.raises(ValueError, match=r"start_timeout: .* is not allowed: expected a number of seconds"):
         positive_limit("start_timeout", value, seconds=True)
-
-
-@pytest.mark.parametrize(
-    ("value", "seconds", "expected"),
-    [
-        (2, False, 2.0),
-        (0.5, False, 0.5),
-        ("1.5", False, 1.5),
-        (timedelta(seconds=3), True, 3.0),
-        (timedelta(seconds=3), False, None),
-        (0, False, None),
-        (-2, False, None),
-        (float("nan"), False, None),
-        (float("inf"), False, None),
-        ("soon", False, None),
-        (True, False, None),
-        (None, False, None),
-    ],
-)
-def test_a_positive_number_is_finite_above_zero_and_nothing_else(
-    value: Any, seconds: bool, expected: float | None
-) -> None:
-    assert positive_number(value, seconds=seconds) == expected
 
 
 def test_the_smaller_limit_wins() -> None:

@@ -34,6 +34,7 @@ from airflow_provider_torchx.core.schedulers.api import (
     Scheduler,
     Stream,
     labels_match,
+    newest,
 )
 from airflow_provider_torchx.core.specs import (
     AppDef,
@@ -132,12 +133,19 @@ class FakeScheduler(Scheduler[dict[str, Any]]):
             labels=self.apps[app_id]["labels"],
         )
 
-    def list(self, cfg: Mapping[str, CfgVal] | None = None, labels: Mapping[str, str] | None = None) -> list[Any]:
-        return [
+    def list(
+        self,
+        cfg: Mapping[str, CfgVal] | None = None,
+        labels: Mapping[str, str] | None = None,
+        *,
+        limit: int | None = None,
+    ) -> list[Any]:
+        apps = [
             ListAppResponse(app_id=app_id, state=self.script[app_id][0], labels=rec["labels"])
             for app_id, rec in self.apps.items()
             if labels_match(rec["labels"], labels)
         ]
+        return newest(apps, limit)
 
     def wait_for_change(self, app_id: str, timeout: float) -> None:
         self.waits.append(timeout)
@@ -401,8 +409,8 @@ def test_labels_pass_through_and_list_filters(runner: Runner, factory: Factory) 
     assert {a.app_handle for a in runner.list("fake", labels={"airflow.dag_id": "d"})} == {handle, other}
     assert {a.app_handle for a in runner.list("fake")} == {handle, other, unlabelled}
     assert runner.list("fake", labels={"airflow.dag_id": "nope"}) == []
-    # FakeScheduler.list takes no ``limit`` (a plugin's, written before it): the base class cuts
-    # no ``created`` here: the newest are the last by app id
+    # FakeScheduler.list cuts its full list with ``newest``; no ``created`` here: the newest
+    # are the last by app id
     by_id = sorted([handle, other, unlabelled], key=lambda h: h.rsplit("/", 1)[1])
     assert [a.app_handle for a in runner.list("fake", limit=2)] == by_id[1:]
     assert runner.count("fake", labels={"airflow.dag_id": "d"}) == 2

@@ -100,7 +100,9 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
             cancelled_by=CancelledBy.parse(by),
         )
 
-    def list(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> list[ListAppResponse]:
+    def list(
+        self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None, *, limit: int | None = None
+    ) -> list[ListAppResponse]:
         return []
 
     def log_iter(

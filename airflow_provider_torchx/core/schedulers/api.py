@@ -1,8 +1,13 @@
 """The contract every scheduler backend meets.
 
-A backend subclasses ``Scheduler`` and implements the abstract methods. Each public method's
-docstring lists its behaviours and assumptions: what it guarantees, what it raises and
-whether it blocks. The ``Runner`` only talks to backends through this contract.
+A backend subclasses ``Scheduler`` and implements the required core, TorchX's handful of
+abstract methods (``_run_opts``, ``_submit_dryrun``, ``schedule``, ``describe``, ``list``,
+``_cancel_existing``); every other method has a default a backend may replace. A capability it
+declares (``SchedulerCapabilities``) promises methods of its own (``CAPABILITY_METHODS``),
+checked when the class is made, as is ``list``'s signature: a ``TypeError`` names the class,
+what it declared and what it misses. Each public method's docstring lists its behaviours and
+assumptions: what it guarantees, what it raises and whether it blocks. The ``Runner`` only
+talks to backends through this contract.
 """
 
 from __future__ import annotations
@@ -155,7 +160,7 @@ class LogChunk:
 @dataclass(frozen=True)
 class SchedulerCapabilities:
     """What a watcher of this scheduler's jobs must know of it (the Airflow layer and the CLI
-    act on these, never on a scheduler's name; docs/architecture.md, "Capabilities").
+    act on these, never on a scheduler's name; docs/architecture.md, "Capabilities, not names").
 
     - ``host_bound``: jobs run on the submitting host and can only be watched from there (a
       deferred task must be watched by a triggerer on the same host).
@@ -184,6 +189,15 @@ class SchedulerCapabilities:
     error_files: bool = False
     separate_stderr: bool = False
     local_store: bool = False
+
+
+#: The methods a capability makes the watchers call, which a scheduler declaring it must define
+#: itself (``Scheduler``'s defaults answer "none here"): ``error_files``, the error file's read;
+#: ``separate_stderr``, a log read by stream (``Stream.STDERR``, through ``log_iter``).
+CAPABILITY_METHODS: Mapping[str, tuple[str, ...]] = {
+    "error_files": ("read_error_file",),
+    "separate_stderr": ("log_iter",),
+}
 
 
 def _same(described: DescribeAppResponse | None) -> DescribeAppResponse | None:
@@ -277,7 +291,8 @@ class Scheduler(abc.ABC, Generic[T]):
         1. ``cfg`` is resolved against ``run_opts()`` (defaults filled, types checked,
            required options present) before anything else: ``InvalidRunConfigError``.
         2. The app is validated (``validate_app`` and the backend's ``_validate``); invalid
-           input raises a ``ValueError`` subclass naming the field. Nothing is submitted.
+           input raises a ``ValueError`` subclass naming the field (``InvalidSpecError``,
+           ``InvalidRunConfigError``). Nothing is submitted.
         3. Each role's ``pre_proc`` may edit the request.
         4. ``app`` is used as given (the runner passes its own deep copy); the result carries
            it as ``info.app``, with the resolved cfg and ``labels``.
@@ -309,6 +324,10 @@ class Scheduler(abc.ABC, Generic[T]):
         1. Submits ``dryrun_info.request`` as is (edits to ``dryrun_info.app`` are ignored).
         2. Returns once the scheduler accepted the job; does not wait for it to start.
         3. The app id never contains ``/`` or ``..``.
+        4. A job the scheduler refuses before submitting it raises, leaving nothing behind:
+           ``InvalidRunConfigError`` (``JobWontFitError``, ``UnknownQueueError``: its queue
+           cannot run it), ``SchedulerSetupError`` (this host's setup), ``StoreError`` (the
+           scheduler's own store of jobs cannot be written).
         """
 
     def submit(self, app: AppDef, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> str:
@@ -327,7 +346,9 @@ class Scheduler(abc.ABC, Generic[T]):
         """The app's state, roles and replica statuses, or None if there is no such app.
 
         1. Never raises for an unknown app id (returns None); a setup error of the scheduler
-           (no credentials, a queue that does not exist) raises ``SchedulerSetupError``.
+           (no credentials, a queue that does not exist) raises ``SchedulerSetupError``; a
+           record of the app the scheduler cannot read raises ``CorruptEntryError`` (``cancel``
+           and ``delete`` still act on such an app).
         2. ``msg`` names the failed role/replica and its exit code or the scheduler's reason.
         3. May block for one round trip to the scheduler.
         """
@@ -409,9 +430,10 @@ class Scheduler(abc.ABC, Generic[T]):
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
         """Check that jobs can be submitted with the resolved ``cfg`` (e.g. that a queue
-        exists and is enabled); return what was checked. Raises a ``ValueError`` subclass
-        naming the field for a bad setting. Used by a connection's test; may block for a
-        round trip to the scheduler. The default checks nothing beyond ``cfg`` itself."""
+        exists and runs jobs); return what was checked. Raises a ``ValueError`` subclass
+        naming the field for a bad setting (``InvalidRunConfigError``, ``UnknownQueueError``),
+        ``SchedulerSetupError`` for this host's setup. Used by a connection's test; may block
+        for a round trip to the scheduler. The default checks nothing beyond ``cfg`` itself."""
         return f"scheduler {self.backend} is available; cfg {dict(cfg)} is valid"
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[T] | None:
@@ -424,23 +446,9 @@ class Scheduler(abc.ABC, Generic[T]):
         return self.describe(app_id) is not None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Give a backend whose ``list`` predates ``limit`` (a plugin's ``list(cfg, labels)``)
-        one that takes it: the full list, cut to the newest ``limit`` (``newest``)."""
+        """Check the class against the contract when it is made (``check_contract``)."""
         super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("list")
-        if own is not None and "limit" not in inspect.signature(own).parameters:
-
-            def list_limited(
-                self: Scheduler[Any],
-                cfg: Cfg | None = None,
-                labels: Mapping[str, str] | None = None,
-                *,
-                limit: int | None = None,
-            ) -> builtins.list[ListAppResponse]:
-                return newest(own(self, cfg, labels), limit)
-
-            list_limited.__doc__ = own.__doc__
-            cls.list = list_limited  # type: ignore[method-assign]
+        check_contract(cls)
 
     @abc.abstractmethod
     def list(
@@ -485,7 +493,7 @@ class Scheduler(abc.ABC, Generic[T]):
         """The text of torchrun's error file of replica ``k`` of ``role_name`` (its
         ``TORCHELASTIC_ERROR_FILE``) and when it was written (epoch seconds), for a scheduler
         with the ``error_files`` capability. The scheduler reads it itself, from a place the job
-        cannot redirect (docs/architecture.md, "files are read only inside the job"). None (the
+        cannot redirect (docs/architecture.md, "Capabilities, not names": ``error_files``). None (the
         default): there is none to read here. Quick: never waits on a remote service."""
         return None
 
@@ -546,7 +554,8 @@ class Scheduler(abc.ABC, Generic[T]):
            ``log_iter``, re-reads the log and skips the lines counted in the cursor: it is
            at-least-once if the backend's log changes under it.
         3. At most ``max_lines`` lines when given.
-        4. Unknown app: ``UnknownAppError``.
+        4. Unknown app: ``UnknownAppError``; a cursor this scheduler did not return:
+           ``ValueError`` naming it.
         """
         try:
             skip = int(cursor_object(cursor)["skip"]) if cursor else 0
@@ -577,6 +586,11 @@ class Scheduler(abc.ABC, Generic[T]):
         4. ``by`` says who asks, in the closed vocabulary ``CancelledBy`` (None: not said); a
            backend that can keep it records it with the request: ``describe`` then returns it
            as ``cancelled_by``.
+        5. A request that reached the app but could not be recorded raises
+           ``CancelNotRecordedError`` (a ``StoreError``), one that reached it though a record of
+           it was refused ``CancelDeliveredError`` (a ``CorruptEntryError``): the app stops all
+           the same. ``CorruptEntryError`` itself: the request reached nothing (``delete``
+           removes such an app).
         """
         desc = self.describe(app_id)
         if desc is None:
@@ -595,7 +609,8 @@ class Scheduler(abc.ABC, Generic[T]):
     def delete(self, app_id: str) -> None:
         """Cancel the app if it runs, then remove what the scheduler keeps of it.
 
-        Idempotent: an unknown app is logged and left alone.
+        Idempotent: an unknown app is logged and left alone. ``StoreError``: the scheduler's
+        own store of jobs cannot be written.
         """
         if not self.exists(app_id):
             log.info("delete: no app %s on %s; nothing to do", app_id, self.backend)
@@ -614,3 +629,25 @@ class Scheduler(abc.ABC, Generic[T]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_contract(cls: type[Scheduler[Any]]) -> None:
+    """``TypeError`` naming ``cls``, unless each capability it declares has the methods it
+    needs (``CAPABILITY_METHODS``) defined by ``cls`` or a base of its own, and its ``list``
+    takes ``limit=`` (``Scheduler.list``): the contract is met by what a class says, never
+    patched in behind its back."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    for capability, methods in CAPABILITY_METHODS.items():
+        if not getattr(cls.capabilities, capability):
+            continue
+        for method in methods:
+            if getattr(cls, method) is getattr(Scheduler, method):
+                raise TypeError(
+                    f"{name} declares the capability {capability!r}, which needs the method {method}(); "
+                    f"it has only Scheduler's default, which answers for a scheduler without it"
+                )
+    if "limit" not in inspect.signature(cls.list).parameters:
+        raise TypeError(
+            f"{name}.list takes no limit=: Scheduler.list takes `*, limit: int | None = None` (the newest "
+            "`limit` matches, None: all); a list that builds every answer returns newest(apps, limit)"
+        )

@@ -255,6 +255,39 @@ class HandPoller(StatusPoller):
         clock.now = end
 
 
+def test_a_pollers_memory_stays_flat_over_100000_job_lifetimes() -> None:
+    """A triggerer's poller over a long life: 100,000 jobs submitted (their app id and job id
+    remembered, expected), watched until they end, then left, 100 every 6 minutes. Every table
+    the poller keeps per job (the app ids too) holds only the jobs asked about within
+    ``FORGET_AFTER``: as many entries after the 100,000th job as after the 2,000th."""
+    clock = FakeClock()
+    batch = FakeBatch()
+    poller = HandPoller(batch, clock=clock.clock)
+    per_step, step_s = 100, 360.0
+    sizes: list[tuple[int, ...]] = []
+    for step in range(100_000 // per_step):
+        ids = [f"j{step}-{i}" for i in range(per_step)]
+        for job_id in ids:
+            batch.jobs[job_id] = {"jobId": job_id, "jobName": job_id, "jobQueue": "q1", "status": "RUNNING"}
+            poller.remember(f"q1:{job_id}", job_id)
+            poller.expect(job_id)
+        poller.request(ids)
+        poller.step(clock, 1.0)
+        for job_id in ids:
+            batch.jobs[job_id]["status"] = "SUCCEEDED"
+        ended = poller.request(ids, max_age=0)
+        poller.step(clock, step_s - 1.0)
+        assert all(job["status"] == "SUCCEEDED" for job in ended.result(timeout=0).values())
+        for job_id in ids:
+            del batch.jobs[job_id]
+        tables = (poller._accessed, poller._results, poller._expected, poller._job_ids)
+        sizes.append((*map(len, tables), len(poller.schedule), len(poller._waiters)))
+    window = per_step * (int(poller_module.FORGET_AFTER // step_s) + 1)
+    assert max(max(s[:4]) for s in sizes) <= window and all(s[4:] == (0, 0) for s in sizes)
+    assert sizes[-1] == sizes[19] == max(sizes)
+    assert poller.job_id("q1:j0-0") is None and poller.job_id("q1:j999-0") == "j999-0"
+
+
 def follow(poller: StatusPoller, job_id: str, period: float, seen: dict[str, list[tuple[float, str]]]) -> None:
     """A trigger's rhythm: on each answer, note it and ask for the next scheduled look."""
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, JobWontFitError
-from airflow_provider_torchx.core.schedulers.aws_batch import preflight, render
+from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler, preflight, render
 from airflow_provider_torchx.core.schedulers.aws_batch.preflight import (
     JobNeeds,
     NodeNeeds,
@@ -153,6 +153,34 @@ def test_a_queue_without_an_enabled_valid_environment_names_each() -> None:
     assert isinstance(err.value, InvalidRunConfigError)
     with pytest.raises(JobWontFitError, match="it has no compute environment"):
         check(view(), needs(node()))
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "refused"),
+    [
+        ("ENABLED", "VALID", None),
+        ("ENABLED", "UPDATING", None),
+        ("ENABLED", "INVALID", "queue 'q' is INVALID"),
+        ("DISABLED", "VALID", "queue 'q' is DISABLED"),
+    ],
+)
+def test_a_connections_test_refuses_the_queues_the_submit_time_check_refuses(
+    state: str, status: str, refused: str | None
+) -> None:
+    """One rule for a queue (``queue_refusal``): the connection's Test (``check_settings``)
+    accepts a queue exactly when the submit-time check lets a job that fits through."""
+    aws = FakeAWS()
+    aws.view = view(ce("ok"), state=state, status=status)
+    sched = create_scheduler("conn-test", client=aws)
+    cfg = sched.run_opts().resolve({"queue": "q"})
+    if refused is None:
+        assert sched.check_settings(cfg) == f"AWS Batch job queue 'q' is {state} ({status})"
+        check(aws.view, needs(node()))
+        return
+    with pytest.raises(InvalidRunConfigError, match=f"^queue: {refused}: AWS Batch runs no jobs from it"):
+        sched.check_settings(cfg)
+    with pytest.raises(JobWontFitError, match=f"^cfg: {refused}: AWS Batch runs no jobs from it"):
+        check(aws.view, needs(node()))
 
 
 def test_an_updating_environment_runs_jobs() -> None:

@@ -29,6 +29,7 @@ from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create
 from airflow_provider_torchx.core.specs import AppState, make_app_handle
 from tests.core.local.conftest import marked_processes, wait_gone
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line, wait_running
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.files import swap_dir_for_symlink, swap_file_for_symlink
 
 
@@ -201,6 +202,8 @@ def test_a_read_only_store_gives_clear_errors_and_reads_still_work(
     desc = reader.finalize(app_id)
     assert desc is not None and desc.state == AppState.FAILED and "not recorded" in desc.msg
     assert [(a.app_id, a.state) for a in reader.list()] == [(app_id, AppState.FAILED)]
+    frozen = FakeClock(now=time.time()).clock  # the end it would record is at the prune's cutoff
+    assert create_cwd_scheduler("test", state_dir=ro_dir, clock=frozen).prune(older_than=0) == []  # not recorded
     code, out, err = run_cli(capsys, "status", handle)
     assert code == 0 and "FAILED" in out, err
     assert temp_files(rw_dir) == []

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_torchx.core.errors import UnknownAppError
+from airflow_provider_torchx.core.safefiles import UnsafeFileError
 from airflow_provider_torchx.core.schedulers.api import Stream
 from airflow_provider_torchx.core.schedulers.local import LocalScheduler, LogIterator
 from airflow_provider_torchx.core.schedulers.local.logs import (
@@ -20,7 +21,6 @@ from airflow_provider_torchx.core.schedulers.local.logs import (
     read_lines,
     tail_lines,
 )
-from airflow_provider_torchx.core.schedulers.local.store import UnsafeFileError
 from airflow_provider_torchx.core.specs import AppState
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line
 
@@ -163,7 +163,7 @@ def test_a_swapped_log_is_refused_never_read(sched: LocalScheduler, tmp_path: Pa
     log with a FIFO) gets a clear error from every reader; the target is never read."""
     import os
 
-    from airflow_provider_torchx.core.schedulers.local.store import UnsafeFileError
+    from airflow_provider_torchx.core.safefiles import UnsafeFileError
 
     secret = tmp_path / "shadow"
     secret.write_text("root:SECRET-HASH:19000\n")

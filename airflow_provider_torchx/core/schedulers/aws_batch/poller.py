@@ -186,13 +186,16 @@ class StatusPoller:
     def expect(self, job_id: str) -> None:
         """Note a job just submitted, so that not seeing it yet is not "no such job"."""
         with self._cond:
-            self._expected[job_id] = self.clock.monotonic() + self.visibility_grace
+            now = self._accessed[job_id] = self.clock.monotonic()
+            self._expected[job_id] = now + self.visibility_grace
             self._results.pop(job_id, None)
 
     def remember(self, app_id: str, job_id: str) -> None:
-        """Record which job id an app id (``queue:name``) has, for every scheduler instance."""
+        """Record which job id an app id (``queue:name``) has, for every scheduler instance;
+        forgotten with the job (``FORGET_AFTER``)."""
         with self._cond:
             self._job_ids[app_id] = job_id
+            self._accessed[job_id] = self.clock.monotonic()
 
     def job_id(self, app_id: str) -> str | None:
         """The job id recorded for ``app_id``, if any. Read without the lock (one dict read;
@@ -354,9 +357,9 @@ class StatusPoller:
                 raise
 
     def _round(self) -> None:
-        """One round: describe the ids the schedule gives (``RoundSchedule.take``), 100 a call, and answer the waiters
-        each call completes as soon as it returns (the waiters' loop then takes its answers a
-        call's worth at a time, not a whole round's: 500 at 5,000 jobs held it 100 ms)."""
+        """One round: describe the ids the schedule gives (``RoundSchedule.take``), 100 a
+        call, and answer the waiters each call completes as soon as it returns (the waiters'
+        loop then takes its answers a call's worth at a time, not a whole round's)."""
         with self._cond:
             start = self.clock.monotonic()
             ids = self.schedule.take(start)
@@ -402,11 +405,16 @@ class StatusPoller:
                 w.then(answer)
 
     def _prune(self, now: float) -> None:
-        """Forget jobs nobody asked about for a long time (bounded memory in long runs)."""
-        stale = [i for i, at in self._accessed.items() if now - at > FORGET_AFTER]
+        """Forget jobs nobody asked about for ``FORGET_AFTER``, with the app ids that name
+        them: a long-running triggerer's memory stays bounded by the jobs it watches."""
+        stale = {i for i, at in self._accessed.items() if now - at > FORGET_AFTER}
+        if not stale:
+            return
         for job_id in stale:
             for table in (self._accessed, self._results, self._expected):
                 table.pop(job_id, None)
+        # a new dict, swapped in whole: ``job_id`` reads the table without the lock
+        self._job_ids = {app_id: job_id for app_id, job_id in self._job_ids.items() if job_id not in stale}
 
 
 def answer_jobs(answer: Jobs | BaseException) -> Jobs:
@@ -437,7 +445,7 @@ def client_key(client: Any, credentials: str | None = None) -> tuple[str, ...]:
 
 def shared_poller(client: Any, credentials: str | None = None) -> StatusPoller:
     """The process-wide poller for the account/region/endpoint and credentials of the Batch
-    ``client`` (``client_key``); pollers idle for ``POLLER_IDLE_FORGET`` are dropped."""
+    ``client`` (``client_key``); making a new one drops those idle for ``POLLER_IDLE_FORGET``."""
     key = client_key(client, credentials)
     with _registry_lock:
         poller = _pollers.get(key)

@@ -222,14 +222,19 @@ def env_refusal(env: Mapping[str, Any], job: JobNeeds, view: QueueView) -> str |
     return None
 
 
-def check(view: QueueView, job: JobNeeds) -> None:
-    """Raise ``JobWontFitError`` when the queue of ``view`` cannot run ``job``: the queue is
-    not ENABLED/VALID, or none of its compute environments can run it (each one named, with
-    the limit the job passes)."""
-    name = str(view.queue.get("jobQueueName"))
-    refused = _state_refusal(f"queue {name!r}", view.queue)
+def queue_refusal(queue: Mapping[str, Any]) -> str | None:
+    """Why AWS Batch runs no jobs from ``queue`` (its ``DescribeJobQueues`` entry): it is not
+    ENABLED, or its status is not VALID/UPDATING; None if it runs jobs. The one rule for the
+    submit-time check (``refusal``) and a connection's test (``check_settings``)."""
+    return _state_refusal(f"queue {str(queue.get('jobQueueName'))!r}", queue)
+
+
+def refusal(view: QueueView, job: JobNeeds) -> str | None:
+    """Why the queue of ``view`` cannot run ``job`` (``queue_refusal``, else each compute
+    environment named, with the limit the job passes), in AWS's terms; None if it can."""
+    refused = queue_refusal(view.queue)
     if refused:
-        raise JobWontFitError(f"cfg: {refused}: AWS Batch runs no jobs from it {_HINT}")
+        return f"{refused}: AWS Batch runs no jobs from it"
     by_arn = {str(e.get("computeEnvironmentArn")): e for e in view.envs}
     order = sorted(view.queue.get("computeEnvironmentOrder") or [], key=lambda o: int(o.get("order", 0)))
     reasons = []
@@ -239,11 +244,19 @@ def check(view: QueueView, job: JobNeeds) -> None:
         label = env.get("computeEnvironmentName", arn) if env else arn.rsplit("/", 1)[-1]
         refused = "it was not found" if env is None else env_refusal(env, job, view)
         if refused is None:
-            return
+            return None
         reasons.append(f"compute environment {label!r}: {refused}")
     if not reasons:
         reasons.append("it has no compute environment")
-    raise JobWontFitError(f"cfg: queue {name!r} cannot run this job: {'; '.join(reasons)} {_HINT}")
+    return f"queue {str(view.queue.get('jobQueueName'))!r} cannot run this job: {'; '.join(reasons)}"
+
+
+def check(view: QueueView, job: JobNeeds) -> None:
+    """Raise ``JobWontFitError`` when the queue of ``view`` cannot run ``job`` (``refusal``),
+    naming the run option that skips this check."""
+    refused = refusal(view, job)
+    if refused is not None:
+        raise JobWontFitError(f"cfg: {refused} {_HINT}")
 
 
 # --------------------------------------------------------------------------- the calls

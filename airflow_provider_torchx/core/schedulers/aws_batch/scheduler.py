@@ -433,16 +433,17 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         return self._summaries[job_id]
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
-        """That the job queue ``cfg["queue"]`` exists and is ENABLED."""
+        """That the job queue ``cfg["queue"]`` exists and runs jobs, by the submit-time
+        check's rule (``preflight.queue_refusal``: ENABLED, and VALID or UPDATING)."""
         self.aws.use_location(cfg)
         queue = str(cfg.get("queue"))
         found = self.client.describe_job_queues(jobQueues=[queue]).get("jobQueues", [])
         if not found:
             raise self._no_such_queue(queue)
-        state, state_status = found[0].get("state"), found[0].get("status")
-        if state != "ENABLED":
-            raise InvalidRunConfigError(f"queue: AWS Batch job queue {queue!r} is {state}; it must be ENABLED")
-        return f"AWS Batch job queue {queue!r} is ENABLED ({state_status})"
+        refused = preflight.queue_refusal(found[0])
+        if refused:
+            raise InvalidRunConfigError(f"queue: {refused}: AWS Batch runs no jobs from it")
+        return f"AWS Batch job queue {queue!r} is {found[0].get('state')} ({found[0].get('status')})"
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[render.BatchJob] | None:
         """The job as Batch holds it, as a ``BatchJob``."""

@@ -1,6 +1,6 @@
 """Why a Batch job has not started: its own ``statusReason``, its queue's and each compute
 environment's state and ``statusReason``, and, where the queue preflight's rules can tell
-(``preflight.py``), why the job fits none of them.
+(``preflight.refusal``), why the job fits none of them.
 
 Pure functions over AWS-shaped data (a ``DescribeJobs`` entry and a ``preflight.QueueView``);
 the scheduler reads both once, when ``start_timeout`` trips (``core/guards.py``).
@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_torchx.core.errors import JobWontFitError
 from airflow_provider_torchx.core.schedulers.aws_batch import preflight
 
 
@@ -50,9 +49,9 @@ def wait_reason(job: Mapping[str, Any], view: preflight.QueueView | None) -> str
     parts.append(f"queue {view.queue.get('jobQueueName')!r} {_state(view.queue)}")
     parts.extend(f"compute environment {e.get('computeEnvironmentName')!r} {_state(e)}" for e in view.envs)
     try:
-        preflight.check(view, preflight.job_needs(job_definition_of(job)))
-    except JobWontFitError as e:
-        parts.append(str(e).removeprefix("cfg: ").split(" (run option check_queue")[0])
+        refused = preflight.refusal(view, preflight.job_needs(job_definition_of(job)))
     except (KeyError, TypeError, ValueError):  # a shape the preflight cannot read: say nothing of fit
-        pass
+        refused = None
+    if refused is not None:
+        parts.append(refused)
     return "; ".join(parts)

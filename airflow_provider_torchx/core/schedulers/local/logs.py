@@ -2,9 +2,9 @@
 ``LogIterator``, which follows a log file until its app is terminal (a finished log is
 iterated by Python's text layer itself, as fast as ``for line in open(path)``).
 
-Every read opens the file through ``store.open_inside`` (``open_log``), which stays inside the
+Every read opens the file through ``safefiles.open_inside`` (``open_log``), which stays inside the
 job's log directory: a log that a replica swapped for a symbolic link (to ``/etc/shadow``, say),
-a FIFO or a device, or whose directory now leads elsewhere, raises ``store.UnsafeFileError``
+a FIFO or a device, or whose directory now leads elsewhere, raises ``safefiles.UnsafeFileError``
 naming it; its target is never read. This holds for every reader (the UI, the trigger, the
 worker, the CLI).
 """
@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from airflow_provider_torchx.core import safefiles
 from airflow_provider_torchx.core.errors import shown
 from airflow_provider_torchx.core.schedulers.api import Stream, cursor_object
-from airflow_provider_torchx.core.schedulers.local import store
 
 if TYPE_CHECKING:
     from airflow_provider_torchx.core.schedulers.api import Scheduler
@@ -101,8 +101,8 @@ def cursor_at(stream: str, offset: int) -> str:
 def open_log(path: str, root: str) -> int | None:
     """A file descriptor of the log ``path`` open for reading, or None when it does not exist;
     only a regular file reached through real directories below ``root`` (the job's log
-    directory) is opened (``store.open_inside``)."""
-    return store.open_inside(path, root, "log")
+    directory) is opened (``safefiles.open_inside``)."""
+    return safefiles.open_inside(path, root, "log")
 
 
 def read_lines(

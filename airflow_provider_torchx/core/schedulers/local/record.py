@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_torchx.core import safefiles
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.schedulers.local import ledger, procfs, store
@@ -102,7 +103,7 @@ def read_entry(root: str, app_id: str, name: str) -> Any:
     path = os.path.join(root, app_id, name)
     try:
         value = store.read_json(path, root)
-    except store.UnsafeFileError as e:
+    except safefiles.UnsafeFileError as e:
         raise store.CorruptEntryError(app_id, path, e.why) from None
     except ValueError as e:
         raise store.CorruptEntryError(app_id, path, f"not JSON: {e}") from None
@@ -284,7 +285,7 @@ def last_words(root: str, app_id: str) -> str:
         with open(fd, "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - LAST_WORDS_BYTES))
             tail = f.read().decode("utf-8", "replace")
-    except (OSError, store.UnsafeFileError):
+    except (OSError, safefiles.UnsafeFileError):
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""

@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_torchx.core import safefiles
 from airflow_provider_torchx.core.checkpoints import LOCAL_ROOT_NAME as LOCAL_CHECKPOINT_ROOT
 from airflow_provider_torchx.core.checkpoints import app_checkpoint_dir
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
@@ -302,6 +303,12 @@ class LocalScheduler(Scheduler[PopenRequest]):
         Blocking (a ``/proc`` scan, kills, a store write): never on an event loop. Returns the
         job's description once finalised, None when there was nothing to do (no such job, or
         one still supervised or already recorded as ended)."""
+        reaped = self._reap(app_id)
+        return None if reaped is None else reaped[0]
+
+    def _reap(self, app_id: str) -> tuple[DescribeAppResponse, bool] | None:
+        """``finalize``, with whether the end was recorded (False: the store could not be
+        written, the description says why)."""
         rec = self.records.request(app_id)
         if rec is None or not self.records.state(app_id, rec).get("orphaned"):
             return None
@@ -319,9 +326,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
         except OSError as e:
             err = store.store_error(self.store.root, f"record the end of {app_id!r}", e)
             log.warning("%s (reported, not recorded)", err)
-            return self._describe(app_id, rec, {**end, "msg": f"{end['msg']} (not recorded: {err})"})
+            return self._describe(app_id, rec, {**end, "msg": f"{end['msg']} (not recorded: {err})"}), False
         self.records.remember(app_id, rec, end)
-        return self._describe(app_id, rec, end)
+        return self._describe(app_id, rec, end), True
 
     # ------------------------------------------------------------------ observe
 
@@ -348,7 +355,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         try:
             _, path, root = self._log_file(app_id, role_name, k, Stream.STDERR)
             fd = open_log(os.path.join(os.path.dirname(path), ERROR_FILE_NAME), root)
-        except store.UnsafeFileError as e:
+        except safefiles.UnsafeFileError as e:
             log.warning("root cause of %s: %s", shown(app_id), e)
             return None
         except (UnknownAppError, ValueError):
@@ -398,11 +405,11 @@ class LocalScheduler(Scheduler[PopenRequest]):
         summaries = self.summaries()
         for app_id, entry in summaries.items():
             if entry.get("orphaned"):  # stop what is left of it and record its end first
-                done = self.finalize(app_id)
-                if done is None or "not recorded" in done.msg:
+                reaped = self._reap(app_id)
+                if reaped is None or not reaped[1]:
                     entry["state"] = "UNKNOWN"  # not prunable this time
                 else:
-                    entry.update(state=done.state.name, ended=done.ended)
+                    entry.update(state=reaped[0].state.name, ended=reaped[0].ended)
         pruned = []
         for app_id in listing.prunable(summaries, cutoff=cutoff, states=states):
             size = self.store.disk_usage(app_id)

@@ -20,14 +20,15 @@ index is a cache (whoever lists adds what it learned; a job missing from it is r
 files, an entry whose directory is gone is ignored), so a lost or stale write costs time, never
 correctness, and a store that cannot be written is listed all the same.
 
-Every file is read through ``open_inside``: a regular file reached through real directories
-below the store (or the directory given), never through a symbolic link, so a job that swaps
+Every file is read through ``open_inside`` (``core/safefiles.py``): a regular file reached
+through real directories below the store (or the directory given), never through a symbolic link, so a job that swaps
 one of its files (or its directory) for a link to ``/etc/shadow`` gets a clear error and the
 target is never read.
 
 Everything is created owner-only, whatever the umask. Store faults (a full or read-only
 filesystem) raise ``StoreError`` naming the store and the cause; a file that is not what its
-writer wrote (truncated, foreign, hand-edited) raises ``CorruptEntryError`` naming it.
+writer wrote (truncated, foreign, hand-edited) raises ``CorruptEntryError`` naming it (both
+in ``core/errors.py``: the contract's errors).
 Standard library only: the supervisor imports this before it starts the replicas, so what
 only some functions use (``json``, ``re``, ``shutil``) is imported in them: a job's start waits
 for nothing it does not use.
@@ -35,12 +36,17 @@ for nothing it does not use.
 
 from __future__ import annotations
 
-import errno
 import gc
 import os
-import stat
 import time
 
+# The store's errors are the contract's (callers catch them from ``core/errors.py``); the local
+# modules name them through the store.
+from airflow_provider_torchx.core.errors import CancelDeliveredError as CancelDeliveredError
+from airflow_provider_torchx.core.errors import CancelNotRecordedError as CancelNotRecordedError
+from airflow_provider_torchx.core.errors import CorruptEntryError as CorruptEntryError
+from airflow_provider_torchx.core.errors import StoreError
+from airflow_provider_torchx.core.safefiles import read_json
 from airflow_provider_torchx.core.statedir import default_state_dir
 
 # Not ``typing``/``pathlib``/``collections``: they would slow the supervisor's start-up.
@@ -106,43 +112,6 @@ def is_valid_app_id(app_id: object) -> bool:
 def job_marker(job_dir: StrPath) -> str:
     """The ``KEY=value`` every process of the job has in its environment."""
     return f"{JOB_ENV}={job_dir}"
-
-
-class StoreError(OSError):
-    """The job store cannot be written (or read): full, read-only, no permission. The message
-    names the store, what was being done and the cause (``errno`` is the cause's)."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)
-
-
-class CancelNotRecordedError(StoreError):
-    """A cancel that could not be written to the store (full, read-only) but was delivered all
-    the same: the job's supervisor was signalled, stops the job and records it CANCELLED as
-    soon as the store can be written. The message says so."""
-
-
-class CorruptEntryError(ValueError):
-    """A file of a job is not valid (not JSON, truncated, or not the shape its writer writes).
-    ``app_id`` and ``path`` name the job and the file."""
-
-    def __init__(self, app_id: str, path: StrPath, why: str) -> None:
-        super().__init__(f"job {app_id!r}: {os.fspath(path)} is corrupt ({why}); delete the job or fix the file")
-        self.app_id, self.path = app_id, os.fspath(path)
-
-
-class CancelDeliveredError(CorruptEntryError):
-    """A cancel of a job one of whose files was refused (``refused``: swapped for a symbolic
-    link, not what its writer wrote) that reached the job's supervisor all the same (``pid``):
-    the job stops and ends CANCELLED. The message names the refused file and says so."""
-
-    def __init__(self, refused: CorruptEntryError, pid: int) -> None:
-        ValueError.__init__(
-            self,
-            f"{refused}; the cancel was delivered all the same: its supervisor (pid {pid}) was signalled "
-            "and stops the job",
-        )
-        self.app_id, self.path = refused.app_id, refused.path
 
 
 def cancelled_msg(cancel: dict[str, Any] | None) -> str:
@@ -213,60 +182,6 @@ def write_json_atomic(path: StrPath, obj: Any) -> os.stat_result:
         except OSError:
             pass
         raise
-
-
-class UnsafeFileError(ValueError):
-    """A file of the store that is not a regular file reached through real directories (a
-    symbolic link, a FIFO, a path through a swapped directory): it is not read. ``why`` says
-    which, the message also names the file."""
-
-    def __init__(self, what: str, path: str, why: str) -> None:
-        super().__init__(f"{what} {path}: refused: {why}")
-        self.why = f"refused: {why}"
-
-
-def open_inside(path: StrPath, root: StrPath, what: str = "file") -> int | None:
-    """A file descriptor of ``path`` open for reading, or None when it does not exist. Only a
-    regular file below ``root`` reached through real directories (no symbolic link between
-    ``root`` and the file, the file itself included; ``root`` may be one) is opened; anything
-    else raises ``UnsafeFileError`` naming ``what`` and ``path``, and is never read."""
-    path, root = os.fspath(path), os.fspath(root)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnsafeFileError(what, path, "it is a symbolic link, not the job's own file") from None
-        raise
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory, not a file" if stat.S_ISDIR(mode) else "not a regular file"
-            raise UnsafeFileError(what, path, f"it is {kind}")
-        real = os.readlink(f"/proc/self/fd/{fd}")
-        expected = os.path.join(os.path.realpath(root), os.path.relpath(os.path.abspath(path), os.path.abspath(root)))
-        # A writer's atomic replace after the open unlinks the inode read: the kernel then
-        # names it "<path> (deleted)", still the path it was opened at (a whole old version).
-        if real not in (expected, f"{expected} (deleted)"):
-            raise UnsafeFileError(what, path, f"a directory on its way below {root} is a symbolic link")
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_json(path: StrPath, root: StrPath) -> Any:
-    """The JSON in ``path`` (a file below ``root``, read through ``open_inside``), or None when
-    it does not exist (or vanished); ``ValueError`` when it is not JSON, ``UnsafeFileError``
-    (a ``ValueError``) when it is not a file ``open_inside`` reads."""
-    import json
-
-    fd = open_inside(path, root)
-    if fd is None:
-        return None
-    with open(fd, "rb") as f:
-        return json.loads(f.read())
 
 
 #: Each store's parsed index and the ``_file_key`` it was read (or written) at, shared by the
