@@ -319,15 +319,23 @@ class AirflowDeployment:
             return False
 
     def api(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-        """Call the REST API (``/api/v2`` + ``path``) as an admin; return the JSON answer."""
+        """Call the REST API (``/api/v2`` + ``path``) as an admin; return the JSON answer. A
+        read that times out (an api-server slowed by a loaded machine) is asked again, up to
+        three times in all: it changes nothing, and the tests poll through it."""
         if self._token is None:
             self._token = self.token(next(iter(self.users), None))
-        resp = self._client.request(
-            method,
-            "/api/v2" + path,
-            json=body,
-            headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"},
-        )
+        for attempt in range(1, 4):
+            try:
+                resp = self._client.request(
+                    method,
+                    "/api/v2" + path,
+                    json=body,
+                    headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"},
+                )
+                break
+            except httpx.TimeoutException:
+                if method != "GET" or attempt == 3:
+                    raise
         if resp.status_code >= 400:
             raise RuntimeError(f"{method} {path} -> {resp.status_code}: {resp.text}")
         return resp.json() if resp.content else None
