@@ -1,0 +1,189 @@
+"""The ``slurm`` scheduler on a real cluster (``scripts/slurm.sh``): submit, describe, logs,
+cancel, failures, Slurm's own check of a dry run, and a job Slurm forgot."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_torchx.core.errors import SchedulerSetupError
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, Stream
+from airflow_provider_torchx.core.schedulers.slurm import status
+from airflow_provider_torchx.core.schedulers.slurm.commands import SlurmCommands
+from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from tests.core.slurm.conftest import wait_for
+
+pytestmark = pytest.mark.slurm
+
+SMALL = Resource(cpu=1, gpu=0, memMB=100)
+
+
+def _app(cmd: str, replicas: int = 1, name: str = "t", **role: object) -> AppDef:
+    return AppDef(
+        name=name,
+        roles=[Role(name="trainer", entrypoint="sh", args=["-c", cmd], num_replicas=replicas, resource=SMALL, **role)],
+    )  # type: ignore[arg-type]
+
+
+def _labels(job_dir: Path) -> dict[str, str]:
+    """Identity labels of the test's jobs (its own run id: other tests' jobs stay in squeue)."""
+    return {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": job_dir.parent.name}
+
+
+def _submit(sched: SlurmScheduler, app: AppDef, job_dir: Path, **cfg: object) -> str:
+    return sched.submit(app, {"job_dir": str(job_dir), **cfg}, labels=_labels(job_dir))
+
+
+def _all_lines(sched: SlurmScheduler, app_id: str, k: int = 0, streams: Stream | None = None) -> list[str]:
+    """Every line of a terminal job's replica through the cursors, a few lines per read."""
+    out, cursor = [], None
+    while True:
+        chunk = sched.read_log(app_id, "trainer", k, cursor=cursor, streams=streams, max_lines=2)
+        out += chunk.lines
+        cursor = chunk.cursor
+        if chunk.eof:
+            return out
+
+
+def test_echo_job_end_to_end(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app("for i in 1 2 3 4 5; do echo out$i; done; echo oops >&2"), job_dir)
+    desc = wait_for(slurm, app_id)
+    assert desc.state == AppState.SUCCEEDED, desc.msg
+    assert desc.labels == _labels(job_dir)
+    assert [r.replicas[0].exit_code for r in desc.roles_statuses] == [0]
+    assert _all_lines(slurm, app_id, streams=Stream.STDOUT) == [f"out{i}\n" for i in range(1, 6)]
+    assert _all_lines(slurm, app_id, streams=Stream.STDERR) == ["oops\n"]
+    assert sorted(_all_lines(slurm, app_id)) == sorted([f"out{i}\n" for i in range(1, 6)] + ["oops\n"])
+    listed = slurm.list(labels=_labels(job_dir))
+    assert [(a.app_id, a.state) for a in listed] == [(app_id, AppState.SUCCEEDED)]
+
+
+def test_two_node_job_one_replica_per_node_with_rank0_host(slurm: SlurmScheduler, job_dir: Path) -> None:
+    runner = Runner("s", {"slurm": lambda session, **kw: slurm})
+    handle = runner.run(
+        _app("echo $TORCHX_REPLICA_ID $TORCHX_RANK0_HOST $TORCHX_PORT_C10D $TORCHX_JOB_ID", 2, port_map={"c10d": 1}),
+        "slurm",
+        {"job_dir": str(job_dir)},
+    )
+    app_id = handle.rsplit("/", 1)[1]
+    desc = wait_for(slurm, app_id)
+    assert desc.state == AppState.SUCCEEDED, desc.msg
+    assert sorted(r.hostname for r in desc.roles_statuses[0].replicas) == ["n1", "n2"]
+    rows = [_all_lines(slurm, app_id, k)[0].split() for k in (0, 1)]
+    assert [row[0] for row in rows] == ["0", "1"]
+    assert {row[1] for row in rows} == {"localhost"}  # n1's NodeAddr in the test cluster
+    assert rows[0][2] == rows[1][2] and rows[0][2].isdigit()
+    assert {row[3] for row in rows} == {handle}
+
+
+def test_failing_rank_is_the_failure_with_its_exit_code(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app('if [ "$TORCHX_REPLICA_ID" = 1 ]; then exit 3; fi; sleep 30', 2), job_dir)
+    desc = wait_for(slurm, app_id)
+    assert desc.state == AppState.FAILED
+    assert desc.msg.startswith("trainer[1] exited with 3")
+    reps = desc.roles_statuses[0].replicas
+    assert (reps[1].state, reps[1].exit_code) == (AppState.FAILED, 3)
+    assert (reps[0].state, reps[0].msg) == (AppState.CANCELLED, "stopped after trainer[1] failed")
+
+
+def test_cancel_records_who_and_leaves_nothing_in_squeue(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app("sleep 60"), job_dir)
+    wait_for(slurm, app_id, done="running")
+    slurm.cancel(app_id, reason="airflow-torchx cancel by alice", by=CancelledBy.USER)
+    desc = wait_for(slurm, app_id)
+    assert (desc.state, desc.cancelled_by, desc.cancel_reason) == (
+        AppState.CANCELLED,
+        CancelledBy.USER,
+        "airflow-torchx cancel by alice",
+    )
+    assert desc.msg == "cancelled by user: airflow-torchx cancel by alice"
+    live = [
+        e
+        for app, e in status.index_jobs(slurm.commands.squeue()).items()
+        if app == app_id and status.slurm_state(e) in ("PENDING", "RUNNING", "COMPLETING")
+    ]
+    assert live == []
+
+
+def test_sbatch_test_only_accepts_a_dry_run(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app = AppDef(
+        name="ddp",
+        roles=[
+            Role(name="a", entrypoint="echo", num_replicas=1, resource=Resource(cpu=1, gpu=2, memMB=500)),
+            Role(name="b", entrypoint="echo", num_replicas=1, resource=Resource(cpu=2, gpu=1, memMB=500)),
+        ],
+    )
+    info = slurm.submit_dryrun(app, {"job_dir": str(job_dir), "partition": "debug", "time": "0:10:00"})
+    answer = slurm.test_only(info)
+    assert answer.startswith("sbatch: Job ") and "to start at" in answer
+    assert [a for a in slurm.list() if a.name == "ddp"] == []
+    assert list(job_dir.iterdir()) == []
+
+
+def test_describes_an_ended_job_after_slurm_forgot_it(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app('echo "rank $TORCHX_REPLICA_ID"; exit $TORCHX_REPLICA_ID', 2), job_dir)
+    assert wait_for(slurm, app_id).state == AppState.FAILED
+    deadline = time.monotonic() + 90  # slurmctld purges ended jobs once a minute (MinJobAge is 2 s)
+    while app_id in status.index_jobs(slurm.commands.squeue()):
+        assert time.monotonic() < deadline, "slurmctld did not forget the job"
+        time.sleep(1)
+    desc = slurm.describe(app_id)
+    assert desc is not None
+    assert (desc.state, desc.msg.split(" on ")[0]) == (AppState.FAILED, "trainer[1] exited with 1")
+    assert [(r.id, r.state, r.exit_code) for r in desc.roles_statuses[0].replicas] == [
+        (0, AppState.SUCCEEDED, 0),
+        (1, AppState.FAILED, 1),
+    ]
+    assert _all_lines(slurm, app_id, 1) == ["rank 1\n"]
+    fresh = SlurmScheduler("other", index=slurm.index)  # another process of this host
+    assert fresh.describe(app_id) == desc
+    assert [a.app_id for a in fresh.list(labels=_labels(job_dir))] == [app_id]
+
+
+def test_one_squeue_call_per_round_for_every_watched_job(slurm: SlurmScheduler, job_dir: Path) -> None:
+    ids = [_submit(slurm, _app("true"), job_dir) for _ in range(4)]
+    for app_id in ids:
+        wait_for(slurm, app_id)
+    before = slurm.commands.calls
+    futures = [slurm.describe_future_as(app_id, lambda d: d.state if d else None) for app_id in ids]
+    assert [f.result(timeout=30) for f in futures] == [AppState.SUCCEEDED] * 4
+    assert slurm.commands.calls - before == 1
+
+
+def test_missing_commands_are_a_setup_error_of_one_line(tmp_path: Path) -> None:
+    sched = SlurmScheduler("t", commands=SlurmCommands(env={"PATH": str(tmp_path)}))
+    with pytest.raises(SchedulerSetupError) as err:
+        sched.describe("1")
+    assert "squeue is not installed" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unreachable_controller_is_a_setup_error_and_submits_nothing(
+    slurm_cluster: str, tmp_path: Path, job_dir: Path
+) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "\n".join(
+            "SlurmctldPort=1" if line.startswith("SlurmctldPort=") else line
+            for line in Path(slurm_cluster).read_text().splitlines()
+        )
+    )
+    import os
+
+    sched = SlurmScheduler("t", commands=SlurmCommands(env={**os.environ, "SLURM_CONF": str(conf)}))
+    with pytest.raises(SchedulerSetupError) as err:
+        sched.submit(_app("true"), {"job_dir": str(job_dir)})
+    assert "cannot be reached" in str(err.value) and "\n" not in str(err.value)
+    assert list(job_dir.iterdir()) == []
+
+
+def test_an_unreadable_record_is_described_from_slurm_alone(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app("sleep 60"), job_dir)
+    (job_dir / app_id / "job.json").write_text(json.dumps({"not": "a record"}))
+    desc = slurm.describe(app_id)
+    assert desc is not None and desc.labels == _labels(job_dir)
+    slurm.cancel(app_id)
