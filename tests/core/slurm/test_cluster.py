@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_torchx.core.errors import SchedulerSetupError
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, JobWontFitError, SchedulerSetupError
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, Stream
 from airflow_provider_torchx.core.schedulers.slurm import status
@@ -187,3 +187,70 @@ def test_an_unreadable_record_is_described_from_slurm_alone(slurm: SlurmSchedule
     desc = slurm.describe(app_id)
     assert desc is not None and desc.labels == _labels(job_dir)
     slurm.cancel(app_id)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "resource", "replicas", "error", "says"),
+    [
+        (
+            {"partition": "gpu"},
+            SMALL,
+            1,
+            InvalidRunConfigError,
+            "partition='gpu' does not exist on this Slurm cluster; its partitions: debug",
+        ),
+        (
+            {},
+            Resource(cpu=1, gpu=3, memMB=100),
+            1,
+            JobWontFitError,
+            "with 1 CPUs, 100 MB, 3 GPUs each; partition 'debug' has 0 such node(s) of 2 (at most 2 GPUs",
+        ),
+        (
+            {},
+            SMALL,
+            3,
+            JobWontFitError,
+            "role 'trainer' needs 3 node(s) with 1 CPUs, 100 MB each; partition 'debug' has 2 such node(s) of 2",
+        ),
+        (
+            {},
+            Resource(cpu=1, gpu=0, memMB=4000),
+            1,
+            JobWontFitError,
+            "partition 'debug' has 0 such node(s) of 2 (at most 2 GPUs, 2 CPUs and 2000 MB per node)",
+        ),
+        (
+            {"time": "2:00:00"},
+            SMALL,
+            1,
+            JobWontFitError,
+            "cfg: time='2:00:00' exceeds partition 'debug''s MaxTime 01:00:00",
+        ),
+    ],
+)
+def test_preflight_refuses_before_submitting(
+    slurm: SlurmScheduler, job_dir: Path, cfg: dict[str, str], resource: Resource, replicas: int, error: type, says: str
+) -> None:
+    before = set(status.index_jobs(slurm.commands.squeue()))
+    app = AppDef(name="big", roles=[Role(name="trainer", entrypoint="true", num_replicas=replicas, resource=resource)])
+    with pytest.raises(error) as err:
+        slurm.submit(app, {"job_dir": str(job_dir), **cfg})
+    assert says in str(err.value)
+    assert set(status.index_jobs(slurm.commands.squeue())) - before == set()
+    assert list(job_dir.iterdir()) == []
+
+
+def test_check_settings_names_the_partition(slurm: SlurmScheduler, job_dir: Path) -> None:
+    assert slurm.check_settings({"job_dir": str(job_dir)}).startswith("Slurm partition 'debug' is UP")
+    with pytest.raises(InvalidRunConfigError, match="its partitions: debug"):
+        slurm.check_settings({"job_dir": str(job_dir), "partition": "nope"})
+
+
+def test_a_job_dir_that_cannot_be_written_submits_nothing(slurm: SlurmScheduler, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    before = set(status.index_jobs(slurm.commands.squeue()))
+    with pytest.raises(InvalidRunConfigError, match=r"cfg: job_dir='.*/file/jobs' cannot be made"):
+        slurm.submit(_app("true"), {"job_dir": str(blocker / "jobs")})
+    assert set(status.index_jobs(slurm.commands.squeue())) - before == set()

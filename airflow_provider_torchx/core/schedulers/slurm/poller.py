@@ -66,7 +66,9 @@ class SqueuePoller:
         ended: Callable[[Mapping[str, Any]], bool],
         clock: Clock = SYSTEM_CLOCK,
         min_interval: float = MIN_INTERVAL,
+        thread: bool = True,
     ) -> None:
+        """``thread`` False: no thread of its own, the caller runs the rounds (``run_round``)."""
         self._fetch = fetch
         self._ended = ended
         self._clock = clock
@@ -76,6 +78,7 @@ class SqueuePoller:
         self._last_round: float | None = None
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._threaded = thread
         self._closed = False
         #: Rounds run (one ``squeue`` call each).
         self.rounds = 0
@@ -99,7 +102,7 @@ class SqueuePoller:
                     future.set_exception(err)
 
             self._looks.append(Look(app_id, due, future, settle))
-            if self._thread is None:
+            if self._thread is None and self._threaded:
                 self._thread = threading.Thread(target=self._loop, name="slurm-squeue-poller", daemon=True)
                 self._thread.start()
             self._cond.notify()
