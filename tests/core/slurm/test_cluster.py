@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_torchx.core.clock import Clock
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, JobWontFitError, SchedulerSetupError
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, Stream
 from airflow_provider_torchx.core.schedulers.slurm import status
 from airflow_provider_torchx.core.schedulers.slurm.commands import SlurmCommands
+from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
 from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from tests.core.slurm.conftest import wait_for
@@ -254,3 +256,26 @@ def test_a_job_dir_that_cannot_be_written_submits_nothing(slurm: SlurmScheduler,
     with pytest.raises(InvalidRunConfigError, match=r"cfg: job_dir='.*/file/jobs' cannot be made"):
         slurm.submit(_app("true"), {"job_dir": str(blocker / "jobs")})
     assert set(status.index_jobs(slurm.commands.squeue())) - before == set()
+
+
+def test_reading_a_live_job_s_logs_shares_one_squeue_snapshot(
+    slurm_cluster: str, tmp_path: Path, job_dir: Path
+) -> None:
+    frozen = Clock(monotonic=lambda: 0.0)  # the snapshot never ages
+    sched = SlurmScheduler("t", index=JobIndex(tmp_path / "index"), clock=frozen)
+    try:
+        app_id = _submit(sched, _app("echo first; sleep 60"), job_dir)
+        lines: list[str] = []
+        cursor = None
+        while not lines:
+            chunk = sched.read_log(app_id, "trainer", 0, cursor=cursor)
+            assert not chunk.eof
+            lines, cursor = lines + chunk.lines, chunk.cursor
+        before = sched.commands.calls
+        for _ in range(20):
+            chunk = sched.read_log(app_id, "trainer", 0, cursor=cursor)
+            assert (chunk.lines, chunk.eof) == ([], False)
+        assert lines == ["first\n"] and sched.commands.calls == before
+    finally:
+        sched.cancel(app_id)
+        sched.close()

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 #: The shortest time between two rounds (seconds).
 MIN_INTERVAL = 1.0
+#: A job nobody looked at for this long is forgotten (seconds): memory stays bounded in a
+#: long-running triggerer.
+FORGET_AFTER = 3600.0
 
 Entries = Mapping[str, Mapping[str, Any]]
 
@@ -125,6 +128,7 @@ class SqueuePoller:
                 done = answered(self._looks, now, lambda app_id: app_id in got and self._ended(got[app_id]))
             for look in done:
                 self._last_look[look.app_id] = now
+            self._last_look = {k: t for k, t in self._last_look.items() if now - t <= FORGET_AFTER}
             self._looks = [look for look in self._looks if look not in done and not look.future.cancelled()]
         for look in done:
             look.answer(entries)

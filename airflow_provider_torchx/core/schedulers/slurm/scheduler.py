@@ -12,12 +12,13 @@ readers (``local/logs.py``: byte-offset cursors, reads that stay inside the job'
 from __future__ import annotations
 
 import builtins
+import concurrent.futures
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_NAME, RANK_LOGS_NAME
@@ -43,6 +44,9 @@ from airflow_provider_torchx.core.schedulers.slurm.render import SlurmRequest
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo
 
 BACKEND = "slurm"
+#: How old (seconds) a ``squeue`` snapshot log reads may use is.
+SNAPSHOT_AGE = 1.0
+R = TypeVar("R")
 
 
 class SlurmScheduler(Scheduler[SlurmRequest]):
@@ -62,6 +66,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         self.index = index or record.JobIndex()
         self.clock = clock
         self.poller = SqueuePoller(self._entries, lambda e: status.app_state(None, e)[0].is_terminal(), clock)
+        self._snapshot: tuple[float, Entries] = (float("-inf"), {})
 
     # ------------------------------------------------------------------ submit
 
@@ -128,14 +133,33 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
     # ------------------------------------------------------------------ observe
 
     def _entries(self) -> dict[str, Mapping[str, Any]]:
-        """Every job Slurm knows, by app id (one ``squeue`` call)."""
-        return status.index_jobs(self.commands.squeue())
+        """Every job Slurm knows, by app id (one ``squeue`` call), kept as the snapshot that
+        reads within ``SNAPSHOT_AGE`` seconds use."""
+        entries = status.index_jobs(self.commands.squeue())
+        self._snapshot = (self.clock.monotonic(), entries)
+        return entries
+
+    def _recent_entries(self) -> Entries:
+        """The snapshot if it is at most ``SNAPSHOT_AGE`` seconds old, else a new one: log reads
+        and tails (many per round) cost no ``squeue`` call of their own."""
+        at, entries = self._snapshot
+        return entries if self.clock.monotonic() - at <= SNAPSHOT_AGE else self._entries()
+
+    def _lookup(self, app_id: str, entries: Entries) -> tuple[record.JobRecord | None, Mapping[str, Any] | None]:
+        """The job's record and Slurm's entry for it (None: no record; not ours, or unknown)."""
+        if not app_id.isdigit():
+            return None, None
+        entry = entries.get(app_id)
+        if entry is not None and render.parse_comment(str(entry.get("comment", ""))) is None:
+            entry = None  # not a job of ours
+        directory = self._directory(app_id, entry)
+        return (record.read(app_id, directory) if directory else None), entry
 
     def _directory(self, app_id: str, entry: Mapping[str, Any] | None) -> str | None:
         """Where job ``app_id`` keeps its record: this host's index, else what Slurm says of
         one of our jobs (its working directory is ``job_dir``), remembered for later."""
         known = self.index.get(app_id)
-        if known is not None or entry is None or render.parse_comment(str(entry.get("comment", ""))) is None:
+        if known is not None or entry is None:
             return known
         cwd = str(entry.get("current_working_directory") or "")
         if not cwd.startswith("/"):
@@ -145,26 +169,21 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         return directory
 
     def _describe_from(self, app_id: str, entries: Entries) -> DescribeAppResponse | None:
-        entry = entries.get(app_id)
-        if entry is not None and render.parse_comment(str(entry.get("comment", ""))) is None:
-            entry = None  # not a job of ours
-        directory = self._directory(app_id, entry)
-        rec = record.read(app_id, directory) if directory else None
-        return status.describe(app_id, rec, entry)
+        return status.describe(app_id, *self._lookup(app_id, entries))
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """One ``squeue`` call, and the job's record (all there is once Slurm forgot it)."""
-        if not app_id.isdigit():
-            return None
-        return self._describe_from(app_id, self._entries())
+        return self._describe_from(app_id, self._entries()) if app_id.isdigit() else None
 
-    def describe_future_as(self, app_id: str, then: Any, period: float | None = None) -> Any:
+    def describe_future_as(
+        self, app_id: str, then: Callable[[DescribeAppResponse | None], R], period: float | None = None
+    ) -> concurrent.futures.Future[R] | None:
         """Answered by the shared poller's next round (``poller.py``): one ``squeue`` call for
         every job watched through this scheduler."""
         if not app_id.isdigit():
             return None
 
-        def answer(entries: Entries | BaseException) -> Any:
+        def answer(entries: Entries | BaseException) -> R:
             if isinstance(entries, BaseException):
                 raise entries
             return then(self._describe_from(app_id, entries))
@@ -187,26 +206,36 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         ids.update(app_id for app_id, _ in self.index.items())
         out = []
         for app_id in ids:
-            desc = self._describe_from(app_id, entries)
+            rec, entry = self._lookup(app_id, entries)
+            desc = status.describe(app_id, rec, entry)
             if desc is not None and labels_match(desc.labels, labels):
-                name = render.parse_comment(str(entries[app_id].get("comment", ""))) if app_id in entries else None
-                out.append(status.listed(app_id, desc, str((name or {}).get("app", ""))))
+                out.append(status.listed(desc, rec, entry))
         return newest(out, limit)
 
     # ------------------------------------------------------------------ logs
 
-    def _record(self, app_id: str) -> tuple[DescribeAppResponse, record.JobRecord]:
-        entries = self._entries() if app_id.isdigit() else {}
-        desc = self._describe_from(app_id, entries) if app_id.isdigit() else None
-        directory = self.index.get(app_id)
-        rec = record.read(app_id, directory) if desc is not None and directory else None
-        if desc is None or rec is None:
+    def _replica_log(
+        self, app_id: str, role_name: str, k: int, streams: Stream | None
+    ) -> tuple[record.JobRecord, str, str]:
+        """The job's record and the replica's log (stream name, path); ``UnknownAppError``
+        without a record, ``ValueError`` for an unknown role or replica."""
+        directory = self.index.get(app_id) if app_id.isdigit() else None
+        rec = record.read(app_id, directory) if directory else None
+        if rec is None:
+            rec, _ = self._lookup(app_id, self._recent_entries())
+        if rec is None:
             raise UnknownAppError(f"app_id: no app {app_id!r} on {self.backend}")
-        return desc, rec
-
-    def _log_path(self, rec: record.JobRecord, role_name: str, k: int, streams: Stream | None) -> tuple[str, str]:
         counts = {r["name"]: [None] * int(r.get("num_replicas", 0)) for r in rec.roles}
-        return logs.replica_log(rec.app_id, rec.directory, counts, role_name, k, streams)
+        stream, path = logs.replica_log(rec.app_id, rec.directory, counts, role_name, k, streams)
+        return rec, stream, path
+
+    def _log_final(self, rec: record.JobRecord, role_name: str, k: int) -> bool:
+        """Whether the replica's logs are complete: it wrote its exit code (after its logs), or
+        the batch script ended, or Slurm says the job ended (the snapshot)."""
+        if (role_name, k) in rec.exits or rec.ended is not None:
+            return True
+        desc = status.describe(rec.app_id, *self._lookup(rec.app_id, self._recent_entries()))
+        return desc is None or desc.state.is_terminal()
 
     def read_log(
         self,
@@ -218,11 +247,10 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         max_lines: int | None = None,
     ) -> LogChunk:
         """Whole lines of the replica's file from the cursor's byte offset (``local/logs.py``);
-        ``eof`` once the job ended and everything was read."""
-        desc, rec = self._record(app_id)
-        stream, path = self._log_path(rec, role_name, k, streams)
+        ``eof`` once its logs are complete (``_log_final``) and everything was read."""
+        rec, stream, path = self._replica_log(app_id, role_name, k, streams)
         offset = logs.cursor_offset(cursor, stream)
-        final = desc.state.is_terminal()
+        final = self._log_final(rec, role_name, k)
         lines, nxt, more = logs.read_lines(path, offset, final, max_lines, root=rec.directory)
         return LogChunk(lines=lines, cursor=logs.cursor_at(stream, nxt), eof=final and not more)
 
@@ -237,8 +265,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterable[str]:
-        _, rec = self._record(app_id)
-        _, path = self._log_path(rec, role_name, k, streams)
+        rec, _, path = self._replica_log(app_id, role_name, k, streams)
         lines = logs.LogIterator(app_id, path, self, should_tail, root=rec.directory)
         return filter_regex(regex, lines)
 

@@ -232,10 +232,15 @@ def _cancel_msg(rec: JobRecord) -> str:
     return f"cancelled{who}" + (f": {rec.cancel_reason}" if rec.cancel_reason else "")
 
 
-def listed(app_id: str, desc: DescribeAppResponse, name: str) -> ListAppResponse:
-    """A description as a ``list`` entry."""
+def listed(desc: DescribeAppResponse, rec: JobRecord | None, entry: Mapping[str, Any] | None) -> ListAppResponse:
+    """A description as a ``list`` entry, named as the app (its record, else its comment)."""
+    name = (
+        rec.name
+        if rec is not None
+        else str((parse_comment(str((entry or {}).get("comment", ""))) or {}).get("app", ""))
+    )
     return ListAppResponse(
-        app_id=app_id,
+        app_id=desc.app_id,
         state=desc.state,
         name=name,
         labels=desc.labels,
