@@ -279,3 +279,16 @@ def test_reading_a_live_job_s_logs_shares_one_squeue_snapshot(
     finally:
         sched.cancel(app_id)
         sched.close()
+
+
+def test_a_job_waiting_for_nodes_says_slurm_s_reason(slurm: SlurmScheduler, job_dir: Path) -> None:
+    hog = _submit(slurm, _app("sleep 60", 2), job_dir, exclusive=True)
+    wait_for(slurm, hog, done="running")
+    waiting = _submit(slurm, _app("true"), job_dir)
+    deadline = time.monotonic() + 30  # Slurm sets a reason at its next scheduling pass
+    while (desc := slurm.describe(waiting)) is not None and desc.msg == "pending in Slurm (PENDING)":
+        assert time.monotonic() < deadline, "Slurm gave no reason"
+        time.sleep(0.2)
+    assert desc is not None and (desc.state, desc.msg) == (AppState.PENDING, "pending in Slurm (PENDING): Resources")
+    assert slurm.wait_reason(waiting) == "Slurm's reason: Resources"
+    assert slurm.wait_reason(hog) == ""

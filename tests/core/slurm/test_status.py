@@ -46,8 +46,8 @@ def test_a_heterogeneous_job_is_its_leader() -> None:
         ("11", AppState.SUCCEEDED, ""),
         ("12", AppState.FAILED, "Slurm: FAILED (NonZeroExitCode)"),
         ("13", AppState.RUNNING, ""),
-        ("14", AppState.PENDING, "pending in Slurm: Resources"),
-        ("15", AppState.PENDING, "pending in Slurm: Resources"),
+        ("14", AppState.PENDING, "pending in Slurm (PENDING): Resources"),
+        ("15", AppState.PENDING, "pending in Slurm (PENDING): Resources"),
         ("17", AppState.CANCELLED, ""),
     ],
 )

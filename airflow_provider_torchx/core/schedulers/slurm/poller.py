@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
+from airflow_provider_torchx.core.schedulers.api import settle
 
 log = logging.getLogger(__name__)
 
@@ -96,15 +97,10 @@ class SqueuePoller:
             previous = self._last_look.get(app_id)
             due = now if period is None or previous is None else max(now, previous + period)
 
-            def settle(entries: Entries | BaseException) -> None:
-                if not future.set_running_or_notify_cancel():
-                    return
-                try:
-                    future.set_result(answer(entries))
-                except BaseException as err:
-                    future.set_exception(err)
+            def settle_with(entries: Entries | BaseException) -> None:
+                settle(future, lambda: answer(entries))
 
-            self._looks.append(Look(app_id, due, future, settle))
+            self._looks.append(Look(app_id, due, future, settle_with))
             if self._thread is None and self._threaded:
                 self._thread = threading.Thread(target=self._loop, name="slurm-squeue-poller", daemon=True)
                 self._thread.start()

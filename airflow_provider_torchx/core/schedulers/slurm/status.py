@@ -98,10 +98,11 @@ def app_state(rec: JobRecord | None, entry: Mapping[str, Any] | None) -> tuple[A
         name = slurm_state(entry)
         state = SLURM_STATES.get(name, AppState.RUNNING)
         reason = str(entry.get("state_reason") or "")
+        reason = "" if reason == "None" else reason  # Slurm's word for none (yet)
         if state == AppState.PENDING:
-            return state, f"pending in Slurm: {reason or name}"
+            return state, f"pending in Slurm ({name})" + (f": {reason}" if reason else "")
         if state == AppState.FAILED:
-            return state, f"Slurm: {name}" + (f" ({reason})" if reason and reason != "None" else "")
+            return state, f"Slurm: {name}" + (f" ({reason})" if reason else "")
         return state, ""
     assert rec is not None
     if rec.ended is not None:
