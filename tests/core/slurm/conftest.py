@@ -1,10 +1,8 @@
-"""Fixtures of the ``slurm`` scheduler's tests: the real cluster ``scripts/slurm.sh`` starts
-(found through ``SLURM_CONF``), and a scheduler whose job directory and index are the test's."""
+"""Fixtures of the ``slurm`` scheduler's tests: a scheduler on the real cluster
+(``slurm_cluster``, ``tests/fixtures/slurm.py``) whose job directory and index are the test's."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,23 +14,6 @@ from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
 from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
 
 DATA = Path(__file__).parent / "data"
-START = "bash scripts/slurm.sh start && source <(bash scripts/slurm.sh env)"
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster() -> str:
-    """The test cluster's ``slurm.conf``. Fails in CI (``CI=true``) when the cluster is not
-    there; elsewhere skips with what to run."""
-    conf = os.environ.get("SLURM_CONF")
-    if not conf:
-        message = f"SLURM_CONF is not set: start the test cluster first ({START})"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not done.stdout.strip():
-        pytest.fail(f"the Slurm cluster of SLURM_CONF={conf} does not answer ({done.stderr.strip()}); run {START}")
-    return conf
 
 
 @pytest.fixture

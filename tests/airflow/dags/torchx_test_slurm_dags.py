@@ -1,0 +1,25 @@
+"""Slurm DAGs used only by the tests (copied into the test DAGs folder next to the examples)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+
+with DAG(dag_id="torchx_test_slurm", schedule=None, start_date=datetime(2024, 1, 1), catchup=False):
+    # Two replicas, one per node of the test cluster; the job directory comes from the
+    # ``torchx_slurm_test`` connection.
+    TorchXRunOperator(
+        task_id="hello",
+        torchx_conn_id="torchx_slurm_test",
+        component="utils.sh",
+        component_args={
+            "args": ["echo hello from replica ${replica_id} of $TORCHX_ROLE_NAME on $SLURMD_NODENAME"],
+            "num_replicas": 2,
+            "cpu": 1,
+            "memMB": 100,
+        },
+        poll_interval=1,
+    )
