@@ -177,6 +177,8 @@ start)
     mkdir -p "$STATE"
     chmod 0755 "$STATE"
     if ! alive "$STATE/slurmctld.pid" || [[ ! -f "$CONF" ]]; then
+        # a new slurm.conf (new ports): no slurmd of the old one may stay behind
+        for n in "${NODES[@]}"; do stop_pid "$STATE/slurmd-$n.pid" "slurmd -N $n"; done
         write_conf
     fi
     start_munge
