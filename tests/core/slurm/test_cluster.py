@@ -292,3 +292,25 @@ def test_a_job_waiting_for_nodes_says_slurm_s_reason(slurm: SlurmScheduler, job_
     assert desc is not None and (desc.state, desc.msg) == (AppState.PENDING, "pending in Slurm (PENDING): Resources")
     assert slurm.wait_reason(waiting) == "Slurm's reason: Resources"
     assert slurm.wait_reason(hog) == ""
+
+
+def test_a_two_node_dist_spmd_dry_run_is_accepted_and_meets_at_rank0(slurm: SlurmScheduler, job_dir: Path) -> None:
+    runner = Runner("s", {"slurm": lambda session, **kw: slurm})
+    info = runner.dryrun_component(
+        "dist.spmd",
+        ["--script", "train.py", "-j", "2x2", "--gpu", "2", "--memMB", "1000"],
+        "slurm",
+        {"job_dir": str(job_dir)},
+    )
+    script = info.request.script
+    header = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert header == [
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=1",
+        "#SBATCH --mem=1000M",
+        "#SBATCH --gpus-per-node=2",
+    ]
+    assert "--rdzv_endpoint $TORCHX_RANK0_HOST:${TORCHX_PORT_C10D:-29500}" in script
+    assert "export TORCHX_PORT_C10D=$(( 20000 + (SLURM_JOB_ID * 1 + 0) % 20000 ))" in script
+    assert slurm.test_only(info).startswith("sbatch: Job ")
