@@ -53,7 +53,14 @@ def _all_lines(sched: SlurmScheduler, app_id: str, k: int = 0, streams: Stream |
 
 
 def test_echo_job_end_to_end(slurm: SlurmScheduler, job_dir: Path) -> None:
-    app_id = _submit(slurm, _app("for i in 1 2 3 4 5; do echo out$i; done; echo oops >&2"), job_dir)
+    app = _app("for i in 1 2 3 4 5; do echo out$i; done; echo oops >&2")
+    info = slurm.submit_dryrun(app, {"job_dir": str(job_dir)}, labels=_labels(job_dir))
+    app_id = slurm.schedule(info)
+    native = slurm.describe_native(app_id)
+    assert native is not None and (native.request.args, native.request.script) == (
+        info.request.args,
+        info.request.script,
+    )
     desc = wait_for(slurm, app_id)
     assert desc.state == AppState.SUCCEEDED, desc.msg
     assert desc.labels == _labels(job_dir)

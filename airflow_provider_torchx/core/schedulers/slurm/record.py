@@ -3,7 +3,8 @@ host and the nodes share): what lets a job be described after Slurm forgot it (w
 accounting, ``MinJobAge`` after its end) and listed by its labels.
 
 - ``job.json``: written by ``schedule`` once ``sbatch`` accepted the job: the app's name, roles
-  (name, replicas, command, resources), labels, cfg and when it was submitted.
+  (name, replicas, command, resources), labels, cfg, ``sbatch``'s options and when it was
+  submitted; ``sbatch.sh``: the script it was given.
 - ``started`` / ``ended``: the batch script's start and end (epoch seconds).
 - ``<role>/<k>/host``, ``<role>/<k>/exit``: where replica ``k`` ran, and its exit code and end
   (``<code> <epoch seconds>``), written by the replica's wrapper (``render.py``).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from airflow_provider_torchx.core.schedulers.slurm.render import EXIT_FILE
 from airflow_provider_torchx.core.statedir import default_state_dir
 
 JOB_FILE = "job.json"
+SCRIPT_FILE = "sbatch.sh"
 CANCEL_FILE = "cancel.json"
 #: At most this many bytes of a record file are read (the job writes some of them).
 MAX_RECORD_BYTES = 1 << 20
@@ -52,6 +55,9 @@ class JobRecord:
     roles: list[dict[str, Any]]
     labels: dict[str, str]
     submitted: float | None
+    #: ``sbatch``'s options and the job's cfg, as submitted.
+    args: list[str] = field(default_factory=list)
+    cfg: dict[str, Any] = field(default_factory=dict)
     started: float | None = None
     ended: float | None = None
     hosts: dict[tuple[str, int], str] = field(default_factory=dict)
@@ -69,11 +75,16 @@ class JobRecord:
 
 
 def _read_text(path: str) -> str | None:
+    """The start of the regular file ``path`` (a symbolic link the job left there is not
+    followed), or None."""
     try:
-        with open(path, "rb") as f:
-            return f.read(MAX_RECORD_BYTES).decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(MAX_RECORD_BYTES).decode("utf-8", "replace")
 
 
 def _read_json(path: str) -> dict[str, Any] | None:
@@ -118,6 +129,11 @@ def write_json(path: str, doc: dict[str, Any]) -> None:
         raise
 
 
+def script(directory: str) -> str | None:
+    """The batch script the job was submitted with (``sbatch.sh``)."""
+    return _read_text(os.path.join(directory, SCRIPT_FILE))
+
+
 def read(app_id: str, directory: str) -> JobRecord | None:
     """The record of job ``app_id`` in ``directory``; None without a ``job.json``."""
     job = _read_json(os.path.join(directory, JOB_FILE))
@@ -131,6 +147,8 @@ def read(app_id: str, directory: str) -> JobRecord | None:
         roles=roles,
         labels={str(k): str(v) for k, v in (job.get("labels") or {}).items()},
         submitted=job.get("submitted") if isinstance(job.get("submitted"), int | float) else None,
+        args=[str(a) for a in job.get("args") or []],
+        cfg=dict(job.get("cfg") or {}),
         started=_epoch(os.path.join(directory, "started")),
         ended=_epoch(os.path.join(directory, "ended")),
         cancel=_read_json(os.path.join(directory, CANCEL_FILE)),

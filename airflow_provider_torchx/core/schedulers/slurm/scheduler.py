@@ -104,6 +104,9 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         except SlurmCommandError as err:
             raise InvalidRunConfigError(f"sbatch refused the job: {err}") from None
         directory = os.path.join(req.job_dir, job_id)
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, record.SCRIPT_FILE), "w") as f:
+            f.write(req.script)
         record.write_json(
             os.path.join(directory, record.JOB_FILE),
             {
@@ -111,6 +114,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
                 "roles": req.roles,
                 "labels": dryrun_info.labels,
                 "cfg": dryrun_info.cfg,
+                "args": req.args,
                 "submitted": time.time(),
             },
         )
@@ -189,6 +193,16 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
             return then(self._describe_from(app_id, entries))
 
         return self.poller.look(app_id, answer, period)
+
+    def describe_native(self, app_id: str) -> AppDryRunInfo[SlurmRequest] | None:
+        """The ``sbatch`` request read back from the job's directory (None: no record)."""
+        rec, _ = self._lookup(app_id, self._recent_entries())
+        text = record.script(rec.directory) if rec is not None else None
+        if rec is None or text is None:
+            return None
+        job_dir = str(rec.cfg.get("job_dir") or os.path.dirname(rec.directory))
+        request = SlurmRequest(job_dir=job_dir, args=rec.args, script=text, name=rec.name, roles=rec.roles)
+        return AppDryRunInfo(request, str)
 
     def wait_reason(self, app_id: str) -> str:
         """Slurm's reason for a pending job (``Resources``, ``Priority``, a QOS limit ...)."""
