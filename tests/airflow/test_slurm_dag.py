@@ -37,3 +37,10 @@ def test_a_slurm_job_s_lines_reach_the_task_log_once(run_dag: Any, slurm_conn: P
         out, ["[sh/0] hello from replica 0 of sh on n1", "[sh/1] hello from replica 1 of sh on n2"], ordered=False
     )
     assert ("Pausing task as DEFERRED" in out) == deferrable
+
+
+def test_a_failed_rank_fails_the_task_with_its_exit_code_and_message(run_dag: Any, slurm_conn: Path) -> None:
+    dag_run, out = run_dag("torchx_test_slurm_fail", deferrable=True)
+    assert dag_run.state == "failed", out[-5000:]
+    assert "sh[1] exited with 3" in out, out[-5000:]
+    assert "failed replica sh/1, exit code 3" in out and "rank 1 gives up" in out
