@@ -29,7 +29,8 @@ MIN_JOB_AGE="${TORCHX_SLURM_MIN_JOB_AGE:-2}"
 
 log() { echo "slurm: $*" >&2; }
 
-alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# shellcheck source=scripts/pids.sh
+source "$REPO/scripts/pids.sh"
 
 check_tools() {
     local missing=()
@@ -153,22 +154,6 @@ write_env() {
 export SLURM_CONF=$CONF
 export TORCHX_SLURM_DIR=$STATE
 EOF
-}
-
-stop_pid() {
-    local pidfile="$1" name="$2"
-    if alive "$pidfile"; then
-        local pid
-        pid="$(cat "$pidfile")"
-        log "stopping $name (pid $pid)"
-        kill "$pid"
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-    fi
-    rm -f "$pidfile"
 }
 
 case "${1:-}" in
