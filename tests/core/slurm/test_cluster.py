@@ -244,10 +244,10 @@ def test_preflight_refuses_before_submitting(
     before = set(status.index_jobs(slurm.commands.squeue()))
     app = AppDef(name="big", roles=[Role(name="trainer", entrypoint="true", num_replicas=replicas, resource=resource)])
     with pytest.raises(error) as err:
-        slurm.submit(app, {"job_dir": str(job_dir), **cfg})
+        slurm.submit(app, {"job_dir": str(job_dir / "new"), **cfg})
     assert says in str(err.value)
     assert set(status.index_jobs(slurm.commands.squeue())) - before == set()
-    assert list(job_dir.iterdir()) == []
+    assert list(job_dir.iterdir()) == []  # not even the job directory was made
 
 
 def test_check_settings_names_the_partition(slurm: SlurmScheduler, job_dir: Path) -> None:

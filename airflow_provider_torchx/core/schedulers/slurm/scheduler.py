@@ -82,8 +82,10 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         return AppDryRunInfo(render.render(app, cfg, labels), str)
 
     def preflight(self, request: SlurmRequest, cfg: Mapping[str, CfgVal]) -> str:
-        """Check, before submitting, that the job's directory is writable here and that the job
-        fits its partition (``preflight.check_fit``); return the partition's name."""
+        """Check, before submitting, that the job fits its partition (``preflight.check_fit``),
+        then that its directory can be made and written here (a job that does not fit leaves
+        no directory behind); return the partition's name."""
+        partition = preflight.check_fit(request.roles, cfg, self.commands.show("partition"), self.commands.show("node"))
         try:
             os.makedirs(request.job_dir, exist_ok=True)
             writable = os.access(request.job_dir, os.W_OK | os.X_OK)
@@ -91,7 +93,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
             raise InvalidRunConfigError(f"cfg: job_dir={request.job_dir!r} cannot be made: {err.strerror}") from None
         if not writable:
             raise InvalidRunConfigError(f"cfg: job_dir={request.job_dir!r} is not writable by this host's user")
-        return preflight.check_fit(request.roles, cfg, self.commands.show("partition"), self.commands.show("node"))
+        return partition
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmRequest]) -> str:
         """Check the job fits (``preflight``), submit it with ``sbatch --parsable`` and write
