@@ -65,6 +65,10 @@ def test_echo_job_end_to_end(slurm: SlurmScheduler, job_dir: Path) -> None:
     assert desc.state == AppState.SUCCEEDED, desc.msg
     assert desc.labels == _labels(job_dir)
     assert [r.replicas[0].exit_code for r in desc.roles_statuses] == [0]
+    assert desc.usage is not None and [(a.role, a.replica, a.exit_code) for a in desc.usage.attempts] == [
+        ("trainer", 0, 0)
+    ]
+    assert desc.usage.queue_wait_s is not None and desc.usage.roles[0].vcpu_hours is not None
     assert _all_lines(slurm, app_id, streams=Stream.STDOUT) == [f"out{i}\n" for i in range(1, 6)]
     assert _all_lines(slurm, app_id, streams=Stream.STDERR) == ["oops\n"]
     assert sorted(_all_lines(slurm, app_id)) == sorted([f"out{i}\n" for i in range(1, 6)] + ["oops\n"])

@@ -20,11 +20,12 @@ def test_what_the_job_wrote_is_read(tmp_path: Path) -> None:
     (tmp_path / "7" / "started").write_text("10\n")
     (tmp_path / "7" / "a" / "0").mkdir(parents=True)
     (tmp_path / "7" / "a" / "0" / "exit").write_text("3 12\n")
-    (tmp_path / "7" / "a" / "0" / "host").write_text("n1\n")
+    (tmp_path / "7" / "a" / "0" / "host").write_text("n1 11\n")
     rec = record.read("7", str(tmp_path / "7"))
     assert rec is not None
     assert (rec.name, rec.labels, rec.submitted, rec.started, rec.ended) == ("t", {"k": "v"}, 1.5, 10.0, None)
-    assert rec.exits == {("a", 0): record.ReplicaEnd(3, 12.0)} and rec.hosts == {("a", 0): "n1"}
+    assert rec.exits == {("a", 0): record.ReplicaEnd(3, 12.0)}
+    assert (rec.hosts, rec.starts) == ({("a", 0): "n1"}, {("a", 0): 11.0})
 
 
 def test_a_file_the_job_swapped_for_a_link_is_not_followed(tmp_path: Path) -> None:

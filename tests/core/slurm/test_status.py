@@ -24,12 +24,13 @@ def _rec(exits: dict[tuple[str, int], ReplicaEnd], *, ended: float | None = 10.0
         app_id="7",
         directory="/j/7",
         name="t",
-        roles=[{"name": "a", "num_replicas": 2}],
+        roles=[{"name": "a", "num_replicas": 2, "resource": {"cpu": 4, "gpu": 2, "memMB": 1024}}],
         labels={"k": "v"},
         submitted=1.0,
         started=2.0,
         ended=ended,
         hosts={("a", 0): "n1", ("a", 1): "n2"},
+        starts={("a", 0): 3.0, ("a", 1): 3.0},
         exits=exits,
         cancel=cancel,
     )
@@ -133,3 +134,18 @@ def test_a_replica_without_exit_code_has_the_live_job_s_state() -> None:
 
 def test_a_replica_without_exit_code_in_a_job_slurm_failed_is_failed() -> None:
     assert _replicas(_rec({}, ended=None), AppState.FAILED) == [(AppState.FAILED, None, "")] * 2
+
+
+def test_usage_counts_each_replica_from_its_start_to_its_exit_or_the_job_s_end() -> None:
+    rec = _rec({("a", 1): ReplicaEnd(3, 3603.0)}, ended=7203.0)  # replica 0 was stopped, no exit code
+    desc = status.describe("7", rec, None)
+    assert desc is not None and desc.usage is not None and desc.usage_so_far is None
+    assert (desc.usage.submitted, desc.usage.first_running, desc.usage.queue_wait_s) == (1.0, 3.0, 2.0)
+    role = desc.usage.roles[0]
+    assert (role.node_seconds, role.gpu_hours, role.vcpu_hours) == (3600.0 + 7200.0, 6.0, 12.0)
+
+
+def test_a_live_job_has_its_usage_so_far() -> None:
+    desc = status.describe("7", _rec({}, ended=None), ENTRIES["13"])
+    assert desc is not None and desc.usage is None and desc.usage_so_far is not None
+    assert desc.usage_so_far.first_running == 3.0

@@ -6,8 +6,9 @@ accounting, ``MinJobAge`` after its end) and listed by its labels.
   (name, replicas, command, resources), labels, cfg, ``sbatch``'s options and when it was
   submitted; ``sbatch.sh``: the script it was given.
 - ``started`` / ``ended``: the batch script's start and end (epoch seconds).
-- ``<role>/<k>/host``, ``<role>/<k>/exit``: where replica ``k`` ran, and its exit code and end
-  (``<code> <epoch seconds>``), written by the replica's wrapper (``render.py``).
+- ``<role>/<k>/host``, ``<role>/<k>/exit``: where and when replica ``k`` started (``<node>
+  <epoch seconds>``), and its exit code and end (``<code> <epoch seconds>``), written by the
+  replica's wrapper (``render.py``).
 - ``cancel.json``: who asked for a cancel and why, written before ``scancel``.
 
 This host also keeps an index, ``<state dir>/slurm/jobs/<job id>``, naming each job's
@@ -61,6 +62,7 @@ class JobRecord:
     started: float | None = None
     ended: float | None = None
     hosts: dict[tuple[str, int], str] = field(default_factory=dict)
+    starts: dict[tuple[str, int], float] = field(default_factory=dict)
     exits: dict[tuple[str, int], ReplicaEnd] = field(default_factory=dict)
     cancel: dict[str, Any] | None = None
 
@@ -156,9 +158,11 @@ def read(app_id: str, directory: str) -> JobRecord | None:
     for role in roles:
         for k in range(int(role.get("num_replicas", 0))):
             rdir = os.path.join(directory, role["name"], str(k))
-            host = _read_text(os.path.join(rdir, "host"))
+            host = (_read_text(os.path.join(rdir, "host")) or "").split()
             if host:
-                rec.hosts[(role["name"], k)] = host.strip()
+                rec.hosts[(role["name"], k)] = host[0]
+            with contextlib.suppress(IndexError, ValueError):
+                rec.starts[(role["name"], k)] = float(host[1])
             end = _exit(os.path.join(rdir, EXIT_FILE))
             if end is not None:
                 rec.exits[(role["name"], k)] = end

@@ -45,8 +45,8 @@ PORT_BASE = 20000
 PORT_SPAN = 20000
 #: ``--comment`` holds this JSON object: our mark, the app's name, its labels, the user's comment.
 COMMENT_MARK = "airflow-torchx"
-#: Files of a replica's directory: where it runs (``host``), its end (``exit``: ``<exit code>
-#: <epoch seconds>``) and its logs.
+#: Files of a replica's directory: where and since when it runs (``host``: ``<node> <epoch
+#: seconds>``), its end (``exit``: ``<exit code> <epoch seconds>``) and its logs.
 EXIT_FILE = "exit"
 # Markers no user string contains, substituted for macros and turned into shell expansions.
 _MARKS = {"\x00app_id\x00": ENV_APP_ID, "\x00replica_id\x00": ENV_REPLICA_ID}
@@ -131,7 +131,7 @@ def _replica_script(role: Role, idx: int) -> str:
         f"export {ENV_REPLICA_ID}=$SLURM_PROCID",
         f'R="${ENV_JOB_DIR}"/{shlex.quote(role.name)}/"${ENV_REPLICA_ID}"',
         'mkdir -p "$R"',
-        'echo "${SLURMD_NODENAME:-$(hostname)}" >"$R/host"',
+        'echo "${SLURMD_NODENAME:-$(hostname)} $(date +%s)" >"$R/host"',
         f'export {ERROR_FILE_ENV}="$R/{ERROR_FILE_NAME}" {RANK_LOGS_ENV}="$R/{RANK_LOGS_NAME}"',
         *(f"export {k}={_word(v)}" for k, v in env.items()),
     ]

@@ -17,6 +17,8 @@ no                    neither                 FAILED: it ended unrecorded (time 
                                               node failure, cancelled outside)
 ====================  ======================  ==========================================
 
+What the job cost (``usage``): each replica's one attempt, from the start and end it wrote.
+
 A replica (``replica_states``): its exit code decides once it wrote one (0: SUCCEEDED); the
 first replica to fail is the FAILED one, and those ended after it by a signal (exit code 128
 or more: ``srun --kill-on-bad-exit`` stopped them) or without an exit code are CANCELLED as
@@ -32,6 +34,7 @@ from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, Lis
 from airflow_provider_torchx.core.schedulers.slurm.record import JobRecord
 from airflow_provider_torchx.core.schedulers.slurm.render import parse_comment
 from airflow_provider_torchx.core.specs import AppState, ReplicaStatus, Resource, Role, RoleStatus
+from airflow_provider_torchx.core.usage import Attempt, Usage, compute_usage
 
 #: Slurm's job states (``squeue``'s ``job_state``) as app states; any other is RUNNING.
 SLURM_STATES: dict[str, AppState] = {
@@ -180,6 +183,25 @@ def _roles(rec: JobRecord) -> list[Role]:
     return roles
 
 
+def usage(rec: JobRecord, roles: list[Role], ended: float | None) -> Usage:
+    """What the job cost (``core/usage.py``): each replica's one attempt, from its start to its
+    exit (or to the job's end ``ended``, for one stopped before it wrote an exit code)."""
+    attempts = [
+        Attempt(
+            role=role.name,
+            replica=k,
+            number=1,
+            started=rec.starts.get((role.name, k)),
+            ended=end.at if (end := rec.exits.get((role.name, k))) else None,
+            exit_code=end.exit_code if end else None,
+        )
+        for role in roles
+        for k in range(role.num_replicas)
+        if (role.name, k) in rec.starts
+    ]
+    return compute_usage(rec.submitted, ended, roles, attempts)
+
+
 def describe(app_id: str, rec: JobRecord | None, entry: Mapping[str, Any] | None) -> DescribeAppResponse | None:
     """The description of job ``app_id`` from its record and its ``squeue`` entry (either may
     be missing; None when both are: no such job)."""
@@ -213,10 +235,14 @@ def describe(app_id: str, rec: JobRecord | None, entry: Mapping[str, Any] | None
         msg = f"{first[0]}[{first[1]}] exited with {rec.exits[first].exit_code}" + (f" on {host}" if host else "")
     elif state == AppState.CANCELLED:
         msg = _cancel_msg(rec)
+    roles = _roles(rec)
+    cost = usage(rec, roles, ended)
     return DescribeAppResponse(
         msg=msg,
         labels=rec.labels,
-        roles=_roles(rec),
+        roles=roles,
+        usage=cost if state.is_terminal() else None,
+        usage_so_far=None if state.is_terminal() else cost,
         roles_statuses=replica_states(rec, state),
         cancel_requested=rec.cancel is not None,
         cancel_reason=rec.cancel_reason,
