@@ -167,8 +167,8 @@ def _component(role: Role, cfg: Mapping[str, Any]) -> list[str]:
 
 
 def render(app: AppDef, cfg: Mapping[str, Any], labels: Mapping[str, str]) -> SlurmRequest:
-    """The ``sbatch`` request of ``app`` with the resolved ``cfg`` and the job's ``labels``."""
-    validate(app)
+    """The ``sbatch`` request of ``app`` (``validate``d) with the resolved ``cfg`` and the job's
+    ``labels``."""
     job_dir = str(cfg["job_dir"]).rstrip("/") or "/"
     header = ["#!/bin/sh"]
     for i, role in enumerate(app.roles):
