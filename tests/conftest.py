@@ -8,6 +8,7 @@ import pytest
 from tests.fixtures.airflow import *  # noqa: F403
 from tests.fixtures.aws import *  # noqa: F403
 from tests.fixtures.clock import *  # noqa: F403
+from tests.fixtures.slurm import *  # noqa: F403
 from tests.fixtures.torch import *  # noqa: F403
 from tests.fixtures.triggerer import *  # noqa: F403
 

@@ -160,7 +160,7 @@ def test_connection_without_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unknown_scheduler_fails_test_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_conn(monkeypatch, "tx_g", {"scheduler": "slurm"})
+    set_conn(monkeypatch, "tx_g", {"scheduler": "lsf"})
     ok, message = TorchXHook("tx_g").test_connection()
     assert not ok and "UnknownSchedulerError" in message and "local_cwd" in message
 

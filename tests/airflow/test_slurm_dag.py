@@ -1,0 +1,46 @@
+"""A DAG's task running a job on the real Slurm cluster (``scripts/slurm.sh``), waiting in its
+worker and deferred to the trigger: every replica's line once, the handle in XCom."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.airflow import assert_lines_once
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
+
+MODES = [pytest.param(False, id="worker"), pytest.param(True, id="deferred")]
+
+
+@pytest.fixture
+def slurm_conn(slurm_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The ``torchx_slurm_test`` connection: the slurm scheduler with a job directory of the test's."""
+    job_dir = tmp_path / "jobs"
+    extra = {"scheduler": "slurm", "cfg": f"job_dir={job_dir}"}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_SLURM_TEST", json.dumps({"conn_type": "torchx", "extra": extra}))
+    return job_dir
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_a_slurm_job_s_lines_reach_the_task_log_once(run_dag: Any, slurm_conn: Path, deferrable: bool) -> None:
+    dag_run, out = run_dag("torchx_test_slurm", deferrable=deferrable)
+    assert dag_run.state == "success", out[-5000:]
+    handle = dag_run.get_task_instance("hello").xcom_pull(task_ids="hello")
+    assert handle.startswith("slurm://"), handle
+    job_id = handle.rsplit("/", 1)[1]
+    assert (slurm_conn / job_id / "job.json").is_file()
+    assert_lines_once(
+        out, ["[sh/0] hello from replica 0 of sh on n1", "[sh/1] hello from replica 1 of sh on n2"], ordered=False
+    )
+    assert ("Pausing task as DEFERRED" in out) == deferrable
+
+
+def test_a_failed_rank_fails_the_task_with_its_exit_code_and_message(run_dag: Any, slurm_conn: Path) -> None:
+    dag_run, out = run_dag("torchx_test_slurm_fail", deferrable=True)
+    assert dag_run.state == "failed", out[-5000:]
+    assert "sh[1] exited with 3" in out, out[-5000:]
+    assert "failed replica sh/1, exit code 3" in out and "rank 1 gives up" in out

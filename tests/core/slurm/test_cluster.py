@@ -1,0 +1,327 @@
+"""The ``slurm`` scheduler on a real cluster (``scripts/slurm.sh``): submit, describe, logs,
+cancel, failures, Slurm's own check of a dry run, and a job Slurm forgot."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_torchx.core.clock import Clock
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, JobWontFitError, SchedulerSetupError
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, Stream
+from airflow_provider_torchx.core.schedulers.slurm import status
+from airflow_provider_torchx.core.schedulers.slurm.commands import SlurmCommands
+from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
+from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from tests.core.slurm.conftest import wait_for
+
+pytestmark = pytest.mark.slurm
+
+SMALL = Resource(cpu=1, gpu=0, memMB=100)
+
+
+def _app(cmd: str, replicas: int = 1, name: str = "t", **role: object) -> AppDef:
+    return AppDef(
+        name=name,
+        roles=[Role(name="trainer", entrypoint="sh", args=["-c", cmd], num_replicas=replicas, resource=SMALL, **role)],
+    )  # type: ignore[arg-type]
+
+
+def _labels(job_dir: Path) -> dict[str, str]:
+    """Identity labels of the test's jobs (its own run id: other tests' jobs stay in squeue)."""
+    return {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": job_dir.parent.name}
+
+
+def _submit(sched: SlurmScheduler, app: AppDef, job_dir: Path, **cfg: object) -> str:
+    return sched.submit(app, {"job_dir": str(job_dir), **cfg}, labels=_labels(job_dir))
+
+
+def _all_lines(sched: SlurmScheduler, app_id: str, k: int = 0, streams: Stream | None = None) -> list[str]:
+    """Every line of a terminal job's replica through the cursors, a few lines per read."""
+    out, cursor = [], None
+    while True:
+        chunk = sched.read_log(app_id, "trainer", k, cursor=cursor, streams=streams, max_lines=2)
+        out += chunk.lines
+        cursor = chunk.cursor
+        if chunk.eof:
+            return out
+
+
+def test_echo_job_end_to_end(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app = _app("for i in 1 2 3 4 5; do echo out$i; done; echo oops >&2")
+    info = slurm.submit_dryrun(app, {"job_dir": str(job_dir)}, labels=_labels(job_dir))
+    app_id = slurm.schedule(info)
+    native = slurm.describe_native(app_id)
+    assert native is not None and (native.request.args, native.request.script) == (
+        info.request.args,
+        info.request.script,
+    )
+    desc = wait_for(slurm, app_id)
+    assert desc.state == AppState.SUCCEEDED, desc.msg
+    assert desc.labels == _labels(job_dir)
+    assert [r.replicas[0].exit_code for r in desc.roles_statuses] == [0]
+    assert desc.usage is not None and [(a.role, a.replica, a.exit_code) for a in desc.usage.attempts] == [
+        ("trainer", 0, 0)
+    ]
+    assert desc.usage.queue_wait_s is not None and desc.usage.roles[0].vcpu_hours is not None
+    assert _all_lines(slurm, app_id, streams=Stream.STDOUT) == [f"out{i}\n" for i in range(1, 6)]
+    assert _all_lines(slurm, app_id, streams=Stream.STDERR) == ["oops\n"]
+    assert sorted(_all_lines(slurm, app_id)) == sorted([f"out{i}\n" for i in range(1, 6)] + ["oops\n"])
+    listed = slurm.list(labels=_labels(job_dir))
+    assert [(a.app_id, a.state) for a in listed] == [(app_id, AppState.SUCCEEDED)]
+
+
+def test_two_node_job_one_replica_per_node_with_rank0_host(slurm: SlurmScheduler, job_dir: Path) -> None:
+    runner = Runner("s", {"slurm": lambda session, **kw: slurm})
+    handle = runner.run(
+        _app("echo $TORCHX_REPLICA_ID $TORCHX_RANK0_HOST $TORCHX_PORT_C10D $TORCHX_JOB_ID", 2, port_map={"c10d": 1}),
+        "slurm",
+        {"job_dir": str(job_dir)},
+    )
+    app_id = handle.rsplit("/", 1)[1]
+    desc = wait_for(slurm, app_id)
+    assert desc.state == AppState.SUCCEEDED, desc.msg
+    assert sorted(r.hostname for r in desc.roles_statuses[0].replicas) == ["n1", "n2"]
+    rows = [_all_lines(slurm, app_id, k)[0].split() for k in (0, 1)]
+    assert [row[0] for row in rows] == ["0", "1"]
+    assert {row[1] for row in rows} == {"localhost"}  # n1's NodeAddr in the test cluster
+    assert rows[0][2] == rows[1][2] and rows[0][2].isdigit()
+    assert {row[3] for row in rows} == {handle}
+
+
+def test_failing_rank_is_the_failure_with_its_exit_code(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app('if [ "$TORCHX_REPLICA_ID" = 1 ]; then exit 3; fi; sleep 30', 2), job_dir)
+    desc = wait_for(slurm, app_id)
+    assert desc.state == AppState.FAILED
+    assert desc.msg.startswith("trainer[1] exited with 3")
+    reps = desc.roles_statuses[0].replicas
+    assert (reps[1].state, reps[1].exit_code) == (AppState.FAILED, 3)
+    assert (reps[0].state, reps[0].msg) == (AppState.CANCELLED, "stopped after trainer[1] failed")
+
+
+def test_cancel_records_who_and_leaves_nothing_in_squeue(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app("sleep 60"), job_dir)
+    wait_for(slurm, app_id, done="running")
+    slurm.cancel(app_id, reason="airflow-torchx cancel by alice", by=CancelledBy.USER)
+    desc = wait_for(slurm, app_id)
+    assert (desc.state, desc.cancelled_by, desc.cancel_reason) == (
+        AppState.CANCELLED,
+        CancelledBy.USER,
+        "airflow-torchx cancel by alice",
+    )
+    assert desc.msg == "cancelled by user: airflow-torchx cancel by alice"
+    live = [
+        e
+        for app, e in status.index_jobs(slurm.commands.squeue()).items()
+        if app == app_id and status.slurm_state(e) in ("PENDING", "RUNNING", "COMPLETING")
+    ]
+    assert live == []
+
+
+def test_sbatch_test_only_accepts_a_dry_run(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app = AppDef(
+        name="ddp",
+        roles=[
+            Role(name="a", entrypoint="echo", num_replicas=1, resource=Resource(cpu=1, gpu=2, memMB=500)),
+            Role(name="b", entrypoint="echo", num_replicas=1, resource=Resource(cpu=2, gpu=1, memMB=500)),
+        ],
+    )
+    info = slurm.submit_dryrun(app, {"job_dir": str(job_dir), "partition": "debug", "time": "0:10:00"})
+    answer = slurm.test_only(info)
+    assert answer.startswith("sbatch: Job ") and "to start at" in answer
+    assert [a for a in slurm.list() if a.name == "ddp"] == []
+    assert list(job_dir.iterdir()) == []
+
+
+def test_describes_an_ended_job_after_slurm_forgot_it(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app('echo "rank $TORCHX_REPLICA_ID"; exit $TORCHX_REPLICA_ID', 2), job_dir)
+    assert wait_for(slurm, app_id).state == AppState.FAILED
+    deadline = time.monotonic() + 90  # slurmctld purges ended jobs once a minute (MinJobAge is 2 s)
+    while app_id in status.index_jobs(slurm.commands.squeue()):
+        assert time.monotonic() < deadline, "slurmctld did not forget the job"
+        time.sleep(1)
+    desc = slurm.describe(app_id)
+    assert desc is not None
+    assert (desc.state, desc.msg.split(" on ")[0]) == (AppState.FAILED, "trainer[1] exited with 1")
+    assert [(r.id, r.state, r.exit_code) for r in desc.roles_statuses[0].replicas] == [
+        (0, AppState.SUCCEEDED, 0),
+        (1, AppState.FAILED, 1),
+    ]
+    assert _all_lines(slurm, app_id, 1) == ["rank 1\n"]
+    fresh = SlurmScheduler("other", index=slurm.index)  # another process of this host
+    assert fresh.describe(app_id) == desc
+    assert [a.app_id for a in fresh.list(labels=_labels(job_dir))] == [app_id]
+
+
+def test_one_squeue_call_per_round_for_every_watched_job(slurm: SlurmScheduler, job_dir: Path) -> None:
+    ids = [_submit(slurm, _app("true"), job_dir) for _ in range(4)]
+    for app_id in ids:
+        wait_for(slurm, app_id)
+    before = slurm.commands.calls
+    futures = [slurm.describe_future_as(app_id, lambda d: d.state if d else None) for app_id in ids]
+    assert [f.result(timeout=30) for f in futures] == [AppState.SUCCEEDED] * 4
+    assert slurm.commands.calls - before == 1
+
+
+def test_missing_commands_are_a_setup_error_of_one_line(tmp_path: Path) -> None:
+    sched = SlurmScheduler("t", commands=SlurmCommands(env={"PATH": str(tmp_path)}))
+    with pytest.raises(SchedulerSetupError) as err:
+        sched.describe("1")
+    assert "squeue is not installed" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unreachable_controller_is_a_setup_error_and_submits_nothing(
+    slurm_cluster: str, tmp_path: Path, job_dir: Path
+) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "\n".join(
+            "SlurmctldPort=1" if line.startswith("SlurmctldPort=") else line
+            for line in Path(slurm_cluster).read_text().splitlines()
+        )
+    )
+    import os
+
+    sched = SlurmScheduler("t", commands=SlurmCommands(env={**os.environ, "SLURM_CONF": str(conf)}))
+    with pytest.raises(SchedulerSetupError) as err:
+        sched.submit(_app("true"), {"job_dir": str(job_dir)})
+    assert "cannot be reached" in str(err.value) and "\n" not in str(err.value)
+    assert list(job_dir.iterdir()) == []
+
+
+def test_an_unreadable_record_is_described_from_slurm_alone(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app("sleep 60"), job_dir)
+    (job_dir / app_id / "job.json").write_text(json.dumps({"not": "a record"}))
+    desc = slurm.describe(app_id)
+    assert desc is not None and desc.labels == _labels(job_dir)
+    slurm.cancel(app_id)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "resource", "replicas", "error", "says"),
+    [
+        (
+            {"partition": "gpu"},
+            SMALL,
+            1,
+            InvalidRunConfigError,
+            "partition='gpu' does not exist on this Slurm cluster; its partitions: debug",
+        ),
+        (
+            {},
+            Resource(cpu=1, gpu=3, memMB=100),
+            1,
+            JobWontFitError,
+            "with 1 CPUs, 100 MB, 3 GPUs each; partition 'debug' has 0 such node(s) of 2 (at most 2 GPUs",
+        ),
+        (
+            {},
+            SMALL,
+            3,
+            JobWontFitError,
+            "role 'trainer' needs 3 node(s) with 1 CPUs, 100 MB each; partition 'debug' has 2 such node(s) of 2",
+        ),
+        (
+            {},
+            Resource(cpu=1, gpu=0, memMB=4000),
+            1,
+            JobWontFitError,
+            "partition 'debug' has 0 such node(s) of 2 (at most 2 GPUs, 2 CPUs and 2000 MB per node)",
+        ),
+        (
+            {"time": "2:00:00"},
+            SMALL,
+            1,
+            JobWontFitError,
+            "cfg: time='2:00:00' exceeds partition 'debug''s MaxTime 01:00:00",
+        ),
+    ],
+)
+def test_preflight_refuses_before_submitting(
+    slurm: SlurmScheduler, job_dir: Path, cfg: dict[str, str], resource: Resource, replicas: int, error: type, says: str
+) -> None:
+    before = set(status.index_jobs(slurm.commands.squeue()))
+    app = AppDef(name="big", roles=[Role(name="trainer", entrypoint="true", num_replicas=replicas, resource=resource)])
+    with pytest.raises(error) as err:
+        slurm.submit(app, {"job_dir": str(job_dir / "new"), **cfg})
+    assert says in str(err.value)
+    assert set(status.index_jobs(slurm.commands.squeue())) - before == set()
+    assert list(job_dir.iterdir()) == []  # not even the job directory was made
+
+
+def test_check_settings_names_the_partition(slurm: SlurmScheduler, job_dir: Path) -> None:
+    assert slurm.check_settings({"job_dir": str(job_dir)}).startswith("Slurm partition 'debug' is UP")
+    with pytest.raises(InvalidRunConfigError, match="its partitions: debug"):
+        slurm.check_settings({"job_dir": str(job_dir), "partition": "nope"})
+
+
+def test_a_job_dir_that_cannot_be_written_submits_nothing(slurm: SlurmScheduler, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    before = set(status.index_jobs(slurm.commands.squeue()))
+    with pytest.raises(InvalidRunConfigError, match=r"cfg: job_dir='.*/file/jobs' cannot be made"):
+        slurm.submit(_app("true"), {"job_dir": str(blocker / "jobs")})
+    assert set(status.index_jobs(slurm.commands.squeue())) - before == set()
+
+
+def test_reading_a_live_job_s_logs_shares_one_squeue_snapshot(
+    slurm_cluster: str, tmp_path: Path, job_dir: Path
+) -> None:
+    frozen = Clock(monotonic=lambda: 0.0)  # the snapshot never ages
+    sched = SlurmScheduler("t", index=JobIndex(tmp_path / "index"), clock=frozen)
+    try:
+        app_id = _submit(sched, _app("echo first; sleep 60"), job_dir)
+        lines: list[str] = []
+        cursor = None
+        while not lines:
+            chunk = sched.read_log(app_id, "trainer", 0, cursor=cursor)
+            assert not chunk.eof
+            lines, cursor = lines + chunk.lines, chunk.cursor
+        before = sched.commands.calls
+        for _ in range(20):
+            chunk = sched.read_log(app_id, "trainer", 0, cursor=cursor)
+            assert (chunk.lines, chunk.eof) == ([], False)
+        assert lines == ["first\n"] and sched.commands.calls == before
+    finally:
+        sched.cancel(app_id)
+        sched.close()
+
+
+def test_a_job_waiting_for_nodes_says_slurm_s_reason(slurm: SlurmScheduler, job_dir: Path) -> None:
+    hog = _submit(slurm, _app("sleep 60", 2), job_dir, exclusive=True)
+    wait_for(slurm, hog, done="running")
+    waiting = _submit(slurm, _app("true"), job_dir)
+    deadline = time.monotonic() + 30  # Slurm sets a reason at its next scheduling pass
+    while (desc := slurm.describe(waiting)) is not None and desc.msg == "pending in Slurm (PENDING)":
+        assert time.monotonic() < deadline, "Slurm gave no reason"
+        time.sleep(0.2)
+    assert desc is not None and (desc.state, desc.msg) == (AppState.PENDING, "pending in Slurm (PENDING): Resources")
+    assert slurm.wait_reason(waiting) == "Slurm's reason: Resources"
+    assert slurm.wait_reason(hog) == ""
+
+
+def test_a_two_node_dist_spmd_dry_run_is_accepted_and_meets_at_rank0(slurm: SlurmScheduler, job_dir: Path) -> None:
+    runner = Runner("s", {"slurm": lambda session, **kw: slurm})
+    info = runner.dryrun_component(
+        "dist.spmd",
+        ["--script", "train.py", "-j", "2x2", "--gpu", "2", "--memMB", "1000"],
+        "slurm",
+        {"job_dir": str(job_dir)},
+    )
+    script = info.request.script
+    header = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert header == [
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=1",
+        "#SBATCH --mem=1000M",
+        "#SBATCH --gpus-per-node=2",
+    ]
+    assert "--rdzv_endpoint $TORCHX_RANK0_HOST:${TORCHX_PORT_C10D:-29500}" in script
+    assert "export TORCHX_PORT_C10D=$(( 20000 + (SLURM_JOB_ID * 1 + 0) % 20000 ))" in script
+    assert slurm.test_only(info).startswith("sbatch: Job ")

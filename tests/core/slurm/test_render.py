@@ -1,0 +1,169 @@
+"""The ``sbatch`` script a dry run renders (offline: no cluster)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
+from airflow_provider_torchx.core.schedulers.slurm.render import parse_comment
+from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
+from airflow_provider_torchx.core.specs import AppDef, BindMount, Resource, Role, VolumeMount, macros
+
+
+def _dryrun(app: AppDef, **cfg: object) -> str:
+    info = SlurmScheduler("s").submit_dryrun(app, {"job_dir": "/shared/jobs", **cfg}, labels={"airflow.dag_id": "d"})
+    return str(info.request)
+
+
+def _two_roles() -> AppDef:
+    return AppDef(
+        name="ddp",
+        roles=[
+            Role(name="master", entrypoint="python", args=["-m", "x"], num_replicas=1, resource=Resource(4, 0, 1000)),
+            Role(name="worker", entrypoint="python", num_replicas=3, resource=Resource(8, 2, 64000)),
+        ],
+    )
+
+
+def test_each_role_is_a_heterogeneous_component_with_its_resources() -> None:
+    text = _dryrun(
+        _two_roles(), partition="gpu", time="1-00:00", account="a", qos="q", constraint="h100", exclusive=True
+    )
+    header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    common = ["--partition=gpu", "--account=a", "--qos=q", "--time=1-00:00", "--constraint=h100", "--exclusive"]
+    master = ["--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=4", "--mem=1000M", *common]
+    worker = ["--nodes=3", "--ntasks-per-node=1", "--cpus-per-task=8", "--mem=64000M", "--gpus-per-node=2", *common]
+    assert header == [f"#SBATCH {o}" for o in master] + ["#SBATCH hetjob"] + [f"#SBATCH {o}" for o in worker]
+    assert "srun --het-group=0 --nodes=1 --ntasks-per-node=1 --kill-on-bad-exit=1" in text
+    assert "srun --het-group=1 --nodes=3 --ntasks-per-node=1 --kill-on-bad-exit=1" in text
+
+
+def test_one_role_is_a_plain_job() -> None:
+    app = AppDef(name="one", roles=[Role(name="r", entrypoint="echo", resource=Resource(1, 0, 10))])
+    text = _dryrun(app)
+    assert "hetjob" not in text and "--het-group" not in text
+
+
+def test_job_options_and_identity_go_on_sbatch_s_command_line() -> None:
+    info = SlurmScheduler("s").submit_dryrun(
+        _two_roles(),
+        {"job_dir": "/shared/jobs/", "comment": "nightly", "mail-user": "a@b.c", "mail-type": "END,FAIL"},
+        labels={"airflow.dag_id": "d"},
+    )
+    args = info.request.args
+    comment = next(a for a in args if a.startswith("--comment="))
+    assert parse_comment(comment.split("=", 1)[1]) == {
+        "airflow-torchx": 1,
+        "app": "ddp",
+        "labels": {"airflow.dag_id": "d"},
+        "comment": "nightly",
+    }
+    assert [a for a in args if not a.startswith("--comment=")] == [
+        "--job-name=ddp",
+        "--chdir=/shared/jobs",
+        "--output=/shared/jobs/slurm-%j.out",
+        "--mail-user=a@b.c",
+        "--mail-type=END,FAIL",
+    ]
+
+
+def test_every_replica_gets_our_env() -> None:
+    role = Role(
+        name="w",
+        entrypoint="echo",
+        num_replicas=2,
+        resource=Resource(1, 0, 10),
+        port_map={"c10d": 29500},
+    )
+    text = _dryrun(AppDef(name="m", roles=[role]))
+    for line in (
+        "export TORCHX_REPLICA_ID=$SLURM_PROCID",
+        "export TORCHX_ROLE_NAME=w",
+        "export TORCHX_ROLE_IDX=0",
+        "export TORCHX_PORT_C10D=$(( 20000 + (SLURM_JOB_ID * 1 + 0) % 20000 ))",
+        "export TORCHX_RANK0_HOST=$(scontrol show node",
+        'export TORCHELASTIC_ERROR_FILE="$R/error.json" PET_LOG_DIR="$R/ranks"',
+    ):
+        assert line in text
+
+
+def test_the_replica_runs_its_command_one_word_per_argument_with_the_macros_expanded(tmp_path: Path) -> None:
+    role = Role(
+        name="w",
+        entrypoint="printf",
+        args=["%s|", f"{macros.app_id}-{macros.replica_id}", "a b", "it's", "$HOME", "$${ID}"],
+        env={"ID": f"r{macros.replica_id}"},
+        resource=Resource(1, 0, 10),
+    )
+    text = _dryrun(AppDef(name="m", roles=[role]))
+    step = text.split("sh -c ", 1)[1].rsplit(" &\npids=", 1)[0]
+    env = {
+        "TORCHX_SLURM_JOB_DIR": str(tmp_path),
+        "TORCHX_SLURM_JOB_ID": "42",
+        "SLURM_PROCID": "1",
+        "PATH": "/usr/bin:/bin",
+    }
+    subprocess.run(["sh", "-c", f"sh -c {step}"], env=env, check=True)
+    assert (tmp_path / "w" / "1" / "stdout.log").read_text() == "42-1|a b|it's|$HOME|${ID}|"
+    assert (tmp_path / "w" / "1" / "exit").read_text().split()[0] == "0"
+
+
+@pytest.mark.parametrize(
+    ("mount", "accepted"),
+    [
+        (BindMount("/shared/data", "/shared/data"), True),
+        (BindMount("/shared/data", "/data"), False),
+        (VolumeMount("fs-1234", "/data"), False),
+    ],
+)
+def test_mounts_slurm_can_honour(mount: object, accepted: bool) -> None:
+    app = AppDef(name="m", roles=[Role(name="r", entrypoint="echo", resource=Resource(1, 0, 10), mounts=[mount])])  # type: ignore[list-item]
+    if accepted:
+        _dryrun(app)
+    else:
+        with pytest.raises(
+            InvalidSpecError, match=r"roles\[0\]\.mounts\[0\]: role 'r': .* cannot be honoured on Slurm"
+        ):
+            _dryrun(app)
+
+
+def test_an_absolute_image_is_where_the_replica_runs_another_is_ignored() -> None:
+    in_dir = _dryrun(
+        AppDef(name="m", roles=[Role(name="r", image="/opt/code", entrypoint="echo", resource=Resource(1, 0, 10))])
+    )
+    assert "cd /opt/code || exit 127" in in_dir
+    named = _dryrun(
+        AppDef(name="m", roles=[Role(name="r", image="ghcr.io/x:1", entrypoint="echo", resource=Resource(1, 0, 10))])
+    )
+    assert "cd " not in named
+
+
+@pytest.mark.parametrize(
+    ("cfg", "says"),
+    [
+        ({"job_dir": "jobs"}, "cfg: job_dir='jobs' is not an absolute path"),
+        ({"job_dir": "/j", "time": "1h"}, "cfg: time='1h' is not a Slurm time limit; use minutes, MM:SS"),
+        ({"job_dir": "/j", "mail-type": "END,SOMETIMES"}, "cfg: mail-type='END,SOMETIMES' has 'SOMETIMES'"),
+        ({}, "job_dir"),
+    ],
+)
+def test_bad_run_options_are_refused_offline(cfg: dict[str, str], says: str) -> None:
+    with pytest.raises(InvalidRunConfigError) as err:
+        SlurmScheduler("s").submit_dryrun(_two_roles(), cfg)
+    assert says in str(err.value)
+
+
+def test_the_record_keeps_the_roles() -> None:
+    info = SlurmScheduler("s").submit_dryrun(_two_roles(), {"job_dir": "/j"})
+    assert json.loads(json.dumps(info.request.roles))[1] == {
+        "name": "worker",
+        "num_replicas": 3,
+        "entrypoint": "python",
+        "args": [],
+        "env": {},
+        "resource": {"cpu": 8, "gpu": 2, "memMB": 64000},
+    }

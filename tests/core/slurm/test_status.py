@@ -1,0 +1,151 @@
+"""The description rules (``status.py``) over ``squeue --json`` as Slurm 22.05 prints it
+(``data/squeue-22.05.json``, captured from the test cluster) and job records."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
+from airflow_provider_torchx.core.schedulers.slurm import status
+from airflow_provider_torchx.core.schedulers.slurm.record import JobRecord, ReplicaEnd
+from airflow_provider_torchx.core.specs import AppState
+from tests.core.slurm.conftest import DATA
+
+# The captured jobs: 11 COMPLETED (ours), 12 FAILED (exit 3), 13 RUNNING, 14 PENDING on
+# Resources (ours), 15 a heterogeneous job (15+0 and 15+1) PENDING, 17 CANCELLED while pending.
+ENTRIES = status.index_jobs(json.loads((DATA / "squeue-22.05.json").read_text())["jobs"])
+
+
+def _rec(exits: dict[tuple[str, int], ReplicaEnd], *, ended: float | None = 10.0, cancel: Any = None) -> JobRecord:
+    return JobRecord(
+        app_id="7",
+        directory="/j/7",
+        name="t",
+        roles=[{"name": "a", "num_replicas": 2, "resource": {"cpu": 4, "gpu": 2, "memMB": 1024}}],
+        labels={"k": "v"},
+        submitted=1.0,
+        started=2.0,
+        ended=ended,
+        hosts={("a", 0): "n1", ("a", 1): "n2"},
+        starts={("a", 0): 3.0, ("a", 1): 3.0},
+        exits=exits,
+        cancel=cancel,
+    )
+
+
+def test_a_heterogeneous_job_is_its_leader() -> None:
+    assert sorted(ENTRIES) == ["11", "12", "13", "14", "15", "17"]
+    assert ENTRIES["15"]["het_job_offset"] == 0
+
+
+@pytest.mark.parametrize(
+    ("job", "state", "msg"),
+    [
+        ("11", AppState.SUCCEEDED, ""),
+        ("12", AppState.FAILED, "Slurm: FAILED (NonZeroExitCode)"),
+        ("13", AppState.RUNNING, ""),
+        ("14", AppState.PENDING, "pending in Slurm (PENDING): Resources"),
+        ("15", AppState.PENDING, "pending in Slurm (PENDING): Resources"),
+        ("17", AppState.CANCELLED, ""),
+    ],
+)
+def test_slurm_s_state_while_it_knows_the_job(job: str, state: AppState, msg: str) -> None:
+    assert status.app_state(None, ENTRIES[job]) == (state, msg)
+
+
+def test_times_and_labels_come_from_squeue_without_a_record() -> None:
+    desc = status.describe("11", None, ENTRIES["11"])
+    assert desc is not None
+    assert desc.labels == {"airflow.dag_id": "d"}
+    assert desc.created == ENTRIES["11"]["submit_time"] and desc.ended == ENTRIES["11"]["end_time"]
+
+
+# The rows of the table for a job Slurm forgot (no entry).
+
+
+def test_forgotten_ended_every_replica_exited_0_is_succeeded() -> None:
+    rec = _rec({("a", 0): ReplicaEnd(0, 5), ("a", 1): ReplicaEnd(0, 6)})
+    assert status.app_state(rec, None) == (AppState.SUCCEEDED, "")
+
+
+def test_forgotten_ended_with_a_failed_replica_is_failed_naming_it() -> None:
+    rec = _rec({("a", 0): ReplicaEnd(143, 6), ("a", 1): ReplicaEnd(3, 5)})
+    desc = status.describe("7", rec, None)
+    assert desc is not None
+    assert (desc.state, desc.msg) == (AppState.FAILED, "a[1] exited with 3 on n2")
+
+
+def test_forgotten_ended_with_a_replica_that_wrote_no_exit_code_is_failed() -> None:
+    assert status.app_state(_rec({("a", 0): ReplicaEnd(0, 5)}), None)[0] == AppState.FAILED
+
+
+def test_forgotten_with_a_cancel_and_no_end_is_cancelled_by_whom_it_recorded() -> None:
+    rec = _rec({}, ended=None, cancel={"reason": "airflow-torchx cancel by bob", "by": "user"})
+    desc = status.describe("7", rec, None)
+    assert desc is not None
+    assert (desc.state, desc.cancelled_by, desc.msg) == (
+        AppState.CANCELLED,
+        CancelledBy.USER,
+        "cancelled by user: airflow-torchx cancel by bob",
+    )
+
+
+def test_forgotten_without_end_or_cancel_is_failed_unrecorded() -> None:
+    state, msg = status.app_state(_rec({}, ended=None), None)
+    assert state == AppState.FAILED and msg.startswith("the job ended without recording its end")
+
+
+def test_cancelled_in_slurm_without_our_record_says_so() -> None:
+    desc = status.describe("17", _rec({}, ended=None), ENTRIES["17"])
+    assert desc is not None and desc.msg == "cancelled in Slurm (outside airflow-torchx)"
+
+
+# The replica rules.
+
+
+def _replicas(rec: JobRecord, state: AppState) -> list[tuple[AppState, int | None, str]]:
+    return [(r.state, r.exit_code, r.msg) for r in status.replica_states(rec, state)[0].replicas]
+
+
+def test_the_first_to_fail_is_failed_and_those_signalled_after_it_were_stopped() -> None:
+    rec = _rec({("a", 0): ReplicaEnd(137, 6), ("a", 1): ReplicaEnd(3, 5)})
+    assert _replicas(rec, AppState.FAILED) == [
+        (AppState.CANCELLED, 137, "stopped after a[1] failed"),
+        (AppState.FAILED, 3, ""),
+    ]
+
+
+def test_a_replica_failing_on_its_own_after_the_first_is_failed_too() -> None:
+    rec = _rec({("a", 0): ReplicaEnd(2, 6), ("a", 1): ReplicaEnd(3, 5)})
+    assert [s for s, _, _ in _replicas(rec, AppState.FAILED)] == [AppState.FAILED, AppState.FAILED]
+
+
+def test_a_replica_without_exit_code_after_a_failure_was_stopped() -> None:
+    rec = _rec({("a", 1): ReplicaEnd(3, 5)})
+    assert _replicas(rec, AppState.FAILED)[0] == (AppState.CANCELLED, None, "stopped after a[1] failed")
+
+
+def test_a_replica_without_exit_code_has_the_live_job_s_state() -> None:
+    assert _replicas(_rec({}, ended=None), AppState.RUNNING) == [(AppState.RUNNING, None, "")] * 2
+
+
+def test_a_replica_without_exit_code_in_a_job_slurm_failed_is_failed() -> None:
+    assert _replicas(_rec({}, ended=None), AppState.FAILED) == [(AppState.FAILED, None, "")] * 2
+
+
+def test_usage_counts_each_replica_from_its_start_to_its_exit_or_the_job_s_end() -> None:
+    rec = _rec({("a", 1): ReplicaEnd(3, 3603.0)}, ended=7203.0)  # replica 0 was stopped, no exit code
+    desc = status.describe("7", rec, None)
+    assert desc is not None and desc.usage is not None and desc.usage_so_far is None
+    assert (desc.usage.submitted, desc.usage.first_running, desc.usage.queue_wait_s) == (1.0, 3.0, 2.0)
+    role = desc.usage.roles[0]
+    assert (role.node_seconds, role.gpu_hours, role.vcpu_hours) == (3600.0 + 7200.0, 6.0, 12.0)
+
+
+def test_a_live_job_has_its_usage_so_far() -> None:
+    desc = status.describe("7", _rec({}, ended=None), ENTRIES["13"])
+    assert desc is not None and desc.usage is None and desc.usage_so_far is not None
+    assert desc.usage_so_far.first_running == 3.0
