@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Start/stop the services the tests need: a Docker engine with its data and socket under the
 # state dir, a tiny local busybox image and a local image registry (the Docker and AWS Batch
-# tests), and a PostgreSQL server on loopback whose databases the live Airflow deployments of
+# tests), a PostgreSQL server on loopback whose databases the live Airflow deployments of
 # tests/e2e/ run on (tests/e2e/deployment.py: one migrated template per Airflow line, a copy
-# per deployment).
+# per deployment), and a Slurm cluster on this host (scripts/slurm.sh: the slurm scheduler's
+# tests).
 #
 #   scripts/services.sh start   # idempotent; writes $STATE/services.env
 #   scripts/services.sh stop    # stops what `start` started, by pid
@@ -39,7 +40,8 @@ run_dir() {
     echo "$dir"
 }
 
-alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# shellcheck source=scripts/pids.sh
+source "$REPO/scripts/pids.sh"
 
 install_packages() {
     local missing=()
@@ -47,6 +49,7 @@ install_packages() {
     [[ -x /bin/busybox ]] || missing+=(busybox-static)
     command -v docker-registry >/dev/null || missing+=(docker-registry)
     pg_bin >/dev/null || missing+=(postgresql)
+    command -v slurmctld >/dev/null || missing+=(slurmctld slurmd slurm-client munge)
     if ((${#missing[@]})); then
         [[ $(id -u) -eq 0 ]] || { log "missing ${missing[*]}; install them as root"; exit 1; }
         log "installing ${missing[*]}"
@@ -185,22 +188,7 @@ export DOCKER_HOST=unix://$SOCK
 export TORCHX_TEST_REGISTRY=127.0.0.1:$(cat "$STATE/registry.port")
 export TORCHX_TEST_POSTGRES=postgresql+psycopg2://airflow@127.0.0.1:$(cat "$(run_dir)/postgres/port")
 EOF
-}
-
-stop_pid() {
-    local pidfile="$1" name="$2"
-    if alive "$pidfile"; then
-        local pid
-        pid="$(cat "$pidfile")"
-        log "stopping $name (pid $pid)"
-        kill "$pid"
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-    fi
-    rm -f "$pidfile"
+    bash "$REPO/scripts/slurm.sh" env >>"$ENV_FILE"
 }
 
 stop_containers() {
@@ -218,6 +206,7 @@ start)
     import_busybox
     start_registry
     start_postgres
+    bash "$REPO/scripts/slurm.sh" start >/dev/null
     write_env
     cat "$ENV_FILE"
     ;;
@@ -227,6 +216,7 @@ stop)
     rm -f "$STATE/registry.port" "$ENV_FILE"
     stop_pid "$D/dockerd.pid" dockerd
     stop_postgres
+    bash "$REPO/scripts/slurm.sh" stop
     ;;
 env)
     [[ -f "$ENV_FILE" ]] || { log "not started; run: $0 start"; exit 1; }

@@ -149,3 +149,19 @@ def test_a_live_job_has_its_usage_so_far() -> None:
     desc = status.describe("7", _rec({}, ended=None), ENTRIES["13"])
     assert desc is not None and desc.usage is None and desc.usage_so_far is not None
     assert desc.usage_so_far.first_running == 3.0
+
+
+@pytest.mark.parametrize(
+    ("exits", "first"),
+    [
+        ({("a", 0): ReplicaEnd(143, 5.0), ("a", 1): ReplicaEnd(3, 5.0)}, ("a", 1)),  # same instant: its own exit first
+        ({("a", 0): ReplicaEnd(143, 5.2), ("a", 1): ReplicaEnd(3, 5.1)}, ("a", 1)),  # srun stopped rank 0 after
+        ({("a", 0): ReplicaEnd(137, 4.9), ("a", 1): ReplicaEnd(3, 5.1)}, ("a", 0)),  # killed first: it failed first
+        ({("a", 0): ReplicaEnd(2, 5.0), ("a", 1): ReplicaEnd(3, 5.0)}, ("a", 0)),  # a tie of own exits: index order
+        ({("a", 0): ReplicaEnd(0, 5.0), ("a", 1): ReplicaEnd(0, 5.0)}, None),
+    ],
+)
+def test_the_first_failure_is_the_earliest_end_and_an_own_exit_before_a_signal_at_the_same_time(
+    exits: dict[tuple[str, int], ReplicaEnd], first: tuple[str, int] | None
+) -> None:
+    assert status.first_failure(_rec(exits)) == first

@@ -131,7 +131,7 @@ def _replica_script(role: Role, idx: int) -> str:
         f"export {ENV_REPLICA_ID}=$SLURM_PROCID",
         f'R="${ENV_JOB_DIR}"/{shlex.quote(role.name)}/"${ENV_REPLICA_ID}"',
         'mkdir -p "$R"',
-        'echo "${SLURMD_NODENAME:-$(hostname)} $(date +%s)" >"$R/host"',
+        'echo "${SLURMD_NODENAME:-$(hostname)} $(date +%s.%N)" >"$R/host"',
         f'export {ERROR_FILE_ENV}="$R/{ERROR_FILE_NAME}" {RANK_LOGS_ENV}="$R/{RANK_LOGS_NAME}"',
         *(f"export {k}={_word(v)}" for k, v in env.items()),
     ]
@@ -142,7 +142,7 @@ def _replica_script(role: Role, idx: int) -> str:
         f'{{ {{ {cmd}; echo $? >"$R/rc"; }} 2>&1 1>&3 3>&- | tee -a "$R/stderr.log" "$R/combined.log" >/dev/null; }} '
         '3>&1 | tee -a "$R/stdout.log" "$R/combined.log" >/dev/null',
         'rc=$(cat "$R/rc" 2>/dev/null || echo 255)',
-        f'echo "$rc $(date +%s)" >"$R/{EXIT_FILE}"',
+        f'echo "$rc $(date +%s.%N)" >"$R/{EXIT_FILE}"',
         'exit "$rc"',
     ]
     return "\n".join(lines)

@@ -124,12 +124,18 @@ def _replica_count(rec: JobRecord) -> int:
 
 
 def first_failure(rec: JobRecord) -> tuple[str, int] | None:
-    """The replica that failed first (by its end; ties: role order, then index)."""
+    """The replica that failed first (by its end, to the nanosecond the job recorded; ties: an
+    exit of its own before one by a signal, as ``srun`` stops the others with when one fails,
+    then role order, then index)."""
     order = {r["name"]: i for i, r in enumerate(rec.roles)}
-    failed = [(end.at, order.get(role, 0), k, role) for (role, k), end in rec.exits.items() if end.exit_code != 0]
+    failed = [
+        (end.at, end.exit_code > 128, order.get(role, 0), k, role)
+        for (role, k), end in rec.exits.items()
+        if end.exit_code != 0
+    ]
     if not failed:
         return None
-    _, _, k, role = min(failed)
+    *_, k, role = min(failed)
     return role, k
 
 
