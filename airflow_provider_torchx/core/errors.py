@@ -6,10 +6,12 @@ bad value and what is allowed, so callers (the CLI, the Airflow operator) can sh
 
 from __future__ import annotations
 
-import signal
-from typing import TYPE_CHECKING
-
+#: Not ``typing`` nor ``signal``: the local supervisor imports this module (through its job
+#: store) at its start-up, which must stay fast.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal
+
     from airflow_provider_torchx.core.specs import AppStatus
 
 
@@ -50,6 +52,17 @@ class UnknownSchedulerError(ValueError):
 
 class UnknownAppError(ValueError):
     """A well-formed handle names an app the scheduler does not know."""
+
+
+class RecordRefusedError(ValueError):
+    """The scheduler refuses to read a job's record (one of its files, or its directory,
+    swapped for a symbolic link, or not what its writer wrote): the job cannot be described,
+    yet it is still a job and may still run. ``Scheduler.cancel`` stops it all the same (the
+    error it raises then says ``delivered``), and the listings carry it while it may run
+    (``ListAppResponse.refused``). The message names the job and the refused file."""
+
+    #: Whether the cancel that raised this reached the job all the same (it stops).
+    delivered: bool = False
 
 
 class ComponentError(ValueError):

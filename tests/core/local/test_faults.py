@@ -25,7 +25,13 @@ import psutil
 import pytest
 
 from airflow_provider_torchx.core import cli
-from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler, procfs, store
+from airflow_provider_torchx.core.schedulers.local import (
+    LocalScheduler,
+    create_cwd_scheduler,
+    create_scheduler,
+    procfs,
+    store,
+)
 from airflow_provider_torchx.core.specs import AppState, make_app_handle
 from tests.core.local.conftest import marked_processes, wait_gone
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line, wait_running
@@ -591,3 +597,58 @@ def test_replicas_of_a_job_cancelled_before_they_started_say_so(sched: LocalSche
     reps = [r for role in desc.roles_statuses for r in role.replicas]
     assert [r.state for r in reps] == [AppState.CANCELLED] * 2
     assert all(r.msg.startswith("never started") for r in reps)
+
+
+def swap_for_link(path: Path, target: Path) -> None:
+    """Replace ``path`` by a symbolic link to ``target`` atomically, as an attacker would: a
+    link made beside it, then renamed over it (the path is never missing)."""
+    beside = path.with_name(f".{path.name}.link")
+    beside.symlink_to(target)
+    os.replace(beside, path)
+
+
+def test_a_running_job_whose_record_is_refused_is_listed_until_it_stops(
+    sched: LocalScheduler, mark: str, tmp_path: Path
+) -> None:
+    """A job whose ``state.json`` (or whole directory) was swapped for a symbolic link is
+    still a job: while its supervisor runs, ``list`` and ``list_live`` carry it as ``UNKNOWN``
+    with the refusal, with the labels its request record still gives (none through a swapped
+    directory: it then shows under every local backend); once a cancel stopped it, nothing
+    of it is listed as live. The state file's own supervisor records the end over the link."""
+    labels = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+    by_state = sched.submit(sh_app("sleep 600"), labels=labels)
+    by_dir = sched.submit(sh_app("sleep 600"), labels=labels)
+    for app_id in (by_state, by_dir):
+        wait_running(sched, app_id)
+    state_file = sched.job_dir(by_state) / store.STATE
+    (tmp_path / "state.json").write_text(state_file.read_text())
+    swap_for_link(state_file, tmp_path / "state.json")
+    moved = tmp_path / "moved"
+    shutil.copytree(sched.job_dir(by_dir), moved)
+    swap_dir = sched.job_dir(by_dir)
+    beside = swap_dir.with_name(f".{by_dir}.link")
+    beside.symlink_to(moved)
+    shutil.rmtree(swap_dir)  # a directory cannot be renamed over: removed, then the link moved in
+    os.replace(beside, swap_dir)
+    fresh = create_cwd_scheduler("test")  # nothing cached
+
+    listed = {a.app_id: a for a in fresh.list()}
+    assert set(listed) == {by_state, by_dir}, listed
+    assert listed[by_state].state == AppState.UNKNOWN and listed[by_state].labels == labels
+    assert f"{state_file} is corrupt (refused: it is a symbolic link" in str(listed[by_state].refused)
+    assert listed[by_dir].state == AppState.UNKNOWN and listed[by_dir].labels == {}
+    assert "a directory on its way below" in str(listed[by_dir].refused)
+    assert [a.app_id for a in fresh.list(labels=labels)] == [by_state]
+    assert {a.app_id for a in fresh.list_live()} == {by_state, by_dir}
+    dir_scheduler = create_scheduler("test", backend="local_dir")
+    assert [a.app_id for a in dir_scheduler.list_live()] == [by_dir]
+
+    for app_id in (by_state, by_dir):
+        with pytest.raises(store.CancelDeliveredError):
+            fresh.cancel(app_id)
+    assert wait_gone(mark, 30) == [], "the jobs' processes outlived the cancel"
+    assert fresh.list_live() == []
+    ended = fresh.describe(by_state)  # its supervisor wrote the end over the link
+    assert ended is not None and ended.state == AppState.CANCELLED, ended
+    for app_id in (by_state, by_dir):
+        fresh.delete(app_id)

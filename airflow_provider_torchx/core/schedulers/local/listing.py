@@ -73,7 +73,9 @@ class Listing:
     def summaries(self, states: bool = True) -> Summaries:
         """What a listing shows of every job of the store (any local backend): app id ->
         ``summary``. Ended jobs come from the store's index; only the others' files are read,
-        and those found ended are added to it. Corrupt entries are skipped (logged).
+        and those found ended are added to it. A job whose record is refused
+        (``CorruptEntryError``) is still a job: listed while its supervisor runs (``refused``),
+        skipped (logged) once none does.
         ``states`` False: the jobs not in the index have no ``state`` or ``ended`` (their state
         files are not read: what matching by backend and labels needs)."""
         index = self.store.finished()  # the same dict while the file is unchanged
@@ -91,7 +93,11 @@ class Listing:
                     continue
                 st = self.records.state(app_id, rec) if states else None
             except store.CorruptEntryError as e:
-                log.warning("list: skipping %s", e)
+                refused = self.refused(app_id, e)
+                if refused is None:
+                    log.warning("list: skipping %s (no supervisor of it runs)", e)
+                else:
+                    found[app_id] = refused
                 continue
             found[app_id] = entry = summary(rec, st)
             if st is not None and not st.get("orphaned") and st["state"] in TERMINAL_NAMES:
@@ -100,14 +106,29 @@ class Listing:
             self.store.record_finished(learned, present)
         return found
 
+    def refused(self, app_id: str, err: store.CorruptEntryError) -> dict[str, Any] | None:
+        """What a listing shows of the job ``app_id`` whose record is refused (``err``) while
+        a supervisor of it runs (it may be running; None once none does): state ``UNKNOWN``,
+        ``refused`` the refusal, and what its request record says when that can still be read
+        (else no backend, which every local backend lists, no labels and no name)."""
+        if self.records.running_supervisor(app_id) is None:
+            return None
+        try:
+            rec = self.records.request(app_id)
+        except store.CorruptEntryError:
+            rec = None
+        entry = summary(rec, None) if rec is not None else {"backend": None, "name": "", "labels": {}, "created": None}
+        entry.update(state=AppState.UNKNOWN.name, started=None, ended=None, refused=str(err))
+        return entry
+
     def matching(self, summaries: Summaries, labels: Mapping[str, str] | None) -> list[tuple[str, dict[str, Any]]]:
-        """``(app id, summary)`` of this backend's jobs in ``summaries`` whose labels include
-        ``labels``."""
+        """``(app id, summary)`` of this backend's jobs in ``summaries`` (and of refused ones of
+        no known backend) whose labels include ``labels``."""
         backend = self.backend
         return [
             (app_id, entry)
             for app_id, entry in summaries.items()
-            if entry["backend"] == backend and (not labels or labels_match(entry["labels"], labels))
+            if entry["backend"] in (backend, None) and (not labels or labels_match(entry["labels"], labels))
         ]
 
     def answers(
@@ -136,6 +157,7 @@ class Listing:
                     created=entry["created"],
                     started=entry.get("started"),
                     ended=entry.get("ended"),
+                    refused=entry.get("refused"),
                 )
                 if entry["state"] in TERMINAL_NAMES and not entry.get("orphaned"):
                     ended[app_id] = resp

@@ -42,6 +42,7 @@ from airflow_provider_torchx.core.schedulers.local.shapes import (
     Shape,
     why_not,
 )
+from airflow_provider_torchx.core.schedulers.local.supervisor import is_supervisor_of
 from airflow_provider_torchx.core.schedulers.local.usage import local_usage
 from airflow_provider_torchx.core.specs import AppState, ReplicaStatus, RoleStatus
 
@@ -352,6 +353,26 @@ class JobRecords:
                 return {**self.orphan_end(app_id, st, sup), "orphaned": True}  # not cached: finalize records it
         self.remember(app_id, rec, st)
         return st
+
+    def running_supervisor(self, app_id: str) -> tuple[int, int] | None:
+        """``(pid, start)`` of the job's supervisor while one runs on this host, found without
+        trusting the job's files (a job whose record is refused): the process
+        ``supervisor.json`` names if it still is this job directory's supervisor (boot, start
+        time and argv checked against ``/proc``), else the process of this host whose argv is
+        that supervisor's (a ``/proc`` scan). None: none runs."""
+        job_dir = os.path.join(self.root, app_id)
+        try:
+            sup = self.read(app_id, store.SUPERVISOR)
+        except store.CorruptEntryError:
+            sup = None
+        if (
+            sup is not None
+            and sup.get("boot") == procfs.boot_id()
+            and procfs.start_time(sup["pid"]) == sup["start"]
+            and is_supervisor_of(procfs.cmdline(sup["pid"]), job_dir)
+        ):
+            return sup["pid"], sup["start"]
+        return next(((p.pid, p.start) for p in procfs.scan() if is_supervisor_of(procfs.cmdline(p.pid), job_dir)), None)
 
     def orphan_end(
         self,

@@ -41,6 +41,7 @@ import os
 import stat
 import time
 
+from airflow_provider_torchx.core.errors import RecordRefusedError
 from airflow_provider_torchx.core.statedir import default_state_dir
 
 # Not ``typing``/``pathlib``/``collections``: they would slow the supervisor's start-up.
@@ -122,9 +123,10 @@ class CancelNotRecordedError(StoreError):
     soon as the store can be written. The message says so."""
 
 
-class CorruptEntryError(ValueError):
-    """A file of a job is not valid (not JSON, truncated, or not the shape its writer writes).
-    ``app_id`` and ``path`` name the job and the file."""
+class CorruptEntryError(RecordRefusedError):
+    """A file of a job is not valid (not JSON, truncated, or not the shape its writer writes,
+    a symbolic link): its record is refused. ``app_id`` and ``path`` name the job and the
+    file."""
 
     def __init__(self, app_id: str, path: StrPath, why: str) -> None:
         super().__init__(f"job {app_id!r}: {os.fspath(path)} is corrupt ({why}); delete the job or fix the file")
@@ -135,6 +137,8 @@ class CancelDeliveredError(CorruptEntryError):
     """A cancel of a job one of whose files was refused (``refused``: swapped for a symbolic
     link, not what its writer wrote) that reached the job's supervisor all the same (``pid``):
     the job stops and ends CANCELLED. The message names the refused file and says so."""
+
+    delivered = True
 
     def __init__(self, refused: CorruptEntryError, pid: int) -> None:
         ValueError.__init__(
