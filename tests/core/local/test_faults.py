@@ -599,14 +599,6 @@ def test_replicas_of_a_job_cancelled_before_they_started_say_so(sched: LocalSche
     assert all(r.msg.startswith("never started") for r in reps)
 
 
-def swap_for_link(path: Path, target: Path) -> None:
-    """Replace ``path`` by a symbolic link to ``target`` atomically, as an attacker would: a
-    link made beside it, then renamed over it (the path is never missing)."""
-    beside = path.with_name(f".{path.name}.link")
-    beside.symlink_to(target)
-    os.replace(beside, path)
-
-
 def test_a_running_job_whose_record_is_refused_is_listed_until_it_stops(
     sched: LocalScheduler, mark: str, tmp_path: Path
 ) -> None:
@@ -622,14 +614,8 @@ def test_a_running_job_whose_record_is_refused_is_listed_until_it_stops(
         wait_running(sched, app_id)
     state_file = sched.job_dir(by_state) / store.STATE
     (tmp_path / "state.json").write_text(state_file.read_text())
-    swap_for_link(state_file, tmp_path / "state.json")
-    moved = tmp_path / "moved"
-    shutil.copytree(sched.job_dir(by_dir), moved)
-    swap_dir = sched.job_dir(by_dir)
-    beside = swap_dir.with_name(f".{by_dir}.link")
-    beside.symlink_to(moved)
-    shutil.rmtree(swap_dir)  # a directory cannot be renamed over: removed, then the link moved in
-    os.replace(beside, swap_dir)
+    swap_file_for_symlink(state_file, tmp_path / "state.json")
+    swap_dir_for_symlink(sched.job_dir(by_dir), tmp_path / "moved")
     fresh = create_cwd_scheduler("test")  # nothing cached
 
     listed = {a.app_id: a for a in fresh.list()}
