@@ -565,3 +565,67 @@ def test_a_local_job_that_ended_before_the_wait_began_is_seen_at_once(local_jobs
 
     status = asyncio.run(next_status())
     assert status is not None and status.state == AppState.CANCELLED
+
+
+def refuse_record(runner: Runner, handle: str, how: str, elsewhere: Any) -> list[tuple[int, int]]:
+    """Swap the running job's ``state.json`` (``how`` "state") or its directory ("dir") for a
+    symbolic link, atomically; return the ``(pid, start)`` of its supervisor and replicas."""
+    from airflow_provider_torchx.core.schedulers.local import store
+    from airflow_provider_torchx.core.specs import parse_app_handle
+    from tests.fixtures.files import swap_dir_for_symlink, swap_file_for_symlink
+
+    sched: Any = runner._scheduler("local_cwd")
+    app_id = parse_app_handle(handle).app_id
+    deadline = time.monotonic() + 30
+    while (st := runner.status(handle)) is None or st.state != AppState.RUNNING:
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+    st = json.loads((sched.job_dir(app_id) / store.STATE).read_text())
+    sup = json.loads((sched.job_dir(app_id) / store.SUPERVISOR).read_text())
+    processes = [(sup["pid"], sup["start"])] + [(r["pid"], r["start"]) for rs in st["replicas"].values() for r in rs]
+    if how == "state":
+        (elsewhere / "state.json").write_text(json.dumps(st))
+        swap_file_for_symlink(sched.job_dir(app_id) / store.STATE, elsewhere / "state.json")
+    else:
+        swap_dir_for_symlink(sched.job_dir(app_id), elsewhere / "moved")
+    return processes
+
+
+def still_running(processes: list[tuple[int, int]]) -> list[int]:
+    from airflow_provider_torchx.core.schedulers.local import procfs
+
+    return [pid for pid, start in processes if procfs.start_time(pid) == start]
+
+
+@pytest.mark.parametrize("how", ["state", "dir"])
+def test_a_job_whose_record_is_refused_is_stopped_before_the_error_event(
+    local_jobs: tuple[Runner, list[str]], how: str, tmp_path: Any
+) -> None:
+    """A watched job whose ``state.json`` or directory was swapped for a symbolic link cannot
+    be described, yet it is still a job: the trigger stops it (its supervisor found without
+    the refused file) and yields its ``error`` event, marked ``refused``, only once neither
+    its supervisor nor its replicas run."""
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "echo up; sleep 600")
+    processes = refuse_record(runner, handle, how, tmp_path)
+    (event,) = run_deferred(TorchXJobTrigger(handle, poll_interval=0.2, identity=IDENTITY))
+    assert still_running(processes) == [], "the trigger gave up while the job ran"
+    assert event["status"] == "error" and event["refused"] is True, event
+    assert f"TorchX job {handle} cannot be watched: job " in event["message"] and "; cancelled it." in event["message"]
+    assert "Not retried" in event["message"], event["message"]
+
+
+def test_a_job_whose_record_is_refused_is_stopped_before_a_worker_gives_up(
+    local_jobs: tuple[Runner, list[str]], tmp_path: Any
+) -> None:
+    """The same in worker mode: the blocking watch stops the job before its outcome."""
+    import logging
+
+    from airflow_provider_torchx.watch import TaskWatcher
+
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 600")
+    processes = refuse_record(runner, handle, "state", tmp_path)
+    watcher = TaskWatcher(runner, handle, logging.getLogger("test"), stream_logs=True)
+    event = watcher.wait_for_outcome(0.2, None, time.time())
+    assert still_running(processes) == [] and event["status"] == "error" and event["refused"] is True, event
