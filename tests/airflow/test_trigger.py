@@ -19,7 +19,7 @@ from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
-from tests.airflow.helpers import run_deferred
+from tests.airflow.helpers import refuse_record, run_deferred, still_running
 from tests.fixtures.airflow import assert_lines_once
 from tests.fixtures.triggerer import TriggererChannel
 
@@ -565,36 +565,6 @@ def test_a_local_job_that_ended_before_the_wait_began_is_seen_at_once(local_jobs
 
     status = asyncio.run(next_status())
     assert status is not None and status.state == AppState.CANCELLED
-
-
-def refuse_record(runner: Runner, handle: str, how: str, elsewhere: Any) -> list[tuple[int, int]]:
-    """Swap the running job's ``state.json`` (``how`` "state") or its directory ("dir") for a
-    symbolic link, atomically; return the ``(pid, start)`` of its supervisor and replicas."""
-    from airflow_provider_torchx.core.schedulers.local import store
-    from airflow_provider_torchx.core.specs import parse_app_handle
-    from tests.fixtures.files import swap_dir_for_symlink, swap_file_for_symlink
-
-    sched: Any = runner._scheduler("local_cwd")
-    app_id = parse_app_handle(handle).app_id
-    deadline = time.monotonic() + 30
-    while (st := runner.status(handle)) is None or st.state != AppState.RUNNING:
-        assert time.monotonic() < deadline, st
-        time.sleep(0.05)
-    st = json.loads((sched.job_dir(app_id) / store.STATE).read_text())
-    sup = json.loads((sched.job_dir(app_id) / store.SUPERVISOR).read_text())
-    processes = [(sup["pid"], sup["start"])] + [(r["pid"], r["start"]) for rs in st["replicas"].values() for r in rs]
-    if how == "state":
-        (elsewhere / "state.json").write_text(json.dumps(st))
-        swap_file_for_symlink(sched.job_dir(app_id) / store.STATE, elsewhere / "state.json")
-    else:
-        swap_dir_for_symlink(sched.job_dir(app_id), elsewhere / "moved")
-    return processes
-
-
-def still_running(processes: list[tuple[int, int]]) -> list[int]:
-    from airflow_provider_torchx.core.schedulers.local import procfs
-
-    return [pid for pid, start in processes if procfs.start_time(pid) == start]
 
 
 @pytest.mark.parametrize("how", ["state", "dir"])
