@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -638,3 +639,22 @@ def test_a_running_job_whose_record_is_refused_is_listed_until_it_stops(
     assert ended is not None and ended.state == AppState.CANCELLED, ended
     for app_id in (by_state, by_dir):
         fresh.delete(app_id)
+
+
+def test_stop_refused_returns_once_nothing_of_the_job_runs(mark: str, tmp_path: Path) -> None:
+    """``Runner.stop_refused`` on a running job whose directory was swapped for a link: it
+    returns True only once the job's supervisor and replicas are gone (its own supervisor's
+    stop, after the grace period for a replica that ignores SIGTERM), and at once, True, for
+    one with nothing left running."""
+    from airflow_provider_torchx.core.runner import get_runner
+
+    with get_runner(cancel_grace_period=2.0) as runner:
+        handle = runner.run(sh_app("trap '' TERM; while :; do sleep 0.1; done"), "local_cwd")
+        sched: Any = runner._scheduler("local_cwd")
+        app_id = handle.rsplit("/", 1)[1]
+        wait_running(sched, app_id)
+        swap_dir_for_symlink(sched.job_dir(app_id), tmp_path / "moved")
+        assert runner.stop_refused(handle, reason="test") is True
+        assert marked_processes(mark) == [], "stop_refused returned while the job ran"
+        assert runner.stop_refused(handle, reason="test") is True
+        runner.delete(handle)
