@@ -86,6 +86,7 @@ class Listing:
         present = self.store.app_ids()
         found: Summaries = {app_id: ended[app_id] for app_id in present & ended.keys()}
         learned = {}
+        refused: dict[str, store.CorruptEntryError] = {}
         for app_id in present - ended.keys():
             try:
                 rec = self.records.request(app_id)
@@ -93,33 +94,37 @@ class Listing:
                     continue
                 st = self.records.state(app_id, rec) if states else None
             except store.CorruptEntryError as e:
-                refused = self.refused(app_id, e)
-                if refused is None:
-                    log.warning("list: skipping %s (no supervisor of it runs)", e)
-                else:
-                    found[app_id] = refused
+                refused[app_id] = e
                 continue
             found[app_id] = entry = summary(rec, st)
             if st is not None and not st.get("orphaned") and st["state"] in TERMINAL_NAMES:
                 learned[app_id] = entry
         if learned:
             self.store.record_finished(learned, present)
+        if refused:
+            found.update(self.refused(refused))
         return found
 
-    def refused(self, app_id: str, err: store.CorruptEntryError) -> dict[str, Any] | None:
-        """What a listing shows of the job ``app_id`` whose record is refused (``err``) while
-        a supervisor of it runs (it may be running; None once none does): state ``UNKNOWN``,
-        ``refused`` the refusal, and what its request record says when that can still be read
-        (else no backend, which every local backend lists, no labels and no name)."""
-        if self.records.running_supervisor(app_id) is None:
-            return None
-        try:
-            rec = self.records.request(app_id)
-        except store.CorruptEntryError:
-            rec = None
-        entry = summary(rec, None) if rec is not None else {"backend": None, "name": "", "labels": {}, "created": None}
-        entry.update(state=AppState.UNKNOWN.name, started=None, ended=None, refused=str(err))
-        return entry
+    def refused(self, errors: Mapping[str, store.CorruptEntryError]) -> Summaries:
+        """What a listing shows of the jobs whose record is refused (app id -> the refusal)
+        while a supervisor of theirs runs (they may be running; one ``/proc`` scan for all):
+        state ``UNKNOWN``, ``refused`` the refusal, and what the request record says when that
+        can still be read (else no backend, which every local backend lists, no labels and no
+        name). Those with none running are skipped, each with a warning."""
+        running = self.records.running_supervisors(errors)
+        found: Summaries = {}
+        for app_id, err in errors.items():
+            if app_id not in running:
+                log.warning("list: skipping %s (no supervisor of it runs)", err)
+                continue
+            try:
+                rec = self.records.request(app_id)
+            except store.CorruptEntryError:
+                rec = None
+            entry = summary(rec, None) if rec else {"backend": None, "name": "", "labels": {}, "created": None}
+            entry.update(state=AppState.UNKNOWN.name, started=None, ended=None, refused=str(err))
+            found[app_id] = entry
+        return found
 
     def matching(self, summaries: Summaries, labels: Mapping[str, str] | None) -> list[tuple[str, dict[str, Any]]]:
         """``(app id, summary)`` of this backend's jobs in ``summaries`` (and of refused ones of
