@@ -441,7 +441,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     def count(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> int:
         """How many jobs ``list`` returns, counted on the summaries (no answer built, no
-        state file read: a job with a corrupt one, which ``list`` skips, is counted)."""
+        state file read: a job with a corrupt one, which ``list`` skips once no supervisor of it
+        runs, is counted)."""
         with store.GcPaused():
             return len(self.listing.matching(self.summaries(states=False), labels))
 
