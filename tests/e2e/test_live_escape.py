@@ -10,6 +10,7 @@ second job is ever submitted.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -56,8 +57,10 @@ def test_deferred_jobs_whose_record_is_refused_are_stopped_and_their_tasks_fail_
         assert not still_running(procs[how]), f"{how}: the job escaped its task: {still_running(procs[how])}"
         ti = api.wait_for_state(ESCAPE, run_id, "job", {"failed"}, timeout=STOPPED_WITHIN)
         assert ti["try_number"] == 1, f"{how}: the task was retried: {ti}"
-        said = "\n".join(live.log(ESCAPE, run_id))
-        assert f"TorchX job {handle} cannot be watched: job " in said and "cancelled it" in said, said[-3000:]
+        path = f"/dags/{ESCAPE}/dagRuns/{run_id}/taskInstances/job/logs/1?full_content=true"
+        end = json.dumps(api.api("GET", path)["content"][-10:])  # the exception is in its event's error_detail
+        said = f"TorchX job {handle} cannot be watched: job "
+        assert said in end and "cancelled it. Not retried" in end and "AirflowFailException" in end, end
     state_jobs = [a.app_id for a in live.scheduler.list(labels=task_labels(ESCAPE, runs["state"][0]))]
     assert state_jobs == [live.job_dir(runs["state"][1]).name], f"a second job of the state-swapped task: {state_jobs}"
     assert len(live.scheduler.store.app_ids()) == 2, f"a second job was submitted: {live.scheduler.store.app_ids()}"
