@@ -392,6 +392,19 @@ def test_a_swapped_cancel_request_still_cancels_and_is_never_read(sched: LocalSc
         sched.describe(app_id)
 
 
+def refused_pair(sched: LocalScheduler, tmp_path: Path, labels: dict[str, str] | None = None) -> tuple[str, str]:
+    """Two running jobs (with ``labels``): the first's ``state.json`` then swapped for a
+    symbolic link to a copy of it, the second's directory for one to where it was moved."""
+    by_state, by_dir = (sched.submit(sh_app("sleep 600"), labels=labels or {}) for _ in range(2))
+    for app_id in (by_state, by_dir):
+        wait_running(sched, app_id)
+    state_file = sched.job_dir(by_state) / store.STATE
+    (tmp_path / "state.json").write_text(state_file.read_text())
+    swap_file_for_symlink(state_file, tmp_path / "state.json")
+    swap_dir_for_symlink(sched.job_dir(by_dir), tmp_path / "moved")
+    return by_state, by_dir
+
+
 def test_a_job_whose_state_file_or_directory_was_swapped_is_cancelled_all_the_same(
     sched: LocalScheduler, mark: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -399,13 +412,8 @@ def test_a_job_whose_state_file_or_directory_was_swapped_is_cancelled_all_the_sa
     described, yet a cancel (the scheduler's, the CLI's) reaches its supervisor (known from
     ``/proc``, not from the refused file) and the job's processes end; the message names the
     refused file. A job with no supervisor left is still refused (``delete`` removes it)."""
-    by_state, by_dir = (sched.submit(sh_app("sleep 600")) for _ in range(2))
-    for app_id in (by_state, by_dir):
-        wait_running(sched, app_id)
+    by_state, by_dir = refused_pair(sched, tmp_path)
     state_file = sched.job_dir(by_state) / store.STATE
-    (tmp_path / "state.json").write_text(state_file.read_text())
-    swap_file_for_symlink(state_file, tmp_path / "state.json")
-    swap_dir_for_symlink(sched.job_dir(by_dir), tmp_path / "moved")
     fresh = create_cwd_scheduler("test")  # nothing cached
 
     with pytest.raises(store.CancelDeliveredError) as err:
@@ -609,14 +617,8 @@ def test_a_running_job_whose_record_is_refused_is_listed_until_it_stops(
     directory: it then shows under every local backend); once a cancel stopped it, nothing
     of it is listed as live. The state file's own supervisor records the end over the link."""
     labels = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
-    by_state = sched.submit(sh_app("sleep 600"), labels=labels)
-    by_dir = sched.submit(sh_app("sleep 600"), labels=labels)
-    for app_id in (by_state, by_dir):
-        wait_running(sched, app_id)
+    by_state, by_dir = refused_pair(sched, tmp_path, labels)
     state_file = sched.job_dir(by_state) / store.STATE
-    (tmp_path / "state.json").write_text(state_file.read_text())
-    swap_file_for_symlink(state_file, tmp_path / "state.json")
-    swap_dir_for_symlink(sched.job_dir(by_dir), tmp_path / "moved")
     fresh = create_cwd_scheduler("test")  # nothing cached
 
     listed = {a.app_id: a for a in fresh.list()}
