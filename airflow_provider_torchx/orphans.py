@@ -16,6 +16,8 @@ The table (first matching row wins; "killed": ``decide(killed=...)`` was given):
 ================================================  ===========================================
 job / task instance                               verdict
 ================================================  ===========================================
+record refused, no identity labels readable       cancel ``record_refused`` (nothing can read
+                                                  or watch it, whoever submitted it)
 no ``airflow.*`` identity labels                  keep (not Airflow's: CLI, other tools)
 job already ended                                 keep (nothing to cancel)
 killed, ``cancel_on_kill=False``                  keep (never cancelled with its task)
@@ -42,6 +44,12 @@ queued, running, deferred, restarting, none       ``deferred``: a triggerer rest
                                                   the job or supersedes it)
 any other state                                   later (unknown to this table)
 ================================================  ===========================================
+
+A job whose record the scheduler refuses (``JobView.refused``: a file swapped for a symbolic
+link, say) is still a job: with its labels still readable it goes through the rows as any
+other (the task's own components stop it when they find its record refused, and a retry
+stops it before it submits another); with none readable, nothing can read or watch it, and
+its row cancels it whoever submitted it.
 
 A "cancel" row waits ``grace`` seconds from the task's (or run's) end before it cancels (a
 task marked failed and cleared again at once keeps its job), and is "keep" while
@@ -115,12 +123,14 @@ class TaskView:
 class JobView:
     """A live job as the scheduler listed it: ``identity``, the task instance its labels name
     (None: they name none). ``newest_sibling_created``: when the newest other live job
-    carrying the same identity was submitted (None: there is none)."""
+    carrying the same identity was submitted (None: there is none). ``refused``: why the
+    scheduler refuses its record (``ListAppResponse.refused``; None: it was read)."""
 
     state: AppState
     identity: TaskIdentity | None
     created: float | None = None
     newest_sibling_created: float | None = None
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -196,13 +206,17 @@ def decide(
 ) -> Decision:
     """The decision table of the module docstring for one live ``job``.
 
-    ``task``: what Airflow says of its task instance, None when that could not be read;
-    ``enabled``: ``[torchx] cancel_orphaned_jobs``; ``grace``: ``[torchx] orphan_grace``
-    seconds, counted from ``task.ended_at``, else from ``first_seen`` (when the caller first
-    saw the job orphaned), else from ``now``; ``killed``: the task's own kill or cancel hook
-    fired (None: the reaper or a trigger's start check asks)."""
+    ``task``: what Airflow says of its task instance, None when that could not be read (or
+    the job names none); ``enabled``: ``[torchx] cancel_orphaned_jobs``; ``grace``:
+    ``[torchx] orphan_grace`` seconds, counted from ``task.ended_at``, else from
+    ``first_seen`` (when the caller first saw the job orphaned), else from ``now``;
+    ``killed``: the task's own kill or cancel hook fired (None: the reaper or a trigger's
+    start check asks)."""
     if job.identity is None:
-        return Decision(Verdict.KEEP, why="no Airflow task instance labels")
+        if job.refused is None:
+            return Decision(Verdict.KEEP, why="no Airflow task instance labels")
+        detail = f"its record is refused and names no task instance, so nothing can watch it ({job.refused})"
+        return _after_grace("record_refused", detail, enabled=enabled, grace=grace, now=now, since=first_seen)
     if job.state.is_terminal():
         return Decision(Verdict.KEEP, why=f"already {job.state.name}")
     if killed is not None and not killed.cancel_on_kill:
@@ -227,9 +241,15 @@ def decide(
     reason, detail = orphan
     if killed is not None:
         return Decision(Verdict.CANCEL, reason, detail)
+    since = task.ended_at if task.ended_at is not None else first_seen
+    return _after_grace(reason, detail, enabled=enabled, grace=grace, now=now, since=since)
+
+
+def _after_grace(reason: str, detail: str, *, enabled: bool, grace: float, now: float, since: float | None) -> Decision:
+    """A "cancel" row's verdict: cancel once ``grace`` seconds passed ``since`` (None: now),
+    keep while cancelling is off (``enabled`` False); either way the job is an orphan."""
     if not enabled:
         return Decision(Verdict.KEEP, reason, detail, why="[torchx] cancel_orphaned_jobs is off")
-    since = task.ended_at if task.ended_at is not None else first_seen if first_seen is not None else now
-    if now - since < grace:
+    if now - (since if since is not None else now) < grace:
         return Decision(Verdict.LATER, reason, detail, why=f"within the {grace:g}s grace period")
     return Decision(Verdict.CANCEL, reason, detail)

@@ -39,6 +39,7 @@ from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
 from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, failed_replica_note, find_root_cause
+from airflow_provider_torchx.core.errors import RecordRefusedError
 from airflow_provider_torchx.core.guards import START_TIMEOUT, GuardrailTrippedError, Guards, Trip
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import (
@@ -289,6 +290,8 @@ class TaskWatcher(JobWatch):
             )
         except GuardrailTrippedError as e:
             return self.guardrail_event(e.trip)
+        except RecordRefusedError as e:
+            return self.refused_event(e)
         if status is None or status.is_terminal():
             return self.outcome(status)
         return self.timeout_event(status)
@@ -501,6 +504,21 @@ class TaskWatcher(JobWatch):
         self.runner.cancel(self.app_handle, reason=reason, by=CancelledBy.TASK)
         return self.event("guardrail", message=message, **trip.to_dict())
 
+    def refused_event(self, refused: RecordRefusedError) -> dict[str, Any]:
+        """The ``error`` event (``refused`` True) of a job whose record the scheduler refuses:
+        it cannot be watched, yet it is still a job, so it is stopped first
+        (``Runner.stop_refused``): the task never fails while its job may run. The task fails
+        without retry (a retry would run in the same refused store, and the stopped job's
+        usage cannot be read to carry its budget). Blocks."""
+        reason = f"{self.app_handle} cannot be watched: its record is refused"
+        stopped = self.runner.stop_refused(self.app_handle, reason=reason, by=CancelledBy.TASK)
+        what = "cancelled it" if stopped else "cancelled it, but it still ran when the wait for its end gave up"
+        message = (
+            f"TorchX job {self.app_handle} cannot be watched: {refused}; {what}. Not retried: delete the job "
+            f"(airflow-torchx delete {self.app_handle}) and clear the task to run it again"
+        )
+        return self.event("error", message=message, refused=True)
+
     def timeout_event(self, status: AppStatus) -> dict[str, Any]:
         """The event of a job still running at its deadline."""
         message = f"TorchX job {self.app_handle} still {status.state.name} at its deadline"
@@ -525,9 +543,9 @@ def flush_logs(
     (a resumed task's last lines: every line the trigger left to it, since it logs none in the
     round that finds the job ended); save and return the position reached. The job's secrets
     are registered first (this process did not build its app). An event without cursors (not
-    streaming) logs nothing."""
+    streaming) logs nothing, nor one of a job whose record is refused (``refused_event``)."""
     position = newest(event_position(event), cursor_file.load() if cursor_file else None)
-    if event.get("log_cursors") is None:
+    if event.get("log_cursors") is None or event.get("refused"):  # nothing to read of a refused job
         return position
     app_handle = str(event["app_handle"])
     register_secrets(job_secrets(runner.describe, app_handle))

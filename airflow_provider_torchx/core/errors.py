@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 
-# Not ``typing``/``signal``: they would slow the supervisor's start-up.
+#: Not ``typing`` nor ``signal``: the local supervisor imports this module (through its job
+#: store) at its start-up, which must stay fast.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import signal
@@ -58,6 +59,17 @@ class UnknownAppError(ValueError):
     """A well-formed handle names an app the scheduler does not know."""
 
 
+class RecordRefusedError(ValueError):
+    """The scheduler refuses to read a job's record (one of its files, or its directory,
+    swapped for a symbolic link, or not what its writer wrote): the job cannot be described,
+    yet it is still a job and may still run. ``Scheduler.cancel`` stops it all the same (the
+    error it raises then says ``delivered``), and the listings carry it while it may run
+    (``ListAppResponse.refused``). The message names the job and the refused file."""
+
+    #: Whether the cancel that raised this reached the job all the same (it stops).
+    delivered: bool = False
+
+
 class ComponentError(ValueError):
     """A component cannot be found or its arguments do not fit its signature."""
 
@@ -95,10 +107,11 @@ class CancelNotRecordedError(StoreError):
     message says so."""
 
 
-class CorruptEntryError(ValueError):
+class CorruptEntryError(RecordRefusedError):
     """A record the scheduler keeps of a job is not valid (not JSON, truncated, not the shape
-    its writer writes, or refused: swapped for a symbolic link). ``app_id`` and ``path`` name
-    the job and the file; the job can still be cancelled or deleted."""
+    its writer writes, or refused: swapped for a symbolic link): its record is refused.
+    ``app_id`` and ``path`` name the job and the file; the job can still be cancelled or
+    deleted."""
 
     def __init__(self, app_id: str, path: str | os.PathLike[str], why: str) -> None:
         super().__init__(f"job {app_id!r}: {os.fspath(path)} is corrupt ({why}); delete the job or fix the file")
@@ -109,6 +122,8 @@ class CancelDeliveredError(CorruptEntryError):
     """A cancel of a job one of whose records was refused (``refused``) that reached the job all
     the same (its supervisor, ``pid``, was signalled): the job stops and ends CANCELLED. The
     message names the refused file and says so."""
+
+    delivered = True
 
     def __init__(self, refused: CorruptEntryError, pid: int) -> None:
         ValueError.__init__(

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
-from airflow_provider_torchx.core.errors import UnknownAppError, UnknownSchedulerError
+from airflow_provider_torchx.core.errors import RecordRefusedError, UnknownAppError, UnknownSchedulerError
 from airflow_provider_torchx.core.rates import rates_of
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, did_you_mean, runopts
 from airflow_provider_torchx.core.schedulers.api import (
@@ -57,6 +57,10 @@ SCHEDULER_ENTRY_POINT_GROUP = "airflow_provider_torchx.schedulers"
 #: for the parse-time checks of a DAG file (``SchedulerCapabilities``).
 RUN_OPTIONS_ENTRY_POINT_GROUP = "airflow_provider_torchx.run_options"
 DEFAULT_SESSION_NAME = "torchx"
+#: How long ``Runner.stop_refused`` waits for a job whose record is refused to stop (a local
+#: supervisor kills its replicas after its grace period, 10 s by default), and how often it
+#: looks.
+REFUSED_STOP_TIMEOUT, REFUSED_STOP_POLL = 60.0, 0.5
 #: The env var every replica gets: the job's own handle, parseable with ``parse_app_handle``.
 JOB_ID_ENV = "TORCHX_JOB_ID"
 PARENT_RUN_ID_ENV = "TORCHX_PARENT_RUN_ID"
@@ -471,6 +475,36 @@ class Runner:
         where the scheduler can (``Scheduler.cancel``)."""
         sched, app_id = self._scheduler_app_id(app_handle)
         sched.cancel(app_id, reason=reason, by=by)
+
+    def stop_refused(
+        self,
+        app_handle: str,
+        *,
+        reason: str,
+        by: CancelledBy | None = None,
+        timeout: float = REFUSED_STOP_TIMEOUT,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> bool:
+        """Stop a job whose record the scheduler refuses (``RecordRefusedError``: it cannot be
+        described, yet may still run) and wait until nothing of it runs, so that whoever
+        watched it gives up only once it stopped. The cancel reaches such a job all the same
+        (the refusal raised says ``delivered``) and is asked again every ``REFUSED_STOP_POLL``
+        seconds until the scheduler finds nothing of it running (the refusal without
+        ``delivered``, or its record readable again and ended). Returns whether it stopped
+        within ``timeout``. Blocks."""
+        deadline = clock.monotonic() + timeout
+        while True:
+            try:
+                self.cancel(app_handle, reason=reason, by=by)
+                status = self.status(app_handle)  # readable again: its end was written over the refused file
+                if status is None or status.is_terminal():
+                    return True
+            except RecordRefusedError as e:
+                if not e.delivered:
+                    return True
+            if clock.monotonic() >= deadline:
+                return False
+            clock.sleep(REFUSED_STOP_POLL)
 
     def stop(self, app_handle: str) -> None:
         """Deprecated alias of ``cancel``."""

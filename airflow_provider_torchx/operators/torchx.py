@@ -25,7 +25,7 @@ from airflow.sdk import BaseOperator
 from airflow_provider_torchx import checkpointing
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.checkpoints import check_root
-from airflow_provider_torchx.core.errors import InvalidRunConfigError
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, RecordRefusedError
 from airflow_provider_torchx.core.guards import (
     MAX_COST,
     MAX_GPU_HOURS,
@@ -463,7 +463,9 @@ class TorchXRunOperator(BaseOperator):
         self, runner: Runner, scheduler: str, cfg: dict[str, Any], identity: TaskIdentity, context: Context
     ) -> JobRecord | None:
         """On a retry, the job of this task instance to adopt (``choose_job_to_adopt`` over
-        each job's ``JobRecord``), logging why; None: submit a new one."""
+        each job's ``JobRecord``), logging why; None: submit a new one. A job whose record
+        the scheduler refuses is stopped first (``Runner.stop_refused``): no job is submitted
+        beside it."""
         if context["ti"].try_number <= 1:
             return None
         from airflow_provider_torchx.core.schedulers.api import labels_match
@@ -475,8 +477,17 @@ class TorchXRunOperator(BaseOperator):
         handles += [app.app_handle for app in runner.list(scheduler, cfg, labels) if app.app_handle not in handles]
         records = []
         for handle in handles:
-            runner.finalize(handle)  # a job whose supervisor died is stopped before it is judged
-            desc = runner.describe_app(handle)
+            try:
+                runner.finalize(handle)  # a job whose supervisor died is stopped before it is judged
+                desc = runner.describe_app(handle)
+            except RecordRefusedError as e:  # still a job: never one beside it, so stopped first
+                reason = f"{handle} cannot be adopted: its record is refused"
+                if not runner.stop_refused(handle, reason=reason, by=CancelledBy.TASK):
+                    raise AirflowException(
+                        f"Retry: {e}; it still runs after a cancel: not submitting another"
+                    ) from None
+                self.log.info("Retry: not adopting %s (%s); stopped it", handle, e)
+                continue
             if desc is None or not labels_match(desc.labels, labels):
                 continue
             saved = cursor_file_for(runner, handle, identity).load() if desc.state == AppState.SUCCEEDED else None
@@ -518,6 +529,8 @@ class TorchXRunOperator(BaseOperator):
         handle = str(event["app_handle"])
         if event["status"] == "guardrail":
             self._guardrail(event, context)
+        if event.get("refused"):  # its record refused: stopped before this (watch.py, refused_event)
+            raise AirflowFailException(redact(str(event["message"])))
         if event["status"] in ("success", "failed"):
             self._report_usage(handle, context)
             self.job_state = event.get("state")

@@ -12,7 +12,10 @@ API guarantees:
 1. Every answer is JSON; an error is ``{"detail": message}``: 401 without a valid token, 403
    without the rights (naming the user, the DAG and the right) or for a refused cookie-only
    request (naming why), 400 for a bad handle, role, replica, cursor or any malformed value
-   (naming it), 404 for a job the scheduler does not know; never a traceback.
+   (naming it), 404 for a job the scheduler does not know; never a traceback. Anything else
+   is a 500 that, as Airflow's own routes answer, says nothing of the error (a database
+   error's text names the database's host and port) and gives the ID under which the
+   api-server logged it (``jobs.internal_error``).
 2. ``GET api/jobs`` lists what the user may read, one page at a time (newest first, ``next``
    the cursor of the following page), with ``errors`` per unreachable source that could hold
    jobs asked for (``jobs.errors_that_matter``) and the server's ``now`` (the pages' clock for
@@ -93,7 +96,18 @@ def _page() -> HTMLResponse:
 
 
 def _masked_error(status: int, detail: str) -> JSONResponse:
-    return JSONResponse({"detail": Masker().text(detail)}, status_code=status)
+    """The error answer ``{"detail": detail}``, masked; a 500 saying nothing of the error
+    (``jobs.internal_error``) when the secrets to mask cannot be read (the database is down)."""
+    try:
+        masked = Masker().text(detail)
+    except Exception as e:
+        return _internal_error(e, f"masking a {status} answer")
+    return JSONResponse({"detail": masked}, status_code=status)
+
+
+def _internal_error(exc: BaseException, what: str) -> JSONResponse:
+    """A 500 naming only the ID under which ``exc`` was logged (nothing in it to mask)."""
+    return JSONResponse({"detail": jobs.internal_error(exc, what)}, status_code=500)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -141,8 +155,7 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(Exception)
     async def failure(request: Request, exc: Exception) -> Response:
-        log.exception("TorchX UI: %s %s failed", request.method, request.url.path)
-        return _masked_error(500, f"{type(exc).__name__}: {exc}")
+        return _internal_error(exc, f"{request.method} {request.url.path}")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def jobs_page(user: PageUser) -> HTMLResponse:

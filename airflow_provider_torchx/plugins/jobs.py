@@ -25,6 +25,7 @@ import functools
 import json
 import logging
 import math
+import secrets
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -204,6 +205,18 @@ def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...], 
     listed = sorted(rows.values(), key=sort_key, reverse=True)
     mark_orphans(listed)
     return JobList(listed, errors, made_from)
+
+
+def internal_error(exc: BaseException, what: str) -> str:
+    """Log ``exc`` (raised while doing ``what``) with its traceback under a new lookup ID and
+    return what a user is told: Airflow's own generic answer naming that ID, without the
+    exception's text (a database error's names the database's host and port)."""
+    lookup = secrets.token_hex(8)
+    log.error("TorchX UI: %s failed; error ID %s", what, lookup, exc_info=exc)
+    return (
+        "Serious error when handling your request. Check logs for more details - "
+        f"you will find it in api server when you look for ID {lookup}"
+    )
 
 
 def epoch(value: Any) -> float | None:

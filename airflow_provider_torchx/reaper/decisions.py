@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
+from airflow_provider_torchx.core.errors import RecordRefusedError
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppState
 from airflow_provider_torchx.orphans import Decision, JobView, Killed, TaskView, Verdict, decide
 from airflow_provider_torchx.reaper.listing import LiveJob
 from airflow_provider_torchx.reaper.settings import ReaperSettings, reaper_settings
-from airflow_provider_torchx.reaper.views import job_views, read_task_views
+from airflow_provider_torchx.reaper.views import job_views, read_task_views, view_of
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +37,21 @@ def cancel_orphan(job: LiveJob, decision: Decision, where: str) -> None:
     message = f"cancelled: {decision.detail}"
     try:
         runner_for(job.handle, job.conn_id).cancel(job.handle, reason=decision.detail, by=CancelledBy.REAPER)
+    except RecordRefusedError as e:
+        if not e.delivered:  # no supervisor of it runs any more: nothing left to stop
+            log.info("orphaned job %s: nothing to cancel (%s)", job.handle, e)
+            return
+        message = f"{message} (its record is refused: the cancel reached it all the same)"
     except Exception as e:
         log.warning("orphaned job %s: cancel failed (%s: %s); trying again later", job.handle, type(e).__name__, e)
         return
     log.warning("Cancelled orphaned job %s (%s): %s", job.handle, where, message)
     ident = job.identity
     emit_orphan_cancelled(
-        scheduler=job.scheduler, dag_id=ident.dag_id, task_id=ident.task_id, reason=str(decision.reason)
+        scheduler=job.scheduler,
+        dag_id=ident.dag_id if ident else "",
+        task_id=ident.task_id if ident else "",
+        reason=str(decision.reason),
     )
 
 
@@ -61,7 +70,7 @@ def apply(
     seen = first_seen if first_seen is not None else {}
     out = []
     for job, view in job_views(jobs):
-        task = None if views is None else views.get(job.identity)
+        task = view_of(views, job)
         decision = decide(
             task, view, enabled=settings.enabled, grace=settings.grace, now=now, first_seen=seen.get(job.handle)
         )
@@ -91,7 +100,7 @@ def orphans_among(jobs: list[LiveJob], *, clock: Clock = SYSTEM_CLOCK) -> dict[s
     now = clock.wall()
     out = {}
     for job, view in job_views(jobs):
-        decision = decide(views.get(job.identity), view, enabled=settings.enabled, grace=settings.grace, now=now)
+        decision = decide(view_of(views, job), view, enabled=settings.enabled, grace=settings.grace, now=now)
         if decision.orphaned:
             out[job.handle] = decision.detail
     return out

@@ -110,7 +110,11 @@ def reap_announced(
     except Exception as e:
         log.warning("orphaned jobs: could not read task instance states (%s: %s)", type(e).__name__, e)
         return []
-    views = {job.identity: dataclasses.replace(view, disowned=stored[job.identity].disowned) for job in jobs}
+    views = {
+        ident: dataclasses.replace(view, disowned=stored[ident].disowned)
+        for job in jobs
+        if (ident := job.identity) is not None  # ``wanted`` lists none without one
+    }
     return apply(jobs, views, settings=ReaperSettings(True, 0.0), now=clock.wall(), where=where)
 
 

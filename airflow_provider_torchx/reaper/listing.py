@@ -16,8 +16,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LiveJob:
-    """A live job with Airflow labels, and where it was listed (``conn_id`` None: the job store
-    of a host-bound scheduler)."""
+    """A live job with Airflow labels, or one whose record the scheduler refuses (``refused``:
+    why; its labels are those still readable, maybe none), and where it was listed
+    (``conn_id`` None: the job store of a host-bound scheduler)."""
 
     handle: str
     scheduler: str
@@ -25,12 +26,12 @@ class LiveJob:
     state: AppState
     labels: Mapping[str, str]
     created: float | None
+    refused: str | None = None
 
     @property
-    def identity(self) -> TaskIdentity:
-        ident = TaskIdentity.from_labels(self.labels)
-        assert ident is not None
-        return ident
+    def identity(self) -> TaskIdentity | None:
+        """The task instance its labels name (None only for a refused record naming none)."""
+        return TaskIdentity.from_labels(self.labels)
 
 
 class ProblemLog:
@@ -67,10 +68,11 @@ problems = ProblemLog()
 
 
 def live_jobs(wanted: Callable[[TaskIdentity], bool] | None = None) -> list[LiveJob]:
-    """Every live job with Airflow labels (and, given ``wanted``, whose identity it accepts),
-    from one ``list_live`` per source: each host-bound scheduler's job store and each ``torchx``
-    connection of another scheduler. A source that fails is skipped, and said once
-    (``problems``)."""
+    """Every live job with Airflow labels (and, given ``wanted``, whose identity it accepts)
+    and every live job whose record the scheduler refuses (without ``wanted``; one of no
+    readable labels once, though each local backend lists it), from one ``list_live`` per
+    source: each host-bound scheduler's job store and each ``torchx`` connection of another
+    scheduler. A source that fails is skipped, and said once (``problems``)."""
     from airflow_provider_torchx.sources import source_listings, torchx_connection_ids
 
     connections: list[str] = []
@@ -89,9 +91,10 @@ def live_jobs(wanted: Callable[[TaskIdentity], bool] | None = None) -> list[Live
         problems.worked(what)
         for app in apps:
             ident = TaskIdentity.from_labels(app.labels)
-            if app.state.is_terminal() or ident is None or (wanted is not None and not wanted(ident)):
+            if app.state.is_terminal() or (ident is None and app.refused is None):
                 continue
-            found.setdefault(
-                app.app_handle, LiveJob(app.app_handle, scheduler, conn_id, app.state, dict(app.labels), app.created)
-            )
+            if wanted is not None and (ident is None or not wanted(ident)):
+                continue
+            job = LiveJob(app.app_handle, scheduler, conn_id, app.state, dict(app.labels), app.created, app.refused)
+            found.setdefault(f"refused:{app.app_id}" if ident is None else app.app_handle, job)
     return list(found.values())

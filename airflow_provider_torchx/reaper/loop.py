@@ -23,7 +23,7 @@ from airflow_provider_torchx.orphans import TaskView, Verdict
 from airflow_provider_torchx.reaper.decisions import apply
 from airflow_provider_torchx.reaper.listing import LiveJob, live_jobs
 from airflow_provider_torchx.reaper.settings import reaper_settings
-from airflow_provider_torchx.reaper.views import read_task_views
+from airflow_provider_torchx.reaper.views import read_task_views, view_of
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Reconciler:
     ) -> float:
         """When the orphan ``job``'s grace period ends (from its task's end, else first seen;
         ``now`` if neither is known)."""
-        view = views.get(job.identity) if views else None
+        view = view_of(views, job)
         start = (
             view.ended_at if view is not None and view.ended_at is not None else self._first_seen.get(job.handle, now)
         )

@@ -3,7 +3,7 @@ batched queries, whatever the number of jobs), and each live job beside its sibl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -37,10 +37,10 @@ def _state(value: Any) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
 
 
-def read_task_views(identities: Iterable[TaskIdentity]) -> dict[TaskIdentity, TaskView]:
+def read_task_views(identities: Iterable[TaskIdentity | None]) -> dict[TaskIdentity, TaskView]:
     """What Airflow's database says of each task instance (its DAG, run, state, and whether
-    its try disowned the job), in four queries whatever the number of jobs. Raises when the
-    database cannot be read."""
+    its try disowned the job), in four queries whatever the number of jobs (None, a refused
+    job's unknown identity, is left out). Raises when the database cannot be read."""
     from airflow.models.dag import DagModel
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
@@ -48,7 +48,7 @@ def read_task_views(identities: Iterable[TaskIdentity]) -> dict[TaskIdentity, Ta
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    wanted = set(identities)
+    wanted = {i for i in identities if i is not None}
     if not wanted:
         return {}
     dag_ids = {i.dag_id for i in wanted}
@@ -116,6 +116,11 @@ def read_task_views(identities: Iterable[TaskIdentity]) -> dict[TaskIdentity, Ta
     return views
 
 
+def view_of(views: Mapping[TaskIdentity, TaskView] | None, job: LiveJob) -> TaskView | None:
+    """What ``views`` say of ``job``'s task instance (None: nothing, or it names none)."""
+    return views.get(job.identity) if views is not None and job.identity is not None else None
+
+
 class ListedJob(NamedTuple):
     """A live job and what the table needs of it."""
 
@@ -128,9 +133,12 @@ def job_views(jobs: list[LiveJob]) -> list[ListedJob]:
     job of the same task instance)."""
     by_identity: dict[TaskIdentity, list[LiveJob]] = {}
     for job in jobs:
-        by_identity.setdefault(job.identity, []).append(job)
+        if job.identity is not None:
+            by_identity.setdefault(job.identity, []).append(job)
     out = []
     for job in jobs:
-        others = [o.created for o in by_identity[job.identity] if o is not job and o.created is not None]
-        out.append(ListedJob(job, JobView(job.state, job.identity, job.created, max(others) if others else None)))
+        siblings = by_identity.get(job.identity, []) if job.identity is not None else []
+        others = [o.created for o in siblings if o is not job and o.created is not None]
+        newest = max(others) if others else None
+        out.append(ListedJob(job, JobView(job.state, job.identity, job.created, newest, job.refused)))
     return out

@@ -4,8 +4,9 @@ It streams every replica's new log lines into the task log while the job runs (t
 left when it ends are the resumed task's: ``watch.py``, ``TaskWatcher.await_outcome``), logs a
 progress line when the job's state changes (else once a minute) and yields exactly one event:
 ``success``, ``failed`` (with the reason and the failed replica's last lines), ``timeout``
-(the absolute ``deadline`` passed) or ``error``. It never raises for a job's failure: the
-task's ``execute_complete`` raises. It follows the one watching path (``watch.py``): waiting
+(the absolute ``deadline`` passed) or ``error`` (also for a job whose record the scheduler
+refuses, once it stopped it: ``TaskWatcher.refused_event``). It never raises for a job's
+failure: the task's ``execute_complete`` raises. It follows the one watching path (``watch.py``): waiting
 for a status holds no thread, and the blocking calls left run on the provider's own thread
 pool, never on the loop's default executor.
 
@@ -35,6 +36,7 @@ from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_torchx.core.cursors import LogPosition, newest
+from airflow_provider_torchx.core.errors import RecordRefusedError
 from airflow_provider_torchx.core.guards import Guards
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.rates import Rates
@@ -341,6 +343,13 @@ class TorchXJobTrigger(BaseTrigger):
             if not TRIGGER_HAS_ON_KILL and not self._final_event_fired:
                 await self._on_killed()
             raise
+        except RecordRefusedError as e:
+            # It cannot be watched, yet it is still a job: stopped before the task fails.
+            if watcher is None:
+                watcher = await run_blocking(self._watcher, await self._aws_connection())
+            event = await run_blocking(watcher.refused_event, e)
+            self._final_event_fired = True
+            yield TriggerEvent(redact(event))
         except Exception as e:
             self.log.exception("watching %s failed", self.app_handle)
             yield TriggerEvent(

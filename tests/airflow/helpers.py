@@ -3,11 +3,12 @@ the AIP-103 task state store) and small helpers shared by the Airflow tests."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_torchx.core.specs import AppDef, Role, macros
+from airflow_provider_torchx.core.specs import AppDef, AppState, Role, macros
 
 
 class FakeTI:
@@ -88,3 +89,33 @@ def run_deferred(trigger: Any, log: Any = None) -> list[dict[str, Any]]:
         if event.get("log_cursors") is not None:
             flush_logs(runner, event, trigger.log if log is None else log, cursor_file)
     return events
+
+
+def refuse_record(runner: Any, handle: str, how: str, elsewhere: Any) -> list[tuple[int, int]]:
+    """Swap the running job's ``state.json`` (``how`` "state") or its directory ("dir") for a
+    symbolic link, atomically; return the ``(pid, start)`` of its supervisor and replicas."""
+    from airflow_provider_torchx.core.schedulers.local import store
+    from airflow_provider_torchx.core.specs import parse_app_handle
+    from tests.fixtures.files import swap_dir_for_symlink, swap_file_for_symlink
+
+    sched: Any = runner._scheduler("local_cwd")
+    app_id = parse_app_handle(handle).app_id
+    deadline = time.monotonic() + 30
+    while (st := runner.status(handle)) is None or st.state != AppState.RUNNING:
+        assert time.monotonic() < deadline, st
+        time.sleep(0.05)
+    st = json.loads((sched.job_dir(app_id) / store.STATE).read_text())
+    sup = json.loads((sched.job_dir(app_id) / store.SUPERVISOR).read_text())
+    processes = [(sup["pid"], sup["start"])] + [(r["pid"], r["start"]) for rs in st["replicas"].values() for r in rs]
+    if how == "state":
+        (elsewhere / "state.json").write_text(json.dumps(st))
+        swap_file_for_symlink(sched.job_dir(app_id) / store.STATE, elsewhere / "state.json")
+    else:
+        swap_dir_for_symlink(sched.job_dir(app_id), elsewhere / "moved")
+    return processes
+
+
+def still_running(processes: list[tuple[int, int]]) -> list[int]:
+    from airflow_provider_torchx.core.schedulers.local import procfs
+
+    return [pid for pid, start in processes if procfs.start_time(pid) == start]

@@ -122,6 +122,30 @@ def test_a_job_without_airflow_labels_is_never_touched() -> None:
         assert decision.verdict == Verdict.KEEP and not decision.orphaned, (labels, decision)
 
 
+REFUSED = "job 'app-1': /store/app-1/request.json is corrupt (refused: it is a symbolic link)"
+
+
+def test_a_refused_job_naming_no_task_is_cancelled_once_its_grace_passed() -> None:
+    """Row "record refused, no identity labels readable": nothing can read or watch such a
+    job, whoever submitted it: an orphan, cancelled once the grace passed since first seen
+    (kept, still an orphan, with the setting off)."""
+    refused = job(AppState.UNKNOWN, labels={}, refused=REFUSED)
+    decision = verdict_of(None, refused, first_seen=NOW - 5)
+    assert decision.verdict == Verdict.LATER and decision.reason == "record_refused", decision
+    decision = verdict_of(None, refused, first_seen=NOW - 30)
+    assert decision.verdict == Verdict.CANCEL and decision.reason == "record_refused", decision
+    assert decision.detail.startswith("its record is refused and names no task instance") and REFUSED in decision.detail
+    off = verdict_of(None, refused, first_seen=NOW - 30, enabled=False)
+    assert off.verdict == Verdict.KEEP and off.orphaned, off
+
+
+@pytest.mark.parametrize(("state", "verdict"), [("failed", Verdict.CANCEL), ("deferred", Verdict.KEEP)])
+def test_a_refused_job_with_readable_labels_goes_through_the_rows(state: str, verdict: Verdict) -> None:
+    """A job whose record is refused but whose labels could still be read is judged by its
+    task instance as any other (its task's own components stop it when they find it so)."""
+    assert verdict_of(task(state), job(AppState.UNKNOWN, refused=REFUSED)).verdict == verdict
+
+
 @pytest.mark.parametrize("state", [AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED])
 def test_an_ended_job_is_left_alone(state: AppState) -> None:
     assert verdict_of(task("failed"), job(state)).verdict == Verdict.KEEP
@@ -456,3 +480,52 @@ def test_a_source_that_keeps_failing_is_said_once_until_it_changes_or_works_agai
             f"orphaned jobs: listing torchx_batch failed (LookupError: {missing}); said again only if that changes",
         ),
     ], said
+
+
+def test_the_reaper_lists_and_cancels_running_jobs_whose_record_is_refused(
+    airflow_env: Any, local_jobs: tuple[Runner, list[str]], tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two running local jobs, one whose ``state.json`` and one whose directory were swapped
+    (atomically) for symbolic links: the reaper's listing carries both (the first with its
+    labels, the second with none it can read), nothing is skipped; ``apply`` cancels the first
+    by its failed task's row and the second by the refused row, and both jobs' supervisors
+    stop."""
+    from airflow_provider_torchx.core.schedulers.local import store
+    from airflow_provider_torchx.core.specs import parse_app_handle
+    from airflow_provider_torchx.reaper.decisions import apply
+    from airflow_provider_torchx.reaper.listing import live_jobs
+    from airflow_provider_torchx.reaper.settings import ReaperSettings
+    from tests.fixtures.files import swap_dir_for_symlink, swap_file_for_symlink
+
+    runner, handles = local_jobs
+    app = AppDef(name="refused", roles=[Role(name="w", image="local", entrypoint="sh", args=["-c", "sleep 300"])])
+    by_state = {**LABELS, "airflow.run_id": "swapped_state"}
+    handles += [runner.run(app, "local_cwd", labels=by_state), runner.run(app, "local_cwd", labels=LABELS)]
+    deadline = time.monotonic() + 30
+    while any((s := runner.status(h)) is None or s.state != AppState.RUNNING for h in handles):
+        assert time.monotonic() < deadline, "the jobs did not start"
+        time.sleep(0.1)
+    sched: Any = runner._scheduler("local_cwd")
+    state_id, dir_id = (parse_app_handle(h).app_id for h in handles)
+    (tmp_path / "state.json").write_bytes((sched.job_dir(state_id) / store.STATE).read_bytes())
+    swap_file_for_symlink(sched.job_dir(state_id) / store.STATE, tmp_path / "state.json")
+    swap_dir_for_symlink(sched.job_dir(dir_id), tmp_path / "moved")
+
+    with caplog.at_level(logging.WARNING):
+        listed = {parse_app_handle(j.handle).app_id: j for j in live_jobs()}
+    assert "skipping" not in caplog.text, caplog.text
+    assert listed[state_id].labels == by_state and listed[state_id].state == AppState.UNKNOWN
+    assert listed[dir_id].identity is None and "a directory on its way" in str(listed[dir_id].refused)
+    jobs = [listed[state_id], listed[dir_id]]
+    now = time.time()
+    views = {listed[state_id].identity: task("failed", ended_at=now - 31)}
+    decisions = apply(jobs, views, settings=ReaperSettings(True, 0.0), now=now, where="test")  # type: ignore[dict-item]
+    assert [(d.verdict, d.reason) for _, d in decisions] == [
+        (Verdict.CANCEL, "task_failed"),
+        (Verdict.CANCEL, "record_refused"),
+    ]
+    deadline = time.monotonic() + 30
+    while any(sched.records.running_supervisor(app_id) for app_id in (state_id, dir_id)):
+        assert time.monotonic() < deadline, "a refused job's supervisor outlived the reaper's cancel"
+        time.sleep(0.1)
+    assert [j for j in live_jobs() if parse_app_handle(j.handle).app_id in (state_id, dir_id)] == []

@@ -33,7 +33,16 @@ from airflow_provider_torchx.operators.torchx import (
     choose_job_to_adopt,
 )
 from airflow_provider_torchx.watch import cursor_file_for, task_identity
-from tests.airflow.helpers import FakeTaskStateStore, FakeTI, gated_app, gated_lines, wait_until
+from tests.airflow.helpers import (
+    FakeTaskStateStore,
+    FakeTI,
+    gated_app,
+    gated_lines,
+    refuse_record,
+    run_deferred,
+    still_running,
+    wait_until,
+)
 from tests.fixtures.airflow import REPO, assert_lines_once
 
 pytestmark = pytest.mark.airflow_line  # the task state store (3.3) or labels alone (before)
@@ -299,6 +308,39 @@ def test_two_live_jobs_of_one_task_instance_fail_the_retry(ident: Identity) -> N
         operator(SLEEP).execute(ident.context(2))
     assert all(h in str(err.value) for h in handles)
     assert ident.jobs() == handles  # nothing submitted
+
+
+@pytest.mark.parametrize("how", ["state", "dir"])
+def test_a_retry_stops_a_running_job_whose_record_is_refused_then_submits(
+    ident: Identity, how: str, tmp_path: Path
+) -> None:
+    """The earlier try's job, still running, whose ``state.json`` (found by its labels) or
+    directory (found by the handle the task state store keeps: no label of it is readable)
+    was swapped for a symbolic link: the retry neither fails on it nor submits beside it: it
+    stops the job first (its supervisor and replicas are gone), then submits."""
+    store = FakeTaskStateStore()
+    handle = submit_and_defer(ident, SLEEP, store)
+    processes = refuse_record(ident.runner, handle, how, tmp_path)
+    new = operator(SLEEP, wait_for_completion=False).execute(ident.context(2, store))
+    assert still_running(processes) == [], "a second job was submitted beside the refused one"
+    assert new != handle and new in ident.jobs()
+    ident.runner.delete(handle)
+
+
+def test_a_deferred_try_whose_jobs_record_is_refused_fails_without_retry_once_the_job_stopped(
+    ident: Identity, tmp_path: Path
+) -> None:
+    """The trigger stops the job whose ``state.json`` was swapped for a link (then yields a
+    ``refused`` error); the resumed task fails without retry (``AirflowFailException``)."""
+    from airflow_provider_torchx._compat import AirflowFailException
+    from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+
+    handle = submit_and_defer(ident, SLEEP)
+    processes = refuse_record(ident.runner, handle, "state", tmp_path)
+    (event,) = run_deferred(TorchXJobTrigger(handle, poll_interval=0.2, identity=ident.labels))
+    assert still_running(processes) == [] and event["refused"] is True, event
+    with pytest.raises(AirflowFailException, match=r"cannot be watched: job .*Not retried"):
+        operator(SLEEP, deferrable=True).execute_complete(ident.context(1), event)
 
 
 def test_reattach_off_always_submits(ident: Identity) -> None:

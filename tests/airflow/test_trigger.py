@@ -19,7 +19,7 @@ from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
-from tests.airflow.helpers import run_deferred
+from tests.airflow.helpers import refuse_record, run_deferred, still_running
 from tests.fixtures.airflow import assert_lines_once
 from tests.fixtures.triggerer import TriggererChannel
 
@@ -569,3 +569,37 @@ def test_a_local_job_that_ended_before_the_wait_began_is_seen_at_once(local_jobs
 
     status = asyncio.run(next_status())
     assert status is not None and status.state == AppState.CANCELLED
+
+
+@pytest.mark.parametrize("how", ["state", "dir"])
+def test_a_job_whose_record_is_refused_is_stopped_before_the_error_event(
+    local_jobs: tuple[Runner, list[str]], how: str, tmp_path: Any
+) -> None:
+    """A watched job whose ``state.json`` or directory was swapped for a symbolic link cannot
+    be described, yet it is still a job: the trigger stops it (its supervisor found without
+    the refused file) and yields its ``error`` event, marked ``refused``, only once neither
+    its supervisor nor its replicas run."""
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "echo up; sleep 600")
+    processes = refuse_record(runner, handle, how, tmp_path)
+    (event,) = run_deferred(TorchXJobTrigger(handle, poll_interval=0.2, identity=IDENTITY))
+    assert still_running(processes) == [], "the trigger gave up while the job ran"
+    assert event["status"] == "error" and event["refused"] is True, event
+    assert f"TorchX job {handle} cannot be watched: job " in event["message"] and "; cancelled it." in event["message"]
+    assert "Not retried" in event["message"], event["message"]
+
+
+def test_a_job_whose_record_is_refused_is_stopped_before_a_worker_gives_up(
+    local_jobs: tuple[Runner, list[str]], tmp_path: Any
+) -> None:
+    """The same in worker mode: the blocking watch stops the job before its outcome."""
+    import logging
+
+    from airflow_provider_torchx.watch import TaskWatcher
+
+    runner, _ = local_jobs
+    handle = submit(local_jobs, "sleep 600")
+    processes = refuse_record(runner, handle, "state", tmp_path)
+    watcher = TaskWatcher(runner, handle, logging.getLogger("test"), stream_logs=True)
+    event = watcher.wait_for_outcome(0.2, None, time.time())
+    assert still_running(processes) == [] and event["status"] == "error" and event["refused"] is True, event

@@ -141,6 +141,46 @@ def test_a_broken_connection_is_reported_beside_the_other_jobs(
     assert missing["jobs"] == [] and set(missing["errors"]) == {"torchx_broken", "torchx_db_broken"}, missing
 
 
+@pytest.fixture
+def database_down(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Airflow's database unreachable: every session connects to a PostgreSQL port where
+    nothing listens (psycopg2's error names that host and port). Returns ``host, port``'s text."""
+    import socket
+
+    from airflow import settings
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import scoped_session, sessionmaker
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    engine = create_engine(f"postgresql+psycopg2://airflow:pw@127.0.0.1:{port}/airflow")
+    monkeypatch.setattr(settings, "Session", scoped_session(sessionmaker(bind=engine)))
+    return f"port {port}"
+
+
+def test_a_database_outage_is_a_500_saying_nothing_of_the_error(
+    client: Any, auth: Any, database_down: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database error is answered as Airflow's own routes answer it: a 500 whose detail
+    names an ID to look for in the api-server's log, never the error's text (psycopg2's names
+    the database's host and port); the log has the error under that ID."""
+    import logging
+    import re
+
+    with caplog.at_level(logging.ERROR, logger="airflow_provider_torchx.plugins"):
+        resp = client.get("/api/jobs", headers=_headers(auth, "viewer"))
+    assert resp.status_code == 500, resp.text
+    detail = resp.json()["detail"]
+    found = re.fullmatch(r"Serious error when handling your request\. Check logs .* look for ID (\w+)", detail)
+    assert found, detail
+    for leak in ("OperationalError", "psycopg2", "127.0.0.1", database_down):
+        assert leak not in resp.text, resp.text
+    (logged,) = [r for r in caplog.records if found[1] in r.getMessage()]
+    assert logged.exc_info and "OperationalError" in type(logged.exc_info[1]).__name__
+    assert database_down in str(logged.exc_info[1])
+
+
 def _one_task(dag_id: str) -> dict[str, str]:
     return {"dag_id": dag_id, "task_id": "train", "run_id": "r1"}
 

@@ -126,6 +126,11 @@ class ListAppResponse:
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
     started: float | None = None
     ended: float | None = None
+    #: Why the scheduler refuses the app's record (``RecordRefusedError``'s message), for an
+    #: app listed while it may still run all the same: its state is then ``UNKNOWN``, and its
+    #: name, labels and submission time are what could still be read (empty when none);
+    #: None: its record was read.
+    refused: str | None = None
 
 
 def cursor_object(cursor: str | bytes) -> dict[str, Any]:

@@ -20,12 +20,19 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from airflow_provider_torchx.core import cli
-from airflow_provider_torchx.core.schedulers.local import LocalScheduler, create_cwd_scheduler, procfs, store
+from airflow_provider_torchx.core.schedulers.local import (
+    LocalScheduler,
+    create_cwd_scheduler,
+    create_scheduler,
+    procfs,
+    store,
+)
 from airflow_provider_torchx.core.specs import AppState, make_app_handle
 from tests.core.local.conftest import marked_processes, wait_gone
 from tests.core.local.helpers import sh_app, wait_done, wait_for_line, wait_running
@@ -388,6 +395,19 @@ def test_a_swapped_cancel_request_still_cancels_and_is_never_read(sched: LocalSc
         sched.describe(app_id)
 
 
+def refused_pair(sched: LocalScheduler, tmp_path: Path, labels: dict[str, str] | None = None) -> tuple[str, str]:
+    """Two running jobs (with ``labels``): the first's ``state.json`` then swapped for a
+    symbolic link to a copy of it, the second's directory for one to where it was moved."""
+    by_state, by_dir = (sched.submit(sh_app("sleep 600"), labels=labels or {}) for _ in range(2))
+    for app_id in (by_state, by_dir):
+        wait_running(sched, app_id)
+    state_file = sched.job_dir(by_state) / store.STATE
+    (tmp_path / "state.json").write_text(state_file.read_text())
+    swap_file_for_symlink(state_file, tmp_path / "state.json")
+    swap_dir_for_symlink(sched.job_dir(by_dir), tmp_path / "moved")
+    return by_state, by_dir
+
+
 def test_a_job_whose_state_file_or_directory_was_swapped_is_cancelled_all_the_same(
     sched: LocalScheduler, mark: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -395,13 +415,8 @@ def test_a_job_whose_state_file_or_directory_was_swapped_is_cancelled_all_the_sa
     described, yet a cancel (the scheduler's, the CLI's) reaches its supervisor (known from
     ``/proc``, not from the refused file) and the job's processes end; the message names the
     refused file. A job with no supervisor left is still refused (``delete`` removes it)."""
-    by_state, by_dir = (sched.submit(sh_app("sleep 600")) for _ in range(2))
-    for app_id in (by_state, by_dir):
-        wait_running(sched, app_id)
+    by_state, by_dir = refused_pair(sched, tmp_path)
     state_file = sched.job_dir(by_state) / store.STATE
-    (tmp_path / "state.json").write_text(state_file.read_text())
-    swap_file_for_symlink(state_file, tmp_path / "state.json")
-    swap_dir_for_symlink(sched.job_dir(by_dir), tmp_path / "moved")
     fresh = create_cwd_scheduler("test")  # nothing cached
 
     with pytest.raises(store.CancelDeliveredError) as err:
@@ -594,3 +609,57 @@ def test_replicas_of_a_job_cancelled_before_they_started_say_so(sched: LocalSche
     reps = [r for role in desc.roles_statuses for r in role.replicas]
     assert [r.state for r in reps] == [AppState.CANCELLED] * 2
     assert all(r.msg.startswith("never started") for r in reps)
+
+
+def test_a_running_job_whose_record_is_refused_is_listed_until_it_stops(
+    sched: LocalScheduler, mark: str, tmp_path: Path
+) -> None:
+    """A job whose ``state.json`` (or whole directory) was swapped for a symbolic link is
+    still a job: while its supervisor runs, ``list`` and ``list_live`` carry it as ``UNKNOWN``
+    with the refusal, with the labels its request record still gives (none through a swapped
+    directory: it then shows under every local backend); once a cancel stopped it, nothing
+    of it is listed as live. The state file's own supervisor records the end over the link."""
+    labels = {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": "r", "airflow.map_index": "-1"}
+    by_state, by_dir = refused_pair(sched, tmp_path, labels)
+    state_file = sched.job_dir(by_state) / store.STATE
+    fresh = create_cwd_scheduler("test")  # nothing cached
+
+    listed = {a.app_id: a for a in fresh.list()}
+    assert set(listed) == {by_state, by_dir}, listed
+    assert listed[by_state].state == AppState.UNKNOWN and listed[by_state].labels == labels
+    assert f"{state_file} is corrupt (refused: it is a symbolic link" in str(listed[by_state].refused)
+    assert listed[by_dir].state == AppState.UNKNOWN and listed[by_dir].labels == {}
+    assert "a directory on its way below" in str(listed[by_dir].refused)
+    assert [a.app_id for a in fresh.list(labels=labels)] == [by_state]
+    assert {a.app_id for a in fresh.list_live()} == {by_state, by_dir}
+    dir_scheduler = create_scheduler("test", backend="local_dir")
+    assert [a.app_id for a in dir_scheduler.list_live()] == [by_dir]
+
+    for app_id in (by_state, by_dir):
+        with pytest.raises(store.CancelDeliveredError):
+            fresh.cancel(app_id)
+    assert wait_gone(mark, 30) == [], "the jobs' processes outlived the cancel"
+    assert fresh.list_live() == []
+    ended = fresh.describe(by_state)  # its supervisor wrote the end over the link
+    assert ended is not None and ended.state == AppState.CANCELLED, ended
+    for app_id in (by_state, by_dir):
+        fresh.delete(app_id)
+
+
+def test_stop_refused_returns_once_nothing_of_the_job_runs(mark: str, tmp_path: Path) -> None:
+    """``Runner.stop_refused`` on a running job whose directory was swapped for a link: it
+    returns True only once the job's supervisor and replicas are gone (its own supervisor's
+    stop, after the grace period for a replica that ignores SIGTERM), and at once, True, for
+    one with nothing left running."""
+    from airflow_provider_torchx.core.runner import get_runner
+
+    with get_runner(cancel_grace_period=2.0) as runner:
+        handle = runner.run(sh_app("trap '' TERM; while :; do sleep 0.1; done"), "local_cwd")
+        sched: Any = runner._scheduler("local_cwd")
+        app_id = handle.rsplit("/", 1)[1]
+        wait_running(sched, app_id)
+        swap_dir_for_symlink(sched.job_dir(app_id), tmp_path / "moved")
+        assert runner.stop_refused(handle, reason="test") is True
+        assert marked_processes(mark) == [], "stop_refused returned while the job ran"
+        assert runner.stop_refused(handle, reason="test") is True
+        runner.delete(handle)

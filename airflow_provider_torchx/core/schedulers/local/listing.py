@@ -73,7 +73,9 @@ class Listing:
     def summaries(self, states: bool = True) -> Summaries:
         """What a listing shows of every job of the store (any local backend): app id ->
         ``summary``. Ended jobs come from the store's index; only the others' files are read,
-        and those found ended are added to it. Corrupt entries are skipped (logged).
+        and those found ended are added to it. A job whose record is refused
+        (``CorruptEntryError``) is still a job: listed while its supervisor runs (``refused``),
+        skipped (logged) once none does.
         ``states`` False: the jobs not in the index have no ``state`` or ``ended`` (their state
         files are not read: what matching by backend and labels needs)."""
         index = self.store.finished()  # the same dict while the file is unchanged
@@ -84,6 +86,7 @@ class Listing:
         present = self.store.app_ids()
         found: Summaries = {app_id: ended[app_id] for app_id in present & ended.keys()}
         learned = {}
+        refused: dict[str, store.CorruptEntryError] = {}
         for app_id in present - ended.keys():
             try:
                 rec = self.records.request(app_id)
@@ -91,23 +94,46 @@ class Listing:
                     continue
                 st = self.records.state(app_id, rec) if states else None
             except store.CorruptEntryError as e:
-                log.warning("list: skipping %s", e)
+                refused[app_id] = e
                 continue
             found[app_id] = entry = summary(rec, st)
             if st is not None and not st.get("orphaned") and st["state"] in TERMINAL_NAMES:
                 learned[app_id] = entry
         if learned:
             self.store.record_finished(learned, present)
+        if refused:
+            found.update(self.refused(refused))
+        return found
+
+    def refused(self, errors: Mapping[str, store.CorruptEntryError]) -> Summaries:
+        """What a listing shows of the jobs whose record is refused (app id -> the refusal)
+        while a supervisor of theirs runs (they may be running; one ``/proc`` scan for all):
+        state ``UNKNOWN``, ``refused`` the refusal, and what the request record says when that
+        can still be read (else no backend, which every local backend lists, no labels and no
+        name). Those with none running are skipped, each with a warning."""
+        running = self.records.running_supervisors(errors)
+        found: Summaries = {}
+        for app_id, err in errors.items():
+            if app_id not in running:
+                log.warning("list: skipping %s (no supervisor of it runs)", err)
+                continue
+            try:
+                rec = self.records.request(app_id)
+            except store.CorruptEntryError:
+                rec = None
+            entry = summary(rec, None) if rec else {"backend": None, "name": "", "labels": {}, "created": None}
+            entry.update(state=AppState.UNKNOWN.name, started=None, ended=None, refused=str(err))
+            found[app_id] = entry
         return found
 
     def matching(self, summaries: Summaries, labels: Mapping[str, str] | None) -> list[tuple[str, dict[str, Any]]]:
-        """``(app id, summary)`` of this backend's jobs in ``summaries`` whose labels include
-        ``labels``."""
+        """``(app id, summary)`` of this backend's jobs in ``summaries`` (and of refused ones of
+        no known backend) whose labels include ``labels``."""
         backend = self.backend
         return [
             (app_id, entry)
             for app_id, entry in summaries.items()
-            if entry["backend"] == backend and (not labels or labels_match(entry["labels"], labels))
+            if entry["backend"] in (backend, None) and (not labels or labels_match(entry["labels"], labels))
         ]
 
     def answers(
@@ -136,6 +162,7 @@ class Listing:
                     created=entry["created"],
                     started=entry.get("started"),
                     ended=entry.get("ended"),
+                    refused=entry.get("refused"),
                 )
                 if entry["state"] in TERMINAL_NAMES and not entry.get("orphaned"):
                     ended[app_id] = resp

@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_provider_torchx.core import safefiles
@@ -43,6 +43,7 @@ from airflow_provider_torchx.core.schedulers.local.shapes import (
     Shape,
     why_not,
 )
+from airflow_provider_torchx.core.schedulers.local.supervisor import is_supervisor_of
 from airflow_provider_torchx.core.schedulers.local.usage import local_usage
 from airflow_provider_torchx.core.specs import AppState, ReplicaStatus, RoleStatus
 
@@ -353,6 +354,42 @@ class JobRecords:
                 return {**self.orphan_end(app_id, st, sup), "orphaned": True}  # not cached: finalize records it
         self.remember(app_id, rec, st)
         return st
+
+    def running_supervisor(self, app_id: str) -> tuple[int, int] | None:
+        """``(pid, start)`` of the job's supervisor while one runs on this host, found without
+        trusting the job's files (``running_supervisors``); None: none runs."""
+        return self.running_supervisors([app_id]).get(app_id)
+
+    def running_supervisors(self, app_ids: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """``{app_id: (pid, start)}`` of the jobs of ``app_ids`` whose supervisor runs on this
+        host, found without trusting the jobs' files (jobs whose record is refused): the
+        process ``supervisor.json`` names if it still is that job directory's supervisor (boot,
+        start time and argv checked against ``/proc``), else the process of this host whose
+        argv is that supervisor's (one ``/proc`` scan for all the jobs left)."""
+        found: dict[str, tuple[int, int]] = {}
+        left: dict[str, str] = {}  # job directory -> app id
+        for app_id in app_ids:
+            job_dir = os.path.join(self.root, app_id)
+            try:
+                sup = self.read(app_id, store.SUPERVISOR)
+            except store.CorruptEntryError:
+                sup = None
+            if (
+                sup is not None
+                and sup.get("boot") == procfs.boot_id()
+                and procfs.start_time(sup["pid"]) == sup["start"]
+                and is_supervisor_of(procfs.cmdline(sup["pid"]), job_dir)
+            ):
+                found[app_id] = (sup["pid"], sup["start"])
+            else:
+                left[job_dir] = app_id
+        if left:
+            for p in procfs.scan():
+                argv = procfs.cmdline(p.pid)
+                job = left.get(argv[-1]) if argv else None
+                if job is not None and is_supervisor_of(argv, os.path.join(self.root, job)):
+                    found[job] = (p.pid, p.start)
+        return found
 
     def orphan_end(
         self,

@@ -72,7 +72,7 @@ from airflow_provider_torchx.core.schedulers.local.request import (
     request_to_json,
     role_from_json,
 )
-from airflow_provider_torchx.core.schedulers.local.supervisor import is_supervisor_of, supervisor_command
+from airflow_provider_torchx.core.schedulers.local.supervisor import supervisor_command
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo
 
 ImageProviderFactory = Callable[[Cfg], ImageProvider]
@@ -448,7 +448,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     def count(self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None) -> int:
         """How many jobs ``list`` returns, counted on the summaries (no answer built, no
-        state file read: a job with a corrupt one, which ``list`` skips, is counted)."""
+        state file read: a job with a corrupt one, which ``list`` skips once no supervisor of it
+        runs, is counted)."""
         with store.GcPaused():
             return len(self.listing.matching(self.summaries(states=False), labels))
 
@@ -557,24 +558,14 @@ class LocalScheduler(Scheduler[PopenRequest]):
             raise store.CancelDeliveredError(refused, pid) from None
 
     def _signal_supervisor(self, app_id: str) -> int | None:
-        """SIGTERM the supervisor of ``app_id`` without trusting the job's files: the process
-        ``supervisor.json`` names if it still is the supervisor of this job directory (start
-        time and argv checked against ``/proc``), else the process of this host whose argv is
-        that supervisor's. Returns its pid, None when none runs (or it could not be signalled).
-        The supervisor takes the signal as a cancel (the default grace period when it cannot
-        read ``cancel.json``)."""
-        job_dir = self.store.job_dir(app_id)
-        try:
-            sup = self.records.read(app_id, store.SUPERVISOR)
-        except store.CorruptEntryError:
-            sup = None
-
-        def stopped(pid: int, start: int) -> bool:
-            return is_supervisor_of(procfs.cmdline(pid), job_dir) and procfs.signal_if_same(pid, start, signal.SIGTERM)
-
-        if sup is not None and sup.get("boot") == procfs.boot_id() and stopped(sup["pid"], sup["start"]):
-            return int(sup["pid"])
-        return next((p.pid for p in procfs.scan() if stopped(p.pid, p.start)), None)
+        """SIGTERM the supervisor of ``app_id`` without trusting the job's files
+        (``JobRecords.running_supervisor``). Returns its pid, None when none runs (or it could
+        not be signalled). The supervisor takes the signal as a cancel (the default grace
+        period when it cannot read ``cancel.json``)."""
+        found = self.records.running_supervisor(app_id)
+        if found is None or not procfs.signal_if_same(*found, signal.SIGTERM):
+            return None
+        return found[0]
 
     def _cancel_existing(self, app_id: str, reason: str | None, by: CancelledBy | None) -> None:
         """Record the cancel (with the grace period, ``reason`` and ``by``) and SIGTERM the supervisor, which
