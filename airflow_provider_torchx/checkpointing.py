@@ -5,16 +5,23 @@
 the scheduler's default), the task instance's location under it, and the attempt number this
 job starts at; both go into every role's env. An adopted job (a retry reattaching to its
 running job) is never changed: ``location_of`` reads what it was given. ``report`` puts the
-location in the task log and XCom (``checkpoint_dir``).
+location in the task log and XCom (``checkpoint_dir``); a dry run without a location says that
+the job would get no ``TORCHX_CHECKPOINT_DIR``.
+
+``task_states`` is what ``airflow-torchx prune --checkpoints`` asks Airflow's database of the
+task instances whose locations it may remove (registered in the entry point group
+``airflow_provider_torchx.task_states``; the rule is ``core/checkpoint_prune.py``'s).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core import checkpoints
+from airflow_provider_torchx.core.checkpoint_prune import TaskState
 from airflow_provider_torchx.core.identity import TaskIdentity
 
 if TYPE_CHECKING:
@@ -78,6 +85,12 @@ def prepare(
         except Exception as e:  # the count is a courtesy: the try number still bounds it
             log.warning("could not count the earlier attempts of this task instance: %s", e)
     attempt = checkpoints.attempt_offset(try_number, earlier)
+    if dryrun and location is None:
+        log.info(
+            "No checkpoint root (checkpoint_root=, the connection's extra, [torchx] checkpoint_root, "
+            "no default for %s): the job would get no TORCHX_CHECKPOINT_DIR",
+            scheduler,
+        )
     checkpoints.place(app, location, attempt, host_bound=runner.capabilities(scheduler).host_bound, create=not dryrun)
     return location
 
@@ -98,3 +111,50 @@ def report(context: Context, location: str | None, task_log: logging.Logger | An
         return
     task_log.info("Checkpoints of this task instance: %s (TORCHX_CHECKPOINT_DIR)", location)
     context["ti"].xcom_push(key=checkpoints.XCOM_KEY, value=location)
+
+
+def task_states(identities: Iterable[TaskIdentity]) -> dict[TaskIdentity, TaskState]:
+    """What Airflow's database says of each task instance and its DAG run, in three queries
+    whatever their number (an identity whose DAG or run is missing gets what is known).
+    Raises when the database cannot be read."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from airflow_provider_torchx.reaper.views import _epoch, _state
+
+    wanted = set(identities)
+    if not wanted:
+        return {}
+    dag_ids, run_ids = {i.dag_id for i in wanted}, {i.run_id for i in wanted}
+    columns = [getattr(TaskInstance, c) for c in ("dag_id", "task_id", "run_id", "map_index", "state")]
+    with create_session() as session:
+        dags = set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(dag_ids))))
+        runs = {
+            (row.dag_id, row.run_id): (_state(row.state), _epoch(row.end_date))
+            for row in session.execute(
+                select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.end_date).where(
+                    DagRun.dag_id.in_(dag_ids), DagRun.run_id.in_(run_ids)
+                )
+            )
+        }
+        tis = {
+            TaskIdentity(row.dag_id, row.task_id, row.run_id, row.map_index): _state(row.state)
+            for row in session.execute(
+                select(*columns).where(
+                    TaskInstance.dag_id.in_(dag_ids),
+                    TaskInstance.run_id.in_(run_ids),
+                    TaskInstance.task_id.in_({i.task_id for i in wanted}),
+                )
+            )
+        }
+    out = {}
+    for ident in wanted:
+        run = runs.get((ident.dag_id, ident.run_id))
+        if run is None:
+            out[ident] = TaskState(dag_known=ident.dag_id in dags)
+            continue
+        out[ident] = TaskState(True, run[0], run[1], ident in tis, tis.get(ident))
+    return out

@@ -228,7 +228,8 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument(
         "--checkpoints",
         action="store_true",
-        help="also remove the local checkpoint directories of the removed jobs that no remaining job uses",
+        help="also remove the local checkpoint locations the store's jobs name whose task instance cannot run "
+        "again and that nothing wrote to within --older-than (docs/checkpoints.md)",
     )
 
     sub("runopts", "print the run options of every (or one) scheduler").add_argument(
@@ -578,13 +579,17 @@ def _timing(runner: Runner, handle: str) -> str | None:
 def _prune(args: argparse.Namespace) -> int:
     """``prune``: the local store's ended jobs older than ``--older-than`` (both local
     schedulers share the store), one line each, then the total; with ``--checkpoints``, also
-    the local checkpoint directories of those jobs that no job left in the store uses."""
+    the local checkpoint locations the store's jobs name, as ``core/checkpoint_prune.py``
+    decides (never one whose task instance can still run), each with why."""
     from airflow_provider_torchx.core.durations import parse_duration
     from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
 
     older_than = parse_duration(args.older_than, "--older-than")
     sched = create_cwd_scheduler("torchx")
-    before = sched.checkpoint_dirs() if args.checkpoints else {}
+    if args.checkpoints:
+        from airflow_provider_torchx.core import checkpoint_prune
+
+        by_location = checkpoint_prune.uses(sched.checkpoint_dirs(), sched.summaries())
     pruned = sched.prune(older_than, args.state, dry_run=args.dry_run)
     for app_id, size in pruned:
         _out(f"{app_id}  {_megabytes(size)}")
@@ -593,17 +598,28 @@ def _prune(args: argparse.Namespace) -> int:
     total = sum(size for _, size in pruned)
     _out(f"{verb} {len(pruned)} ended job(s) of {sched.store.root}; {freed} {_megabytes(total)}")
     if args.checkpoints:
-        from airflow_provider_torchx.core import checkpoints
-
-        gone = {app_id for app_id, _ in pruned}
-        kept = {d for app_id, d in before.items() if app_id not in gone}
-        dirs = sorted({d for app_id, d in before.items() if app_id in gone} - kept)
-        sizes = [checkpoints.local_size(d) for d in dirs]
-        for d, size in zip(dirs, sizes, strict=True):
-            if not args.dry_run:
-                checkpoints.remove_local(d)
-            _out(f"{d}  {_megabytes(size)}")
-        _out(f"{verb} {len(dirs)} checkpoint dir(s); {freed} {_megabytes(sum(sizes))}")
+        outcomes = checkpoint_prune.prune(
+            by_location,
+            now=sched.clock.wall(),
+            older_than=older_than,
+            dry_run=args.dry_run,
+            task_states=checkpoint_prune.load_task_states(),
+        )
+        removed = [o for o in outcomes if o.present and o.verdict.remove]
+        for o in outcomes:
+            if not o.present:
+                continue
+            if o.skipped:
+                _out(f"skipped {o.location}: {o.verdict.reason}")
+            elif not o.verdict.remove:
+                _out(f"kept {o.location}: {o.verdict.reason}")
+            else:
+                rest = f"; left {len(o.tally.links)} symbolic link(s), not followed: " if o.tally.links else ""
+                rest += ", ".join(o.tally.links)
+                rest += f"; could not remove: {', '.join(o.tally.problems)}" if o.tally.problems else ""
+                _out(f"{o.location}  {_megabytes(o.tally.size)}: {o.verdict.reason}{rest}")
+        size = sum(o.tally.size for o in removed)
+        _out(f"{verb} {len(removed)} checkpoint dir(s); {freed} {_megabytes(size)}")
     return EXIT_OK
 
 
