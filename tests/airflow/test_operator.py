@@ -5,6 +5,7 @@ app it builds, identity labels, ``on_kill``, links and the import hot path (adop
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -438,6 +439,17 @@ def test_a_batch_root_not_mounted_into_the_container_fails_the_dry_run_naming_it
     ok = dry_run("s3://b/c")
     request = json.dumps(ok.execute({"ti": ti}))  # type: ignore[arg-type]
     assert "s3://b/c/dag/batch-root/task" in request and "TORCHX_ATTEMPT" in request
+
+
+def test_a_batch_dry_run_without_a_root_says_the_job_would_get_no_checkpoint_dir(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = AppDef(name="b", roles=[Role(name="s", image="busybox", entrypoint="true", resource=Resource(1, 0, 512))])
+    op = TorchXRunOperator(task_id="task", app=app, scheduler="aws_batch", cfg={"queue": "q"}, dryrun=True)
+    with caplog.at_level(logging.INFO, logger="airflow_provider_torchx.checkpointing"):
+        request = json.dumps(op.execute({"ti": FakeTI(run_id="batch-no-root")}))  # type: ignore[arg-type]
+    assert "TORCHX_CHECKPOINT_DIR" not in request
+    assert "no default for aws_batch): the job would get no TORCHX_CHECKPOINT_DIR" in caplog.text
 
 
 def test_the_checkpoint_location_is_an_openlineage_output() -> None:
