@@ -104,12 +104,12 @@ def decide(view: LocationView, *, now: float, older_than: float) -> Verdict:
     8. Airflow's answer unreadable: keep;
     9. its DAG is unknown to the database (another deployment's): keep;
     10. its DAG run is gone: remove;
-    11. its DAG run is not over (queued, running: also after a clear): keep;
-    12. its DAG run ended within the limit (or has no end): keep;
-    13. its task instance is gone from the ended run: remove;
-    14. its task instance is finished (success, failed, skipped, upstream_failed, removed): remove;
-    15. any other state (up_for_retry, up_for_reschedule, none, scheduled, queued, running,
-        deferred, restarting): keep, it can still run.
+    11. its task instance is in a state that can still run (up_for_retry, up_for_reschedule,
+        none, scheduled, queued, running, deferred, restarting: any but the finished ones): keep;
+    12. its DAG run is not over (queued, running: also after a clear): keep;
+    13. its DAG run ended within the limit (or has no end): keep;
+    14. its task instance is gone from the ended run: remove;
+    15. its task instance is finished (success, failed, skipped, upstream_failed, removed): remove.
     """
     cutoff = now - older_than
 
@@ -138,6 +138,8 @@ def decide(view: LocationView, *, now: float, older_than: float) -> Verdict:
         return Verdict(False, f"DAG {view.identity.dag_id!r} is not in this deployment's database")
     if task.run_state is None:
         return Verdict(True, f"its DAG run is gone; {written}")
+    if task.ti_found and task.ti_state not in FINISHED_TASK_STATES:
+        return Verdict(False, f"its task instance is {task.ti_state or 'without a state (cleared)'}: it can still run")
     if task.run_state not in ENDED_RUN_STATES:
         return Verdict(False, f"its DAG run is {task.run_state}")
     if task.run_ended_at is None or task.run_ended_at > cutoff:
@@ -146,9 +148,7 @@ def decide(view: LocationView, *, now: float, older_than: float) -> Verdict:
     run = f"its DAG run ended {task.run_state} {ago(task.run_ended_at)}"
     if not task.ti_found:
         return Verdict(True, f"{run} without this task instance; {written}")
-    if task.ti_state in FINISHED_TASK_STATES:
-        return Verdict(True, f"{run}, the task instance {task.ti_state}; {written}")
-    return Verdict(False, f"its task instance is {task.ti_state or 'without a state (cleared)'}: it can still run")
+    return Verdict(True, f"{run}, the task instance {task.ti_state}; {written}")
 
 
 def load_task_states() -> TaskStates | None:

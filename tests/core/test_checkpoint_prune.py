@@ -93,38 +93,39 @@ def test_row10_a_deleted_dag_run_removes_it() -> None:
     assert verdict(task=TaskState(dag_known=True)) == (True, "its DAG run is gone; last written 7200s ago")
 
 
+@pytest.mark.parametrize(
+    "state",
+    ["up_for_retry", "up_for_reschedule", None, "scheduled", "queued", "running", "deferred", "restarting"],
+)
+def test_row11_a_task_instance_that_can_still_run_keeps_it(state: str | None) -> None:
+    """Whatever its run says (here: over long ago)."""
+    removed, why = verdict(task=finished(state))
+    assert not removed and why.endswith("it can still run"), why
+    assert (state or "without a state") in why
+
+
 @pytest.mark.parametrize("run_state", ["queued", "running"])
-def test_row11_a_dag_run_not_over_keeps_it(run_state: str) -> None:
-    """A cleared task puts its run back to queued: kept whatever the task instance says."""
+def test_row12_a_dag_run_not_over_keeps_it(run_state: str) -> None:
+    """A cleared task puts its run back to queued: kept, even where the task instance ended."""
     assert verdict(task=finished(run_state=run_state)) == (False, f"its DAG run is {run_state}")
 
 
 @pytest.mark.parametrize(("ended", "why"), [(RECENT, "ended 60s ago"), (None, "has no end date")])
-def test_row12_a_dag_run_ended_within_the_limit_keeps_it(ended: float | None, why: str) -> None:
+def test_row13_a_dag_run_ended_within_the_limit_keeps_it(ended: float | None, why: str) -> None:
     assert verdict(task=finished(run_ended_at=ended)) == (False, f"its DAG run {why}")
 
 
-def test_row13_a_task_instance_gone_from_its_ended_run_removes_it() -> None:
+def test_row14_a_task_instance_gone_from_its_ended_run_removes_it() -> None:
     removed, why = verdict(task=finished(ti_found=False, ti_state=None))
     assert removed and "without this task instance" in why
 
 
 @pytest.mark.parametrize("state", ["success", "failed", "skipped", "upstream_failed", "removed"])
-def test_row14_a_finished_task_instance_of_an_old_run_removes_it(state: str) -> None:
+def test_row15_a_finished_task_instance_of_an_old_run_removes_it(state: str) -> None:
     assert verdict(task=finished(state, run_state="failed")) == (
         True,
         f"its DAG run ended failed 7200s ago, the task instance {state}; last written 7200s ago",
     )
-
-
-@pytest.mark.parametrize(
-    "state",
-    ["up_for_retry", "up_for_reschedule", None, "scheduled", "queued", "running", "deferred", "restarting"],
-)
-def test_row15_a_task_instance_that_can_still_run_keeps_it(state: str | None) -> None:
-    removed, why = verdict(task=finished(state))
-    assert not removed and why.endswith("it can still run"), why
-    assert (state or "without a state") in why
 
 
 # --------------------------------------------------------------------------- real files
