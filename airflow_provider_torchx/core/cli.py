@@ -619,7 +619,9 @@ def _prune(args: argparse.Namespace) -> int:
                 rest += f"; could not remove: {', '.join(o.tally.problems)}" if o.tally.problems else ""
                 _out(f"{o.location}  {_megabytes(o.tally.size)}: {o.verdict.reason}{rest}")
         size = sum(o.tally.size for o in removed)
-        _out(f"{verb} {len(removed)} checkpoint dir(s); {freed} {_megabytes(size)}")
+        partly = sum(1 for o in removed if o.tally.links or o.tally.problems)
+        some = f" (and {partly} in part: what is left in them is named above)" if partly else ""
+        _out(f"{verb} {len(removed) - partly} checkpoint dir(s){some}; {freed} {_megabytes(size)}")
     return EXIT_OK
 
 

@@ -228,3 +228,35 @@ def test_prune_judges_a_jobs_age_on_the_schedulers_clock(sched: LocalScheduler) 
     assert aged.prune(older_than=3600, dry_run=True) == []
     clock.advance(2 * 3600)
     assert [app_id for app_id, _ in aged.prune(older_than=3600, dry_run=True)] == [done]
+
+
+def test_prune_checkpoints_reports_links_as_skipped_never_removed(
+    sched: LocalScheduler, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run-level directory swapped for a link to a directory outside: the location is
+    skipped and the file there survives; a link inside a location that goes is left and
+    named, and the space freed counts only what was removed."""
+    from airflow_provider_torchx.core import checkpoint_prune, checkpoints
+    from airflow_provider_torchx.core.identity import TaskIdentity
+
+    monkeypatch.setattr(checkpoint_prune, "load_task_states", lambda: None)  # Airflow not at hand
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_bytes(b"p")
+    identity = TaskIdentity("train", "fit", "manual__1")
+    swapped = checkpoints.checkpoint_dir(str(tmp_path / "ck"), identity)
+    _job_with_checkpoint(sched, swapped, labels=identity.labels())
+    run_dir = Path(swapped).parent
+    os.rename(run_dir, outside / "run")
+    run_dir.symlink_to(outside / "run")
+    linked = str(tmp_path / "mine")
+    _job_with_checkpoint(sched, linked)
+    Path(linked, "latest.pt").symlink_to(outside / "precious")
+
+    assert main(["prune", "--older-than", "0s", "--checkpoints"]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {swapped}: {run_dir} is a symbolic link: not followed" in out, out
+    assert f"; left 1 symbolic link(s), not followed: {linked}/latest.pt" in out, out
+    assert "removed 0 checkpoint dir(s) (and 1 in part: what is left in them is named above); freed 0.0 MB" in out
+    assert (outside / "run" / "fit" / "step-1.pt").exists() and (outside / "precious").read_bytes() == b"p"
+    assert [p.name for p in Path(linked).iterdir()] == ["latest.pt"] and run_dir.is_symlink()
