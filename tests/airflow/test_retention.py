@@ -19,6 +19,7 @@ from airflow_provider_torchx.core.checkpoint_prune import TaskState
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
+from airflow_provider_torchx.hooks.torchx import close_runners
 from airflow_provider_torchx.retention import PRUNE_EVERY_S, apply_retention
 from tests.core.local.helpers import sh_app, wait_done
 from tests.fixtures.clock import FakeClock
@@ -94,16 +95,19 @@ def test_off_by_default_and_a_bad_value_is_logged(
 
 
 def test_retention_never_removes_a_checkpoint_and_the_database_tells_a_locations_task(
-    run_dag: Any, store: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    run_dag: Any, store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``utils.echo`` leaves no checkpoint directory (only its owner-only parents); a location
     written long ago by a finished task instance outlives the prune of its jobs; and the
     reader ``prune --checkpoints`` uses reads the task instance and its DAG run."""
     sched, _, _ = store
+    close_runners()  # the task's runner uses this test's store
     dag_run, out = run_dag("torchx_local_echo", deferrable=False)
     assert dag_run.state == "success", out[-3000:]
     identity = TaskIdentity("torchx_local_echo", "echo", dag_run.run_id)
-    location = Path(checkpoints.checkpoint_dir(str(tmp_path / "state" / "checkpoints"), identity))
+    assert len(sched.list(labels=identity.labels())) == 1
+    location = Path(dag_run.get_task_instance("echo").xcom_pull(task_ids="echo", key="checkpoint_dir"))
+    assert location.name == "echo" and checkpoints.checkpoint_dir(str(location.parents[2]), identity) == str(location)
     assert location.parent.is_dir() and not location.exists(), "a job that never saves creates nothing"
     assert oct(location.parent.stat().st_mode & 0o777) == "0o700"
     location.mkdir()
