@@ -16,12 +16,14 @@ task instances whose locations it may remove (registered in the entry point grou
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core import checkpoints
 from airflow_provider_torchx.core.checkpoint_prune import TaskState
+from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.identity import TaskIdentity
 
 if TYPE_CHECKING:
@@ -71,13 +73,26 @@ def prepare(
     identity: TaskIdentity,
     try_number: int,
     dryrun: bool,
+    fresh_start: bool = False,
 ) -> str | None:
     """Give every role of the new job ``app`` the checkpoint location of task instance
     ``identity`` (when a root is known) and its first attempt number; return the location
     (None: no root). On a retry the attempt number counts the attempts of the task instance's
-    earlier jobs (``checkpoints.attempt_offset``); a dry run only counts the earlier tries."""
+    earlier jobs (``checkpoints.attempt_offset``); a dry run only counts the earlier tries.
+    ``fresh_start``: first set what the location holds aside (``checkpoints.set_aside``, on a
+    scheduler whose jobs run on this host; ``InvalidRunConfigError`` elsewhere)."""
     root = configured_root(operator_root, hook, runner, scheduler)
     location = checkpoints.checkpoint_dir(root, identity) if root is not None else None
+    host_bound = runner.capabilities(scheduler).host_bound
+    if fresh_start and location is not None and not dryrun:
+        if not host_bound:
+            raise InvalidRunConfigError(
+                f"fresh_start: the checkpoints of a {scheduler} job ({location}) are not on this host: "
+                "move them aside with the storage's own tools"
+            )
+        moved = checkpoints.set_aside(location, time.time())
+        if moved is not None:
+            log.info("Fresh start: set the checkpoints of this task instance aside: %s -> %s (kept)", location, moved)
     earlier: list[int] = []
     if try_number > 1 and not dryrun:
         try:
@@ -91,8 +106,17 @@ def prepare(
             "no default for %s): the job would get no TORCHX_CHECKPOINT_DIR",
             scheduler,
         )
-    checkpoints.place(app, location, attempt, host_bound=runner.capabilities(scheduler).host_bound, create=not dryrun)
+    checkpoints.place(app, location, attempt, host_bound=host_bound, create=not dryrun)
     return location
+
+
+def first_try_of_run(ti: Any, retries: int) -> bool:
+    """Whether ``ti``'s try is the first of its DAG run or of its latest clear (Airflow's own
+    rule: a clear raises ``max_tries`` to the try number plus the retries), not a retry."""
+    max_tries = getattr(ti, "max_tries", None)
+    if max_tries is None:
+        return bool(ti.try_number <= 1)
+    return bool(ti.try_number == max_tries - (retries or 0) + 1)
 
 
 def location_of(runner: Runner, app_handle: str) -> str | None:

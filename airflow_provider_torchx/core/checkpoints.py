@@ -25,8 +25,10 @@ Standard library only: the core never imports Airflow.
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import quote
 
@@ -50,6 +52,9 @@ MAX_PART = 255
 #: What a longer part keeps of its encoded text, before ``+`` and ``_HASH_CHARS`` of its hash.
 _PREFIX = 200
 _HASH_CHARS = 24
+#: What a location set aside is renamed to: ``<location>+set-aside-<UTC time>`` (``+`` never
+#: survives the encoding, so the name is no task instance's location).
+SET_ASIDE = "+set-aside-"
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/]")
 
@@ -174,3 +179,21 @@ def place(app: AppDef, location: str | None, attempt: int, *, host_bound: bool, 
         elif create and not is_uri(location):
             makedirs_private(posixpath.dirname(location))
     set_env(app, location, attempt)
+
+
+def set_aside(location: str, now: float) -> str | None:
+    """Rename the local checkpoint ``location`` to ``<location>+set-aside-<UTC time of now>``
+    beside it (kept whole, never deleted), so the task instance's next job starts over; the
+    new path, or None when nothing is there. ``InvalidRunConfigError`` for a URI: its owner's
+    tools move it."""
+    if is_uri(location):
+        raise InvalidRunConfigError(
+            f"{location!r} is not a local path: move what is under it with its own tools (aws s3 mv ...)"
+        )
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1e6) % 1_000_000:06d}Z"
+    target = f"{location}{SET_ASIDE}{stamp}"
+    try:
+        os.rename(location, target)
+    except FileNotFoundError:
+        return None
+    return target

@@ -232,6 +232,15 @@ def _parser() -> argparse.ArgumentParser:
         "again and that nothing wrote to within --older-than (docs/checkpoints.md)",
     )
 
+    aside = sub(
+        "set-aside",
+        "set a task instance's local checkpoint location aside (renamed beside it, kept, never deleted) "
+        "so that its next job starts over",
+    )
+    which = aside.add_mutually_exclusive_group(required=True)
+    which.add_argument("--job", metavar="HANDLE", help="the location this job was given (its TORCHX_CHECKPOINT_DIR)")
+    which.add_argument("--dir", metavar="PATH", help="the location itself (XCom checkpoint_dir)")
+
     sub("runopts", "print the run options of every (or one) scheduler").add_argument(
         "scheduler", nargs="?", default=None
     )
@@ -625,6 +634,41 @@ def _prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _set_aside(runner: Runner, args: argparse.Namespace) -> int:
+    """``set-aside``: rename the location (``checkpoints.set_aside``) unless a job of the local
+    store that uses it has not ended; say where it went."""
+    from airflow_provider_torchx.core import checkpoint_prune, checkpoints
+    from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
+
+    if args.job:
+        location = _given_location(runner, args.job)
+        if location is None:
+            _err(f"{PROG}: {args.job} was given no TORCHX_CHECKPOINT_DIR: nothing to set aside")
+            return EXIT_JOB_FAILED
+    else:
+        location = checkpoints.check_root(args.dir, "--dir")
+    sched = create_cwd_scheduler("torchx")
+    uses = checkpoint_prune.uses(sched.checkpoint_dirs(), sched.summaries()).get(location, [])
+    live = [u.app_id for u in uses if not u.ended]
+    if live:
+        _err(f"{PROG}: job(s) {', '.join(live)} still use {location}: cancel them first (nothing was moved)")
+        return EXIT_JOB_FAILED
+    moved = checkpoints.set_aside(location, time.time())
+    if moved is None:
+        _out(f"nothing at {location}: the next job starts over anyway")
+    else:
+        _out(f"set aside {location} -> {moved} (kept; the task instance's next job starts over)")
+    return EXIT_OK
+
+
+def _given_location(runner: Runner, handle: str) -> str | None:
+    """The checkpoint location job ``handle`` was given (None: none); ``_NoSuchJobError``."""
+    desc = runner.describe_app(handle)
+    if desc is None:
+        raise _NoSuchJobError(handle)
+    return desc.checkpoint_dir
+
+
 def _megabytes(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
 
@@ -729,6 +773,8 @@ def _dispatch(runner: Runner, args: argparse.Namespace) -> int:
         return _prune(args)
     if command == "builtins":
         return _builtins(args)
+    if command == "set-aside":
+        return _set_aside(runner, args)
     return _handle_command(runner, args)
 
 

@@ -150,3 +150,15 @@ def test_place_on_a_remote_scheduler_checks_the_mount_and_creates_nothing(tmp_pa
     with pytest.raises(InvalidRunConfigError, match="does not mount"):
         checkpoints.place(_app(), location, 0, host_bound=False)
     assert not Path(location).exists()
+
+
+def test_set_aside_renames_the_location_beside_it_and_keeps_it(tmp_path: Path) -> None:
+    location = tmp_path / "dag" / "run" / "task"
+    location.mkdir(parents=True)
+    (location / "step-6.pt").write_bytes(b"w")
+    moved = checkpoints.set_aside(str(location), 86400.5)
+    assert moved == f"{location}+set-aside-19700102T000000.500000Z"
+    assert not location.exists() and (Path(moved) / "step-6.pt").read_bytes() == b"w"
+    assert checkpoints.set_aside(str(location), 86401.0) is None, "nothing there: nothing to do"
+    with pytest.raises(InvalidRunConfigError, match=r"'s3://b/ck/d/r/t' is not a local path"):
+        checkpoints.set_aside("s3://b/ck/d/r/t", 0.0)

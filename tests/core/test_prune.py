@@ -260,3 +260,24 @@ def test_prune_checkpoints_reports_links_as_skipped_never_removed(
     assert "removed 0 checkpoint dir(s) (and 1 in part: what is left in them is named above); freed 0.0 MB" in out
     assert (outside / "run" / "fit" / "step-1.pt").exists() and (outside / "precious").read_bytes() == b"p"
     assert [p.name for p in Path(linked).iterdir()] == ["latest.pt"] and run_dir.is_symlink()
+
+
+def test_set_aside_moves_a_location_no_live_job_uses_and_says_where(
+    sched: LocalScheduler, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused while a job using it runs (nothing moved); then renamed beside it, found by the
+    job's handle or the path; nothing there is said so."""
+    location = str(tmp_path / "ck" / "task")
+    live = _job_with_checkpoint(sched, location, "sleep 300")
+    assert main(["set-aside", "--dir", location]) == 1
+    assert f"job(s) {live} still use {location}: cancel them first" in capsys.readouterr().err
+    assert Path(location, "step-1.pt").exists()
+    sched.cancel(live)
+    wait_done(sched, live)
+    assert main(["set-aside", "--job", f"local_cwd://torchx/{live}"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"set aside {location} -> {location}+set-aside-") and "(kept;" in out, out
+    moved = out.split(" -> ")[1].split(" (kept;")[0]
+    assert Path(moved, "step-1.pt").exists() and not Path(location).exists()
+    assert main(["set-aside", "--dir", location]) == 0
+    assert f"nothing at {location}: the next job starts over anyway" in capsys.readouterr().out
