@@ -5,16 +5,25 @@
 the scheduler's default), the task instance's location under it, and the attempt number this
 job starts at; both go into every role's env. An adopted job (a retry reattaching to its
 running job) is never changed: ``location_of`` reads what it was given. ``report`` puts the
-location in the task log and XCom (``checkpoint_dir``).
+location in the task log and XCom (``checkpoint_dir``); a dry run without a location says that
+the job would get no ``TORCHX_CHECKPOINT_DIR``.
+
+``task_states`` is what ``airflow-torchx prune --checkpoints`` asks Airflow's database of the
+task instances whose locations it may remove (registered in the entry point group
+``airflow_provider_torchx.task_states``; the rule is ``core/checkpoint_prune.py``'s).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core import checkpoints
+from airflow_provider_torchx.core.checkpoint_prune import TaskState
+from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.identity import TaskIdentity
 
 if TYPE_CHECKING:
@@ -64,13 +73,26 @@ def prepare(
     identity: TaskIdentity,
     try_number: int,
     dryrun: bool,
+    fresh_start: bool = False,
 ) -> str | None:
     """Give every role of the new job ``app`` the checkpoint location of task instance
     ``identity`` (when a root is known) and its first attempt number; return the location
     (None: no root). On a retry the attempt number counts the attempts of the task instance's
-    earlier jobs (``checkpoints.attempt_offset``); a dry run only counts the earlier tries."""
+    earlier jobs (``checkpoints.attempt_offset``); a dry run only counts the earlier tries.
+    ``fresh_start``: first set what the location holds aside (``checkpoints.set_aside``, on a
+    scheduler whose jobs run on this host; ``InvalidRunConfigError`` elsewhere)."""
     root = configured_root(operator_root, hook, runner, scheduler)
     location = checkpoints.checkpoint_dir(root, identity) if root is not None else None
+    host_bound = runner.capabilities(scheduler).host_bound
+    if fresh_start and location is not None and not dryrun:
+        if not host_bound:
+            raise InvalidRunConfigError(
+                f"fresh_start: the checkpoints of a {scheduler} job ({location}) are not on this host: "
+                "move them aside with the storage's own tools"
+            )
+        moved = checkpoints.set_aside(location, time.time())
+        if moved is not None:
+            log.info("Fresh start: set the checkpoints of this task instance aside: %s -> %s (kept)", location, moved)
     earlier: list[int] = []
     if try_number > 1 and not dryrun:
         try:
@@ -78,8 +100,23 @@ def prepare(
         except Exception as e:  # the count is a courtesy: the try number still bounds it
             log.warning("could not count the earlier attempts of this task instance: %s", e)
     attempt = checkpoints.attempt_offset(try_number, earlier)
-    checkpoints.place(app, location, attempt, host_bound=runner.capabilities(scheduler).host_bound, create=not dryrun)
+    if dryrun and location is None:
+        log.info(
+            "No checkpoint root (checkpoint_root=, the connection's extra, [torchx] checkpoint_root, "
+            "no default for %s): the job would get no TORCHX_CHECKPOINT_DIR",
+            scheduler,
+        )
+    checkpoints.place(app, location, attempt, host_bound=host_bound, create=not dryrun)
     return location
+
+
+def first_try_of_run(ti: Any, retries: int) -> bool:
+    """Whether ``ti``'s try is the first of its DAG run or of its latest clear (Airflow's own
+    rule: a clear raises ``max_tries`` to the try number plus the retries), not a retry."""
+    max_tries = getattr(ti, "max_tries", None)
+    if max_tries is None:
+        return bool(ti.try_number <= 1)
+    return bool(ti.try_number == max_tries - (retries or 0) + 1)
 
 
 def location_of(runner: Runner, app_handle: str) -> str | None:
@@ -98,3 +135,50 @@ def report(context: Context, location: str | None, task_log: logging.Logger | An
         return
     task_log.info("Checkpoints of this task instance: %s (TORCHX_CHECKPOINT_DIR)", location)
     context["ti"].xcom_push(key=checkpoints.XCOM_KEY, value=location)
+
+
+def task_states(identities: Iterable[TaskIdentity]) -> dict[TaskIdentity, TaskState]:
+    """What Airflow's database says of each task instance and its DAG run, in three queries
+    whatever their number (an identity whose DAG or run is missing gets what is known).
+    Raises when the database cannot be read."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from airflow_provider_torchx.reaper.views import _epoch, _state
+
+    wanted = set(identities)
+    if not wanted:
+        return {}
+    dag_ids, run_ids = {i.dag_id for i in wanted}, {i.run_id for i in wanted}
+    columns = [getattr(TaskInstance, c) for c in ("dag_id", "task_id", "run_id", "map_index", "state")]
+    with create_session() as session:
+        dags = set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(dag_ids))))
+        runs = {
+            (row.dag_id, row.run_id): (_state(row.state), _epoch(row.end_date))
+            for row in session.execute(
+                select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.end_date).where(
+                    DagRun.dag_id.in_(dag_ids), DagRun.run_id.in_(run_ids)
+                )
+            )
+        }
+        tis = {
+            TaskIdentity(row.dag_id, row.task_id, row.run_id, row.map_index): _state(row.state)
+            for row in session.execute(
+                select(*columns).where(
+                    TaskInstance.dag_id.in_(dag_ids),
+                    TaskInstance.run_id.in_(run_ids),
+                    TaskInstance.task_id.in_({i.task_id for i in wanted}),
+                )
+            )
+        }
+    out = {}
+    for ident in wanted:
+        run = runs.get((ident.dag_id, ident.run_id))
+        if run is None:
+            out[ident] = TaskState(dag_known=ident.dag_id in dags)
+            continue
+        out[ident] = TaskState(True, run[0], run[1], ident in tis, tis.get(ident))
+    return out

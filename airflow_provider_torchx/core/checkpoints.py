@@ -7,7 +7,9 @@ Every replica of a job an Airflow task submits gets two variables (docs/checkpoi
   task). It is built from the task instance's identity only (``core/identity.py``, never the
   try number), so every try of one task instance and every attempt its scheduler makes get the
   same one, and another DAG run, task or map index gets another. Each part is percent-encoded
-  (``[A-Za-z0-9._~-]`` kept), so no part can climb out of the root or run into another.
+  (``[A-Za-z0-9._~-]`` kept), so no part can climb out of the root or run into another; a part
+  longer than a file name may be (``MAX_PART``) keeps a readable prefix and ends with ``+`` and
+  a hash of the whole (``+`` never survives the encoding, so it cannot meet another part).
 - ``TORCHX_ATTEMPT``: 0 for the first attempt of the task instance's work, +1 for each later
   one. The job is submitted with the number of attempts its task instance's earlier jobs made
   (``attempt_offset``); the local supervisor adds its own restarts of the replica; on AWS
@@ -22,17 +24,17 @@ Standard library only: the core never imports Airflow.
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import os
 import posixpath
 import re
-import shutil
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from urllib.parse import quote
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.identity import TaskIdentity
+from airflow_provider_torchx.core.schedulers.local.store import makedirs_private
 from airflow_provider_torchx.core.specs import AppDef
 
 #: Every replica's checkpoint location (a local path, a mounted path or a URI such as s3://).
@@ -45,6 +47,14 @@ BATCH_ATTEMPT_ENV = "AWS_BATCH_JOB_ATTEMPT"
 XCOM_KEY = "checkpoint_dir"
 #: The local job store's default root, a directory beside the store.
 LOCAL_ROOT_NAME = "checkpoints"
+#: The longest part of a location kept whole: a file name's limit (bytes; an encoded part is ASCII).
+MAX_PART = 255
+#: What a longer part keeps of its encoded text, before ``+`` and ``_HASH_CHARS`` of its hash.
+_PREFIX = 200
+_HASH_CHARS = 24
+#: What a location set aside is renamed to: ``<location>+set-aside-<UTC time>`` (``+`` never
+#: survives the encoding, so the name is no task instance's location).
+SET_ASIDE = "+set-aside-"
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/]")
 
@@ -81,18 +91,31 @@ def resolve_root(candidates: Sequence[tuple[str, str | None]], default: str | No
 
 
 def _part(text: str) -> str:
-    """One path part: percent-encoded, ``.``/``..`` spelled out, never empty."""
+    """One path part: percent-encoded, ``.``/``..`` spelled out, never empty; over
+    ``MAX_PART`` bytes, its first ``_PREFIX`` (never half an escape), ``+`` and a hash of
+    ``text``."""
     encoded = quote(text, safe="-_.~") or "%00"
-    return encoded.replace(".", "%2E") if set(encoded) == {"."} else encoded
+    encoded = encoded.replace(".", "%2E") if set(encoded) == {"."} else encoded
+    if len(encoded) <= MAX_PART:
+        return encoded
+    head = encoded[:_PREFIX]
+    escape = head.find("%", _PREFIX - 2)
+    head = head[:escape] if escape >= 0 else head
+    return f"{head}+{hashlib.sha256(text.encode()).hexdigest()[:_HASH_CHARS]}"
+
+
+def location_parts(identity: TaskIdentity) -> list[str]:
+    """The parts of the checkpoint location of ``identity`` below its root, as encoded."""
+    parts = [identity.dag_id, identity.run_id, identity.task_id]
+    if identity.map_index >= 0:
+        parts.append(str(identity.map_index))
+    return [_part(p) for p in parts]
 
 
 def checkpoint_dir(root: str, identity: TaskIdentity) -> str:
     """The checkpoint location of the task instance ``identity`` under ``root`` (see the module
     docstring): the same for every try, different per DAG run, task and map index."""
-    parts = [identity.dag_id, identity.run_id, identity.task_id]
-    if identity.map_index >= 0:
-        parts.append(str(identity.map_index))
-    return posixpath.join(root, *(_part(p) for p in parts))
+    return posixpath.join(root, *location_parts(identity))
 
 
 def attempt_offset(try_number: int, earlier_attempts: Iterable[int]) -> int:
@@ -147,28 +170,30 @@ def place(app: AppDef, location: str | None, attempt: int, *, host_bound: bool, 
     """Give ``app``'s roles the checkpoint ``location`` and ``attempt`` (``set_env``), after
     checking the location suits the scheduler: on one that runs jobs elsewhere (not
     ``host_bound``: AWS Batch) a path must be mounted (``check_batch_location``); on one that
-    runs them on this host, a path is created (``create``) so the job finds it there."""
+    runs them on this host, the directories above a path are created owner-only (``create``).
+    The location itself is left to the job, which creates it when it first saves: a job that
+    never checkpoints leaves no empty directory behind."""
     if location is not None:
         if not host_bound:
             check_batch_location(location, app)
         elif create and not is_uri(location):
-            Path(location).mkdir(parents=True, exist_ok=True, mode=0o700)
+            makedirs_private(posixpath.dirname(location))
     set_env(app, location, attempt)
 
 
-def local_size(location: str) -> int:
-    """The bytes on disk under a local checkpoint location (0: a URI, or nothing there)."""
-    if is_uri(location) or not os.path.isdir(location):
-        return 0
-    size = 0
-    for base, _, files in os.walk(location):
-        for name in files:
-            with contextlib.suppress(OSError):  # removed meanwhile
-                size += os.lstat(os.path.join(base, name)).st_blocks * 512
-    return size
-
-
-def remove_local(location: str) -> None:
-    """Remove a local checkpoint location (a URI is never touched here: its owner prunes it)."""
-    if not is_uri(location) and os.path.isdir(location) and not os.path.islink(location):
-        shutil.rmtree(location, ignore_errors=True)
+def set_aside(location: str, now: float) -> str | None:
+    """Rename the local checkpoint ``location`` to ``<location>+set-aside-<UTC time of now>``
+    beside it (kept whole, never deleted), so the task instance's next job starts over; the
+    new path, or None when nothing is there. ``InvalidRunConfigError`` for a URI: its owner's
+    tools move it."""
+    if is_uri(location):
+        raise InvalidRunConfigError(
+            f"{location!r} is not a local path: move what is under it with its own tools (aws s3 mv ...)"
+        )
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1e6) % 1_000_000:06d}Z"
+    target = f"{location}{SET_ASIDE}{stamp}"
+    try:
+        os.rename(location, target)
+    except FileNotFoundError:
+        return None
+    return target

@@ -231,8 +231,18 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument(
         "--checkpoints",
         action="store_true",
-        help="also remove the local checkpoint directories of the removed jobs that no remaining job uses",
+        help="also remove the local checkpoint locations the store's jobs name whose task instance cannot run "
+        "again and that nothing wrote to within --older-than (docs/checkpoints.md)",
     )
+
+    aside = sub(
+        "set-aside",
+        "set a task instance's local checkpoint location aside (renamed beside it, kept, never deleted) "
+        "so that its next job starts over",
+    )
+    which = aside.add_mutually_exclusive_group(required=True)
+    which.add_argument("--job", metavar="HANDLE", help="the location this job was given (its TORCHX_CHECKPOINT_DIR)")
+    which.add_argument("--dir", metavar="PATH", help="the location itself (XCom checkpoint_dir)")
 
     sub("runopts", "print the run options of every (or one) scheduler").add_argument(
         "scheduler", nargs="?", default=None
@@ -581,13 +591,17 @@ def _timing(runner: Runner, handle: str) -> str | None:
 def _prune(args: argparse.Namespace) -> int:
     """``prune``: the local store's ended jobs older than ``--older-than`` (both local
     schedulers share the store), one line each, then the total; with ``--checkpoints``, also
-    the local checkpoint directories of those jobs that no job left in the store uses."""
+    the local checkpoint locations the store's jobs name, as ``core/checkpoint_prune.py``
+    decides (never one whose task instance can still run), each with why."""
     from airflow_provider_torchx.core.durations import parse_duration
     from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
 
     older_than = parse_duration(args.older_than, "--older-than")
     sched = create_cwd_scheduler("torchx")
-    before = sched.checkpoint_dirs() if args.checkpoints else {}
+    if args.checkpoints:
+        from airflow_provider_torchx.core import checkpoint_prune
+
+        by_location = checkpoint_prune.uses(sched.checkpoint_dirs(), sched.summaries())
     pruned = sched.prune(older_than, args.state, dry_run=args.dry_run)
     for app_id, size in pruned:
         _out(f"{app_id}  {_megabytes(size)}")
@@ -596,18 +610,66 @@ def _prune(args: argparse.Namespace) -> int:
     total = sum(size for _, size in pruned)
     _out(f"{verb} {len(pruned)} ended job(s) of {sched.store.root}; {freed} {_megabytes(total)}")
     if args.checkpoints:
-        from airflow_provider_torchx.core import checkpoints
-
-        gone = {app_id for app_id, _ in pruned}
-        kept = {d for app_id, d in before.items() if app_id not in gone}
-        dirs = sorted({d for app_id, d in before.items() if app_id in gone} - kept)
-        sizes = [checkpoints.local_size(d) for d in dirs]
-        for d, size in zip(dirs, sizes, strict=True):
-            if not args.dry_run:
-                checkpoints.remove_local(d)
-            _out(f"{d}  {_megabytes(size)}")
-        _out(f"{verb} {len(dirs)} checkpoint dir(s); {freed} {_megabytes(sum(sizes))}")
+        outcomes = checkpoint_prune.prune(
+            by_location,
+            now=sched.clock.wall(),
+            older_than=older_than,
+            dry_run=args.dry_run,
+            task_states=checkpoint_prune.load_task_states(),
+        )
+        removed = [o for o in outcomes if o.present and o.verdict.remove]
+        for o in outcomes:
+            if not o.present:
+                continue
+            if o.skipped:
+                _out(f"skipped {o.location}: {o.verdict.reason}")
+            elif not o.verdict.remove:
+                _out(f"kept {o.location}: {o.verdict.reason}")
+            else:
+                rest = f"; left {len(o.tally.links)} symbolic link(s), not followed: " if o.tally.links else ""
+                rest += ", ".join(o.tally.links)
+                rest += f"; could not remove: {', '.join(o.tally.problems)}" if o.tally.problems else ""
+                _out(f"{o.location}  {_megabytes(o.tally.size)}: {o.verdict.reason}{rest}")
+        size = sum(o.tally.size for o in removed)
+        partly = sum(1 for o in removed if o.tally.links or o.tally.problems)
+        some = f" (and {partly} in part: what is left in them is named above)" if partly else ""
+        _out(f"{verb} {len(removed) - partly} checkpoint dir(s){some}; {freed} {_megabytes(size)}")
     return EXIT_OK
+
+
+def _set_aside(runner: Runner, args: argparse.Namespace) -> int:
+    """``set-aside``: rename the location (``checkpoints.set_aside``) unless a job of the local
+    store that uses it has not ended; say where it went."""
+    from airflow_provider_torchx.core import checkpoint_prune, checkpoints
+    from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
+
+    if args.job:
+        location = _given_location(runner, args.job)
+        if location is None:
+            _err(f"{PROG}: {args.job} was given no TORCHX_CHECKPOINT_DIR: nothing to set aside")
+            return EXIT_JOB_FAILED
+    else:
+        location = checkpoints.check_root(args.dir, "--dir")
+    sched = create_cwd_scheduler("torchx")
+    uses = checkpoint_prune.uses(sched.checkpoint_dirs(), sched.summaries()).get(location, [])
+    live = [u.app_id for u in uses if not u.ended]
+    if live:
+        _err(f"{PROG}: job(s) {', '.join(live)} still use {location}: cancel them first (nothing was moved)")
+        return EXIT_JOB_FAILED
+    moved = checkpoints.set_aside(location, time.time())
+    if moved is None:
+        _out(f"nothing at {location}: the next job starts over anyway")
+    else:
+        _out(f"set aside {location} -> {moved} (kept; the task instance's next job starts over)")
+    return EXIT_OK
+
+
+def _given_location(runner: Runner, handle: str) -> str | None:
+    """The checkpoint location job ``handle`` was given (None: none); ``_NoSuchJobError``."""
+    desc = runner.describe_app(handle)
+    if desc is None:
+        raise _NoSuchJobError(handle)
+    return desc.checkpoint_dir
 
 
 def _megabytes(size: int) -> str:
@@ -714,6 +776,8 @@ def _dispatch(runner: Runner, args: argparse.Namespace) -> int:
         return _prune(args)
     if command == "builtins":
         return _builtins(args)
+    if command == "set-aside":
+        return _set_aside(runner, args)
     return _handle_command(runner, args)
 
 

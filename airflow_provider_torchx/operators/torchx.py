@@ -201,6 +201,9 @@ class TorchXRunOperator(BaseOperator):
         connection's and ``[torchx] checkpoint_root`` (an absolute path or a URI such as
         ``s3://bucket/prefix``): every replica gets ``TORCHX_CHECKPOINT_DIR`` and ``TORCHX_ATTEMPT``
         (docs/checkpoints.md)
+    :param fresh_start: on the first try of a DAG run or of a clear (never a retry), set what
+        the task instance's local checkpoint location holds aside (renamed beside it, kept) so the
+        job starts over instead of resuming; the task log names both paths
     :param start_timeout: seconds (or a ``timedelta``) the job may take from its submission
         until a replica runs; then it is cancelled and the task fails without retry (default:
         the connection's extra ``start_timeout``; ``core/guards.py``)
@@ -239,6 +242,7 @@ class TorchXRunOperator(BaseOperator):
         timeout: timedelta | float | None = None,
         retry_after_outside_cancel: bool = False,
         checkpoint_root: str | None = None,
+        fresh_start: bool = False,
         start_timeout: timedelta | float | None = None,
         max_gpu_hours: float | None = None,
         max_cost: float | None = None,
@@ -275,6 +279,7 @@ class TorchXRunOperator(BaseOperator):
         self.timeout = timeout
         self.retry_after_outside_cancel = retry_after_outside_cancel
         self.checkpoint_root = None if checkpoint_root is None else check_root(checkpoint_root, "checkpoint_root")
+        self.fresh_start = fresh_start
         #: The task instance's checkpoint location (None: none), once known.
         self.checkpoint_dir: str | None = None
         self.start_timeout = positive_limit(START_TIMEOUT, start_timeout, seconds=True)
@@ -399,6 +404,7 @@ class TorchXRunOperator(BaseOperator):
                 identity=identity,
                 try_number=context["ti"].try_number,
                 dryrun=self.dryrun,
+                fresh_start=self.fresh_start and checkpointing.first_try_of_run(context["ti"], self.retries or 0),
             )
             with warnings.catch_warnings(record=True) as caught:  # into the task log, once
                 warnings.simplefilter("always")

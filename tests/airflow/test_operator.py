@@ -5,6 +5,7 @@ app it builds, identity labels, ``on_kill``, links and the import hot path (adop
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -440,6 +441,17 @@ def test_a_batch_root_not_mounted_into_the_container_fails_the_dry_run_naming_it
     assert "s3://b/c/dag/batch-root/task" in request and "TORCHX_ATTEMPT" in request
 
 
+def test_a_batch_dry_run_without_a_root_says_the_job_would_get_no_checkpoint_dir(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = AppDef(name="b", roles=[Role(name="s", image="busybox", entrypoint="true", resource=Resource(1, 0, 512))])
+    op = TorchXRunOperator(task_id="task", app=app, scheduler="aws_batch", cfg={"queue": "q"}, dryrun=True)
+    with caplog.at_level(logging.INFO, logger="airflow_provider_torchx.checkpointing"):
+        request = json.dumps(op.execute({"ti": FakeTI(run_id="batch-no-root")}))  # type: ignore[arg-type]
+    assert "TORCHX_CHECKPOINT_DIR" not in request
+    assert "no default for aws_batch): the job would get no TORCHX_CHECKPOINT_DIR" in caplog.text
+
+
 def test_the_checkpoint_location_is_an_openlineage_output() -> None:
     from airflow_provider_torchx.lineage import checkpoint_dataset
 
@@ -452,3 +464,63 @@ def test_the_checkpoint_location_is_an_openlineage_output() -> None:
     assert [(d.namespace, d.name) for d in op.get_openlineage_facets_on_complete(None).outputs] == [
         ("file", op.checkpoint_dir)
     ]
+
+
+@pytest.mark.parametrize(
+    ("try_number", "max_tries", "retries", "first"),
+    [
+        pytest.param(1, 2, 2, True, id="a run's first try"),
+        pytest.param(2, 2, 2, False, id="its retry"),
+        pytest.param(4, 5, 2, True, id="the first try after a clear at try 3"),
+        pytest.param(5, 5, 2, False, id="a retry after that clear"),
+        pytest.param(1, None, 0, True, id="no max_tries known: the first try"),
+    ],
+)
+def test_fresh_start_applies_to_the_first_try_of_a_run_or_a_clear(
+    try_number: int, max_tries: int | None, retries: int, first: bool
+) -> None:
+    from airflow_provider_torchx.checkpointing import first_try_of_run
+
+    ti = FakeTI(try_number=try_number)
+    if max_tries is not None:
+        ti.max_tries = max_tries  # type: ignore[attr-defined]
+    assert first_try_of_run(ti, retries) is first
+
+
+def test_fresh_start_sets_the_checkpoints_aside_on_a_first_try_only(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cleared task (first try after the clear) starts over: what its location held is
+    renamed beside it, kept, and the log names both; its retry resumes from what it finds."""
+    app = AppDef("f", roles=[Role("s", image="local", entrypoint="true")])
+
+    def run(try_number: int) -> None:
+        op = TorchXRunOperator(
+            task_id="task", app=app, scheduler="local_cwd", checkpoint_root=str(tmp_path), fresh_start=True,
+            retries=1, poll_interval=0.2, deferrable=False,
+        )  # fmt: skip
+        ti = FakeTI(try_number=try_number, run_id="fresh")
+        ti.max_tries = 3  # type: ignore[attr-defined]  # cleared at try 2 with retries=1
+        op.execute({"ti": ti})  # type: ignore[arg-type]
+
+    location = tmp_path / "dag" / "fresh" / "task"
+    location.mkdir(parents=True)
+    (location / "step-6.pt").write_bytes(b"w")
+    with caplog.at_level(logging.INFO, logger="airflow_provider_torchx.checkpointing"):
+        run(try_number=3)
+    (moved,) = tmp_path.joinpath("dag", "fresh").glob("task+set-aside-*")
+    assert (moved / "step-6.pt").read_bytes() == b"w" and not (location / "step-6.pt").exists()
+    assert f"set the checkpoints of this task instance aside: {location} -> {moved} (kept)" in caplog.text
+    location.mkdir(exist_ok=True)
+    (location / "step-1.pt").write_bytes(b"w")
+    run(try_number=4)  # the retry keeps what the first try saved
+    assert (location / "step-1.pt").exists() and len(list(tmp_path.joinpath("dag", "fresh").iterdir())) == 2
+
+
+def test_fresh_start_on_batch_is_refused_naming_where_the_checkpoints_are() -> None:
+    app = AppDef(name="b", roles=[Role(name="s", image="busybox", entrypoint="true", resource=Resource(1, 0, 512))])
+    op = TorchXRunOperator(
+        task_id="task", app=app, scheduler="aws_batch", cfg={"queue": "q"}, checkpoint_root="s3://b/c", fresh_start=True
+    )
+    with pytest.raises(AirflowFailException, match=r"fresh_start: the checkpoints of a aws_batch job \(s3://b/c/dag/"):
+        op.execute({"ti": FakeTI(run_id="batch-fresh")})  # type: ignore[arg-type]

@@ -1,17 +1,25 @@
 """``[torchx] retain_finished``: a task that submits a local job prunes the store's jobs that
-ended longer ago (never a live one), at most hourly; empty (the default) keeps everything."""
+ended longer ago (never a live one), at most hourly; empty (the default) keeps everything. It
+never removes a checkpoint; what ``prune --checkpoints`` asks Airflow of a location's task
+instance (``checkpointing.task_states``) is read from the database."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airflow_provider_torchx.checkpointing import task_states
+from airflow_provider_torchx.core import checkpoints
+from airflow_provider_torchx.core.checkpoint_prune import TaskState
+from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
+from airflow_provider_torchx.hooks.torchx import close_runners
 from airflow_provider_torchx.retention import PRUNE_EVERY_S, apply_retention
 from tests.core.local.helpers import sh_app, wait_done
 from tests.fixtures.clock import FakeClock
@@ -84,3 +92,37 @@ def test_off_by_default_and_a_bad_value_is_logged(
         assert apply_retention(get_runner(), "local_cwd") == 0
     assert "[torchx] retain_finished: 'a month' is not a duration" in caplog.text
     assert apply_retention(get_runner(), "aws_batch") == 0 and {ended, live} <= _ids(sched)
+
+
+def test_retention_never_removes_a_checkpoint_and_the_database_tells_a_locations_task(
+    run_dag: Any, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``utils.echo`` leaves no checkpoint directory (only its owner-only parents); a location
+    written long ago by a finished task instance outlives the prune of its jobs; and the
+    reader ``prune --checkpoints`` uses reads the task instance and its DAG run."""
+    sched, _, _ = store
+    close_runners()  # the task's runner uses this test's store
+    dag_run, out = run_dag("torchx_local_echo", deferrable=False)
+    assert dag_run.state == "success", out[-3000:]
+    identity = TaskIdentity("torchx_local_echo", "echo", dag_run.run_id)
+    assert len(sched.list(labels=identity.labels())) == 1
+    location = Path(dag_run.get_task_instance("echo").xcom_pull(task_ids="echo", key="checkpoint_dir"))
+    assert location.name == "echo" and checkpoints.checkpoint_dir(str(location.parents[2]), identity) == str(location)
+    assert location.parent.is_dir() and not location.exists(), "a job that never saves creates nothing"
+    assert oct(location.parent.stat().st_mode & 0o777) == "0o700"
+    location.mkdir()
+    (location / "step-1.pt").write_bytes(b"w")
+    for path in (location / "step-1.pt", location):
+        os.utime(path, (1, 1))
+    monkeypatch.setenv("AIRFLOW__TORCHX__RETAIN_FINISHED", "1s")
+    time.sleep(1.1)
+    assert apply_retention(get_runner(), "local_cwd") >= 1
+    assert not sched.list(labels=identity.labels()) and (location / "step-1.pt").exists()
+
+    gone_run = identity._replace(run_id="no_such_run")
+    no_dag = TaskIdentity("no_such_dag", "echo", dag_run.run_id)
+    states = task_states([identity, gone_run, no_dag])
+    assert states[gone_run] == TaskState(dag_known=True) and states[no_dag] == TaskState(dag_known=False)
+    mine = states[identity]
+    assert (mine.dag_known, mine.run_state, mine.ti_found, mine.ti_state) == (True, "success", True, "success")
+    assert mine.run_ended_at == dag_run.end_date.timestamp()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -100,17 +102,47 @@ def test_batch_location_must_be_a_uri_or_mounted() -> None:
         checkpoints.check_batch_location("/mnt/efs2/d", _app(VolumeMount("fs-1", "/mnt/efs")))
 
 
-def test_place_sets_the_env_of_every_role_and_creates_a_local_dir(tmp_path: Path) -> None:
+def test_place_sets_the_env_of_every_role_and_creates_the_parents_only(tmp_path: Path) -> None:
+    """The directories above the location are created owner-only, whatever the umask; the
+    location itself is left for the job to create when it first saves (none for a job that
+    never checkpoints); a root that exists keeps its mode."""
     app = AppDef("a", roles=[Role("r", image="i", entrypoint="x"), Role("s", image="i", entrypoint="y")])
-    location = str(tmp_path / "root" / "d")
-    checkpoints.place(app, location, 2, host_bound=True)
-    assert Path(location).is_dir()
+    (tmp_path / "root").mkdir(mode=0o755)
+    location = checkpoints.checkpoint_dir(str(tmp_path / "root"), TI)
+    old = os.umask(0o022)
+    try:
+        checkpoints.place(app, location, 2, host_bound=True)
+    finally:
+        os.umask(old)
+    assert not Path(location).exists() and Path(location).parent.is_dir()
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (Path(location).parent, Path(location).parent.parent)}
+    assert modes == {"train": 0o700, Path(location).parent.name: 0o700}
+    assert stat.S_IMODE((tmp_path / "root").stat().st_mode) == 0o755
     assert [r.env for r in app.roles] == [{"TORCHX_CHECKPOINT_DIR": location, "TORCHX_ATTEMPT": "2"}] * 2
     assert DescribeAppResponse(roles=app.roles).checkpoint_dir == location
     bare = AppDef("a", roles=[Role("r", image="i", entrypoint="x")])
     checkpoints.place(bare, None, 0, host_bound=False)
     assert bare.roles[0].env == {"TORCHX_ATTEMPT": "0"}
     assert DescribeAppResponse(roles=bare.roles).checkpoint_dir is None
+
+
+def test_a_run_id_of_200_colons_gets_a_location_the_job_can_create(tmp_path: Path) -> None:
+    """Legal in Airflow, 600 bytes encoded: the part keeps a readable prefix and a hash, stays
+    inside the root and under a file name's limit, and the directories can be made."""
+    long = TI._replace(run_id=":" * 200)
+    location = checkpoints.checkpoint_dir(str(tmp_path), long)
+    parts = Path(location).relative_to(tmp_path).parts
+    assert parts[0] == "train" and parts[2] == "fit" and len(parts) == 3
+    assert parts[1].startswith("%3A%3A") and "+" in parts[1] and len(parts[1].encode()) <= checkpoints.MAX_PART
+    assert "%" not in parts[1].split("+")[0][-2:], "never half an escape"
+    Path(location).mkdir(parents=True)
+    assert checkpoints.checkpoint_dir(str(tmp_path), long) == location, "the same for every try"
+
+
+def test_long_ids_that_differ_only_at_the_end_get_different_locations() -> None:
+    a, b = TI._replace(run_id="r" * 300 + "a"), TI._replace(run_id="r" * 300 + "b")
+    assert checkpoints.checkpoint_dir("/r", a) != checkpoints.checkpoint_dir("/r", b)
+    assert checkpoints.checkpoint_dir("/r", TI._replace(task_id="t" * 255)).endswith("/" + "t" * 255), "kept whole"
 
 
 def test_place_on_a_remote_scheduler_checks_the_mount_and_creates_nothing(tmp_path: Path) -> None:
@@ -120,11 +152,13 @@ def test_place_on_a_remote_scheduler_checks_the_mount_and_creates_nothing(tmp_pa
     assert not Path(location).exists()
 
 
-def test_local_size_and_remove(tmp_path: Path) -> None:
-    d = tmp_path / "d"
-    (d / "sub").mkdir(parents=True)
-    (d / "sub" / "ckpt.pt").write_bytes(b"x" * 10000)
-    assert checkpoints.local_size(str(d)) >= 10000
-    checkpoints.remove_local("s3://b/k")  # never touched
-    checkpoints.remove_local(str(d))
-    assert not d.exists() and checkpoints.local_size(str(d)) == 0
+def test_set_aside_renames_the_location_beside_it_and_keeps_it(tmp_path: Path) -> None:
+    location = tmp_path / "dag" / "run" / "task"
+    location.mkdir(parents=True)
+    (location / "step-6.pt").write_bytes(b"w")
+    moved = checkpoints.set_aside(str(location), 86400.5)
+    assert moved == f"{location}+set-aside-19700102T000000.500000Z"
+    assert not location.exists() and (Path(moved) / "step-6.pt").read_bytes() == b"w"
+    assert checkpoints.set_aside(str(location), 86401.0) is None, "nothing there: nothing to do"
+    with pytest.raises(InvalidRunConfigError, match=r"'s3://b/ck/d/r/t' is not a local path"):
+        checkpoints.set_aside("s3://b/ck/d/r/t", 0.0)

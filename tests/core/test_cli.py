@@ -245,7 +245,7 @@ def test_run_checkpoint_dir_reaches_every_replica_and_describe(
     )  # fmt: skip
     assert code == 0, err
     handle = only_handle(out)
-    assert Path(location).is_dir()
+    assert Path(location).parent.is_dir() and not Path(location).exists(), "the job creates it when it saves"
     assert run_cli(capsys, "log", handle)[1].splitlines() == [f"[sh/0] {location} 0", f"[sh/1] {location} 0"]
     assert f"Checkpoints: {location}" in run_cli(capsys, "describe", handle)[1]
     assert json.loads(run_cli(capsys, "status", "--json", handle)[1])["checkpoint_dir"] == location

@@ -132,38 +132,91 @@ def test_cli_list_shows_the_newest_unless_all(
     assert third in out and second not in out and "2 older job(s) not shown" in err
 
 
-def test_prune_checkpoints_removes_only_the_dirs_no_remaining_job_uses(
+def _job_with_checkpoint(
+    sched: LocalScheduler, location: str, script: str = "echo done", labels: dict[str, str] | None = None
+) -> str:
+    """A job given ``location`` that saves a checkpoint there (as a training job would)."""
+    from airflow_provider_torchx.core import checkpoints
+
+    save = 'mkdir -p "$TORCHX_CHECKPOINT_DIR" && head -c 5000 /dev/zero > "$TORCHX_CHECKPOINT_DIR/step-1.pt"'
+    app = sh_app(f"{save}; {script}")
+    checkpoints.place(app, location, 0, host_bound=True)
+    app_id = sched.submit(app, labels=labels)
+    if script == "echo done":
+        wait_done(sched, app_id)
+    else:
+        deadline = time.monotonic() + 30
+        while not Path(location, "step-1.pt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return app_id
+
+
+def test_prune_checkpoints_removes_only_what_no_live_job_uses_and_nobody_wrote_lately(
     sched: LocalScheduler, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Checkpoints belong to the task instance: ``prune`` keeps them unless asked
-    (``--checkpoints``), and then keeps those a job left in the store still names."""
-    from airflow_provider_torchx.core import checkpoints
-
-    def job(location: str, script: str = "echo done") -> str:
-        app = sh_app(script)
-        checkpoints.place(app, location, 0, host_bound=True)
-        (Path(location) / "step-1.pt").write_bytes(b"w" * 5000)
-        app_id = sched.submit(app)
-        if script == "echo done":
-            wait_done(sched, app_id)
-        return app_id
-
+    (``--checkpoints``); then a location a live job names is kept, and so is one written
+    within the limit, even once its jobs are gone."""
     alone, shared = str(tmp_path / "ck" / "alone"), str(tmp_path / "ck" / "shared")
-    job(alone)
-    job(shared)
-    live = job(shared, "sleep 300")  # a later try of the same task instance, still running
+    _job_with_checkpoint(sched, alone)
+    _job_with_checkpoint(sched, shared)
+    live = _job_with_checkpoint(sched, shared, "sleep 300")  # a later try of the same task instance
     assert main(["prune", "--older-than", "0s"]) == 0
     assert Path(alone).is_dir() and Path(shared).is_dir(), "kept unless asked"
     capsys.readouterr()
-    job(alone)
+    _job_with_checkpoint(sched, alone)
+    assert main(["prune", "--older-than", "1h", "--checkpoints"]) == 0
+    out = capsys.readouterr().out
+    assert f"kept {alone}: written " in out and "removed 0 checkpoint dir(s)" in out, out
     assert main(["prune", "--older-than", "0s", "--checkpoints", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert f"{alone}  " in out and shared not in out and "would remove 1 checkpoint dir(s)" in out
-    assert Path(alone).is_dir()
+    (line,) = [line for line in out.splitlines() if line.startswith(f"{alone}  ")]
+    assert ": no Airflow task's; last written " in line, line
+    assert f"kept {shared}: job {live}, which uses it, has not ended" in out
+    assert "would remove 1 checkpoint dir(s)" in out and Path(alone).is_dir()
     assert main(["prune", "--older-than", "0s", "--checkpoints"]) == 0
     assert "removed 1 checkpoint dir(s)" in capsys.readouterr().out
     assert not Path(alone).exists() and Path(shared).is_dir()
     assert sched.describe(live) is not None
+
+
+#: The CLI where Airflow cannot be imported (the core's own test does the same).
+_NO_AIRFLOW = """
+import importlib.abc, sys
+class BlockAirflow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "airflow" or name.startswith("airflow."):
+            raise ImportError(name)
+sys.meta_path.insert(0, BlockAirflow())
+from airflow_provider_torchx.core.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_prune_checkpoints_without_airflow_judges_by_the_writes_and_jobs_only(
+    sched: LocalScheduler, tmp_path: Path
+) -> None:
+    """Where Airflow cannot be imported, an Airflow task's location is judged conservatively:
+    by its newest write and its jobs' ends against the limit, and says so."""
+    import subprocess
+    import sys
+
+    from airflow_provider_torchx.core import checkpoints
+    from airflow_provider_torchx.core.identity import TaskIdentity
+
+    identity = TaskIdentity("train", "fit", "manual__1")
+    location = checkpoints.checkpoint_dir(str(tmp_path / "ck"), identity)
+    _job_with_checkpoint(sched, location, labels=identity.labels())
+
+    def cli(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-c", _NO_AIRFLOW, *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert f"kept {location}: written " in cli("prune", "--older-than", "1h", "--checkpoints")
+    out = cli("prune", "--older-than", "0s", "--checkpoints")
+    assert f"{location}  " in out and "Airflow not at hand: judged by its writes and jobs only" in out, out
+    assert not Path(location).exists() and not (tmp_path / "ck" / "train").exists()
 
 
 def test_prune_judges_a_jobs_age_on_the_schedulers_clock(sched: LocalScheduler) -> None:
@@ -175,3 +228,56 @@ def test_prune_judges_a_jobs_age_on_the_schedulers_clock(sched: LocalScheduler) 
     assert aged.prune(older_than=3600, dry_run=True) == []
     clock.advance(2 * 3600)
     assert [app_id for app_id, _ in aged.prune(older_than=3600, dry_run=True)] == [done]
+
+
+def test_prune_checkpoints_reports_links_as_skipped_never_removed(
+    sched: LocalScheduler, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run-level directory swapped for a link to a directory outside: the location is
+    skipped and the file there survives; a link inside a location that goes is left and
+    named, and the space freed counts only what was removed."""
+    from airflow_provider_torchx.core import checkpoint_prune, checkpoints
+    from airflow_provider_torchx.core.identity import TaskIdentity
+
+    monkeypatch.setattr(checkpoint_prune, "load_task_states", lambda: None)  # Airflow not at hand
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_bytes(b"p")
+    identity = TaskIdentity("train", "fit", "manual__1")
+    swapped = checkpoints.checkpoint_dir(str(tmp_path / "ck"), identity)
+    _job_with_checkpoint(sched, swapped, labels=identity.labels())
+    run_dir = Path(swapped).parent
+    os.rename(run_dir, outside / "run")
+    run_dir.symlink_to(outside / "run")
+    linked = str(tmp_path / "mine")
+    _job_with_checkpoint(sched, linked)
+    Path(linked, "latest.pt").symlink_to(outside / "precious")
+
+    assert main(["prune", "--older-than", "0s", "--checkpoints"]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {swapped}: {run_dir} is a symbolic link: not followed" in out, out
+    assert f"; left 1 symbolic link(s), not followed: {linked}/latest.pt" in out, out
+    assert "removed 0 checkpoint dir(s) (and 1 in part: what is left in them is named above); freed 0.0 MB" in out
+    assert (outside / "run" / "fit" / "step-1.pt").exists() and (outside / "precious").read_bytes() == b"p"
+    assert [p.name for p in Path(linked).iterdir()] == ["latest.pt"] and run_dir.is_symlink()
+
+
+def test_set_aside_moves_a_location_no_live_job_uses_and_says_where(
+    sched: LocalScheduler, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused while a job using it runs (nothing moved); then renamed beside it, found by the
+    job's handle or the path; nothing there is said so."""
+    location = str(tmp_path / "ck" / "task")
+    live = _job_with_checkpoint(sched, location, "sleep 300")
+    assert main(["set-aside", "--dir", location]) == 1
+    assert f"job(s) {live} still use {location}: cancel them first" in capsys.readouterr().err
+    assert Path(location, "step-1.pt").exists()
+    sched.cancel(live)
+    wait_done(sched, live)
+    assert main(["set-aside", "--job", f"local_cwd://torchx/{live}"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"set aside {location} -> {location}+set-aside-") and "(kept;" in out, out
+    moved = out.split(" -> ")[1].split(" (kept;")[0]
+    assert Path(moved, "step-1.pt").exists() and not Path(location).exists()
+    assert main(["set-aside", "--dir", location]) == 0
+    assert f"nothing at {location}: the next job starts over anyway" in capsys.readouterr().out

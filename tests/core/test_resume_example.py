@@ -38,6 +38,7 @@ newest = newest_checkpoint(directory)
 start = json.load(open(newest[1]))["step"] if newest else 0
 print(f"rank {rank} attempt {attempt}: resumed from step {start}", flush=True)
 # Every rank has read before any saves (DDP's first all-reduce orders it so in the example).
+os.makedirs(directory, exist_ok=True)  # the job creates its location (docs/checkpoints.md)
 open(os.path.join(directory, f"read-{attempt}-{rank}"), "w").close()
 while not all(os.path.exists(os.path.join(directory, f"read-{attempt}-{r}")) for r in (0, 1)):
     time.sleep(0.01)

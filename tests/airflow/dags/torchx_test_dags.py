@@ -150,7 +150,7 @@ with DAG(dag_id="torchx_test_outside_cancel", schedule=None, start_date=START, c
 #: task's retry (attempt 2) must find the last one in the same place.
 RESUMES = (
     'D="$TORCHX_CHECKPOINT_DIR"; A="$TORCHX_ATTEMPT"; echo "dir=$D attempt=$A"; '
-    'if [ "$A" -lt 2 ]; then echo $((A + 1)) > "$D/step"; exit 3; fi; '
+    'if [ "$A" -lt 2 ]; then mkdir -p "$D"; echo $((A + 1)) > "$D/step"; exit 3; fi; '
     'echo "resumed from step $(cat "$D/step")"'
 )
 

@@ -422,8 +422,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
         return pruned
 
     def checkpoint_dirs(self) -> dict[str, str]:
-        """``{app_id: TORCHX_CHECKPOINT_DIR}`` of every job of the store that has one, so
-        ``prune --checkpoints`` removes a location only when no job left uses it."""
+        """``{app_id: TORCHX_CHECKPOINT_DIR}`` of every job of the store that has one: the
+        locations ``prune --checkpoints`` judges (``core/checkpoint_prune.py``)."""
         found = {}
         for app_id in sorted(self.store.app_ids()):
             try:
