@@ -6,7 +6,9 @@ signal so that replicas die if the supervisor dies), copies their stdout/stderr 
 per-replica ``stdout``/``stderr``/``combined`` log files (whole lines only, so the combined
 file never mixes two lines), records pids, start times and exit codes in ``state.json``,
 applies fail-fast and the retry policies, honours a cancel (SIGTERM; the grace period is in
-``cancel.json``), kills what is left of the job at the end and exits.
+``cancel.json``), holds the job to its guards, kills what is left of the job at the end and
+exits. What to do at each of these is ``policy.py``'s decision (pure functions); this module
+applies it to processes and files.
 
 With ``attempt_timeout`` (seconds, in the request), a replica that runs longer than that since
 its start or restart is stopped like a failed replica (SIGTERM, SIGKILL after the grace
@@ -14,6 +16,15 @@ period): its role's retry policy restarts it (each attempt gets the full time) w
 ``max_retries`` allow, else the job is FAILED, saying so, and every replica is stopped. The
 clock starts when the replica starts (not while the job waits for GPUs), as AWS Batch's runs
 from an attempt's start.
+
+With ``start_timeout`` (seconds) or ``max_gpu_hours`` in the request (the task's guards,
+``core/guards.py``), the supervisor holds the job to them itself, whether anyone watches or
+not: a job still waiting for its GPUs ``start_timeout`` after its submission (the request's
+``created``), or whose replicas' GPU-hours (each replica's GPUs times its attempts' running
+time) went over ``max_gpu_hours``, is stopped and ends FAILED, its ``state.json`` carrying the
+trip (``guard``: ``Trip.to_dict``'s fields), from which its description gives the task the
+message a watcher's trip gives. The loop wakes at the moment a guard can trip
+(``policy.next_guard_check``), so a job overruns by at most one wake-up.
 
 No process outlives the job: the supervisor is the subreaper of its replicas, so every
 process they start stays its descendant (an orphan is re-parented to it, not to pid 1); at the
