@@ -169,6 +169,52 @@ def test_max_gpu_hours_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget(
     assert [tags["guard"] for _, tags in two_gpus.calls] == ["max_gpu_hours"]
 
 
+def test_the_task_hands_its_guards_to_a_scheduler_that_holds_them(
+    local_jobs: tuple[Runner, list[str]], two_gpus: Counter
+) -> None:
+    """Run options of the guards' names (``guards.guard_cfg``): the task's values reach the
+    local supervisor's request."""
+    runner, handles = local_jobs
+    op = TorchXRunOperator(
+        task_id="task",
+        app=gpu_app("handed", 1, seconds=0),
+        scheduler="local_cwd",
+        cfg={**CFG, "max_gpu_hours": 5.0},  # the task's own guard replaces it
+        poll_interval=POLL,
+        deferrable=False,
+        start_timeout=30,
+        max_gpu_hours=0.25,
+    )
+    ti = FakeTI(run_id="guard-handed")
+    op.execute({"ti": ti})  # type: ignore[arg-type]
+    handles.append(ti.xcoms["app_handle"])
+    local = runner._scheduler("local_cwd")
+    request = local.records.request(app_id(ti.xcoms["app_handle"]))  # type: ignore[attr-defined]
+    assert (request["start_timeout"], request["max_gpu_hours"]) == (30.0, 0.25)
+
+
+def test_a_guard_the_supervisor_held_fails_the_task_as_a_watchers_trip_does(
+    local_jobs: tuple[Runner, list[str]], holder: str, two_gpus: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The supervisor trips (the trigger holds no guard): the event, the message, the line
+    and the metric are a watcher's trip's, and the task fails without retry."""
+    runner, handles = local_jobs
+    waiter = runner.run(gpu_app("waiter", 2), "local_cwd", {**CFG, "start_timeout": 1.0})
+    handles.append(waiter)
+    (event,) = run_deferred(TorchXJobTrigger(waiter, poll_interval=POLL, host=socket.gethostname()))
+    assert event["status"] == "guardrail" and event["guard"] == "start_timeout" and event["limit"] == 1.0
+    assert event["message"].startswith(f"start_timeout=1s: TorchX job {waiter} did not start within 1s")
+    assert "waiting for 2 GPUs, 0 free, held by " + app_id(holder) in event["message"]
+    assert ended(runner, waiter) == AppState.CANCELLED
+    assert_holder_untouched(runner, holder)
+    op = TorchXRunOperator(task_id="task", app=gpu_app("waiter", 2), scheduler="local_cwd")
+    with pytest.raises(AirflowFailException, match=r"^start_timeout=1s: TorchX job .*fails without retry$"):
+        op.execute_complete({"ti": FakeTI(run_id="guard-supervisor")}, event)  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert len(guard_lines(out + err, "start_timeout")) == 1
+    assert [tags["guard"] for _, tags in two_gpus.calls] == ["start_timeout"]
+
+
 # ---------------------------------------------------------------------- the limits
 
 

@@ -207,8 +207,9 @@ def next_guard_check(
 
 
 def guard_msg(trip: dict[str, Any]) -> str:
-    """The job's short message once the supervisor stopped it for ``trip`` (the watcher's
-    cancel reason's words; the description gives the task ``Trip.message``)."""
+    """The message of the job the supervisor stopped (CANCELLED, as a watcher's trip cancels
+    it) for ``trip``, in the watcher's cancel reason's words; the description gives the task
+    ``Trip.message``."""
     return f"guardrail {trip['guard']}={trip['limit']:g} tripped: the supervisor stopped the job"
 
 

@@ -21,9 +21,9 @@ With ``start_timeout`` (seconds) or ``max_gpu_hours`` in the request (the task's
 ``core/guards.py``), the supervisor holds the job to them itself, whether anyone watches or
 not: a job still waiting for its GPUs ``start_timeout`` after its submission (the request's
 ``created``), or whose replicas' GPU-hours (each replica's GPUs times its attempts' running
-time) went over ``max_gpu_hours``, is stopped and ends FAILED, its ``state.json`` carrying the
-trip (``guard``: ``Trip.to_dict``'s fields), from which its description gives the task the
-message a watcher's trip gives. The loop wakes at the moment a guard can trip
+time) went over ``max_gpu_hours``, is stopped and ends CANCELLED, as a watcher's trip cancels
+it, its ``state.json`` carrying the trip (``guard``: ``Trip.to_dict``'s fields), from which its
+description gives the task the message a watcher's trip gives. The loop wakes at the moment a guard can trip
 (``policy.next_guard_check``), so a job overruns by at most one wake-up.
 
 No process outlives the job: the supervisor is the subreaper of its replicas, so every
@@ -595,7 +595,7 @@ class Supervisor:
             return False
         self.trip = trip
         print(f"{policy.guard_msg(trip)}: {trip}", file=sys.stderr)
-        self.end("FAILED", policy.guard_msg(trip))
+        self.end("CANCELLED", policy.guard_msg(trip))
         self.dirty = True
         return True
 
