@@ -433,7 +433,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         return self._summaries[job_id]
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
-        """That the job queue ``cfg["queue"]`` exists and is ENABLED."""
+        """That the job queue ``cfg["queue"]`` exists and is ENABLED, and what it does with a job
+        blocked RUNNABLE (``preflight.runnable_limit``)."""
         self.aws.use_location(cfg)
         queue = str(cfg.get("queue"))
         found = self.client.describe_job_queues(jobQueues=[queue]).get("jobQueues", [])
@@ -442,7 +443,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         state, state_status = found[0].get("state"), found[0].get("status")
         if state != "ENABLED":
             raise InvalidRunConfigError(f"queue: AWS Batch job queue {queue!r} is {state}; it must be ENABLED")
-        return f"AWS Batch job queue {queue!r} is ENABLED ({state_status})"
+        return f"AWS Batch job queue {queue!r} is ENABLED ({state_status}); {preflight.runnable_limit(found[0])}"
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[render.BatchJob] | None:
         """The job as Batch holds it, as a ``BatchJob``."""
