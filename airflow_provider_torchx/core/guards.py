@@ -89,6 +89,17 @@ def has_started(status: AppStatus) -> bool:
     return usage is not None and usage.first_running is not None
 
 
+def start_trip(
+    limit: float, state: AppState, submitted: float | None, started: bool, reason: str, wall: float
+) -> Trip | None:
+    """The ``start_timeout`` rule: a job ``submitted`` (epoch seconds; None: undated, nothing
+    to count) that has not ``started`` trips once ``wall`` is more than ``limit`` past its
+    submission. ``Guards.check`` applies it to a watcher's look, the reaper to a listing."""
+    if started or submitted is None or wall - submitted <= limit:
+        return None
+    return Trip(START_TIMEOUT, limit, state, wall - submitted, reason)
+
+
 def _duration(seconds: float) -> str:
     seconds = max(0.0, seconds)
     if seconds < 120:
@@ -187,10 +198,11 @@ class Guards:
         if status is None or status.is_terminal():
             return None
         usage = status.usage_so_far
-        if self.start_timeout is not None and not has_started(status):
+        if self.start_timeout is not None:
             submitted = usage.submitted if usage is not None and usage.submitted is not None else self.since
-            if submitted is not None and wall - submitted > self.start_timeout:
-                return Trip(START_TIMEOUT, self.start_timeout, status.state, wall - submitted, status.msg)
+            trip = start_trip(self.start_timeout, status.state, submitted, has_started(status), status.msg, wall)
+            if trip is not None:
+                return trip
         if self.max_gpu_hours is not None and usage is not None:
             used = usage.gpu_hours_at(wall)
             if used is not None and used > self.max_gpu_hours:

@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class LiveJob:
     """A live job with Airflow labels, and where it was listed (``conn_id`` None: the job store
-    of a host-bound scheduler)."""
+    of a host-bound scheduler); ``started`` and ``start_timeout`` as the listing gives them (the
+    reaper holds that guard: ``reaper/guards.py``)."""
 
     handle: str
     scheduler: str
@@ -25,6 +26,8 @@ class LiveJob:
     state: AppState
     labels: Mapping[str, str]
     created: float | None
+    started: float | None = None
+    start_timeout: float | None = None
 
     @property
     def identity(self) -> TaskIdentity:
@@ -92,6 +95,16 @@ def live_jobs(wanted: Callable[[TaskIdentity], bool] | None = None) -> list[Live
             if app.state.is_terminal() or ident is None or (wanted is not None and not wanted(ident)):
                 continue
             found.setdefault(
-                app.app_handle, LiveJob(app.app_handle, scheduler, conn_id, app.state, dict(app.labels), app.created)
+                app.app_handle,
+                LiveJob(
+                    app.app_handle,
+                    scheduler,
+                    conn_id,
+                    app.state,
+                    dict(app.labels),
+                    app.created,
+                    app.started,
+                    app.start_timeout,
+                ),
             )
     return list(found.values())

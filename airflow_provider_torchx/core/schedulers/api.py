@@ -126,6 +126,9 @@ class ListAppResponse:
     #: When the app started running and when it ended (epoch seconds; None: not yet, or unknown).
     started: float | None = None
     ended: float | None = None
+    #: The ``start_timeout`` (seconds) the app was submitted with where the scheduler cannot
+    #: hold it itself (``core/guards.py``): the reaper holds it. None: none, or the scheduler's own.
+    start_timeout: float | None = None
 
 
 def cursor_object(cursor: str | bytes) -> dict[str, Any]:

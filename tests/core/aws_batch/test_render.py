@@ -404,6 +404,7 @@ def test_helpers() -> None:
         "shm_size",
         "attempt_timeout",
         "max_gpu_hours",
+        "start_timeout",
         "check_queue",
         "namespace",
         "service_account",

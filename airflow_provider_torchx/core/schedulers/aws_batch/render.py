@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
-from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, budget_seconds
+from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, budget_seconds, positive_number
 from airflow_provider_torchx.core.schedulers.aws_batch import eks, options
 from airflow_provider_torchx.core.schedulers.aws_batch.options import BatchOptions
 from airflow_provider_torchx.core.schedulers.aws_batch.run_options import MIN_ATTEMPT_TIMEOUT
@@ -58,6 +58,9 @@ TAG_LABEL = TAG_PREFIX + "label/"
 TAG_CANCEL = TAG_PREFIX + "cancel-requested"
 #: The run option ``eks_log_group`` of an EKS job, read back by its log reads (``eks_logs``).
 TAG_EKS_LOG_GROUP = TAG_PREFIX + "eks-log-group"
+#: The run option ``start_timeout`` (seconds), read back by the listing: Batch cannot hold it
+#: itself, the reaper does (``ListAppResponse.start_timeout``).
+TAG_START_TIMEOUT = TAG_PREFIX + "start-timeout"
 
 #: Env vars set on every node range.
 ENV_ROLE_NAME = "TORCHX_ROLE_NAME"
@@ -469,6 +472,8 @@ def render(
         **{str(k): app_values.substitute(str(v)) for k, v in app.metadata.items()},
         **{TAG_LABEL + k: v for k, v in labels.items()},
     }
+    if cfg.get(START_TIMEOUT) is not None:
+        tags[TAG_START_TIMEOUT] = f"{float(cfg[START_TIMEOUT]):g}"
     if opts.eks and cfg.get("eks_log_group"):
         tags[TAG_EKS_LOG_GROUP] = str(cfg["eks_log_group"])
     check_tags(tags)
@@ -518,6 +523,12 @@ def render(
         attempt_timeout=attempt_seconds(app, cfg),
         follows_queue=opts.follows_queue,
     )
+
+
+def tagged_start_timeout(tags: Mapping[str, str]) -> float | None:
+    """The ``start_timeout`` a job's tags carry (``TAG_START_TIMEOUT``); None: none, or not a
+    number > 0."""
+    return positive_number(tags.get(TAG_START_TIMEOUT))
 
 
 def attempt_seconds(app: AppDef, cfg: Mapping[str, Any]) -> int | None:

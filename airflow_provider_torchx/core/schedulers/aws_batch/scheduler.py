@@ -566,6 +566,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                         created=status.epoch_seconds(job.get("createdAt")),
                         started=status.epoch_seconds(job.get("startedAt")),
                         ended=status.epoch_seconds(job.get("stoppedAt")),
+                        start_timeout=render.tagged_start_timeout(tags),
                     )
                 )
         return out
