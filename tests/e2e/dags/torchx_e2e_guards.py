@@ -22,30 +22,25 @@ START_TIMEOUT_S = 15
 CFG = {"auto_set_cuda_visible_devices": True}
 SCRIPT = 'echo "r${replica_id} started on $CUDA_VISIBLE_DEVICES"; sleep 600'
 
-with DAG(dag_id="torchx_e2e_guard_budget", schedule=None, start_date=START, catchup=False):
-    TorchXRunOperator(
+
+def guarded_task(gpu: int, **guard: float) -> TorchXRunOperator:
+    """The deferred task of one replica asking for ``gpu`` GPUs, with the ``guard`` given."""
+    return TorchXRunOperator(
         task_id="job",
         component="utils.sh",
-        component_args={"args": [SCRIPT], "gpu": 2, "memMB": 64},
+        component_args={"args": [SCRIPT], "gpu": gpu, "memMB": 64},
         scheduler="local_cwd",
         cfg=CFG,
         deferrable=True,
         poll_interval=1,
-        max_gpu_hours=2 * BUDGET_S / 3600,
         retries=1,
         retry_delay=timedelta(seconds=1),
+        **guard,  # type: ignore[arg-type]
     )
 
+
+with DAG(dag_id="torchx_e2e_guard_budget", schedule=None, start_date=START, catchup=False):
+    guarded_task(2, max_gpu_hours=2 * BUDGET_S / 3600)
+
 with DAG(dag_id="torchx_e2e_guard_start", schedule=None, start_date=START, catchup=False):
-    TorchXRunOperator(
-        task_id="job",
-        component="utils.sh",
-        component_args={"args": [SCRIPT], "gpu": 3, "memMB": 64},
-        scheduler="local_cwd",
-        cfg=CFG,
-        deferrable=True,
-        poll_interval=1,
-        start_timeout=START_TIMEOUT_S,
-        retries=1,
-        retry_delay=timedelta(seconds=1),
-    )
+    guarded_task(3, start_timeout=START_TIMEOUT_S)
