@@ -578,8 +578,9 @@ class Supervisor:
         }
 
     def next_guard_check(self) -> float | None:
-        """When (``time.monotonic``) a guard may next trip; None: no guard set, or none can."""
-        if self.start_timeout is None and self.max_gpu_hours is None:
+        """When (``time.monotonic``) a guard may next trip; None: no guard set, the job is
+        ending already (its stop's grace period must not spin the loop), or none can trip."""
+        if self.final is not None or (self.start_timeout is None and self.max_gpu_hours is None):
             return None
         wall = time.time()
         at = policy.next_guard_check(now=wall, **self.guard_inputs())
