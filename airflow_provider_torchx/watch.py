@@ -461,12 +461,16 @@ class TaskWatcher(JobWatch):
 
     def outcome(self, status: AppStatus | None) -> dict[str, Any]:
         """The final event payload of a terminal (or vanished) job: ``status`` is ``success``,
-        ``failed`` (with the reason and the failed replica's last lines) or ``error``.
-        Blocks (reads the failed replica's log tail)."""
+        ``failed`` (with the reason and the failed replica's last lines), ``guardrail`` (the
+        scheduler stopped the job for a guard it held itself: the event a watcher's trip gives)
+        or ``error``. Blocks (reads the failed replica's log tail)."""
         if status is None:
             return self.event("error", message=f"no such job {self.app_handle}: the scheduler does not know it")
         if status.state == AppState.SUCCEEDED:
             return self.event("success", state=status.state.name, ui_url=status.ui_url)
+        if status.guard_trip is not None:
+            trip = status.guard_trip
+            return self.event("guardrail", message=trip.message(self.app_handle), **trip.to_dict())
         rep = status.failed_replica()
         tail: list[str] = []
         where = ""

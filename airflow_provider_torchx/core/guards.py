@@ -19,16 +19,27 @@ Whoever watches acts on a ``Trip``: cancels the job (saying why) and fails its t
 retry; ``Trip.message`` says which guard, its value, the state the job was in, for how long,
 and the scheduler's own words for why. The scheduler's longer account of a job that does not
 start (``Runner.wait_reason``) is asked for once, when the guard trips.
+
+A watcher holds the guards only while it watches. So the task also hands them to the scheduler,
+as run options of the same names wherever the scheduler declares them (``guard_cfg``,
+``add_guard_option``), and the scheduler holds them without Airflow: the local supervisor
+stops the job itself and records the ``Trip`` (the job's status then carries it:
+``AppStatus.guard_trip``, and the task fails with the same message); a batch system bounds each
+attempt's run time by the GPU budget (``budget_seconds``: AWS Batch's
+``attemptDurationSeconds``, Slurm's ``--time``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.rates import Rates
+from airflow_provider_torchx.core.runopts import CfgVal, runopts
 from airflow_provider_torchx.core.specs import AppState, AppStatus
 from airflow_provider_torchx.core.usage import Usage
 
@@ -66,6 +77,17 @@ def has_started(status: AppStatus) -> bool:
         return True
     usage = status.usage_so_far or status.usage
     return usage is not None and usage.first_running is not None
+
+
+def start_trip(
+    limit: float, state: AppState, submitted: float | None, started: bool, reason: str, wall: float
+) -> Trip | None:
+    """The ``start_timeout`` rule: a job ``submitted`` (epoch seconds; None: undated, nothing
+    to count) that has not ``started`` trips once ``wall`` is more than ``limit`` past its
+    submission. ``Guards.check`` applies it to a watcher's look, the reaper to a listing."""
+    if started or submitted is None or wall - submitted <= limit:
+        return None
+    return Trip(START_TIMEOUT, limit, state, wall - submitted, reason)
 
 
 def _duration(seconds: float) -> str:
@@ -120,6 +142,24 @@ class Trip:
             text += "; " + "; ".join(dict.fromkeys(details))
         return text + "; the job was cancelled and the task fails without retry"
 
+    @classmethod
+    def from_dict(cls, data: Any) -> Trip | None:
+        """The trip ``to_dict`` gave (a scheduler's record of the guard it held); None for
+        anything else."""
+        try:
+            gpu_hours, cost = data.get("gpu_hours"), data.get("cost_usd")
+            return cls(
+                guard=str(data["guard"]),
+                limit=float(data["limit"]),
+                state=AppState[str(data["state"])],
+                for_s=float(data["for_s"]),
+                reason=str(data.get("reason") or ""),
+                gpu_hours=None if gpu_hours is None else float(gpu_hours),
+                cost_usd=None if cost is None else float(cost),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able fields (what a trigger's event carries)."""
         return {
@@ -173,10 +213,11 @@ class Guards:
         if status is None or status.is_terminal():
             return None
         usage = status.usage_so_far
-        if self.start_timeout is not None and not has_started(status):
+        if self.start_timeout is not None:
             submitted = usage.submitted if usage is not None and usage.submitted is not None else self.since
-            if submitted is not None and wall - submitted > self.start_timeout:
-                return Trip(START_TIMEOUT, self.start_timeout, status.state, wall - submitted, status.msg)
+            trip = start_trip(self.start_timeout, status.state, submitted, has_started(status), status.msg, wall)
+            if trip is not None:
+                return trip
         if self.max_gpu_hours is not None and usage is not None:
             used = usage.gpu_hours_at(wall)
             if used is not None and used > self.max_gpu_hours:
@@ -186,3 +227,41 @@ class Guards:
             if spent is not None and spent > self.max_cost:
                 return Trip(MAX_COST, self.max_cost, status.state, _ran(usage, wall), status.msg, cost_usd=spent)
         return None
+
+
+# ---------------------------------------------------------------------- held by the scheduler
+
+
+def add_guard_option(opts: runopts, name: str, help: str) -> None:  # noqa: A002 - runopts' word
+    """Declare the guard ``name`` (``START_TIMEOUT``, ``MAX_GPU_HOURS``) as a run option of a
+    scheduler that holds it itself: a float > 0 (``positive_limit``'s rule), no default."""
+    seconds = name == START_TIMEOUT
+
+    def check(value: CfgVal) -> None:
+        try:
+            positive_limit(name, value, seconds=seconds)
+        except ValueError as e:
+            raise InvalidRunConfigError(f"cfg: {e}") from None
+
+    opts.add(name, float, help, check=check)
+
+
+def guard_cfg(guards: Guards, opts: runopts) -> dict[str, float]:
+    """The guards set in ``guards`` that a scheduler declares as run options (``opts``: its
+    run options), as cfg values: what the task hands the scheduler to hold without it (they
+    replace the cfg's own values of those names)."""
+    values = {START_TIMEOUT: guards.start_timeout, MAX_GPU_HOURS: guards.max_gpu_hours}
+    return {name: value for name, value in values.items() if value is not None and opts.get(name) is not None}
+
+
+def budget_seconds(max_gpu_hours: float | None, gpus: float, attempt_timeout: float | None) -> int | None:
+    """How long (whole seconds, at least 1) an attempt holding ``gpus`` GPUs may run within a
+    GPU budget of ``max_gpu_hours``, never longer than ``attempt_timeout`` (None: none set);
+    None where neither bounds it. The rule a batch system's own time limit takes the budget
+    by (AWS Batch's ``attemptDurationSeconds``, Slurm's ``--time``): each attempt alone stays
+    within the budget; several attempts together are the watcher's and the reaper's to stop."""
+    budget = None
+    if max_gpu_hours is not None and gpus > 0:
+        budget = max(1, math.floor(max_gpu_hours * 3600.0 / gpus))
+    limit = smaller(budget, attempt_timeout)
+    return None if limit is None else int(limit)

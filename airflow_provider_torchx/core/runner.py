@@ -559,6 +559,7 @@ def _app_status(desc: DescribeAppResponse | None) -> AppStatus | None:
         roles=desc.roles_statuses,
         usage=desc.usage,
         usage_so_far=desc.usage_so_far,
+        guard_trip=desc.guard_trip,
     )
 
 

@@ -24,6 +24,7 @@ from airflow_provider_torchx.core.errors import (
 )
 
 if TYPE_CHECKING:
+    from airflow_provider_torchx.core.guards import Trip
     from airflow_provider_torchx.core.usage import Usage
 
 __all__ = [
@@ -512,6 +513,9 @@ class AppStatus:
     #: What a live job has cost so far and when it was submitted (``Usage.gpu_hours_at``
     #: counts its running attempts up to a given time); None once it ended, or unknown.
     usage_so_far: Usage | None = None
+    #: The guard the scheduler stopped the job for, holding it without a watcher
+    #: (``core/guards.py``); None: none did.
+    guard_trip: Trip | None = None
 
     def is_terminal(self) -> bool:
         """Whether the app's state is terminal."""

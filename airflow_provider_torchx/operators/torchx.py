@@ -31,6 +31,7 @@ from airflow_provider_torchx.core.guards import (
     MAX_GPU_HOURS,
     START_TIMEOUT,
     Guards,
+    guard_cfg,
     positive_limit,
     smaller,
 )
@@ -354,7 +355,7 @@ class TorchXRunOperator(BaseOperator):
         hook = self.hook()
         guards = self.guards(hook, started_at)  # a bad connection extra fails before anything is submitted
         runner = self._runner = hook.get_runner()
-        job = self._submit_or_adopt(context, hook, runner)
+        job = self._submit_or_adopt(context, hook, runner, guards)
         if isinstance(job, dict):  # a dry run: the rendered request
             return job
         if not self.wait_for_completion:
@@ -375,9 +376,12 @@ class TorchXRunOperator(BaseOperator):
         event = self._wait_in_worker(watcher, started_at, deadline)
         return self._finish(event, context, job.cursor_file, watcher.position)
 
-    def _submit_or_adopt(self, context: Context, hook: TorchXHook, runner: Runner) -> _TaskJob | dict[str, Any]:
+    def _submit_or_adopt(
+        self, context: Context, hook: TorchXHook, runner: Runner, guards: Guards
+    ) -> _TaskJob | dict[str, Any]:
         """The task's job: on a retry the earlier try's one it adopts (``_find_job_to_adopt``),
-        else a new one submitted; recorded for the task (state store, XCom, links). A dry run
+        else a new one submitted with the ``guards`` its scheduler holds itself
+        (``guards.guard_cfg``); recorded for the task (state store, XCom, links). A dry run
         submits nothing and returns the rendered request instead."""
         from airflow_provider_torchx.core.cursors import LogPosition, newest
         from airflow_provider_torchx.orphans import DISOWNED_XCOM
@@ -385,6 +389,7 @@ class TorchXRunOperator(BaseOperator):
 
         scheduler = hook.settings.scheduler
         cfg = hook.resolve_cfg(self.cfg)
+        cfg.update(guard_cfg(guards, runner.scheduler_run_opts(scheduler)))
         identity = task_identity(context)
         rates = hook.settings.rates
         labels = identity.labels() | ({} if rates is None else rates.labels())  # what the job carries

@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 class LiveJob:
     """A live job with Airflow labels, or one whose record the scheduler refuses (``refused``:
     why; its labels are those still readable, maybe none), and where it was listed
-    (``conn_id`` None: the job store of a host-bound scheduler)."""
+    (``conn_id`` None: the job store of a host-bound scheduler); ``started`` and
+    ``start_timeout`` as the listing gives them (the reaper holds that guard:
+    ``reaper/guards.py``)."""
 
     handle: str
     scheduler: str
@@ -27,6 +29,8 @@ class LiveJob:
     labels: Mapping[str, str]
     created: float | None
     refused: str | None = None
+    started: float | None = None
+    start_timeout: float | None = None
 
     @property
     def identity(self) -> TaskIdentity | None:
@@ -95,6 +99,16 @@ def live_jobs(wanted: Callable[[TaskIdentity], bool] | None = None) -> list[Live
                 continue
             if wanted is not None and (ident is None or not wanted(ident)):
                 continue
-            job = LiveJob(app.app_handle, scheduler, conn_id, app.state, dict(app.labels), app.created, app.refused)
+            job = LiveJob(
+                app.app_handle,
+                scheduler,
+                conn_id,
+                app.state,
+                dict(app.labels),
+                app.created,
+                app.refused,
+                app.started,
+                app.start_timeout,
+            )
             found.setdefault(f"refused:{app.app_id}" if ident is None else app.app_handle, job)
     return list(found.values())

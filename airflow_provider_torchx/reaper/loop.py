@@ -2,7 +2,8 @@
 ``RECONCILE_EVERY`` seconds lists the live jobs with Airflow labels (one ``list_live`` per
 host-bound scheduler and per ``torchx`` connection of another scheduler: no per-job call), reads
 their task instances' and DAG runs' states in four batched queries of Airflow's database, and
-cancels what the table says once ``[torchx] orphan_grace`` has passed. It catches what Airflow
+cancels what the table says once ``[torchx] orphan_grace`` has passed, and the jobs past a
+``start_timeout`` their scheduler cannot hold (``reaper/guards.py``). It catches what Airflow
 does not announce: a task process's own failure report (an OOM-killed task's) goes through the
 execution API, which calls no listener. Local jobs are seen from the job store of the host the
 loop runs on."""
@@ -21,6 +22,7 @@ from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.orphans import TaskView, Verdict
 from airflow_provider_torchx.reaper.decisions import apply
+from airflow_provider_torchx.reaper.guards import hold_start_timeouts, next_due
 from airflow_provider_torchx.reaper.listing import LiveJob, live_jobs
 from airflow_provider_torchx.reaper.settings import reaper_settings
 from airflow_provider_torchx.reaper.views import read_task_views, view_of
@@ -67,12 +69,14 @@ class Reconciler:
         decisions = apply(
             jobs, views, settings=settings, now=now, where="reconciling loop", first_seen=self._first_seen
         )
+        hold_start_timeouts(jobs, now, "reconciling loop")
         due = [
             self._grace_end(job, views, settings.grace, now) - now
             for job, d in decisions
             if d.verdict == Verdict.LATER and d.orphaned
         ]
-        return max(0.5, min([self.every, *due]))
+        start_due = next_due(jobs, now)
+        return max(0.5, min([self.every, *due, *([] if start_due is None else [start_due])]))
 
     def _grace_end(
         self, job: LiveJob, views: Mapping[TaskIdentity, TaskView] | None, grace: float, now: float

@@ -90,6 +90,22 @@ def assert_holder_untouched(runner: Runner, holder: str) -> None:
     assert status.roles[0].replicas[0].devices == "0,1"  # still its own: nothing it held was freed
 
 
+def assert_waiter_stopped_and_task_failed(
+    runner: Runner, holder: str, waiter: str, event: dict[str, Any], limit: float, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``event`` is the ``start_timeout`` trip of ``waiter`` (held by ``holder``): the job was
+    cancelled, the holder untouched, and the resumed task fails without retry with one line."""
+    assert event["status"] == "guardrail" and event["guard"] == "start_timeout" and event["limit"] == limit
+    assert "waiting for 2 GPUs, 0 free, held by " + app_id(holder) in event["message"]
+    assert ended(runner, waiter) == AppState.CANCELLED
+    assert_holder_untouched(runner, holder)
+    op = TorchXRunOperator(task_id="task", app=gpu_app("waiter", 2), scheduler="local_cwd")
+    with pytest.raises(AirflowFailException, match=rf"^start_timeout={limit:g}s: TorchX job"):
+        op.execute_complete({"ti": FakeTI(run_id=f"guard-start-{limit:g}")}, event)  # type: ignore[arg-type]
+    out, err = capfd.readouterr()
+    assert len(guard_lines(out + err, "start_timeout")) == 1
+
+
 def test_start_timeout_stops_a_job_waiting_for_gpus_another_job_holds_in_the_worker(
     local_jobs: tuple[Runner, list[str]], holder: str, two_gpus: Counter, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -135,15 +151,7 @@ def test_start_timeout_in_the_trigger_cancels_and_the_resumed_task_fails_without
         waiter, poll_interval=POLL, host=socket.gethostname(), started_at=time.time() + 3600, start_timeout=1.5
     )
     (event,) = run_deferred(trigger)  # started_at is ignored: the job's own submission time counts
-    assert event["status"] == "guardrail" and event["guard"] == "start_timeout" and event["limit"] == 1.5
-    assert "waiting for 2 GPUs, 0 free, held by " + app_id(holder) in event["message"]
-    assert ended(runner, waiter) == AppState.CANCELLED
-    assert_holder_untouched(runner, holder)
-    op = TorchXRunOperator(task_id="task", app=gpu_app("waiter", 2), scheduler="local_cwd")
-    with pytest.raises(AirflowFailException, match=r"^start_timeout=1.5s: TorchX job"):
-        op.execute_complete({"ti": FakeTI(run_id="guard-start-deferred")}, event)  # type: ignore[arg-type]
-    out, err = capfd.readouterr()
-    assert len(guard_lines(out + err, "start_timeout")) == 1
+    assert_waiter_stopped_and_task_failed(runner, holder, waiter, event, 1.5, capfd)
 
 
 def test_max_gpu_hours_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget(
@@ -226,6 +234,45 @@ def test_max_cost_with_nothing_to_price_the_job_fails_before_submitting(
     with pytest.raises(AirflowFailException, match=r"max_cost=10: the job cannot be priced, .*give rates"):
         op.execute({"ti": (ti := FakeTI(run_id="guard-cost-unpriced"))})  # type: ignore[arg-type]
     assert "app_handle" not in ti.xcoms  # nothing was submitted
+
+
+def test_the_task_hands_its_guards_to_a_scheduler_that_holds_them(
+    local_jobs: tuple[Runner, list[str]], two_gpus: Counter
+) -> None:
+    """Run options of the guards' names (``guards.guard_cfg``): the task's values reach the
+    local supervisor's request."""
+    runner, handles = local_jobs
+    op = TorchXRunOperator(
+        task_id="task",
+        app=gpu_app("handed", 1, seconds=0),
+        scheduler="local_cwd",
+        cfg={**CFG, "max_gpu_hours": 5.0},  # the task's own guard replaces it
+        poll_interval=POLL,
+        deferrable=False,
+        start_timeout=30,
+        max_gpu_hours=0.25,
+    )
+    ti = FakeTI(run_id="guard-handed")
+    op.execute({"ti": ti})  # type: ignore[arg-type]
+    handles.append(ti.xcoms["app_handle"])
+    local = runner._scheduler("local_cwd")
+    request = local.records.request(app_id(ti.xcoms["app_handle"]))  # type: ignore[attr-defined]
+    assert (request["start_timeout"], request["max_gpu_hours"]) == (30.0, 0.25)
+
+
+def test_a_guard_the_supervisor_held_fails_the_task_as_a_watchers_trip_does(
+    local_jobs: tuple[Runner, list[str]], holder: str, two_gpus: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The supervisor trips (the trigger holds no guard): the event, the message, the line
+    and the metric are a watcher's trip's, and the task fails without retry."""
+    runner, handles = local_jobs
+    waiter = runner.run(gpu_app("waiter", 2), "local_cwd", {**CFG, "start_timeout": 1.0})
+    handles.append(waiter)
+    (event,) = run_deferred(TorchXJobTrigger(waiter, poll_interval=POLL, host=socket.gethostname()))
+    assert event["message"].startswith(f"start_timeout=1s: TorchX job {waiter} did not start within 1s")
+    assert event["message"].endswith("the job was cancelled and the task fails without retry")
+    assert_waiter_stopped_and_task_failed(runner, holder, waiter, event, 1.0, capfd)
+    assert [tags["guard"] for _, tags in two_gpus.calls] == ["start_timeout"]
 
 
 # ---------------------------------------------------------------------- the limits

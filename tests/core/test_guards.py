@@ -1,10 +1,12 @@
 """The guardrails' rule (``core/guards.py``: ``Guards.check``) without I/O, row by row, on a
 fake clock; how the watching rules act on a trip (``WatchRules``); the live GPU-hours count
-(``Usage.gpu_hours_at``) and the limits' checks."""
+(``Usage.gpu_hours_at``) and the limits' checks; what a scheduler holding the guards gets (a
+trip's record, the GPU budget as a time limit, the run options handed over)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -16,12 +18,16 @@ from airflow_provider_torchx.core.guards import (
     START_TIMEOUT,
     Guards,
     Trip,
+    add_guard_option,
+    budget_seconds,
+    guard_cfg,
     has_started,
     positive_limit,
     smaller,
 )
 from airflow_provider_torchx.core.logstream import LogBatch, LogLine, Look, Pause, Tripped, WatchRules, WatchState
 from airflow_provider_torchx.core.rates import Rates
+from airflow_provider_torchx.core.runopts import runopts
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, Resource, Role, RoleStatus
 from airflow_provider_torchx.core.usage import Attempt, Usage, compute_usage
 
@@ -201,3 +207,47 @@ def test_max_cost_without_rates_is_refused_before_anything_runs() -> None:
         Guards(max_cost=5.0).require_priced("the conn")
     Guards(max_cost=5.0, rates=Rates(gpu_hour=1.0)).require_priced("the conn")
     Guards(max_gpu_hours=1.0).require_priced("the conn")
+
+
+# ---------------------------------------------------------------------- held by the scheduler
+
+
+def test_a_trip_comes_back_from_its_dict() -> None:
+    trip = Trip(MAX_GPU_HOURS, 0.5, AppState.RUNNING, 600.0, "why", 0.51)
+    assert Trip.from_dict(trip.to_dict()) == trip
+    assert Trip.from_dict(json.loads(json.dumps(trip.to_dict()))) == trip  # as state.json keeps it
+
+
+@pytest.mark.parametrize(
+    "data",
+    [None, [], {"guard": "start_timeout"}, {**Trip(START_TIMEOUT, 1, AppState.PENDING, 2).to_dict(), "state": "X"}],
+    ids=["none", "not-an-object", "fields-missing", "unknown-state"],
+)
+def test_anything_else_is_no_trip(data: Any) -> None:
+    assert Trip.from_dict(data) is None
+
+
+@pytest.mark.parametrize(
+    ("budget", "gpus", "timeout", "seconds"),
+    [
+        pytest.param(1.0, 10, None, 360, id="budget-over-gpus"),
+        pytest.param(1.0, 10, 300, 300, id="attempt-timeout-shorter"),
+        pytest.param(1.0, 10, 900, 360, id="budget-shorter"),
+        pytest.param(1e-9, 4, None, 1, id="at-least-a-second"),
+        pytest.param(1.0, 0, 120, 120, id="no-gpus-timeout-alone"),
+        pytest.param(None, 8, None, None, id="neither"),
+    ],
+)
+def test_a_gpu_budget_bounds_an_attempts_run_time(
+    budget: float | None, gpus: float, timeout: float | None, seconds: int | None
+) -> None:
+    assert budget_seconds(budget, gpus, timeout) == seconds
+
+
+def test_the_task_hands_over_only_the_guards_the_scheduler_declares() -> None:
+    opts = runopts()
+    add_guard_option(opts, MAX_GPU_HOURS, "budget")
+    guards = Guards(start_timeout=60, max_gpu_hours=2.0)
+    assert guard_cfg(guards, opts) == {MAX_GPU_HOURS: 2.0}
+    assert guard_cfg(Guards(start_timeout=60), opts) == {}
+    assert guard_cfg(guards, runopts()) == {}

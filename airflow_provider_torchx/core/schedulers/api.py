@@ -37,6 +37,8 @@ from airflow_provider_torchx.core.usage import Usage
 if TYPE_CHECKING:
     import asyncio
 
+    from airflow_provider_torchx.core.guards import Trip
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -106,6 +108,9 @@ class DescribeAppResponse:
     #: Where the job checkpoints (``TORCHX_CHECKPOINT_DIR`` of its roles, ``core/checkpoints.py``;
     #: None: it was given none). Read from ``roles`` when not given.
     checkpoint_dir: str | None = None
+    #: The guard the scheduler stopped the job for itself (``core/guards.py``: the task's
+    #: ``start_timeout`` or ``max_gpu_hours``, handed over as run options); None: none did.
+    guard_trip: Trip | None = None
 
     def __post_init__(self) -> None:
         if self.checkpoint_dir is None:
@@ -131,6 +136,9 @@ class ListAppResponse:
     #: name, labels and submission time are what could still be read (empty when none);
     #: None: its record was read.
     refused: str | None = None
+    #: The ``start_timeout`` (seconds) the app was submitted with where the scheduler cannot
+    #: hold it itself (``core/guards.py``): the reaper holds it. None: none, or the scheduler's own.
+    start_timeout: float | None = None
 
 
 def cursor_object(cursor: str | bytes) -> dict[str, Any]:

@@ -408,3 +408,43 @@ def test_the_cache_fetches_once_for_concurrent_first_readers() -> None:
     for t in threads:
         t.join()
     assert len(fetched) == 1
+
+
+# ---------------------------------------------------------------------- a job blocked RUNNABLE
+
+#: A ``jobStateTimeLimitActions`` entry, valid for botocore's model (``test_the_entries_are_awss``).
+CANCEL_AFTER_10_MIN = {
+    "reason": "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
+    "state": "RUNNABLE",
+    "maxTimeSeconds": 600,
+    "action": "CANCEL",
+}
+
+
+def test_a_queue_with_a_runnable_time_limit_says_what_batch_does() -> None:
+    queue = {"jobQueueName": "q", "jobStateTimeLimitActions": [CANCEL_AFTER_10_MIN]}
+    assert preflight.runnable_limit(queue) == (
+        "a job blocked RUNNABLE at its head: CANCEL after 600s (MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT) "
+        "(jobStateTimeLimitActions)"
+    )
+
+
+@pytest.mark.parametrize("queue", [{"jobQueueName": "q"}, {"jobQueueName": "q", "jobStateTimeLimitActions": []}])
+def test_a_queue_without_one_says_only_start_timeout_stops_such_a_job(queue: dict[str, Any]) -> None:
+    assert preflight.runnable_limit(queue) == (
+        "it has no jobStateTimeLimitActions: a job blocked RUNNABLE at its head waits until a task's "
+        "start_timeout stops it"
+    )
+
+
+def test_the_entries_are_awss() -> None:
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    model = botocore.session.get_session().get_service_model("batch")
+    request = {"jobQueueName": "q", "priority": 1, "computeEnvironmentOrder": []}
+    report = ParamValidator().validate(
+        {**request, "jobStateTimeLimitActions": [CANCEL_AFTER_10_MIN]},
+        model.operation_model("CreateJobQueue").input_shape,
+    )
+    assert not report.has_errors(), report.generate_report()

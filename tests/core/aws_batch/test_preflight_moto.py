@@ -154,3 +154,14 @@ def test_the_cli_exits_2_with_one_line(moto_env: dict[str, str], capsys: pytest.
     assert code == cli.EXIT_USAGE, err
     assert err.count("\n") == 0 and err.startswith("airflow-torchx: error: cfg: queue"), err
     assert f"compute environment {env!r}: the job needs 8 vCPUs, over its maxvCpus 4" in err
+
+
+def test_the_connection_test_says_whether_the_queue_stops_a_job_blocked_runnable(moto_env: dict[str, str]) -> None:
+    """moto keeps no ``jobStateTimeLimitActions``: the queue has none, and the Test says so."""
+    queue, _ = managed_queue(moto_env, 64, ["m5"])
+    said = Counted().sched.check_settings({"queue": queue})
+    assert said.startswith(f"AWS Batch job queue {queue!r} is ENABLED")
+    assert said.endswith(
+        "; it has no jobStateTimeLimitActions: a job blocked RUNNABLE at its head waits until a task's "
+        "start_timeout stops it"
+    )

@@ -30,6 +30,7 @@ from airflow_provider_torchx.core.specs import (
     named_resources,
     parse_app_handle,
 )
+from tests.core.aws_batch.test_eks import assert_valid_requests
 
 
 class NoCalls:
@@ -402,6 +403,8 @@ def test_helpers() -> None:
         "retry_on",
         "shm_size",
         "attempt_timeout",
+        "max_gpu_hours",
+        "start_timeout",
         "check_queue",
         "namespace",
         "service_account",
@@ -568,6 +571,36 @@ def test_attempt_timeout_is_the_submitted_jobs_timeout(app: AppDef) -> None:
     assert json.loads(str(info))["submit_job"]["timeout"] == {"attemptDurationSeconds": 60}
     assert "timeout" not in info.request.job_def
     assert "timeout" not in dryrun(app).submit_request()
+
+
+#: 2 nodes of 4 GPUs and 1 of 2: the job reserves 10 GPUs.
+GPU_JOB = AppDef("g", roles=[trainer(resource=Resource(4, 4, 2048)), one(name="ps", resource=Resource(1, 2, 512))])
+
+
+@pytest.mark.parametrize(
+    ("cfg", "app", "seconds"),
+    [
+        pytest.param({"max_gpu_hours": 1.0}, GPU_JOB, 360, id="budget-over-the-reserved-gpus"),
+        pytest.param({"max_gpu_hours": 1.0, "attempt_timeout": 300}, GPU_JOB, 300, id="attempt-timeout-shorter"),
+        pytest.param({"max_gpu_hours": 1.0, "attempt_timeout": 900}, GPU_JOB, 360, id="budget-shorter"),
+        pytest.param({"max_gpu_hours": 0.01}, GPU_JOB, 60, id="never-under-batchs-minimum"),
+        pytest.param({"max_gpu_hours": 1.0}, AppDef("c", roles=[trainer()]), None, id="no-gpu-no-bound"),
+        pytest.param({"max_gpu_hours": 1.0, "attempt_timeout": 120}, AppDef("c", roles=[one()]), 120, id="no-gpu"),
+    ],
+)
+def test_a_gpu_budget_bounds_each_attempts_duration(cfg: dict[str, Any], app: AppDef, seconds: int | None) -> None:
+    """``attemptDurationSeconds`` = budget hours over the GPUs reserved, never longer than
+    ``attempt_timeout`` (``render.attempt_seconds``): Batch stops an attempt that would spend
+    the budget with nobody watching. The request passes botocore's validation."""
+    job = dryrun(app, cfg)
+    assert job.submit_request().get("timeout") == (None if seconds is None else {"attemptDurationSeconds": seconds})
+    assert_valid_requests(job)
+
+
+@pytest.mark.parametrize("value", [0, -1, "inf"])
+def test_a_bad_gpu_budget_is_refused_naming_it(value: object) -> None:
+    with pytest.raises(InvalidRunConfigError, match=r"cfg: max_gpu_hours: .* is not allowed: expected a number"):
+        dryrun(GPU_JOB, {"max_gpu_hours": value})
 
 
 def test_priority_with_share_id_and_share_id_alone() -> None:

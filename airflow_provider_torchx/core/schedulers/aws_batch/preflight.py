@@ -159,6 +159,20 @@ _DIMENSIONS: tuple[tuple[str, str, Callable[[NodeNeeds], int], Callable[[Mapping
 )
 
 
+def runnable_limit(queue: Mapping[str, Any]) -> str:
+    """What the job queue (a ``DescribeJobQueues`` entry) does with a job blocked RUNNABLE at
+    its head, in one clause: its ``jobStateTimeLimitActions`` for RUNNABLE (Batch's own
+    ``start_timeout``, set on the queue), else that only ``start_timeout`` stops such a job."""
+    actions = [a for a in queue.get("jobStateTimeLimitActions") or [] if a.get("state") == "RUNNABLE"]
+    if not actions:
+        return (
+            "it has no jobStateTimeLimitActions: a job blocked RUNNABLE at its head waits until a task's "
+            "start_timeout stops it"
+        )
+    shown = "; ".join(f"{a.get('action')} after {a.get('maxTimeSeconds')}s ({a.get('reason')})" for a in actions)
+    return f"a job blocked RUNNABLE at its head: {shown} (jobStateTimeLimitActions)"
+
+
 def _state_refusal(what: str, entry: Mapping[str, Any]) -> str | None:
     state, status = entry.get("state"), entry.get("status")
     if state is not None and state != "ENABLED":

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
+from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, budget_seconds, positive_number
 from airflow_provider_torchx.core.schedulers.aws_batch import eks, options
 from airflow_provider_torchx.core.schedulers.aws_batch.options import BatchOptions
+from airflow_provider_torchx.core.schedulers.aws_batch.run_options import MIN_ATTEMPT_TIMEOUT
 from airflow_provider_torchx.core.specs import (
     INSTANCE_TYPE,
     AppDef,
@@ -56,6 +58,9 @@ TAG_LABEL = TAG_PREFIX + "label/"
 TAG_CANCEL = TAG_PREFIX + "cancel-requested"
 #: The run option ``eks_log_group`` of an EKS job, read back by its log reads (``eks_logs``).
 TAG_EKS_LOG_GROUP = TAG_PREFIX + "eks-log-group"
+#: The run option ``start_timeout`` (seconds), read back by the listing: Batch cannot hold it
+#: itself, the reaper does (``ListAppResponse.start_timeout``).
+TAG_START_TIMEOUT = TAG_PREFIX + "start-timeout"
 
 #: Env vars set on every node range.
 ENV_ROLE_NAME = "TORCHX_ROLE_NAME"
@@ -110,7 +115,8 @@ class BatchJob:
     ``images_to_push`` maps a local image id to the ``(repository, tag)`` it is pushed as
     before the job definition is registered. ``attempt_timeout`` (seconds; None: no limit) is
     submitted as the job's ``timeout``, which AWS Batch applies to each attempt of the whole
-    job (all nodes of a multi-node one).
+    job (all nodes of a multi-node one): the run option ``attempt_timeout``, bounded by the GPU
+    budget ``max_gpu_hours`` (``attempt_seconds``).
     """
 
     name: str
@@ -466,6 +472,8 @@ def render(
         **{str(k): app_values.substitute(str(v)) for k, v in app.metadata.items()},
         **{TAG_LABEL + k: v for k, v in labels.items()},
     }
+    if cfg.get(START_TIMEOUT) is not None:
+        tags[TAG_START_TIMEOUT] = f"{float(cfg[START_TIMEOUT]):g}"
     if opts.eks and cfg.get("eks_log_group"):
         tags[TAG_EKS_LOG_GROUP] = str(cfg["eks_log_group"])
     check_tags(tags)
@@ -512,9 +520,29 @@ def render(
         job_def=job_def,
         images_to_push=dict(images_to_push),
         priority=priority,
-        attempt_timeout=int(cfg["attempt_timeout"]) if cfg.get("attempt_timeout") is not None else None,
+        attempt_timeout=attempt_seconds(app, cfg),
         follows_queue=opts.follows_queue,
     )
+
+
+def tagged_start_timeout(tags: Mapping[str, str]) -> float | None:
+    """The ``start_timeout`` a job's tags carry (``TAG_START_TIMEOUT``); None: none, or not a
+    number > 0."""
+    return positive_number(tags.get(TAG_START_TIMEOUT))
+
+
+def attempt_seconds(app: AppDef, cfg: Mapping[str, Any]) -> int | None:
+    """The job's ``timeout.attemptDurationSeconds``: the run option ``attempt_timeout``,
+    bounded by the GPU budget ``max_gpu_hours`` over the GPUs the job reserves (each node's
+    GPUs, every node: ``guards.budget_seconds``), so that AWS Batch stops an attempt that
+    would spend the budget with nobody watching; never under AWS Batch's minimum
+    (``MIN_ATTEMPT_TIMEOUT``). None: neither is set (or the job reserves no GPU)."""
+    gpus = sum(max(0, role.resource.gpu) * role.num_replicas for role in app.roles)
+    timeout, budget = cfg.get("attempt_timeout"), cfg.get(MAX_GPU_HOURS)
+    seconds = budget_seconds(
+        float(budget) if budget is not None else None, gpus, int(timeout) if timeout is not None else None
+    )
+    return None if seconds is None else max(MIN_ATTEMPT_TIMEOUT, seconds)
 
 
 def _eks_node_range(rng: dict[str, Any], role: Role) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import getpass
 import re
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
+from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, add_guard_option
 from airflow_provider_torchx.core.runopts import CfgVal, runopts
 
 #: The shortest ``timeout.attemptDurationSeconds`` AWS Batch takes.
@@ -164,6 +165,20 @@ def run_opts() -> runopts:
         "AWS Batch's minimum); AWS Batch then stops it, a failed attempt that the retry strategy "
         "(max_retries, retry_on) may retry; default: no limit.",
         minimum=MIN_ATTEMPT_TIMEOUT,
+    )
+    add_guard_option(
+        opts,
+        MAX_GPU_HOURS,
+        "The job's GPU budget (TorchXRunOperator's max_gpu_hours, held without a watcher): each attempt's "
+        "timeout.attemptDurationSeconds is at most the budget over the GPUs the job reserves (at least "
+        f"{MIN_ATTEMPT_TIMEOUT}, and never longer than attempt_timeout); default: no budget.",
+    )
+    add_guard_option(
+        opts,
+        START_TIMEOUT,
+        "Seconds the job may take from its submission until it runs (TorchXRunOperator's start_timeout): "
+        "tagged on the job, so that the deployment's reaper cancels it past that with nobody watching; "
+        "default: no limit.",
     )
     opts.add(
         "check_queue",

@@ -434,7 +434,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def check_settings(self, cfg: Mapping[str, CfgVal]) -> str:
         """That the job queue ``cfg["queue"]`` exists and runs jobs, by the submit-time
-        check's rule (``preflight.queue_refusal``: ENABLED, and VALID or UPDATING)."""
+        check's rule (``preflight.queue_refusal``: ENABLED, and VALID or UPDATING), and what it
+        does with a job blocked RUNNABLE (``preflight.runnable_limit``)."""
         self.aws.use_location(cfg)
         queue = str(cfg.get("queue"))
         found = self.client.describe_job_queues(jobQueues=[queue]).get("jobQueues", [])
@@ -443,7 +444,8 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         refused = preflight.queue_refusal(found[0])
         if refused:
             raise InvalidRunConfigError(f"queue: {refused}: AWS Batch runs no jobs from it")
-        return f"AWS Batch job queue {queue!r} is {found[0].get('state')} ({found[0].get('status')})"
+        state, state_status = found[0].get("state"), found[0].get("status")
+        return f"AWS Batch job queue {queue!r} is {state} ({state_status}); {preflight.runnable_limit(found[0])}"
 
     def describe_native(self, app_id: str) -> AppDryRunInfo[render.BatchJob] | None:
         """The job as Batch holds it, as a ``BatchJob``."""
@@ -566,6 +568,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
                         created=status.epoch_seconds(job.get("createdAt")),
                         started=status.epoch_seconds(job.get("startedAt")),
                         ended=status.epoch_seconds(job.get("stoppedAt")),
+                        start_timeout=render.tagged_start_timeout(tags),
                     )
                 )
         return out

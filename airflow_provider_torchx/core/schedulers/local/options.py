@@ -3,6 +3,7 @@ can be checked when it is parsed without loading the scheduler."""
 
 from __future__ import annotations
 
+from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT, add_guard_option
 from airflow_provider_torchx.core.runopts import runopts
 
 #: The shortest ``attempt_timeout`` (seconds) a local job takes.
@@ -44,5 +45,18 @@ def run_opts() -> runopts:
         "it (SIGTERM, SIGKILL after the grace period) as a failed attempt, restarted while max_retries allow, "
         "else the job is FAILED; default: no limit.",
         minimum=MIN_ATTEMPT_TIMEOUT,
+    )
+    add_guard_option(
+        opts,
+        START_TIMEOUT,
+        "Seconds the job may wait for its GPUs from its submission; the supervisor then stops it, CANCELLED "
+        "(TorchXRunOperator's start_timeout, held without a watcher); default: no limit.",
+    )
+    add_guard_option(
+        opts,
+        MAX_GPU_HOURS,
+        "The job's GPU budget (its replicas' GPUs times their running time, every attempt); once over it, the "
+        "supervisor stops the job, CANCELLED (TorchXRunOperator's max_gpu_hours, held without a watcher); "
+        "default: no limit.",
     )
     return opts

@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_provider_torchx.core import safefiles
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
+from airflow_provider_torchx.core.guards import Trip
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.schedulers.local import ledger, procfs, store
 from airflow_provider_torchx.core.schedulers.local.logs import open_log
@@ -88,6 +89,7 @@ SHAPES: dict[str, Shape] = {
                 keyed=True,
             ),
             "tracked": Each(Row((INTEGER, INTEGER), "a [pid, start] pair")),
+            "guard": OBJECT,  # the supervisor's guard trip (``Trip.from_dict`` reads it)
         },
     ),
     store.SUPERVISOR: Obj({"pid": INTEGER, "start": INTEGER}),
@@ -267,6 +269,7 @@ def description(
         started=st.get("started"),
         ended=st.get("ended"),
         created=rec.get("created"),
+        guard_trip=Trip.from_dict(st["guard"]) if "guard" in st else None,
         **cancel_fields(cancel),
     )
 

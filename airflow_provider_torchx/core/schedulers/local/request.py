@@ -37,9 +37,11 @@ class PopenRequest:
     """Everything needed to run every replica of every role of an app.
 
     Besides TorchX's fields: ``app_name``, the ``roles`` as submitted (for ``describe`` and the
-    retry policies), the grace period between SIGTERM and SIGKILL, the run option
-    ``attempt_timeout`` (seconds; None: no limit) and, with ``auto_set_cuda_visible_devices``,
-    the job's GPU plan (``gpus.plan``; empty: none).
+    retry policies), the grace period between SIGTERM and SIGKILL, the run options
+    ``attempt_timeout`` (seconds; None: no limit), ``start_timeout`` (seconds) and
+    ``max_gpu_hours`` (the task's guards, which the supervisor holds: ``core/guards.py``; None:
+    none) and, with ``auto_set_cuda_visible_devices``, the job's GPU plan (``gpus.plan``;
+    empty: none).
     """
 
     app_id: str
@@ -51,6 +53,8 @@ class PopenRequest:
     cancel_grace_period: float = 10.0
     gpus: dict[str, Any] = field(default_factory=dict)
     attempt_timeout: int | None = None
+    start_timeout: float | None = None
+    max_gpu_hours: float | None = None
 
 
 _MOUNT_TYPES: dict[str, type] = {"bind": BindMount, "volume": VolumeMount, "device": DeviceMount}
@@ -121,6 +125,8 @@ def request_to_json(req: PopenRequest) -> dict[str, Any]:
         "cancel_grace_period": req.cancel_grace_period,
         "gpus": req.gpus,
         "attempt_timeout": req.attempt_timeout,
+        "start_timeout": req.start_timeout,
+        "max_gpu_hours": req.max_gpu_hours,
     }
 
 
@@ -136,6 +142,8 @@ def request_from_json(data: dict[str, Any]) -> PopenRequest:
         cancel_grace_period=float(data.get("cancel_grace_period", 10.0)),
         gpus=dict(data.get("gpus") or {}),
         attempt_timeout=data.get("attempt_timeout"),
+        start_timeout=data.get("start_timeout"),
+        max_gpu_hours=data.get("max_gpu_hours"),
     )
 
 

@@ -36,6 +36,7 @@ from airflow_provider_torchx.core.checkpoints import app_checkpoint_dir
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_NAME, RANK_LOGS_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError, UnknownAppError, shown
+from airflow_provider_torchx.core.guards import MAX_GPU_HOURS, START_TIMEOUT
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     CancelledBy,
@@ -156,6 +157,8 @@ class LocalScheduler(Scheduler[PopenRequest]):
             cancel_grace_period=self.cancel_grace_period,
             gpus=gpu_plan or {},
             attempt_timeout=timeout if isinstance(timeout, int) else None,
+            start_timeout=_guard(cfg, START_TIMEOUT),
+            max_gpu_hours=_guard(cfg, MAX_GPU_HOURS),
         )
         return AppDryRunInfo(request, format_request)
 
@@ -636,6 +639,12 @@ class LocalScheduler(Scheduler[PopenRequest]):
             self.wait_for_change(app_id, deadline - time.monotonic())
         self.records.forget(app_id)
         self.store.remove(app_id)
+
+
+def _guard(cfg: Mapping[str, CfgVal], name: str) -> float | None:
+    """The guard ``name`` of the resolved ``cfg`` (a float > 0, or None: not set)."""
+    value = cfg.get(name)
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _open_supervisor(sup: Mapping[str, Any]) -> int | None:

@@ -6,7 +6,9 @@ signal so that replicas die if the supervisor dies), copies their stdout/stderr 
 per-replica ``stdout``/``stderr``/``combined`` log files (whole lines only, so the combined
 file never mixes two lines), records pids, start times and exit codes in ``state.json``,
 applies fail-fast and the retry policies, honours a cancel (SIGTERM; the grace period is in
-``cancel.json``), kills what is left of the job at the end and exits.
+``cancel.json``), holds the job to its guards, kills what is left of the job at the end and
+exits. What to do at each of these is ``policy.py``'s decision (pure functions); this module
+applies it to processes and files.
 
 With ``attempt_timeout`` (seconds, in the request), a replica that runs longer than that since
 its start or restart is stopped like a failed replica (SIGTERM, SIGKILL after the grace
@@ -14,6 +16,15 @@ period): its role's retry policy restarts it (each attempt gets the full time) w
 ``max_retries`` allow, else the job is FAILED, saying so, and every replica is stopped. The
 clock starts when the replica starts (not while the job waits for GPUs), as AWS Batch's runs
 from an attempt's start.
+
+With ``start_timeout`` (seconds) or ``max_gpu_hours`` in the request (the task's guards,
+``core/guards.py``), the supervisor holds the job to them itself, whether anyone watches or
+not: a job still waiting for its GPUs ``start_timeout`` after its submission (the request's
+``created``), or whose replicas' GPU-hours (each replica's GPUs times its attempts' running
+time) went over ``max_gpu_hours``, is stopped and ends CANCELLED, as a watcher's trip cancels
+it, its ``state.json`` carrying the trip (``guard``: ``Trip.to_dict``'s fields), from which its
+description gives the task the message a watcher's trip gives. The loop wakes at the moment a guard can trip
+(``policy.next_guard_check``), so a job overruns by at most one wake-up.
 
 No process outlives the job: the supervisor is the subreaper of its replicas, so every
 process they start stays its descendant (an orphan is re-parented to it, not to pid 1); at the
@@ -53,7 +64,7 @@ import select
 import sys
 import time
 
-from airflow_provider_torchx.core.schedulers.local import procfs, store
+from airflow_provider_torchx.core.schedulers.local import policy, procfs, store
 
 TYPE_CHECKING = False  # not ``typing``/``pathlib``: they would slow the start-up
 if TYPE_CHECKING:
@@ -231,6 +242,13 @@ class Supervisor:
         self.started = time.time()
         self.grace = 10.0
         self.attempt_timeout: int | None = None
+        #: The guards the supervisor holds the job to itself (see the module docstring).
+        self.start_timeout: float | None = None
+        self.max_gpu_hours: float | None = None
+        self.submitted = self.started
+        self.gpus_of: dict[str, int] = {}
+        #: The guard that stopped the job (``policy.guard_trip``), recorded in ``state.json``.
+        self.trip: dict[str, Any] | None = None
         self.self_start = procfs.start_time(self.pid)
         self.holds_gpus = False
         self.libc = ctypes.CDLL(None, use_errno=True)
@@ -248,19 +266,19 @@ class Supervisor:
         roles: dict[str, list[dict[str, Any]]] = {}
         for r in self.replicas:
             roles.setdefault(r.role, []).append(r.describe())
-        store.write_json_atomic(
-            os.path.join(self.dir, store.STATE),
-            {
-                "state": state,
-                "num_restarts": self.num_restarts,
-                "msg": self.msg,
-                "started": self.started,
-                "ended": ended,
-                "supervisor": self.identity(),
-                "replicas": roles,
-                "tracked": self.tracked,
-            },
-        )
+        record = {
+            "state": state,
+            "num_restarts": self.num_restarts,
+            "msg": self.msg,
+            "started": self.started,
+            "ended": ended,
+            "supervisor": self.identity(),
+            "replicas": roles,
+            "tracked": self.tracked,
+        }
+        if self.trip is not None:
+            record["guard"] = self.trip
+        store.write_json_atomic(os.path.join(self.dir, store.STATE), record)
 
     def reserve_room(self) -> None:
         """Keep room for the final ``state.json`` (best effort: none if the disk is full)."""
@@ -322,7 +340,7 @@ class Supervisor:
         os.close(err_w)
         r.pid, r.exit_code, r.stopping, r.state = pid, None, False, "RUNNING"
         r.timed_out, r.msg = False, ""
-        r.deadline = time.monotonic() + self.attempt_timeout if self.attempt_timeout else None
+        r.deadline = policy.attempt_deadline(time.monotonic(), self.attempt_timeout)
         r.start = None  # ``launch_all`` reads it
         r.attempts.append({"started": started, "ended": None, "exit_code": None})
         r.pidfd = os.pidfd_open(pid)
@@ -454,7 +472,7 @@ class Supervisor:
 
         root, app_id = os.path.split(self.dir)
         counts = [plan["roles"].get(r.role, 0) for r in self.replicas]
-        while not self.cancel_requested:
+        while not self.cancel_requested and not self.hold_guards():
             got, why = gpus.take(root, app_id, self.identity(), plan)
             if got is not None:
                 self.holds_gpus, self.msg = True, ""
@@ -465,7 +483,11 @@ class Supervisor:
             if why != self.msg:
                 self.msg = why
                 self.write_state("PENDING")
-            for fd, _ in self.poller.poll(gpus.POLL_MS):
+            wait_ms = gpus.POLL_MS
+            check = self.next_guard_check()
+            if check is not None:  # start_timeout: wake at its deadline
+                wait_ms = min(wait_ms, max(0, int((check - time.monotonic()) * 1000) + 1))
+            for fd, _ in self.poller.poll(wait_ms):
                 if fd in self.handlers:
                     self.handlers[fd]()
             # A canceller that came before this supervisor recorded itself sent no signal.
@@ -484,23 +506,11 @@ class Supervisor:
     def on_exit(self, r: _Replica, code: int) -> None:
         r.exit_code = code
         r.attempts[-1].update(ended=time.time(), exit_code=code)
-        if r.timed_out:  # its failure was handled when it timed out
-            r.state, r.stopping = "FAILED", False
-            r.msg = f"stopped: {self.timed_out_text}"
-        elif r.stopping:
-            r.state, r.stopping = "CANCELLED", False
-        elif code == 0:
-            r.state = "SUCCEEDED"
-        else:
-            r.state = "FAILED"
-            if self.final is None:
-                self.on_failure(r, _exit_text(r.role, r.idx, code))
+        end = policy.exited(code, timed_out=r.timed_out, stopping=r.stopping, attempt_timeout=self.attempt_timeout)
+        r.state, r.msg, r.stopping = end.state, end.msg or r.msg, False
+        if end.failure and self.final is None:
+            self.on_failure(r, _exit_text(r.role, r.idx, code))
         self.dirty = True
-
-    @property
-    def timed_out_text(self) -> str:
-        """How a timed-out attempt is described."""
-        return f"ran longer than attempt_timeout={self.attempt_timeout} (seconds)"
 
     def time_out(self) -> None:
         """Fail each running replica whose attempt ran out of ``attempt_timeout`` (see the
@@ -508,9 +518,10 @@ class Supervisor:
         decides."""
         now = time.monotonic()
         for r in self.replicas:
-            if self.final is None and r.running and not r.stopping and r.deadline is not None and now >= r.deadline:
+            if self.final is None and r.running and not r.stopping and policy.is_timed_out(r.deadline, now):
                 r.timed_out = True
-                self.on_failure(r, f"role {r.role!r} replica {r.idx} {self.timed_out_text} and was stopped")
+                what = f"role {r.role!r} replica {r.idx} {policy.timed_out_text(self.attempt_timeout)} and was stopped"
+                self.on_failure(r, what)
 
     def next_deadline(self) -> float | None:
         """The earliest ``attempt_timeout`` deadline of a running replica not being stopped."""
@@ -518,29 +529,76 @@ class Supervisor:
         return min(deadlines, default=None)
 
     def on_failure(self, r: _Replica, what: str) -> None:
-        """Replica ``r``'s attempt failed (``what`` says how): restart its group (its role's
-        retry policy) while retries remain, else fail the job and stop every replica."""
-        max_retries, policy = self.retry.get(r.role, (0, "APPLICATION"))
+        """Replica ``r``'s attempt failed (``what`` says how): restart its group or fail the
+        job and stop every replica, as ``policy.after_failure`` decides."""
+        max_retries, retry_policy = self.retry.get(r.role, (0, "APPLICATION"))
         used = self.retries_used.get(r.role, 0)
-        if used < max_retries:
+        decision = policy.after_failure(
+            (r.role, r.idx),
+            what,
+            replicas=[(x.role, x.idx) for x in self.replicas],
+            max_retries=max_retries,
+            policy=retry_policy,
+            retries_used=used,
+            restarts=self.num_restarts,
+        )
+        if isinstance(decision, policy.Restart):
             self.retries_used[r.role] = used + 1
             self.num_restarts += 1
-            if policy == "REPLICA":
-                group = [r]
-            elif policy == "ROLE":
-                group = [x for x in self.replicas if x.role == r.role]
-            else:
-                group = list(self.replicas)
+            group = [x for x in self.replicas if (x.role, x.idx) in decision.group]
             # In ``msg`` while the job runs, so the task log's progress notes show the restart and why.
-            self.msg = f"{what}; restart {used + 1}/{max_retries} of role {r.role!r} ({policy})"
+            self.msg = decision.msg
             print(self.msg, file=sys.stderr)
             self.restart_group.extend(x for x in group if x not in self.restart_group)
             self.stop([x for x in group if x.running], session=False)
             return
-        self.final = "FAILED"
-        self.msg = what + (f" (after {self.num_restarts} restart(s))" if self.num_restarts else "")
+        self.end("FAILED", decision.msg)
+
+    def end(self, final: str, msg: str) -> None:
+        """End the job ``final`` with ``msg``: no restart is left to do, every replica is stopped."""
+        self.final, self.msg = final, msg
         self.restart_group = []
         self.stop([x for x in self.replicas if x.running], session=True)
+
+    # ------------------------------------------------------------------ guards
+
+    def guard_runs(self) -> list[tuple[float, list[tuple[float, float | None]]]]:
+        """Each replica's GPUs and its attempts' ``(started, ended)`` (``policy.gpu_seconds``)."""
+        return [(self.gpus_of.get(r.role, 0), [(a["started"], a["ended"]) for a in r.attempts]) for r in self.replicas]
+
+    def guard_inputs(self) -> dict[str, Any]:
+        """What ``policy.guard_trip`` and ``policy.next_guard_check`` decide from."""
+        starts = [a["started"] for r in self.replicas for a in r.attempts]
+        return {
+            "start_timeout": self.start_timeout,
+            "max_gpu_hours": self.max_gpu_hours,
+            "submitted": self.submitted,
+            "first_running": min(starts) if starts else None,
+            "runs": self.guard_runs(),
+        }
+
+    def next_guard_check(self) -> float | None:
+        """When (``time.monotonic``) a guard may next trip; None: no guard set, the job is
+        ending already (its stop's grace period must not spin the loop), or none can trip."""
+        if self.final is not None or (self.start_timeout is None and self.max_gpu_hours is None):
+            return None
+        wall = time.time()
+        at = policy.next_guard_check(now=wall, **self.guard_inputs())
+        return None if at is None else time.monotonic() + max(0.0, at - wall)
+
+    def hold_guards(self) -> bool:
+        """Stop the job if a guard tripped (``policy.guard_trip``), recording the trip (see the
+        module docstring); return whether one did."""
+        if self.final is not None or (self.start_timeout is None and self.max_gpu_hours is None):
+            return False
+        trip = policy.guard_trip(msg=self.msg, now=time.time(), **self.guard_inputs())
+        if trip is None:
+            return False
+        self.trip = trip
+        print(f"{policy.guard_msg(trip)}: {trip}", file=sys.stderr)
+        self.end("CANCELLED", policy.guard_msg(trip))
+        self.dirty = True
+        return True
 
     def progress(self) -> None:
         """Act on what changed: restarts due, a cancel, success, the end."""
@@ -549,11 +607,10 @@ class Supervisor:
                 cancel = store.read_json(os.path.join(self.dir, store.CANCEL), self.dir)
             except ValueError:  # not JSON, or swapped for a link: a cancel all the same
                 cancel = None
-            self.final, self.msg = "CANCELLED", store.cancelled_msg(cancel)
-            self.restart_group = []
-            self.grace = float((cancel or {}).get("grace", self.grace))
-            self.stop([x for x in self.replicas if x.running], session=True)
+            self.grace = policy.cancel_grace(cancel, self.grace)
+            self.end("CANCELLED", store.cancelled_msg(cancel))
         self.time_out()
+        self.hold_guards()
         if self.restart_group and not any(x.running for x in self.restart_group):
             group, self.restart_group = self.restart_group, []
             if not any(x.running for x in self.replicas):
@@ -561,7 +618,7 @@ class Supervisor:
                 # torchrun agent's store, a daemon) would hold its ports and answer the new one.
                 self.sweep()
             self.launch_all(group)
-        if self.final is None and all(x.state == "SUCCEEDED" for x in self.replicas):
+        if self.final is None and policy.succeeded([x.state for x in self.replicas]):
             self.final = "SUCCEEDED"
         if not any(x.running for x in self.replicas) and not self.winding_down():
             self.kill_at = None
@@ -592,7 +649,10 @@ class Supervisor:
             store.write_json_atomic(os.path.join(self.dir, store.SUPERVISOR), self.identity())
         self.grace = float(request.get("cancel_grace_period", 10.0))
         self.attempt_timeout = request.get("attempt_timeout")
+        self.start_timeout, self.max_gpu_hours = request.get("start_timeout"), request.get("max_gpu_hours")
+        self.submitted = float(request.get("created") or self.started)
         for role in request["roles"]:
+            self.gpus_of[role["name"]] = max(0, int((role.get("resource") or {}).get("gpu") or 0))
             self.retry[role["name"]] = (int(role.get("max_retries", 0)), str(role.get("retry_policy", "APPLICATION")))
         for role_name, params in request["role_params"].items():
             for idx, param in enumerate(params):
@@ -603,7 +663,7 @@ class Supervisor:
             self.take_gpus(request.get("gpus"))
         for r in self.replicas:
             r.create_logs()
-        if not self.cancel_requested:
+        if not self.cancel_requested and self.final is None:
             self.launch_all(self.replicas)
         # The replicas run meanwhile: their output waits in the pipes until the loop reads it.
         for r in self.replicas:
@@ -620,9 +680,9 @@ class Supervisor:
             if self.final is not None and not any(x.running for x in self.replicas) and self.kill_at is None:
                 break
             wake_at = self.tracked_at + _TRACK_INTERVAL
-            deadline = self.next_deadline()
-            if deadline is not None:
-                wake_at = min(wake_at, deadline)
+            for deadline in (self.next_deadline(), self.next_guard_check()):
+                if deadline is not None:
+                    wake_at = min(wake_at, deadline)
             if self.kill_at is not None:
                 wake_at = min(wake_at, self.kill_at)
                 if not any(x.running for x in self.replicas):  # orphans exit without a wake-up
@@ -716,14 +776,16 @@ def _base_attempt(env: dict[str, str]) -> int:
 
 
 def _exit_text(role: str, idx: int, code: int) -> str:
+    """``policy.exit_text``, with the name of the signal that killed the replica."""
+    name = None
     if code < 0:
         from signal import Signals  # its enums load once a replica was killed, not at start-up
 
-        try:
-            return f"role {role!r} replica {idx} was killed by {Signals(-code).name} (exit code {code})"
+        try:  # noqa: SIM105 - contextlib would cost start-up time
+            name = Signals(-code).name
         except ValueError:
             pass
-    return f"role {role!r} replica {idx} exited with code {code}"
+    return policy.exit_text(role, idx, code, name)
 
 
 def main(job_dir: str) -> None:
