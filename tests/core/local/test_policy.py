@@ -164,6 +164,7 @@ def test_max_gpu_hours_trips_once_the_running_gpus_spent_the_budget() -> None:
         "for_s": 91.0,
         "reason": "",
         "gpu_hours": pytest.approx(4 * 91 / 3600),
+        "cost_usd": None,
     }
 
 

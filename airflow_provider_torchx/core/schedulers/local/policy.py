@@ -214,4 +214,13 @@ def guard_msg(trip: dict[str, Any]) -> str:
 
 
 def _trip(guard: str, limit: float, state: str, for_s: float, reason: str, gpu_hours: float | None) -> dict[str, Any]:
-    return {"guard": guard, "limit": limit, "state": state, "for_s": for_s, "reason": reason, "gpu_hours": gpu_hours}
+    """A trip in ``Trip.to_dict``'s shape (a supervisor prices nothing: no ``cost_usd``)."""
+    return {
+        "guard": guard,
+        "limit": limit,
+        "state": state,
+        "for_s": for_s,
+        "reason": reason,
+        "gpu_hours": gpu_hours,
+        "cost_usd": None,
+    }
