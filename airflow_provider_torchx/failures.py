@@ -30,14 +30,16 @@ docs/behaviour.md ("Failure kinds").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowException
 
 from airflow_provider_torchx._compat import AirflowFailException
-from airflow_provider_torchx.core.failures import Failure, FailureKind
+from airflow_provider_torchx.core.failures import Failure, FailureKind, classify
+from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+from airflow_provider_torchx.core.specs import AppState
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy, RetryRule
@@ -54,7 +56,9 @@ __all__ = [
     "TorchXJobFailed",
     "TorchXStartTimedOut",
     "TorchXTimedOut",
+    "event_failure",
     "failure_class",
+    "failure_error",
     "torchx_retry_policy",
 ]
 
@@ -144,9 +148,61 @@ _CLASSES: dict[FailureKind, type[TorchXJobFailed]] = {
 }
 
 
+#: The never-retried twins of the kinds a policy may retry (see the module's docstring).
+_FINAL: dict[FailureKind, type[TorchXJobFailed]] = {
+    FailureKind.CAPACITY: TorchXStartTimedOut,
+    FailureKind.CONFIG: TorchXConfigRefused,
+}
+
+
 def failure_class(kind: FailureKind | str) -> type[TorchXJobFailed]:
     """The class a task raises for a failure of ``kind``."""
     return _CLASSES[FailureKind(kind)]
+
+
+def failure_error(
+    message: str,
+    failure: Failure,
+    *,
+    no_retry: bool,
+    app_handle: str | None = None,
+    root_cause: str | None = None,
+) -> TorchXJobFailed:
+    """The exception a task raises for ``failure``: its kind's class, an
+    ``AirflowFailException`` exactly when ``no_retry`` (the task fails without retry, as it
+    always did for it: an outside cancel, a guard, a configuration refused, a ``start_timeout``
+    without a retry policy); otherwise a class Airflow retries (``TorchXJobFailed`` itself for
+    a ``cancelled`` or ``guardrail`` kind that is retried: the task's own cancel,
+    ``retry_after_outside_cancel=True``)."""
+    cls = failure_class(failure.kind)
+    final = issubclass(cls, AirflowFailException)
+    if no_retry and not final:
+        cls = _FINAL.get(failure.kind, cls)
+    elif final and not no_retry:
+        cls = TorchXJobFailed
+    return cls(message, kind=failure.kind, app_handle=app_handle, root_cause=root_cause, why=failure.why)
+
+
+def event_failure(event: Mapping[str, Any], desc: DescribeAppResponse | None) -> Failure:
+    """The failure a watcher's non-success event reports (``watch.py``): what the watcher
+    decided (``failure_kind``, ``failure_why``), a guard's or the deadline's row of
+    ``classify``, or, for an event that carries no kind (one from an earlier version's
+    trigger), ``classify`` of the job as it is now (``desc``; None: the scheduler no longer
+    knows it, and the event's state and message are what is left). An ``error`` event (the job
+    vanished, or cannot be watched here) is ``infra``."""
+    state = AppState.__members__.get(str(event.get("state")), AppState.UNKNOWN)
+    seen = desc if desc is not None else DescribeAppResponse(state=state, msg=str(event.get("message") or ""))
+    status = event.get("status")
+    decided: Failure | None = None
+    if event.get("failure_kind"):
+        decided = Failure(FailureKind(event["failure_kind"]), str(event.get("failure_why") or ""))
+    elif status == "guardrail":
+        decided = classify(seen, guard=str(event.get("guard")))
+    elif status == "timeout":
+        decided = classify(seen, timed_out=True)
+    elif status == "failed":
+        decided = classify(seen)
+    return decided or Failure(FailureKind.INFRA, str(event.get("message") or "the job could not be watched"))
 
 
 #: The kinds ``torchx_retry_policy`` retries (within the task's ``retries``) and fails at once.

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
-from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, failed_replica_note, find_root_cause
+from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, RootCause, failed_replica_note, find_root_cause
+from airflow_provider_torchx.core.failures import Failure, classify
 from airflow_provider_torchx.core.guards import START_TIMEOUT, GuardrailTrippedError, Guards, Trip
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import (
@@ -58,7 +59,7 @@ from airflow_provider_torchx.core.logstream import (
     last_lines,
     replica_counts,
 )
-from airflow_provider_torchx.core.schedulers.api import CancelledBy
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
 from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
 
@@ -455,6 +456,7 @@ class TaskWatcher(JobWatch):
             root = find_root_cause(self.runner, self.app_handle, status, {(rep.role, rep.id): lines})
             where = failed_replica_note(rep, root)
         message = f"TorchX job {self.app_handle} ended {status.state.name}: {status.msg or 'no reason given'}{where}"
+        failure = self.failure(status, root)
         return self.event(
             "failed",
             state=status.state.name,
@@ -462,7 +464,18 @@ class TaskWatcher(JobWatch):
             tail=tail,
             ui_url=status.ui_url,
             root_cause=root.format() if root else None,
+            failure_kind=failure.kind.value if failure else None,
+            failure_why=failure.why if failure else None,
         )
+
+    def failure(self, status: AppStatus, root: RootCause | None) -> Failure | None:
+        """The kind of the ended job's failure (``core/failures.py``), from its description (who
+        cancelled it, its replicas' reasons and exit codes: what ``status`` has, where the
+        scheduler no longer describes it) and its root cause. Blocks."""
+        desc = self.runner.describe_app(self.app_handle)
+        if desc is None:
+            desc = DescribeAppResponse(state=status.state, msg=status.msg, roles_statuses=status.roles)
+        return classify(desc, root)
 
     def guardrail_event(self, trip: Trip) -> dict[str, Any]:
         """Cancel the job for the guard that tripped and return the ``guardrail`` event, whose
