@@ -24,6 +24,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_torchx import checkpointing
 from airflow_provider_torchx.core.checkpoints import check_root
+from airflow_provider_torchx.core.failures import Failure
 from airflow_provider_torchx.core.guards import (
     MAX_GPU_HOURS,
     START_TIMEOUT,
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_torchx.core.cursors import CursorFile, LogPosition
-    from airflow_provider_torchx.core.failures import Failure
     from airflow_provider_torchx.core.runner import Runner
     from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
     from airflow_provider_torchx.core.usage import Usage
@@ -531,7 +531,8 @@ class TorchXRunOperator(BaseOperator):
         """The exception for the job's failure (``failures.failure_error``), its kind written to
         the task log (``Failure kind: app (ValueError on trainer/0)``) and counted
         (``torchx.job.failed``, tag ``kind``)."""
-        self.log.error("Failure kind: %s (%s)", failure.kind.value, redact(failure.why))
+        failure = Failure(failure.kind, str(redact(failure.why)))  # a reason may quote a secret
+        self.log.error("Failure kind: %s (%s)", failure.kind.value, failure.why)
         emit_failed(
             scheduler=parse_app_handle(handle).scheduler_backend,
             dag_id=self.dag_id,
