@@ -30,6 +30,7 @@ docs/behaviour.md ("Failure kinds").
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -136,6 +137,8 @@ class TorchXStartTimedOut(TorchXCapacityFailure, AirflowFailException):
 class TorchXConfigRefused(TorchXConfigFailure, AirflowFailException):
     """A configuration refused before anything was submitted: no retry can fix it."""
 
+
+log = logging.getLogger(__name__)
 
 _CLASSES: dict[FailureKind, type[TorchXJobFailed]] = {
     FailureKind.APP: TorchXAppFailure,
@@ -268,6 +271,9 @@ def torchx_retry_policy(
                     return decision
             if isinstance(exception, TorchXJobFailed):
                 action, delay, reason = decide(exception.failure, capacity_delay)
+                # Airflow logs its decision with the reason as a field, which a task log's
+                # reader may not show: the line says it in words.
+                log.info("TorchX retry policy: %s", reason)
                 if action != "default" or fallback is None:
                     return RetryDecision(action=RetryAction(action), retry_delay=delay, reason=reason)
             if fallback is not None:
