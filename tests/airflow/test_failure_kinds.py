@@ -35,6 +35,7 @@ from airflow_provider_torchx.failures import (
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from tests.airflow.helpers import FakeTI, wait_until
+from tests.fixtures import aborted_node
 from tests.fixtures.airflow import REPO, AirflowEnv
 
 try:
@@ -69,6 +70,29 @@ def test_an_exit_1_raises_the_app_failure_with_its_kind_handle_and_log_line(
     assert ti.xcoms["usage"]["failure_kind"] == "app"
     out, err = capfd.readouterr()
     assert "Failure kind: app (exit code 1 on w/0)" in out + err
+
+
+def test_the_failure_tells_one_story_the_failing_rank_its_code_and_its_own_last_lines(
+    local_jobs: tuple[Runner, list[str]],
+) -> None:
+    """A node whose rank 1 aborted while rank 0 logged a collateral gloo error
+    (``tests/fixtures/aborted_node.py``): the message names rank 1 and its signal, then rank
+    1's own last lines (faulthandler's module list left out), never rank 0's."""
+    node = f"{sys.executable} {aborted_node.__file__} peer-first"
+    op = TorchXRunOperator(
+        task_id="task", component="utils.sh", component_args=[node], scheduler="local_cwd", deferrable=False
+    )
+    ti = FakeTI(run_id="kinds-story")
+    with pytest.raises(TorchXAppFailure) as raised:
+        op.execute({"ti": ti})  # type: ignore[arg-type]
+    local_jobs[1].append(ti.xcoms["app_handle"])
+    message = str(raised.value)
+    head = "Root cause (rank 1, replica sh/0, exit code -6): Signal 6 (SIGABRT) received by PID 1596\n"
+    assert message.startswith(head), message
+    own = message[message.index("\nLast ") :]
+    assert own.startswith("\nLast 5 lines of rank 1's stderr:\nrank 1: corrupt shard, aborting\n"), message
+    assert "Connection closed by peer" not in message and "Extension modules" not in message, message
+    assert raised.value.why == "SIGABRT on sh/0"
 
 
 def test_a_missing_local_dir_image_is_refused_as_config_before_anything_is_submitted(
