@@ -4,7 +4,8 @@ off: the client is then a no-op).
 
 Every metric is tagged with the scheduler and the task, under Airflow's own names
 (``scheduler``, ``dag_id``, ``task_id``: ``job_tags``); a usage metric adds ``app_name``,
-``torchx.job.orphan_cancelled`` the ``reason`` and ``torchx.job.guardrail`` the ``guard``.
+``torchx.job.orphan_cancelled`` the ``reason``, ``torchx.job.guardrail`` the ``guard`` and
+``torchx.job.failed`` the failure's ``kind``.
 Plain StatsD carries no tags: they reach the wire with ``statsd_influxdb_enabled``, DogStatsD
 (``statsd_datadog_enabled``) or OpenTelemetry.
 """
@@ -27,6 +28,8 @@ COST_USD = "torchx.job.cost_usd"
 ORPHAN_CANCELLED = "torchx.job.orphan_cancelled"
 #: A counter: a guard stopped a job (``core/guards.py``; ``attempt_timeout``: the scheduler did).
 GUARDRAIL = "torchx.job.guardrail"
+#: A counter: a task failed for its job, tagged with the failure's ``kind`` (``core/failures.py``).
+FAILED = "torchx.job.failed"
 
 
 def job_tags(*, scheduler: str, dag_id: str, task_id: str, **more: str) -> dict[str, str]:
@@ -63,3 +66,9 @@ def emit_guardrail(*, scheduler: str, dag_id: str, task_id: str, guard: str) -> 
     """Count a job stopped by a guard (``start_timeout``, ``max_gpu_hours``,
     ``attempt_timeout``), tagged with which."""
     stats().incr(GUARDRAIL, tags=job_tags(scheduler=scheduler, dag_id=dag_id, task_id=task_id, guard=guard))
+
+
+def emit_failed(*, scheduler: str, dag_id: str, task_id: str, kind: str) -> None:
+    """Count a task failed for its job, tagged with the failure's kind (``app``, ``infra``,
+    ``capacity``, ``config``, ``cancelled``, ``guardrail``, ``timeout``)."""
+    stats().incr(FAILED, tags=job_tags(scheduler=scheduler, dag_id=dag_id, task_id=task_id, kind=kind))

@@ -26,6 +26,7 @@ on the loop a few hundred at a time, yielding in between.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -38,8 +39,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.cursors import CursorFile, LogPosition, newest
-from airflow_provider_torchx.core.errorfile import SUMMARY_LINES, failed_replica_note, find_root_cause
+from airflow_provider_torchx.core.errorfile import (
+    EXTENSION_MODULES,
+    SUMMARY_LINES,
+    RootCause,
+    failed_replica_note,
+    find_root_cause,
+)
 from airflow_provider_torchx.core.errors import RecordRefusedError
+from airflow_provider_torchx.core.failures import Failure, classify
 from airflow_provider_torchx.core.guards import START_TIMEOUT, GuardrailTrippedError, Guards, Trip
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.logstream import (
@@ -59,7 +67,7 @@ from airflow_provider_torchx.core.logstream import (
     last_lines,
     replica_counts,
 )
-from airflow_provider_torchx.core.schedulers.api import CancelledBy
+from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
 from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
 
@@ -195,13 +203,15 @@ def event_position(event: Mapping[str, Any]) -> LogPosition:
 
 def failure_message(event: Mapping[str, Any]) -> str:
     """The task's error text for a non-success event: the root cause (when torchrun reported
-    one, ``core/errorfile.py``), the reason, then the log tail."""
+    one, ``core/errorfile.py``), the reason, then the log tail (the failing rank's own, when
+    the scheduler keeps its stderr: ``tail_of``)."""
     message = str(event.get("message") or f"TorchX job {event.get('app_handle')} did not succeed: {event}")
     if event.get("root_cause"):
         message = f"{event['root_cause']}\n{message}"
     tail = event.get("tail") or []
     if tail:
-        message += f"\nLast {len(tail)} log lines:\n" + "\n".join(tail)
+        whose = f"lines of {event['tail_of']}" if event.get("tail_of") else "log lines"
+        message += f"\nLast {len(tail)} {whose}:\n" + "\n".join(tail)
     return message
 
 
@@ -484,14 +494,47 @@ class TaskWatcher(JobWatch):
             root = find_root_cause(self.runner, self.app_handle, status, {(rep.role, rep.id): lines})
             where = failed_replica_note(rep, root)
         message = f"TorchX job {self.app_handle} ended {status.state.name}: {status.msg or 'no reason given'}{where}"
+        failure = self.failure(status, root)
+        shown, tail_of = root, None
+        own = self.rank_tail(root)
+        if root is not None and own:
+            # One story: the failing rank, its code, then its own last lines (once, below),
+            # not the replica's, whose last lines are its sibling ranks' collateral errors.
+            shown, tail, tail_of = dataclasses.replace(root, stderr=()), own, f"rank {root.rank}'s stderr"
         return self.event(
             "failed",
             state=status.state.name,
             message=message,
             tail=tail,
+            tail_of=tail_of,
             ui_url=status.ui_url,
-            root_cause=root.format() if root else None,
+            root_cause=shown.format() if shown else None,
+            failure_kind=failure.kind.value if failure else None,
+            failure_why=failure.why if failure else None,
         )
+
+    def rank_tail(self, root: RootCause | None) -> list[str]:
+        """The failing rank's own last ``FAILURE_TAIL_LINES`` stderr lines, where the
+        scheduler keeps them (``root.own_stderr``: ``Scheduler.rank_stderr``), faulthandler's
+        list of modules left out; empty otherwise. Blocks."""
+        if root is None or not root.own_stderr or root.local_rank is None:
+            return []
+        role, _, k = root.replica.rpartition("/")
+        try:
+            lines = self.runner.rank_stderr(self.app_handle, role, int(k), root.local_rank, FAILURE_TAIL_LINES + 1)
+        except (ValueError, NotImplementedError, OSError):
+            return []
+        kept = [line.rstrip("\r\n") for line in lines or [] if line.strip()]
+        return [line for line in kept if not line.startswith(EXTENSION_MODULES)][-FAILURE_TAIL_LINES:]
+
+    def failure(self, status: AppStatus, root: RootCause | None) -> Failure | None:
+        """The kind of the ended job's failure (``core/failures.py``), from its description (who
+        cancelled it, its replicas' reasons and exit codes: what ``status`` has, where the
+        scheduler no longer describes it) and its root cause. Blocks."""
+        desc = self.runner.describe_app(self.app_handle)
+        if desc is None:
+            desc = DescribeAppResponse(state=status.state, msg=status.msg, roles_statuses=status.roles)
+        return classify(desc, root)
 
     def guardrail_event(self, trip: Trip) -> dict[str, Any]:
         """Cancel the job for the guard that tripped and return the ``guardrail`` event, whose

@@ -727,6 +727,7 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
             shown = [
                 printable_tree(status).format(),
                 printable_tree(root).format() if root else "",
+                printable(jobviews.failure_line(runner.describe_app(handle), root)),
                 _timing(runner, handle),
             ]
             text = "\n".join(part for part in shown if part)

@@ -105,6 +105,9 @@ _AGENT_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ (?P<pid>\d+) \S+\.py
 #: torchrun's line on a failed worker: where its failure report starts.
 _WORKER_FAILED = "failed (exitcode: "
 _PY_TRACEBACK = "Traceback (most recent call last):"
+#: faulthandler's list of a crashed process' extension modules: one long line of noise, left
+#: out of a root cause's excerpt.
+EXTENSION_MODULES = "Extension modules: "
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ def with_rank_stderr(cause: RootCause, stderr: Sequence[str]) -> RootCause:
 
 
 def _with_stderr(cause: RootCause, stderr: Sequence[str], own: bool) -> RootCause:
+    stderr = [line for line in stderr if not line.startswith(EXTENSION_MODULES)]
     if not stderr:
         return cause
     shown = tuple(

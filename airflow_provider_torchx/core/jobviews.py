@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow_provider_torchx.core.failures import classify
 from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse
 from airflow_provider_torchx.core.specs import AppDef, ReplicaStatus, Resource, Role
@@ -90,9 +91,18 @@ def replica_dict(rep: ReplicaStatus) -> dict[str, Any]:
     }
 
 
+def failure_line(desc: DescribeAppResponse | None, root_cause: RootCause | None = None) -> str:
+    """``Failure kind: app (ValueError on trainer/0)`` of an ended job that failed
+    (``core/failures.py``); "" otherwise."""
+    failure = classify(desc, root_cause) if desc is not None else None
+    return f"Failure kind: {failure.kind.value} ({failure.why})" if failure else ""
+
+
 def status_dict(handle: str, desc: DescribeAppResponse, root_cause: RootCause | None = None) -> dict[str, Any]:
     """``status --json``: the job's state and why (with a failed job's ``root_cause``,
-    ``core/errorfile.py``), its replicas, times and usage."""
+    ``core/errorfile.py``, and ``failure_kind``, ``core/failures.py``), its replicas, times
+    and usage."""
+    failure = classify(desc, root_cause)
     return {
         "handle": handle,
         "state": desc.state.name,
@@ -111,6 +121,7 @@ def status_dict(handle: str, desc: DescribeAppResponse, root_cause: RootCause | 
         "usage": desc.usage.to_dict() if desc.usage is not None else None,
         "checkpoint_dir": desc.checkpoint_dir,
         "root_cause": plain(root_cause) if root_cause is not None else None,
+        "failure_kind": failure.kind.value if failure else None,
     }
 
 
@@ -195,6 +206,9 @@ def describe_text(app: AppDef, desc: DescribeAppResponse | None, root_cause: Roo
         lines.append("Metadata: " + ", ".join(f"{k}={v}" for k, v in app.metadata.items()))
     if desc is not None:
         lines.append(f"State: {desc.state.name}" + (f" ({desc.msg})" if desc.msg else ""))
+        kind = failure_line(desc, root_cause)
+        if kind:
+            lines.append(kind)
         if desc.labels:
             lines.append("Labels: " + ", ".join(f"{k}={v}" for k, v in sorted(desc.labels.items())))
         if desc.checkpoint_dir:

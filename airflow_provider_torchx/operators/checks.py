@@ -17,8 +17,9 @@ which loads it).
 ``fail_without_retry`` turns the errors that cannot change on a retry (unknown component,
 scheduler or connection, bad run option, invalid spec, missing queue, no AWS credentials or
 region, access denied: ``SchedulerSetupError`` unless ``transient``) into
-``AirflowFailException``: the task fails at once, with one message and no chained
-exception. Transient errors (throttling, a lost connection) pass through and are retried.
+``TorchXConfigRefused`` (an ``AirflowFailException`` of kind ``config``): the task fails at
+once, with one message and no chained exception. Transient errors (throttling, a lost
+connection) pass through and are retried.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowNotFoundException
 
-from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.errors import (
     ComponentError,
     InvalidRunConfigError,
@@ -41,9 +41,11 @@ from airflow_provider_torchx.core.errors import (
     SchedulerSetupError,
     UnknownSchedulerError,
 )
+from airflow_provider_torchx.core.failures import FailureKind
 from airflow_provider_torchx.core.runner import RUN_OPTIONS_ENTRY_POINT_GROUP, SCHEDULER_ENTRY_POINT_GROUP
 from airflow_provider_torchx.core.runopts import did_you_mean, runopts
 from airflow_provider_torchx.core.specs import AppDef, validate_app
+from airflow_provider_torchx.failures import TorchXConfigRefused
 
 # The component resolver (and its ``argparse``) loads when a component is checked: a DAG of
 # ``app=`` tasks does not pay for it.
@@ -186,16 +188,18 @@ def short_message(error: BaseException, component: str | None = None) -> str:
 
 @contextmanager
 def fail_without_retry(component: str | None = None) -> Iterator[None]:
-    """Re-raise ``CONFIG_ERRORS`` as ``AirflowFailException`` (one message, no chained
-    exception); let every other exception through."""
+    """Re-raise ``CONFIG_ERRORS`` as ``TorchXConfigRefused`` (an ``AirflowFailException`` of
+    kind ``config``: one message, no chained exception); let every other exception through."""
+    config = FailureKind.CONFIG
     try:
         yield
     except CONFIG_ERRORS as e:
-        raise AirflowFailException(f"{type(e).__name__}: {short_message(e, component)}") from None
+        message = f"{type(e).__name__}: {short_message(e, component)}"
+        raise TorchXConfigRefused(message, kind=config, why=type(e).__name__) from None
     except SchedulerSetupError as e:  # no credentials or region, access denied: not a retry's to fix
         if e.transient:
             raise
-        raise AirflowFailException(f"{type(e).__name__}: {e}") from None
+        raise TorchXConfigRefused(f"{type(e).__name__}: {e}", kind=config, why=type(e).__name__) from None
 
 
 def request_dict(text: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from airflow_provider_torchx import checkpointing
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.checkpoints import check_root
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, RecordRefusedError
+from airflow_provider_torchx.core.failures import Failure
 from airflow_provider_torchx.core.guards import (
     MAX_COST,
     MAX_GPU_HOURS,
@@ -39,10 +40,11 @@ from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
+from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, event_failure, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
-from airflow_provider_torchx.metrics import emit_guardrail
+from airflow_provider_torchx.metrics import emit_failed, emit_guardrail
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.retention import apply_retention
 from airflow_provider_torchx.usage_report import report_usage
@@ -542,43 +544,78 @@ class TorchXRunOperator(BaseOperator):
             self._guardrail(event, context)
         if event.get("refused"):  # its record refused: stopped before this (watch.py, refused_event)
             raise AirflowFailException(redact(str(event["message"])))
-        if event["status"] in ("success", "failed"):
+        if event["status"] == "success":
             self._report_usage(handle, context)
             self.job_state = event.get("state")
-        if event["status"] == "success":
             self.log.info("TorchX job %s SUCCEEDED", handle)
             return self._report_success(context, cursor_file, position, handle)
         assert self._runner is not None
+        desc = self._runner.describe_app(handle) if event["status"] != "timeout" else None
+        failure = event_failure(event, desc)
+        if event["status"] == "failed":
+            self._report_usage(handle, context, failure=failure)
+            self.job_state = event.get("state")
         if event["status"] == "timeout":
             within = f"did not end within {self._wait_seconds():.0f}s"
             reason = task_cancel_reason(task_identity(context), f"timed out ({within})")
             self._runner.cancel(handle, reason=reason, by=CancelledBy.TASK)
-            raise AirflowException(f"TorchX job {handle} {within} (still {event.get('state')}); cancelled it")
-        message = redact(failure_message(event))
+            message = f"TorchX job {handle} {within} (still {event.get('state')}); cancelled it"
+            raise self._failed(message, failure, handle, event)
+        message = str(redact(failure_message(event)))
         if "attempt_timeout" in message or "attempt duration exceeded timeout" in message:
-            self._guardrail_line("attempt_timeout", str(message).splitlines()[0], handle)
-        who = None if self.retry_after_outside_cancel else outside_canceller(self._runner.describe_app(handle))
+            self._guardrail_line("attempt_timeout", message.splitlines()[0], handle)
+        who = None if self.retry_after_outside_cancel else outside_canceller(desc)
         if who:
-            raise AirflowFailException(
+            message = (
                 f"{message}\nThe job was cancelled from outside this task, by {redact(who)}: not retried "
                 "(retry_after_outside_cancel=True retries after such a cancel)"
             )
-        raise AirflowException(message)
+        raise self._failed(message, failure, handle, event, no_retry=bool(who))
+
+    def _failed(
+        self, message: str, failure: Failure, handle: str, event: Mapping[str, Any], *, no_retry: bool = False
+    ) -> TorchXJobFailed:
+        """The exception for the job's failure (``failures.failure_error``), its kind written to
+        the task log (``Failure kind: app (ValueError on trainer/0)``) and counted
+        (``torchx.job.failed``, tag ``kind``)."""
+        failure = Failure(failure.kind, str(redact(failure.why)))  # a reason may quote a secret
+        self.log.error("Failure kind: %s (%s)", failure.kind.value, failure.why)
+        emit_failed(
+            scheduler=parse_app_handle(handle).scheduler_backend,
+            dag_id=self.dag_id,
+            task_id=self.task_id,
+            kind=failure.kind.value,
+        )
+        root = event.get("root_cause")
+        return failure_error(
+            message, failure, no_retry=no_retry, app_handle=handle, root_cause=str(redact(root)) if root else None
+        )
 
     def _guardrail(self, event: Mapping[str, Any], context: Context) -> None:
         """A guard stopped the job (the watcher cancelled it): one line in the task log, the
         metric, the usage summary (saying when the GPU budget was hit), then the failure,
-        without retry."""
+        without retry (a ``start_timeout``, kind ``capacity``, is left to the task's retry
+        policy when it has one: ``failures.py``)."""
         handle = str(event["app_handle"])
         message = str(redact(str(event.get("message"))))
         self._guardrail_line(str(event["guard"]), message, handle)
-        self._report_usage(handle, context, budget=event if event["guard"] in (MAX_GPU_HOURS, MAX_COST) else None)
+        failure = event_failure(event, None)
+        budget = event if event["guard"] in (MAX_GPU_HOURS, MAX_COST) else None
+        self._report_usage(handle, context, budget=budget, failure=failure)
         self.job_state = event.get("state")
-        raise AirflowFailException(message)
+        policy = getattr(self, "retry_policy", None)  # Airflow >= 3.3
+        no_retry = failure.kind != FailureKind.CAPACITY or policy is None
+        raise self._failed(message, failure, handle, event, no_retry=no_retry)
 
-    def _report_usage(self, handle: str, context: Context, budget: Mapping[str, Any] | None = None) -> None:
+    def _report_usage(
+        self,
+        handle: str,
+        context: Context,
+        budget: Mapping[str, Any] | None = None,
+        failure: Failure | None = None,
+    ) -> None:
         """The ended (or guard-stopped) job's usage summary: logged, pushed, emitted
-        (``usage_report.report_usage``)."""
+        (``usage_report.report_usage``), with the kind of its ``failure``."""
         assert self._runner is not None
         self.usage = report_usage(
             self._runner,
@@ -588,6 +625,7 @@ class TorchXRunOperator(BaseOperator):
             self.app_name or getattr(self.app, "name", None),
             checkpoint_dir=self.checkpoint_dir,
             budget=budget,
+            failure_kind=failure.kind if failure else None,
         )
 
     def _guardrail_line(self, guard: str, message: str, handle: str) -> None:

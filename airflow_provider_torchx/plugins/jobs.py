@@ -35,6 +35,7 @@ from airflow_provider_torchx.core import jobviews
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errorfile import RootCause, find_root_cause
 from airflow_provider_torchx.core.errors import UnknownAppError, shown
+from airflow_provider_torchx.core.failures import classify
 from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, cursor_object
@@ -315,7 +316,7 @@ def root_cause(runner: Runner, app_handle: str, desc: DescribeAppResponse) -> Ro
 def job_details(
     app_handle: str, conn_id: str | None, desc: DescribeAppResponse, cause: RootCause | None = None
 ) -> dict[str, Any]:
-    """The job page's data: state, failure reason and root cause (``cause``), when it was
+    """The job page's data: state, failure reason, kind and root cause (``cause``), when it was
     submitted, started and ended, its usage once ended, roles with their resources (devices
     asked) and replicas (state, exit code, host, GPUs given), labels, the checkpoint location
     and the scheduler's console URL (never ``file://``)."""
@@ -346,6 +347,7 @@ def job_details(
         "terminal": desc.state.is_terminal(),
         "msg": desc.msg or desc.structured_error_msg,
         "root_cause": _cause_json(cause) if cause is not None else None,
+        "failure_kind": failure.kind.value if (failure := classify(desc, cause)) else None,
         "created": epoch(desc.created),
         "started": epoch(desc.started),
         "ended": epoch(desc.ended),

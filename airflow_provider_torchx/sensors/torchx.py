@@ -2,20 +2,23 @@
 ``TorchXRunOperator(wait_for_completion=False)`` whose return value is templated in).
 
 Succeeds when the job SUCCEEDED, fails with the reason (failed replica, exit code or Batch
-reason, last log lines) otherwise. It never cancels the job: it does not own it.
+reason, last log lines) otherwise, raising the failure kind's ``TorchXJobFailed``
+(``failures.py``). It never cancels the job: it does not own it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.exceptions import AirflowException
 from airflow.sdk import BaseSensorOperator
 
 from airflow_provider_torchx._compat import AirflowSensorTimeout
+from airflow_provider_torchx.core.specs import parse_app_handle
+from airflow_provider_torchx.failures import event_failure, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
+from airflow_provider_torchx.metrics import emit_failed
 from airflow_provider_torchx.usage_report import report_usage
 
 # The watching path and the trigger (with Airflow's ``airflow.triggers``) are imported where
@@ -23,6 +26,7 @@ from airflow_provider_torchx.usage_report import report_usage
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_torchx.core.runner import Runner
     from airflow_provider_torchx.watch import TaskWatcher
 
 
@@ -82,7 +86,7 @@ class TorchXJobSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool:
-        from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, failure_message, task_identity
+        from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, task_identity
 
         if self._watcher is None:
             runner = self.hook().get_runner()
@@ -101,24 +105,38 @@ class TorchXJobSensor(BaseSensorOperator):
             self.log.info("%s is %s", self.app_handle, status.state.name)
             return False
         event = self._watcher.outcome(status)
-        report_usage(self._watcher.runner, self.app_handle, context, self.log)
-        if event["status"] != "success":
-            raise AirflowException(failure_message(event))
-        self.log.info("TorchX job %s SUCCEEDED", self.app_handle)
+        self._end(self._watcher.runner, event, context)
         return True
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
         """Resume after the trigger's event: flush the remaining log lines, then succeed or raise."""
-        from airflow_provider_torchx.watch import cursor_file_for, failure_message, flush_logs, task_identity
+        from airflow_provider_torchx.watch import cursor_file_for, flush_logs, task_identity
 
         runner = self.hook().get_runner()
         if self.stream_logs:
             flush_logs(runner, event, self.log, cursor_file_for(runner, self.app_handle, task_identity(context)))
-        if event["status"] in ("success", "failed"):
-            report_usage(runner, self.app_handle, context, self.log)
         if event["status"] == "timeout":
             raise AirflowSensorTimeout(f"{self.app_handle} did not end within {self.timeout}s: {event.get('message')}")
-        if event["status"] != "success":
-            raise AirflowException(failure_message(event))
-        self.log.info("TorchX job %s SUCCEEDED", self.app_handle)
+        self._end(runner, event, context)
         return self.app_handle
+
+    def _end(self, runner: Runner, event: Mapping[str, Any], context: Context) -> None:
+        """The job ended: report its usage (with a failure's kind), then succeed or raise its
+        kind's ``TorchXJobFailed`` (``failures.failure_error``; a cancel from outside too is
+        retried, as it always was for the sensor: it does not own the job)."""
+        from airflow_provider_torchx.watch import failure_message
+
+        failure = None
+        if event["status"] != "success":
+            failure = event_failure(event, runner.describe_app(self.app_handle))
+        if event["status"] in ("success", "failed"):
+            report_usage(runner, self.app_handle, context, self.log, failure_kind=failure.kind if failure else None)
+        if failure is not None:
+            self.log.error("Failure kind: %s (%s)", failure.kind.value, failure.why)
+            scheduler = parse_app_handle(self.app_handle).scheduler_backend
+            emit_failed(scheduler=scheduler, dag_id=self.dag_id, task_id=self.task_id, kind=failure.kind.value)
+            root = event.get("root_cause")
+            raise failure_error(
+                failure_message(event), failure, no_retry=False, app_handle=self.app_handle, root_cause=root
+            )
+        self.log.info("TorchX job %s SUCCEEDED", self.app_handle)

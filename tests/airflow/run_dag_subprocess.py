@@ -1,6 +1,6 @@
 """Run one DAG of a file of the test DAGs folder with ``dag.test()`` in a fresh process (so Airflow reads
 its configuration, e.g. ``[metrics]`` or ``[openlineage]``, from this process's environment),
-then print each task's state and ``usage`` XCom as one JSON line ``RESULT {...}``.
+then print each task's state, try number and ``usage`` XCom as one JSON line ``RESULT {...}``.
 
 Usage: ``python -m tests.airflow.run_dag_subprocess DAG_FILE DAG_ID`` (a file of the DAGs folder)
 with the environment of ``tests/fixtures/airflow.py`` (AIRFLOW_HOME, DAGs folder, migrated database).
@@ -24,7 +24,7 @@ def main(dag_file: str, dag_id: str) -> None:
     result = {}
     for ti in dag_run.get_task_instances():
         usage = ti.xcom_pull(task_ids=ti.task_id, key="usage")
-        result[ti.task_id] = {"state": str(ti.state), "usage": usage}
+        result[ti.task_id] = {"state": str(ti.state), "try_number": ti.try_number, "usage": usage}
     # One write: ``print`` writes the text and the newline apart, and a log line of another
     # thread (Python runs unbuffered here) could land between them, on the RESULT line.
     sys.stdout.write("RESULT " + json.dumps(result) + "\n")

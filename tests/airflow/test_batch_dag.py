@@ -1,12 +1,14 @@
 """AWS Batch DAGs against the moto server, with jobs run as real Docker containers: the example
 (a multi-node job) and a single-node job, in the worker and deferred, and a retried task that
-reattaches to its single-node job by its identity."""
+reattaches to its single-node job by its identity; the failure kinds moto's jobs get (a
+container that exits 1, a missing image, a TerminateJob by hand, a cancel through our CLI)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -18,8 +20,10 @@ except ImportError:  # Airflow 3.1
     from airflow.exceptions import TaskDeferred  # type: ignore[attr-defined,no-redef]
 
 from airflow_provider_torchx._compat import AirflowFailException
+from airflow_provider_torchx.core.failures import FailureKind
 from airflow_provider_torchx.core.runner import get_runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from airflow_provider_torchx.failures import TorchXAppFailure, TorchXCancelled, TorchXJobFailed
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.watch import task_identity
 from tests.airflow.helpers import FakeTI, wait_until
@@ -115,37 +119,84 @@ def test_retry_reattaches_to_its_single_node_job_by_identity(batch_conn: str) ->
     assert native is not None and native.request.job_def["type"] == "container"
 
 
-def test_a_terminatejob_by_hand_fails_the_task_without_retry_naming_its_reason(batch_conn: str) -> None:
+def busybox(name: str, script: str, image: str = "busybox:local") -> AppDef:
+    return AppDef(
+        name, roles=[Role("main", image=image, entrypoint="sh", args=["-c", script], resource=Resource(1, 0, 64))]
+    )
+
+
+def batch_operator(app: AppDef, batch_conn: str) -> TorchXRunOperator:
+    return TorchXRunOperator(
+        task_id="task", app=app, scheduler="aws_batch", cfg={"queue": batch_conn}, poll_interval=0.5, deferrable=False
+    )
+
+
+def stop_once_running(op: TorchXRunOperator, stop: Callable[[str], None]) -> None:
+    """Call ``stop`` with the task's job's handle once the job runs."""
+    handle = wait_until(lambda: op.app_handle, timeout=60, what="the submit")
+    runner = get_runner()
+    wait_until(lambda: runner.status(handle).state == AppState.RUNNING, timeout=60, what="the job to run")  # type: ignore[union-attr]
+    stop(handle)
+
+
+def test_a_terminatejob_by_hand_without_batchs_evidence_is_an_ordinary_failure(batch_conn: str) -> None:
+    """A TerminateJob with a reason on no list: moto's server does not return
+    ``isTerminated``, so there is no evidence of a cancel: the task fails as for any
+    failure, retried (not ``TorchXCancelled``), naming the reason."""
     import boto3
 
-    app = AppDef(
-        "byhand",
-        roles=[
-            Role("main", image="busybox:local", entrypoint="sh", args=["-c", "sleep 60"], resource=Resource(1, 0, 64))
-        ],
-    )
-    batch, stopped = boto3.client("batch"), []
+    batch = boto3.client("batch")
 
-    def terminate_once_running() -> None:
-        handle = wait_until(lambda: op.app_handle, timeout=60, what="the submit")
-        runner = get_runner()
-        wait_until(lambda: runner.status(handle).state == AppState.RUNNING, timeout=60, what="the job to run")  # type: ignore[union-attr]
+    def terminate(handle: str) -> None:
         name = handle.rsplit(":", 1)[1]
         jobs = batch.list_jobs(jobQueue=batch_conn, filters=[{"name": "JOB_NAME", "values": [name]}])["jobSummaryList"]
         batch.terminate_job(jobId=jobs[0]["jobId"], reason="stopped by ops: disk full")
-        stopped.append(jobs[0]["jobId"])
 
-    op = TorchXRunOperator(
-        task_id="task", app=app, scheduler="aws_batch", cfg={"queue": batch_conn}, poll_interval=0.5, deferrable=False
-    )
-    thread = threading.Thread(target=terminate_once_running, daemon=True)
+    op = batch_operator(busybox("byhand", "sleep 60"), batch_conn)
+    thread = threading.Thread(target=stop_once_running, args=(op, terminate), daemon=True)
     thread.start()
-    with pytest.raises(AirflowFailException, match="cancelled from outside this task, by a CancelJob/TerminateJob"):
+    with pytest.raises(TorchXJobFailed, match="stopped by ops: disk full") as raised:
         op.execute({"ti": FakeTI(run_id=f"byhand__{uuid.uuid4().hex[:12]}")})  # type: ignore[arg-type]
     thread.join(5)
-    assert stopped
+    assert raised.value.kind == FailureKind.INFRA, raised.value.why  # ended from outside the job's code
+    assert not isinstance(raised.value, AirflowFailException | TorchXCancelled)
     status = get_runner().status(str(op.app_handle))
     assert status is not None and status.state == AppState.FAILED and "stopped by ops: disk full" in status.msg
+
+
+def test_a_cancel_through_our_cli_is_cancelled_and_not_retried(batch_conn: str) -> None:
+    from airflow_provider_torchx.core.cli import main
+
+    op = batch_operator(busybox("clicancel", "sleep 60"), batch_conn)
+    codes: list[int] = []
+    thread = threading.Thread(target=stop_once_running, args=(op, lambda h: codes.append(main(["cancel", h]))))
+    thread.start()
+    with pytest.raises(TorchXCancelled, match="cancelled from outside this task") as raised:
+        op.execute({"ti": FakeTI(run_id=f"clicancel__{uuid.uuid4().hex[:12]}")})  # type: ignore[arg-type]
+    thread.join(5)
+    assert codes == [0] and raised.value.kind == FailureKind.CANCELLED
+    assert isinstance(raised.value, AirflowFailException)
+
+
+def test_a_container_that_exits_1_is_an_app_failure(batch_conn: str) -> None:
+    ti = FakeTI(run_id=f"exit1__{uuid.uuid4().hex[:12]}")
+    with pytest.raises(TorchXAppFailure) as raised:
+        batch_operator(busybox("exit1", "echo bad input >&2; exit 1"), batch_conn).execute({"ti": ti})  # type: ignore[arg-type]
+    assert (raised.value.kind, raised.value.why) == (FailureKind.APP, "exit code 1 on main/0")
+    assert ti.xcoms["usage"]["failure_kind"] == "app"
+
+
+def test_an_image_that_does_not_exist_on_moto(batch_conn: str) -> None:
+    """moto's server marks such a job FAILED with neither a ``statusReason`` nor an exit code
+    (it does not model ECS's ``CannotPullContainerError``, which real AWS gives and the
+    decision table reads as ``config``: ``tests/core/test_failures.py``); with nothing to go
+    on, the table's last row says ``infra``, and never ``cancelled``."""
+    app = busybox("noimage", "true", image=f"busybox:missing-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(TorchXJobFailed) as raised:
+        batch_operator(app, batch_conn).execute({"ti": FakeTI(run_id=f"noimage__{uuid.uuid4().hex[:12]}")})  # type: ignore[arg-type]
+    desc = get_runner().describe_app(str(raised.value.app_handle))
+    assert desc is not None and desc.state == AppState.FAILED and desc.cancel_reason is None
+    assert raised.value.kind == FailureKind.INFRA and not isinstance(raised.value, AirflowFailException)
 
 
 def test_every_node_of_a_submitted_job_gets_the_task_instances_checkpoint_dir(batch_conn: str) -> None:

@@ -14,11 +14,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from airflow.exceptions import AirflowException
 
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, parse_app_handle
+from airflow_provider_torchx.failures import FailureKind, TorchXGuardrailTripped, TorchXStartTimedOut, TorchXTimedOut
 from airflow_provider_torchx.hooks.torchx import TorchXSettings
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
@@ -46,6 +46,10 @@ class Counter:
 
     def incr(self, name: str, tags: dict[str, str] | None = None, **_: Any) -> None:
         self.calls.append((name, dict(tags or {})))
+
+    def of(self, name: str) -> list[dict[str, str]]:
+        """The tags of the ``name`` counts."""
+        return [tags for called, tags in self.calls if called == name]
 
     def __getattr__(self, name: str) -> Any:  # timing, gauge: not counted here
         return lambda *a, **k: None
@@ -121,9 +125,10 @@ def test_start_timeout_stops_a_job_waiting_for_gpus_another_job_holds_in_the_wor
     )
     ti = FakeTI(run_id="guard-start-worker")
     began = time.monotonic()
-    with pytest.raises(AirflowFailException) as raised:
+    with pytest.raises(TorchXStartTimedOut) as raised:  # an AirflowFailException: no retry policy
         op.execute({"ti": ti})  # type: ignore[arg-type]
     took = time.monotonic() - began
+    assert isinstance(raised.value, AirflowFailException) and raised.value.kind == FailureKind.CAPACITY
     handles.append(ti.xcoms["app_handle"])
     message = str(raised.value)
     assert message.startswith("start_timeout=2s: TorchX job local_cwd://")
@@ -132,12 +137,9 @@ def test_start_timeout_stops_a_job_waiting_for_gpus_another_job_holds_in_the_wor
     assert_holder_untouched(runner, holder)
     out, err = capfd.readouterr()
     assert len(guard_lines(out + err, "start_timeout")) == 1, out + err
-    assert two_gpus.calls == [
-        (
-            "torchx.job.guardrail",
-            {"scheduler": "local_cwd", "dag_id": op.dag_id, "task_id": "task", "guard": "start_timeout"},
-        )
-    ]
+    tags = {"scheduler": "local_cwd", "dag_id": op.dag_id, "task_id": "task"}
+    assert two_gpus.of("torchx.job.guardrail") == [{**tags, "guard": "start_timeout"}]
+    assert two_gpus.of("torchx.job.failed") == [{**tags, "kind": "capacity"}]
     assert took < 2.0 + POLL + 5, took  # acts within a poll of the limit (a loaded machine's slack)
 
 
@@ -168,13 +170,14 @@ def test_max_gpu_hours_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget(
     assert ended(runner, job) == AppState.CANCELLED
     ti = FakeTI(run_id="guard-gpu-hours")
     op = TorchXRunOperator(task_id="task", app=gpu_app("spender", 2), scheduler="local_cwd")
-    with pytest.raises(AirflowFailException, match=r"^max_gpu_hours=0.00166667: TorchX job .* over its budget"):
+    with pytest.raises(TorchXGuardrailTripped, match=r"^max_gpu_hours=0.00166667: TorchX job .* over its budget"):
         op.execute_complete({"ti": ti}, event)  # type: ignore[arg-type]
+    assert ti.xcoms["usage"]["failure_kind"] == "guardrail"
     assert ti.xcoms["usage"]["budget"] == {"max_gpu_hours": budget, "gpu_hours": event["gpu_hours"], "hit": True}
     out, err = capfd.readouterr()
     assert "GPU budget hit: max_gpu_hours=0.00166667" in out + err
     assert len(guard_lines(out + err, "max_gpu_hours")) == 1
-    assert [tags["guard"] for _, tags in two_gpus.calls] == ["max_gpu_hours"]
+    assert [tags["guard"] for tags in two_gpus.of("torchx.job.guardrail")] == ["max_gpu_hours"]
 
 
 #: $1 a GPU-second: a 2-GPU job spends $2 a second.
@@ -329,12 +332,18 @@ def test_a_job_ended_by_attempt_timeout_gets_the_guard_line_and_metric(
     runner, _ = local_jobs
     op = TorchXRunOperator(task_id="task", app=gpu_app("timed", 1), scheduler="local_cwd")
     op._runner = runner
-    event = {"status": "failed", "app_handle": "local_cwd://torchx/timed-0", "message": f"ended FAILED: {reason}"}
-    with pytest.raises(AirflowException, match="ended FAILED"):
+    event = {
+        "status": "failed",
+        "state": "FAILED",
+        "app_handle": "local_cwd://torchx/timed-0",
+        "message": f"ended FAILED: {reason}",
+    }
+    with pytest.raises(TorchXTimedOut, match="ended FAILED") as raised:  # retried, as before
         op._finish(event, {"ti": FakeTI()}, None, None)  # type: ignore[arg-type]
+    assert not isinstance(raised.value, AirflowFailException)
     out, err = capfd.readouterr()
     assert len(guard_lines(out + err, "attempt_timeout")) == 1, out + err
-    assert [tags["guard"] for _, tags in two_gpus.calls] == ["attempt_timeout"]
+    assert [tags["guard"] for tags in two_gpus.of("torchx.job.guardrail")] == ["attempt_timeout"]
 
 
 def test_the_connections_extras_give_the_defaults_and_a_bad_one_fails_the_task_before_submitting(

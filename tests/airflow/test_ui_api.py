@@ -223,6 +223,7 @@ def test_job_shows_roles_and_replicas(client: Any, auth: Any, jobs: dict[str, st
     assert usage["attempts_count"] == 2 and usage["node_seconds"] > 0, usage
     assert usage["gpu_hours"] is None and usage["vcpu_hours"] is None, "the null resource asks for no amount"
     assert job["root_cause"] is None and [r["devices"] for r in role["replicas"]] == [None, None]
+    assert job["failure_kind"] is None
     live = client.get("/api/job", params={"handle": jobs["live"]}, headers=_headers(auth, "viewer")).json()
     assert live["started"] is not None and live["ended"] is None and live["usage"] is None, live
 
@@ -261,6 +262,7 @@ def test_a_failed_job_shows_its_root_cause_masked_and_its_gpus(
     assert cause["exit_code"] == 3 and cause["frames"][0].startswith('File "train.py", line 9'), cause
     assert cause["text"].startswith("Root cause (replica trainer/0, exit code 3): RuntimeError: loss is NaN"), cause
     assert "EnvUiCausePw551" not in json.dumps(job)
+    assert job["failure_kind"] == "app"  # the page's "failure kind" row
     assert job["usage"]["attempts_count"] == 1 and job["usage"]["gpu_hours"] > 0, job["usage"]
     assert [r["devices"] for r in job["roles"][0]["replicas"]] == ["0"]
 

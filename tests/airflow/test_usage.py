@@ -146,6 +146,11 @@ def test_metrics_and_openlineage_events(
     assert float(cost.split(":")[1].split("|")[0]) == pytest.approx(result["train"]["usage"]["cost_usd"], rel=1e-3)
     check_train_cost(result["train"]["usage"])
     assert any(",task_id=fail" in name and "attempts" in name for name in by_name), sorted(by_name)
+    # the failed job's kind: in its usage XCom and as the failure counter's tag
+    assert result["fail"]["usage"]["failure_kind"] == "app"
+    assert "failure_kind" not in result["train"]["usage"]
+    failed = "airflow.torchx.job.failed,scheduler=local_cwd,dag_id=torchx_test_usage,task_id=fail,kind=app"
+    assert by_name[failed].split(":")[1].startswith("1|c"), sorted(by_name)
     assert any(",task_id=watch" in name and "duration" in name for name in by_name), sorted(by_name)
 
     # OpenLineage: START and COMPLETE of `train`, FAIL of `fail`, with our facets

@@ -286,8 +286,10 @@ def test_status_and_describe_of_a_failed_ddp_job_show_its_root_cause(capsys: pyt
     for command in ("status", "describe"):
         code, out, _ = run_cli(capsys, command, handle)
         assert code == 0 and cause in out and frame in out, out
+        assert "Failure kind: app (RuntimeError on sh/0)" in out, out
         code, out, _ = run_cli(capsys, command, "--json", handle)
         shown = json.loads(out)
+        assert (shown if command == "status" else shown["status"])["failure_kind"] == "app"
         root = (shown if command == "status" else shown["status"])["root_cause"]
         assert (root["error"], root["rank"], root["replica"], root["exit_code"]) == (
             "RuntimeError: boom on rank 1", 1, "sh/0", 1,
@@ -295,7 +297,7 @@ def test_status_and_describe_of_a_failed_ddp_job_show_its_root_cause(capsys: pyt
         assert root["frames"][-1] == frame[2:]  # the plain form indents each frame line by two more
     code, out, _ = run_cli(capsys, "run", "--wait", "utils.echo")
     code, out, _ = run_cli(capsys, "status", "--json", only_handle(out))
-    assert code == 0 and json.loads(out)["root_cause"] is None
+    assert code == 0 and json.loads(out)["root_cause"] is None and json.loads(out)["failure_kind"] is None
 
 
 def test_status_and_describe_quote_the_failing_ranks_own_stderr(capsys: pytest.CaptureFixture[str]) -> None:
@@ -313,6 +315,7 @@ def test_status_and_describe_quote_the_failing_ranks_own_stderr(capsys: pytest.C
     for command in ("status", "describe"):
         code, out, _ = run_cli(capsys, command, handle)
         assert code == 0 and cause in out and "Connection closed by peer" not in out, out
+        assert "Failure kind: app (SIGABRT on sh/0)" in out, out  # a signal the rank raised itself
         code, out, _ = run_cli(capsys, command, "--json", handle)
         shown = json.loads(out)
         root = (shown if command == "status" else shown["status"])["root_cause"]
@@ -327,6 +330,10 @@ def test_cancel_a_running_job(capsys: pytest.CaptureFixture[str]) -> None:
     with get_runner() as runner:
         final = runner.wait(handle, wait_interval=1, timeout=30, cancel_on_signal=False)
     assert final is not None and final.state == AppState.CANCELLED
+    code, out, _ = run_cli(capsys, "status", "--json", handle)
+    assert code == 0 and json.loads(out)["failure_kind"] == "cancelled"
+    code, out, _ = run_cli(capsys, "status", handle)
+    assert "Failure kind: cancelled (cancelled by user)" in out, out
 
 
 def _read_lines(stream: subprocess.Popen[str]) -> queue.Queue[str]:
@@ -483,6 +490,7 @@ def test_describe_status_and_list_readable_and_json_with_each_replicas_gpus(
 STATUS_KEYS = (
     "handle", "state", "terminal", "num_restarts", "msg", "structured_error_msg", "ui_url", "started", "ended",
     "cancel_requested", "cancel_reason", "cancelled_by", "labels", "roles", "usage", "root_cause", "checkpoint_dir",
+    "failure_kind",
 )  # fmt: skip
 
 

@@ -199,6 +199,10 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
                 "usage": described(admin, "#job-usage"),
                 "ended": failed.get("ended"),
                 "duration": failed.get("duration"),
+                "failure_kind": failed.get("failure kind"),
+                # the story first: the root cause above the job's summary
+                "cause_on_top": admin.locator("#root-cause").bounding_box()["y"]  # type: ignore[index]
+                < admin.locator("#job-summary").bounding_box()["y"],  # type: ignore[index]
             }
             if shots:
                 admin.screenshot(path=str(shots / "job-failed.png"), full_page=True)

@@ -338,6 +338,7 @@ def test_jobs_page_job_page_link_and_cancel_in_a_browser(live_airflow: LiveAirfl
     assert 'File "train.py", line 9, in step' in cause["root_cause"], cause
     assert cause["usage"]["attempts"] == "1" and "GPU-h" in cause["usage"]["GPU-hours"], cause
     assert cause["ended"] and cause["duration"].endswith("s"), cause
+    assert cause["failure_kind"] == "app" and cause["cause_on_top"] is True, cause
     assert seen["dark_by_system"] is True and seen["light_by_airflow_choice"] is True, seen
     assert seen["task_tab_dark"] is True, "the TorchX tab follows Airflow's color mode"
     assert seen["replicas"] == [["sh", "0", "RUNNING"], ["sh", "1", "RUNNING"]], seen

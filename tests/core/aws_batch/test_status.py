@@ -255,19 +255,28 @@ def test_who_cancelled_rides_in_our_reason_when_the_tag_could_not_be_set() -> No
 
 
 def test_the_cancel_reason_ours_or_given_to_a_terminate_by_hand_but_not_batchs_own() -> None:
+    """An outside cancel needs Batch's evidence (``isTerminated``/``isCancelled``): a reason
+    never seen without it is an ordinary failure; Batch's own reasons never are a cancel."""
     ours = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch: the UI: bob")
     bare = mnp_job(status="FAILED", statusReason=f"{CANCEL_REASON} through aws_batch")
-    by_hand = mnp_job(status="FAILED", statusReason="stopped by ops: disk full")
+    by_hand = mnp_job(status="FAILED", statusReason="stopped by ops: disk full", isTerminated=True)
+    cancelled = mnp_job(status="FAILED", statusReason="not needed", isCancelled=True)
+    unseen = mnp_job(status="FAILED", statusReason="A reason AWS adds tomorrow")
     batchs = [
-        mnp_job(status="FAILED", statusReason=reason)
-        for reason in ("Essential container in task exited", "Host EC2 (instance i-0ab) terminated.", "")
-    ]
+        mnp_job(status="FAILED", statusReason=reason, isTerminated=True)
+        for reason in ("Job attempt duration exceeded timeout", "Host EC2 (instance i-0ab) terminated.")
+    ] + [mnp_job(status="FAILED", statusReason=reason) for reason in ("Essential container in task exited", "")]
     running = mnp_job(status="RUNNING", statusReason="stopped by ops")
-    got = [describe_response("q1:app-1", job, {}, "us-east-1") for job in (ours, bare, by_hand, *batchs, running)]
+    jobs = (ours, bare, by_hand, cancelled, unseen, *batchs, running)
+    got = [describe_response("q1:app-1", job, {}, "us-east-1") for job in jobs]
+    outside = "a CancelJob/TerminateJob on AWS Batch outside airflow-torchx"
     assert [(d.state, d.cancel_reason) for d in got] == [
         (AppState.CANCELLED, "the UI: bob"),
         (AppState.CANCELLED, None),
-        (AppState.FAILED, "a CancelJob/TerminateJob on AWS Batch outside airflow-torchx: stopped by ops: disk full"),
+        (AppState.FAILED, f"{outside}: stopped by ops: disk full"),
+        (AppState.FAILED, f"{outside}: not needed"),
+        (AppState.FAILED, None),
+        (AppState.FAILED, None),
         (AppState.FAILED, None),
         (AppState.FAILED, None),
         (AppState.FAILED, None),

@@ -63,9 +63,9 @@ def cancel_reason_text(backend: str, reason: str | None, by: CancelledBy | None 
 
 
 #: How the reasons Batch itself gives a FAILED job begin (a failed or unstartable container,
-#: a timeout, a reclaimed host, a failed dependency, a queue's state time limit). A FAILED job
-#: with any other reason that is not ours was stopped by a CancelJob/TerminateJob from outside
-#: this scheduler (the console, the AWS CLI, a script), which takes its reason as given.
+#: a timeout, a reclaimed host, a failed dependency, a queue's state time limit). A job that
+#: Batch stopped for one of them is never taken for an outside cancel (``outside_cancel``), even
+#: if Batch marked it terminated; a reason not on this list decides nothing either way.
 BATCH_REASONS = (
     "Essential container in task exited",
     "Job attempt duration exceeded timeout",
@@ -85,15 +85,30 @@ BATCH_REASONS = (
 )
 
 
+def outside_cancel(job: Mapping[str, Any]) -> bool:
+    """Whether the FAILED job ``job`` was stopped by a CancelJob/TerminateJob from outside this
+    scheduler (the console, the AWS CLI, a script). The evidence is Batch's own: DescribeJobs'
+    ``isCancelled``/``isTerminated`` (JobDetail, AWS Batch API reference: "Indicates whether the
+    job is cancelled/terminated"), set by those calls, and the reason they were given as the
+    job's ``statusReason`` ("This message is returned by future DescribeJobs operations on the
+    job"), which is not one of Batch's own (``BATCH_REASONS``) and not ours (our cancel tag or
+    reason). Without the flag, a reason never seen is an ordinary failure: the wording of AWS's
+    reasons, which changes, decides no cancel."""
+    text = str(job.get("statusReason") or "")
+    flagged = bool(job.get("isCancelled") or job.get("isTerminated"))
+    ours = _tagged(job) or text.startswith(CANCEL_REASON)
+    return job.get("status") == "FAILED" and flagged and not ours and not text.startswith(BATCH_REASONS)
+
+
 def cancel_reason(job: Mapping[str, Any]) -> str | None:
     """Who or what cancelled the job: the reason given to ``cancel_reason_text``, or, for a
-    job stopped from outside this scheduler, the reason given there (see ``BATCH_REASONS``).
+    job stopped from outside this scheduler (``outside_cancel``), the reason given there.
     None: not cancelled, no reason given, or Batch has not applied the cancel yet."""
     text = str(job.get("statusReason") or "")
     if text.startswith(CANCEL_REASON):
         return text[len(CANCEL_REASON) :].partition(": ")[2] or None  # after "[ by WHO] through BACKEND: "
-    if job.get("status") == "FAILED" and text and not _tagged(job) and not text.startswith(BATCH_REASONS):
-        return f"a CancelJob/TerminateJob on AWS Batch outside airflow-torchx: {text}"
+    if outside_cancel(job):
+        return f"a CancelJob/TerminateJob on AWS Batch outside airflow-torchx: {text or 'no reason given'}"
     return None
 
 
@@ -183,8 +198,12 @@ def exit_code(job: Mapping[str, Any]) -> int | None:
 
 
 def _reason(job: Mapping[str, Any]) -> str:
+    """The job's ``statusReason`` and, when it says more, its container's ``reason`` (ECS puts
+    ``OutOfMemoryError: Container killed due to memory usage`` there, under the job's
+    ``Essential container in task exited``)."""
     container = job.get("container") or {}
-    return str(job.get("statusReason") or container.get("reason") or "")
+    parts = [str(job.get("statusReason") or ""), str(container.get("reason") or "")]
+    return ": ".join(dict.fromkeys(part for part in parts if part))
 
 
 def _pod(entry: Mapping[str, Any]) -> str:
