@@ -212,7 +212,7 @@ def test_max_cost_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget_in_th
     assert 0 < over_s <= POLL + 2.0, over_s  # one poll (and a loaded machine's latency)
     out, err = capfd.readouterr()
     assert "Cost budget hit: max_cost=6" in out + err and len(guard_lines(out + err, "max_cost")) == 1
-    assert [tags["guard"] for _, tags in two_gpus.calls] == ["max_cost"]
+    assert [tags["guard"] for tags in two_gpus.of("torchx.job.guardrail")] == ["max_cost"]
 
 
 def test_max_cost_stops_a_two_gpu_job_within_a_poll_of_crossing_its_budget_deferred(
@@ -275,7 +275,7 @@ def test_a_guard_the_supervisor_held_fails_the_task_as_a_watchers_trip_does(
     assert event["message"].startswith(f"start_timeout=1s: TorchX job {waiter} did not start within 1s")
     assert event["message"].endswith("the job was cancelled and the task fails without retry")
     assert_waiter_stopped_and_task_failed(runner, holder, waiter, event, 1.0, capfd)
-    assert [tags["guard"] for _, tags in two_gpus.calls] == ["start_timeout"]
+    assert [tags["guard"] for tags in two_gpus.of("torchx.job.guardrail")] == ["start_timeout"]
 
 
 # ---------------------------------------------------------------------- the limits
