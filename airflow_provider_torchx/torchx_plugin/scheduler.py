@@ -38,6 +38,9 @@ from airflow_provider_torchx.torchx_plugin.errors import torchx_terms, torchx_te
 
 log = logging.getLogger(__name__)
 
+#: The tag TorchX 0.7.0's ``aws_batch`` put on every job it submitted (``list`` shows them too).
+TORCHX_070_TAG = "torchx.pytorch.org/version"
+
 #: Who cancelled, as a cancel through TorchX (its CLI or its ``Runner``) records it:
 #: ``describe``'s ``msg`` says "cancelled by TorchX".
 CANCEL_REASON = "TorchX"
@@ -133,9 +136,11 @@ class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, t
         return None if info is None else tx.AppDryRunInfo(info.request, BatchJob.format)
 
     def list(self, cfg: Mapping[str, tx.CfgVal] | None = None) -> builtins.list[tx_api.ListAppResponse]:
-        """This package's jobs in the cfg's ``queue``, else in every queue, oldest first."""
+        """This package's jobs and those TorchX 0.7.0's ``aws_batch`` submitted, in the cfg's
+        ``queue``, else in every queue, oldest first."""
         with torchx_terms():
-            return [convert.list_out(app) for app in self.batch.list(convert.cfg_in(cfg) or None)]
+            apps = self.batch.list(convert.cfg_in(cfg) or None, also_tagged=(TORCHX_070_TAG,))
+            return [convert.list_out(app) for app in apps]
 
     def log_iter(
         self,
