@@ -371,11 +371,15 @@ class Component:
 
     @contextmanager
     def _usage_on_error(self, parser: _ArgumentParser) -> Iterator[None]:
-        """Re-raise a ``ComponentError`` naming the component, with its usage text."""
+        """Re-raise a ``ComponentError`` naming the component: the error on its first line, then
+        the short synopsis (not every argument's help, which drowned the error)."""
         try:
             yield
         except ComponentError as err:
-            raise ComponentError(f"component {self.name}: {err}\n\n{parser.format_help()}") from err
+            synopsis = parser.format_usage().rstrip()
+            raise ComponentError(
+                f"component {self.name}: {err}\n{synopsis}\n(`airflow-torchx run {self.name} --help` describes every argument)"
+            ) from err
 
     @staticmethod
     def _from_list(
