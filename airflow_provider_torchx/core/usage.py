@@ -89,6 +89,11 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _fmt_s(value: float | None, unknown: str) -> str:
+    """Seconds as ``12.00 s``; ``unknown`` (why there is no figure) when None."""
+    return unknown if value is None else f"{value:.2f} s"
+
+
 @dataclass(frozen=True)
 class Usage:
     """A finished job's usage summary (see the module docstring).
@@ -172,8 +177,9 @@ class Usage:
         """A readable block: times, totals, one line per role and per attempt."""
         lines = [
             f"Submitted:   {_when(self.submitted)}",
-            f"Queue wait:  {_fmt(self.queue_wait_s, 2)} s (submitted -> first replica running)",
-            f"Run time:    {_fmt(self.run_time_s, 2)} s (first replica running -> end, {_when(self.ended)})",
+            f"Queue wait:  {_fmt_s(self.queue_wait_s, 'n/a (no replica ran)')} (submitted -> first replica running)",
+            f"Run time:    {_fmt_s(self.run_time_s, 'n/a (no replica ran)')} (first replica running -> end, "
+            f"{_when(self.ended)})",
             f"Total:       {self.node_seconds:.2f} node-s, {_fmt(self.vcpu_hours)} vCPU-h, "
             f"{_fmt(self.gpu_hours)} GPU-h, {_fmt(self.memory_gb_hours)} GB-h memory",
             "Roles:",
@@ -183,7 +189,7 @@ class Usage:
                 f"  {r.role}: {r.replicas} replica(s), {r.node_seconds:.2f} node-s, {_fmt(r.vcpu_hours)} vCPU-h, "
                 f"{_fmt(r.gpu_hours)} GPU-h, {_fmt(r.memory_gb_hours)} GB-h memory"
             )
-        lines.append(f"Attempts: {len(self.attempts)}")
+        lines.append(f"Replica runs: {len(self.attempts)} (role[replica] #attempt: one line per run)")
         for a in self.attempts:
             code = "?" if a.exit_code is None else str(a.exit_code)
             reason = f" ({a.reason})" if a.reason else ""

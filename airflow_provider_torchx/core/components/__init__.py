@@ -377,9 +377,8 @@ class Component:
             yield
         except ComponentError as err:
             synopsis = parser.format_usage().rstrip()
-            raise ComponentError(
-                f"component {self.name}: {err}\n{synopsis}\n(`airflow-torchx run {self.name} --help` describes every argument)"
-            ) from err
+            more = f"(`airflow-torchx run {self.name} --help` describes every argument)"
+            raise ComponentError(f"component {self.name}: {err}\n{synopsis}\n{more}") from err
 
     @staticmethod
     def _from_list(
