@@ -261,7 +261,7 @@ def test_bad_args_raise_component_error_with_a_short_usage(args: object, pattern
     first, synopsis, pointer = str(err.value).splitlines()
     assert re.search(pattern, first) and first.startswith("component utils.echo: ")
     assert synopsis == "usage: utils.echo [--msg MSG] [--image IMAGE] [--num_replicas NUM_REPLICAS]"
-    assert pointer == "(`airflow-torchx run utils.echo --help` describes every argument)"
+    assert pointer == "(`airflow-torchx builtins utils.echo` prints the component's arguments)"
 
 
 @pytest.mark.parametrize(

@@ -377,7 +377,7 @@ class Component:
             yield
         except ComponentError as err:
             synopsis = parser.format_usage().rstrip()
-            more = f"(`airflow-torchx run {self.name} --help` describes every argument)"
+            more = f"(`airflow-torchx builtins {self.name}` prints the component's arguments)"
             raise ComponentError(f"component {self.name}: {err}\n{synopsis}\n{more}") from err
 
     @staticmethod
