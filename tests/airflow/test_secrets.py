@@ -129,3 +129,20 @@ def test_a_dry_run_shows_the_service_account_the_connection_named() -> None:
     assert redact_request(request, cfg) == (
         '"serviceAccountName": "torchx-trainer-sa", "namespace": "training", "WANDB_API_KEY": "***"'
     )
+
+
+def test_an_eks_dry_run_in_a_task_shows_the_service_account(run_dag: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dry run exists to check the service account: the task log and the XCom show its name
+    although the connection's extra, read by Airflow, names it ``service_account``; a secret
+    from a connection stays masked."""
+    secret = "from-a-connection-0123456789"
+    cfg = {"queue": "eks-gpu", "platform": "EKS", "namespace": "training", "service_account": "torchx-trainer-sa"}
+    extra = {"scheduler": "aws_batch", "region_name": "us-east-1", "cfg": cfg}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_TEST_EKS", json.dumps({"conn_type": "torchx", "extra": extra}))
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_TEST_HF", json.dumps({"conn_type": "generic", "password": secret}))
+    dag_run, out = run_dag("torchx_test_eks_dryrun")
+    assert dag_run.state == "success", out[-4000:]
+    rendered = dag_run.get_task_instance("dryrun").xcom_pull(task_ids="dryrun")
+    for text in (out, rendered if isinstance(rendered, str) else json.dumps(rendered)):
+        assert '"serviceAccountName": "torchx-trainer-sa"' in text, text[-3000:]
+        assert secret not in text and '"HF_TOKEN"' in text
