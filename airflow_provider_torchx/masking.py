@@ -23,7 +23,7 @@ log lines unmasked; the supervisor redacts them).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_torchx._compat import mask_locally, mask_secret, redact, should_hide_value_for_key
@@ -35,6 +35,7 @@ __all__ = [
     "app_secrets",
     "job_secrets",
     "redact",
+    "redact_request",
     "register_app_secrets",
     "register_secrets",
 ]
@@ -64,6 +65,22 @@ def register_secrets(secrets: Sequence[tuple[str, str]]) -> int:
     for key, value in secrets:
         mask_secret(value, key)
     return len(secrets)
+
+
+def redact_request(text: str, cfg: Mapping[str, Any]) -> str:
+    """``redact(text)`` for a dry run's request, keeping the run options whose name Airflow's
+    masker deems sensitive: they name things, not secrets (``service_account``: the Kubernetes
+    service account, the one value an EKS dry run exists to check), but the masker, having read
+    the connection's extra, would show them as ``***`` wherever they appear. Secrets in ``text``
+    (a role's env, a templated password) stay masked."""
+    names = {str(v) for k, v in cfg.items() if isinstance(v, str) and v and should_hide_value_for_key(k)}
+    kept = {value: f"\x00kept-{n}\x00" for n, value in enumerate(sorted(names, key=len, reverse=True))}
+    for value, mark in kept.items():
+        text = text.replace(value, mark)
+    text = str(redact(text))
+    for value, mark in kept.items():
+        text = text.replace(mark, value)
+    return text
 
 
 def job_secrets(describe: Callable[[str], AppDef | None], app_handle: str) -> list[tuple[str, str]]:

@@ -583,6 +583,8 @@ def _timing(runner: Runner, handle: str) -> str | None:
     desc = runner.describe_app(handle)
     if desc is None or desc.started is None or desc.state in (AppState.SUBMITTED, AppState.PENDING):
         return None  # a PENDING job has not started (a local one waiting for GPUs has a supervisor)
+    if desc.usage is not None and desc.usage.first_running is None:
+        return None  # ended before any replica ran (cancelled while PENDING)
     end = desc.ended if desc.ended is not None else time.time()
     running = "" if desc.ended is not None else " so far"
     return f"  Started: {jobviews.when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"

@@ -118,7 +118,7 @@ def status_dict(handle: str, desc: DescribeAppResponse, root_cause: RootCause | 
         "cancelled_by": None if desc.cancelled_by is None else desc.cancelled_by.value,
         "labels": dict(desc.labels),
         "roles": [{"role": rs.role, "replicas": [replica_dict(r) for r in rs.replicas]} for rs in desc.roles_statuses],
-        "usage": desc.usage.to_dict() if desc.usage is not None else None,
+        "usage": {**desc.usage.to_dict(), "checkpoint_dir": desc.checkpoint_dir} if desc.usage is not None else None,
         "checkpoint_dir": desc.checkpoint_dir,
         "root_cause": plain(root_cause) if root_cause is not None else None,
         "failure_kind": failure.kind.value if failure else None,

@@ -190,14 +190,15 @@ class runopts:  # noqa: N801 - TorchX's public name
 
     def _typed(self, key: str, value: object) -> CfgVal:
         """``value`` checked against (strings parsed into) the type of option ``key``; an
-        error names the option and shows the usage of every option."""
+        error names the option, the value and what the option takes (its help), on one short
+        line (not every option's usage: ``runopts`` prints those)."""
         opt = self._opts.get(key)
         if opt is None:
             raise self._unknown(key)
         try:
             return _coerce(key, opt, value)
         except InvalidRunConfigError as e:
-            raise InvalidRunConfigError(f"{e} ({opt.help}); usage: {self.usage()}") from None
+            raise InvalidRunConfigError(f"{e}; {key}: {opt.help}") from None
 
     def check(self, cfg: Cfg | None) -> dict[str, CfgVal]:
         """Type-check ``cfg`` (parsing string values) without applying defaults or checking

@@ -105,6 +105,11 @@ def _priced(cost: float | None) -> str:
     return "" if cost is None else f", ${cost:.2f}"
 
 
+def _fmt_s(value: float | None, unknown: str) -> str:
+    """Seconds as ``12.00 s``; ``unknown`` (why there is no figure) when None."""
+    return unknown if value is None else f"{value:.2f} s"
+
+
 @dataclass(frozen=True)
 class Usage:
     """A finished job's usage summary (see the module docstring).
@@ -222,8 +227,9 @@ class Usage:
         """A readable block: times, totals, one line per role and per attempt."""
         lines = [
             f"Submitted:   {_when(self.submitted)}",
-            f"Queue wait:  {_fmt(self.queue_wait_s, 2)} s (submitted -> first replica running)",
-            f"Run time:    {_fmt(self.run_time_s, 2)} s (first replica running -> end, {_when(self.ended)})",
+            f"Queue wait:  {_fmt_s(self.queue_wait_s, 'n/a (no replica ran)')} (submitted -> first replica running)",
+            f"Run time:    {_fmt_s(self.run_time_s, 'n/a (no replica ran)')} (first replica running -> end, "
+            f"{_when(self.ended)})",
             f"Total:       {self.node_seconds:.2f} node-s, {_fmt(self.vcpu_hours)} vCPU-h, "
             f"{_fmt(self.gpu_hours)} GPU-h, {_fmt(self.memory_gb_hours)} GB-h memory{_priced(self.cost_usd)}",
             "Roles:",
@@ -234,7 +240,7 @@ class Usage:
                 f"{_fmt(r.gpu_hours)} GPU-h, {_fmt(r.memory_gb_hours)} GB-h memory"
                 f"{_priced(self.role_cost_usd(r.role))}"
             )
-        lines.append(f"Attempts: {len(self.attempts)}")
+        lines.append(f"Replica runs: {len(self.attempts)} (role[replica] #attempt: one line per run)")
         for a in self.attempts:
             code = "?" if a.exit_code is None else str(a.exit_code)
             reason = f" ({a.reason})" if a.reason else ""

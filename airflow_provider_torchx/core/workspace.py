@@ -17,7 +17,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_torchx.core.errors import InvalidSpecError
+from airflow_provider_torchx.core.errors import InvalidSpecError, SchedulerSetupError
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +31,16 @@ class WorkspaceBuildError(RuntimeError):
 
 
 def docker_client() -> Any:
-    """A Docker client from the environment (``DOCKER_HOST`` ...)."""
-    import docker
+    """A Docker client from the environment (``DOCKER_HOST`` ...); no engine there raises
+    ``SchedulerSetupError`` saying so, not Docker's connection error."""
+    import docker.errors
 
-    return docker.from_env()
+    try:
+        return docker.from_env()
+    except docker.errors.DockerException as err:
+        raise SchedulerSetupError(
+            f"Docker: no engine to build the workspace image ({err}): start Docker or set DOCKER_HOST"
+        ) from err
 
 
 def workspace_dir(workspace: str) -> Path:

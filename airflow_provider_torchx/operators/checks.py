@@ -177,10 +177,10 @@ def check_literal_arguments(
 
 
 def short_message(error: BaseException, component: str | None = None) -> str:
-    """``error``'s message without a component's usage text (its first paragraph), pointing to
-    where the usage is."""
+    """``error``'s message without a component's synopsis (its first line), pointing to where
+    the component's arguments are."""
     text = str(error)
-    head, sep, _ = text.partition("\n\nusage:")
+    head, sep, _ = text.partition("\nusage:")
     if sep and component:
         head += f"\n(`airflow-torchx builtins {component}` prints the component's arguments)"
     return head

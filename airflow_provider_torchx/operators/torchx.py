@@ -43,7 +43,7 @@ from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handl
 from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, event_failure, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
-from airflow_provider_torchx.masking import MaskedLog, redact, register_app_secrets
+from airflow_provider_torchx.masking import MaskedLog, redact, redact_request, register_app_secrets
 from airflow_provider_torchx.metrics import emit_failed, emit_guardrail
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.retention import apply_retention
@@ -419,7 +419,7 @@ class TorchXRunOperator(BaseOperator):
             for warning in caught:
                 self.log.warning("%s", warning.message)
             if self.dryrun:
-                rendered = str(redact(str(info)))
+                rendered = redact_request(str(info), cfg)
                 self.log.info("Dry run on %s, nothing submitted. Request:\n%s", scheduler, rendered)
                 return request_dict(rendered)
             handle = runner.schedule(info)

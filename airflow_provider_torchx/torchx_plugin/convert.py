@@ -12,17 +12,20 @@ in the app's ``msg``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from torchx import specs as tx
 from torchx.schedulers import api as tx_api
 from torchx.specs.named_resources_aws import K8S_ITYPE
+from torchx.util.types import to_dict
 
 from airflow_provider_torchx.core import specs as ours
-from airflow_provider_torchx.core.errors import InvalidSpecError
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
 from airflow_provider_torchx.core.runopts import runopts
 from airflow_provider_torchx.core.schedulers import api as ours_api
+from airflow_provider_torchx.core.schedulers.aws_batch.status import CANCEL_REASON
 
 #: The core's option types as TorchX declares them.
 _OPT_TYPES: dict[type, Any] = {list: list[str], dict: dict[str, str]}
@@ -94,10 +97,38 @@ def stream_in(streams: tx_api.Stream | None) -> ours_api.Stream | None:
 # --------------------------------------------------------------------------- core -> TorchX
 
 
-def runopts_out(opts: runopts) -> tx.runopts:
+class RunOpts(tx.runopts):
+    """TorchX's ``runopts`` for the core's ``core``, whose errors name the option a bad value
+    was given to and what it takes (TorchX's own parse raises Python's ``invalid literal for
+    int()``). A ``-cfg`` string with a value not of its option's type or an unknown key stays
+    strings in ``cfg_from_str`` (whose errors ``torchx run`` prints with a traceback) for
+    ``resolve`` to refuse with the core's message (``torchx run`` prints that as one line)."""
+
+    def __init__(self, core: runopts) -> None:
+        super().__init__()
+        self.core = core
+
+    def cfg_from_str(self, cfg_str: str) -> dict[str, tx.CfgVal]:
+        try:
+            return super().cfg_from_str(cfg_str)
+        except (ValueError, tx.InvalidRunConfigException):  # a bad value or key: resolve says which
+            return {self.canonical_key(key) or key: value for key, value in to_dict(cfg_str).items()}
+
+    def resolve(self, cfg: Mapping[str, tx.CfgVal], *, ignore_unknown: bool = False) -> dict[str, tx.CfgVal]:
+        try:
+            return super().resolve(cfg, ignore_unknown=ignore_unknown)
+        except tx.InvalidRunConfigException as err:
+            try:
+                self.core.check({self.canonical_key(key) or key: value for key, value in cfg.items()})
+            except InvalidRunConfigError as named:
+                raise tx.InvalidRunConfigException(str(named).rstrip("."), err.cfg_key, cfg) from None
+            raise
+
+
+def runopts_out(opts: runopts) -> RunOpts:
     """TorchX's ``runopts`` for the core's (a minimum stays in the help text and is checked
     by the core when the job is rendered)."""
-    out = tx.runopts()
+    out = RunOpts(opts)
     for key, opt in opts:
         out.add(
             key,
@@ -172,13 +203,23 @@ def role_status_out(status: ours.RoleStatus) -> tx.RoleStatus:
     )
 
 
+#: The reason the core gives Batch for a cancel (``status.cancel_reason_text``), then who asked.
+_OUR_CANCEL = re.compile(re.escape(CANCEL_REASON) + r"(?: by \S+)? through [\w-]+(: )?")
+
+
+def msg_out(msg: str) -> str:
+    """The core's ``msg`` as TorchX shows it: a cancel says "cancelled by WHO" (``TorchX`` for
+    its CLI and ``Runner``), not the reason the core gives Batch."""
+    return _OUR_CANCEL.sub(lambda m: "cancelled by " if m.group(1) else "cancelled", msg)
+
+
 def describe_out(desc: ours_api.DescribeAppResponse) -> tx_api.DescribeAppResponse:
     """TorchX's ``DescribeAppResponse``; the job's labels are its ``metadata``."""
     return tx_api.DescribeAppResponse(
         app_id=desc.app_id,
         state=state_out(desc.state),
         num_restarts=desc.num_restarts,
-        msg=_or_none(desc.msg),
+        msg=_or_none(msg_out(desc.msg)),
         structured_error_msg=_or_none(desc.structured_error_msg),
         ui_url=desc.ui_url,
         metadata=dict(desc.labels),

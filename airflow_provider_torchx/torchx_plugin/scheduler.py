@@ -5,7 +5,7 @@ It holds one core ``AWSBatchScheduler`` and converts at its edges (``convert``):
 the core renders and submits it, and descriptions, lists, log lines and run options go back as
 TorchX's types. The request is the core's ``BatchJob``, so a TorchX dry run shows what
 ``airflow-torchx dryrun -s aws_batch`` shows. TorchX passes no job labels; the core's own
-validation, errors and statuses apply unchanged.
+validation and statuses apply unchanged; its errors reach TorchX as TorchX's (``errors.py``).
 
 Workspaces (TorchX's ``WorkspaceMixin``): with ``image_repo`` set, a role's workspace is built
 into an image on the role's image with Docker (the core's build) and pushed there when the job
@@ -28,16 +28,22 @@ from torchx import specs as tx
 from torchx.schedulers import api as tx_api
 from torchx.workspace.api import WorkspaceMixin
 
+from airflow_provider_torchx.core.errors import SchedulerSetupError
 from airflow_provider_torchx.core.schedulers.aws_batch.render import BatchJob
 from airflow_provider_torchx.core.schedulers.aws_batch.scheduler import BACKEND, AWSBatchScheduler
 from airflow_provider_torchx.core.schedulers.aws_batch.scheduler import create_scheduler as create_batch_scheduler
 from airflow_provider_torchx.core.specs import AppDryRunInfo, Role
 from airflow_provider_torchx.torchx_plugin import convert
+from airflow_provider_torchx.torchx_plugin.errors import torchx_terms, torchx_terms_iter
 
 log = logging.getLogger(__name__)
 
-#: What a cancel through TorchX records as its reason (``describe``'s ``msg`` shows it).
-CANCEL_REASON = "torchx cancel"
+#: The tag TorchX 0.7.0's ``aws_batch`` put on every job it submitted (``list`` shows them too).
+TORCHX_070_TAG = "torchx.pytorch.org/version"
+
+#: Who cancelled, as a cancel through TorchX (its CLI or its ``Runner``) records it:
+#: ``describe``'s ``msg`` says "cancelled by TorchX".
+CANCEL_REASON = "TorchX"
 
 
 class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, tx.CfgVal]]):
@@ -65,13 +71,24 @@ class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, t
             )
             return
         key = (role.image, str(workspace))
-        if key not in build_cache:
-            build_cache[key] = self._build(role, workspace, cfg)
+        with torchx_terms(cfg):
+            if key not in build_cache:
+                build_cache[key] = self._build(role, workspace, cfg)
         role.image = str(build_cache[key])
 
     def _build(self, role: tx.Role, workspace: tx.Workspace, cfg: Mapping[str, tx.CfgVal]) -> str:
         """The core's build of ``workspace`` (one directory, or several merged into one): the
-        local image id."""
+        local image id. No Docker engine is an error naming ``image_repo``, which asked for
+        the build."""
+        try:
+            return self._build_image(role, workspace, cfg)
+        except SchedulerSetupError as err:
+            raise SchedulerSetupError(
+                f"image_repo={cfg.get('image_repo')!r} builds role {role.name}'s workspace into an image: {err}; "
+                "without image_repo the role's image runs as it is"
+            ) from err
+
+    def _build_image(self, role: tx.Role, workspace: tx.Workspace, cfg: Mapping[str, tx.CfgVal]) -> str:
         if workspace.is_unmapped_single_project():
             built = self.batch.build_workspace_image(Role(role.name, image=role.image, workspace=str(workspace)), cfg)
         else:
@@ -86,7 +103,8 @@ class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, t
     def _pre_build_validate(self, app: tx.AppDef, scheduler: str, cfg: Mapping[str, tx.CfgVal]) -> None:
         """The core's checks of the app and the cfg (a render: no AWS call), before TorchX
         builds any workspace, so that bad input fails before a Docker build."""
-        self.batch.submit_dryrun(convert.app_in(app), convert.cfg_in(cfg))
+        with torchx_terms(cfg):
+            self.batch.submit_dryrun(convert.app_in(app), convert.cfg_in(cfg))
 
     def _validate(self, app: tx.AppDef, scheduler: str, cfg: Mapping[str, tx.CfgVal]) -> None:
         """Nothing more here: the core checks again when it renders the request, naming the
@@ -95,27 +113,34 @@ class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, t
     def _submit_dryrun(
         self, app: tx.AppDef, cfg: Mapping[str, tx.CfgVal]
     ) -> tx.AppDryRunInfo[BatchJob, Mapping[str, tx.CfgVal]]:
-        info = self.batch.submit_dryrun(convert.app_in(app), convert.cfg_in(cfg))
+        with torchx_terms(cfg):
+            info = self.batch.submit_dryrun(convert.app_in(app), convert.cfg_in(cfg))
         return tx.AppDryRunInfo(info.request, BatchJob.format)
 
     def schedule(self, dryrun_info: tx.AppDryRunInfo[BatchJob, Mapping[str, tx.CfgVal]]) -> str:
         """Submit the rendered ``BatchJob`` with the cfg it was rendered with; the app id."""
         info: AppDryRunInfo[BatchJob] = AppDryRunInfo(dryrun_info.request, BatchJob.format)
-        info._cfg = self.batch.run_opts().resolve(convert.cfg_in(dryrun_info.cfg))
-        info._scheduler = BACKEND
-        return self.batch.schedule(info)
+        with torchx_terms(dryrun_info.cfg):
+            info._cfg = self.batch.run_opts().resolve(convert.cfg_in(dryrun_info.cfg))
+            info._scheduler = BACKEND
+            return self.batch.schedule(info)
 
     def describe(self, app_id: str) -> tx_api.DescribeAppResponse | None:
-        desc = self.batch.describe(app_id)
+        with torchx_terms():
+            desc = self.batch.describe(app_id)
         return None if desc is None else convert.describe_out(desc)
 
     def describe_native(self, app_id: str) -> tx.AppDryRunInfo[BatchJob, Mapping[str, tx.CfgVal]] | None:
-        info = self.batch.describe_native(app_id)
+        with torchx_terms():
+            info = self.batch.describe_native(app_id)
         return None if info is None else tx.AppDryRunInfo(info.request, BatchJob.format)
 
     def list(self, cfg: Mapping[str, tx.CfgVal] | None = None) -> builtins.list[tx_api.ListAppResponse]:
-        """This package's jobs in the cfg's ``queue``, else in every queue, oldest first."""
-        return [convert.list_out(app) for app in self.batch.list(convert.cfg_in(cfg) or None)]
+        """This package's jobs and those TorchX 0.7.0's ``aws_batch`` submitted, in the cfg's
+        ``queue``, else in every queue, oldest first."""
+        with torchx_terms():
+            apps = self.batch.list(convert.cfg_in(cfg) or None, also_tagged=(TORCHX_070_TAG,))
+            return [convert.list_out(app) for app in apps]
 
     def log_iter(
         self,
@@ -130,15 +155,19 @@ class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, t
     ) -> Iterable[str]:
         """The core's lines (CloudWatch, every attempt's stream in order; stdout and stderr
         together: only ``Stream.COMBINED`` or None)."""
-        return self.batch.log_iter(
-            app_id, role_name, k, regex, since, until, should_tail, streams=convert.stream_in(streams)
-        )
+        with torchx_terms():
+            lines = self.batch.log_iter(
+                app_id, role_name, k, regex, since, until, should_tail, streams=convert.stream_in(streams)
+            )
+        return torchx_terms_iter(lines)
 
     def _cancel_existing(self, app_id: str) -> None:
-        self.batch.cancel(app_id, reason=CANCEL_REASON)
+        with torchx_terms():
+            self.batch.cancel(app_id, reason=CANCEL_REASON)
 
     def _delete_existing(self, app_id: str) -> None:
-        self.batch.delete(app_id)
+        with torchx_terms():
+            self.batch.delete(app_id)
 
     def close(self) -> None:
         self.batch.close()

@@ -113,3 +113,36 @@ def test_a_password_from_a_connection_in_env_is_masked(run_dag: Any, monkeypatch
     rendered = dag_run.get_task_instance("dryrun").xcom_pull(task_ids="dryrun")
     for text in (out, rendered if isinstance(rendered, str) else json.dumps(rendered)):
         assert value not in text and '"HF_TOKEN": "***"' in text
+
+
+def test_a_dry_run_shows_the_service_account_the_connection_named() -> None:
+    """Airflow's masker, reading a connection's extra, registers ``cfg.service_account`` (its
+    name is on Airflow's sensitive list): the dry run keeps that name and still masks secrets."""
+    from airflow_provider_torchx._compat import mask_locally
+    from airflow_provider_torchx.masking import redact, redact_request
+
+    cfg = {"queue": "eks-gpu", "service_account": "torchx-trainer-sa", "namespace": "training"}
+    mask_locally({"scheduler": "aws_batch", "cfg": cfg})  # as the connection's extra is masked when read
+    mask_locally("wandb-0123456789", "WANDB_API_KEY")
+    request = '"serviceAccountName": "torchx-trainer-sa", "namespace": "training", "WANDB_API_KEY": "wandb-0123456789"'
+    assert redact(request).count("***") == 2  # Airflow's masker alone hides the name
+    assert redact_request(request, cfg) == (
+        '"serviceAccountName": "torchx-trainer-sa", "namespace": "training", "WANDB_API_KEY": "***"'
+    )
+
+
+def test_an_eks_dry_run_in_a_task_shows_the_service_account(run_dag: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dry run exists to check the service account: the task log and the XCom show its name
+    although the connection's extra, read by Airflow, names it ``service_account``; a secret
+    from a connection stays masked."""
+    secret = "from-a-connection-0123456789"
+    cfg = {"queue": "eks-gpu", "platform": "EKS", "namespace": "training", "service_account": "torchx-trainer-sa"}
+    extra = {"scheduler": "aws_batch", "region_name": "us-east-1", "cfg": cfg}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_TEST_EKS", json.dumps({"conn_type": "torchx", "extra": extra}))
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_TEST_HF", json.dumps({"conn_type": "generic", "password": secret}))
+    dag_run, out = run_dag("torchx_test_eks_dryrun")
+    assert dag_run.state == "success", out[-4000:]
+    rendered = dag_run.get_task_instance("dryrun").xcom_pull(task_ids="dryrun")
+    for text in (out, rendered if isinstance(rendered, str) else json.dumps(rendered)):
+        assert '"serviceAccountName": "torchx-trainer-sa"' in text, text[-3000:]
+        assert secret not in text and '"HF_TOKEN"' in text

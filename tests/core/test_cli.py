@@ -185,7 +185,9 @@ def test_run_wait_success_and_inspect(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 0 and "State: SUCCEEDED" in out and "sh[1]@localhost:SUCCEEDED (exit 0)" in out
     code, out, _ = run_cli(capsys, "describe", handle)
     assert code == 0 and "Role sh: 2 replicas\n" in out
-    assert "Usage:" in out and "Attempts: 2" in out and "sh[1] #1:" in out and "exit 0" in out
+    assert (
+        "Usage:" in out and "Replica runs: 2 (role[replica] #attempt" in out and "sh[1] #1:" in out and "exit 0" in out
+    )
 
     code, out, _ = run_cli(capsys, "log", handle)
     assert code == 0
@@ -248,7 +250,8 @@ def test_run_checkpoint_dir_reaches_every_replica_and_describe(
     assert Path(location).parent.is_dir() and not Path(location).exists(), "the job creates it when it saves"
     assert run_cli(capsys, "log", handle)[1].splitlines() == [f"[sh/0] {location} 0", f"[sh/1] {location} 0"]
     assert f"Checkpoints: {location}" in run_cli(capsys, "describe", handle)[1]
-    assert json.loads(run_cli(capsys, "status", "--json", handle)[1])["checkpoint_dir"] == location
+    status = json.loads(run_cli(capsys, "status", "--json", handle)[1])
+    assert status["checkpoint_dir"] == status["usage"]["checkpoint_dir"] == location
     code, _, err = run_cli(capsys, "run", "-s", "local_cwd", "--checkpoint_dir", "rel/dir", "utils.sh", "true")
     assert code == 2 and "--checkpoint_dir: 'rel/dir' is neither an absolute path nor a URI" in err
 
@@ -526,6 +529,7 @@ def test_warnings_are_one_line_counts_singular_and_a_pending_job_shows_no_start(
         assert run_cli(capsys, "cancel", handle)[0] == 0
         ended = get_runner().wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
         assert ended is not None and ended.state == AppState.CANCELLED
+    assert "Started:" not in run_cli(capsys, "status", waiting)[1]  # cancelled while PENDING: it never ran
 
 
 # --------------------------------------------------------------------------- control characters

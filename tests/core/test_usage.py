@@ -46,7 +46,11 @@ def test_unknown_amounts_and_a_job_that_never_ran() -> None:
     assert usage.queue_wait_s is None and usage.run_time_s is None
     assert usage.node_seconds == 0.0
     assert usage.vcpu_hours is None and usage.gpu_hours is None and usage.memory_gb_hours is None
-    assert "n/a vCPU-h" in usage.format()
+    text = usage.format()
+    assert "n/a vCPU-h" in text
+    assert "Queue wait:  n/a (no replica ran) (submitted" in text and "Run time:    n/a (no replica ran) (" in text
+    assert " s (" not in text.split("Total:")[0]  # no unit after n/a
+    assert "Replica runs: 1 (role[replica] #attempt: one line per run)" in text
 
 
 def test_a_priced_job_costs_its_reserved_resources_times_seconds_times_rates() -> None:

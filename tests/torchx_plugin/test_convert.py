@@ -264,3 +264,20 @@ def test_a_dry_run_is_the_cores_batch_job_shown_as_json() -> None:
     info = create_scheduler("t").submit_dryrun(tx.AppDef("s", roles=[role]), {"queue": "q"})
     assert isinstance(info.request, render.BatchJob)
     assert json.loads(repr(info))["submit_job"]["jobQueue"] == "q"
+
+
+@pytest.mark.parametrize(
+    ("msg", "shown"),
+    [
+        ("airflow-torchx: cancel requested through aws_batch: TorchX", "cancelled by TorchX"),
+        (
+            "airflow-torchx: cancel requested by reaper through aws_batch: the orphaned-jobs rule",
+            "cancelled by the orphaned-jobs rule",
+        ),
+        ("airflow-torchx: cancel requested through aws_batch", "cancelled"),
+        ("Essential container in task exited; exit code 1", "Essential container in task exited; exit code 1"),
+    ],
+)
+def test_a_cancel_is_said_in_torchx_terms(msg: str, shown: str) -> None:
+    """TorchX shows who cancelled, not the reason the core gives Batch (which names this package)."""
+    assert convert.msg_out(msg) == shown

@@ -95,7 +95,7 @@ def test_torchx_cli_runs_logs_lists_and_cancels(batch_queue: str, runner: Runner
     torchx("cancel", sleeper)
     assert wait_until(lambda: cli_state(sleeper), TERMINAL, 30) == "CANCELLED"
     status = runner.status(sleeper)
-    assert status is not None and "torchx cancel" in status.msg
+    assert status is not None and "cancelled by TorchX" in status.msg and "airflow-torchx" not in status.msg
 
 
 @pytest.mark.parametrize("replicas", [1, 2])

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from torchx import plugins
-from torchx.schedulers import get_scheduler_factories
+from torchx.schedulers import DEFAULT_SCHEDULER_MODULES, get_default_scheduler_name, get_scheduler_factories
 
 from airflow_provider_torchx.core.schedulers.aws_batch.run_options import run_opts
 from airflow_provider_torchx.torchx_plugin.scheduler import BatchPluginScheduler
@@ -45,6 +45,21 @@ def test_registry_lists_aws_batch_from_this_package() -> None:
     assert get_scheduler_factories()["aws_batch"] is factory
     sched = factory("s")
     assert isinstance(sched, BatchPluginScheduler) and (sched.backend, sched.session_name) == ("aws_batch", "s")
+
+
+def test_installing_the_plugin_leaves_torchx_default_scheduler_alone() -> None:
+    """TorchX makes the first registered plugin its default (``torchx run`` and ``torchx list``
+    without ``-s``): with this package installed it is what it is without any plugin."""
+    probe = "from torchx.schedulers import get_default_scheduler_name as d; print(d())"
+    without_plugins = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env={"TORCHX_PLUGINS_SOURCE": "0"}
+    )
+    assert without_plugins.returncode == 0, without_plugins.stderr
+    default = without_plugins.stdout.strip()
+    assert default != "aws_batch" and get_default_scheduler_name() == default
+    factories = get_scheduler_factories()
+    assert list(factories)[:2] == [default, "aws_batch"]
+    assert type(factories[default]("s")).__module__ == DEFAULT_SCHEDULER_MODULES[default]  # TorchX's own
 
 
 def test_the_namespace_package_stays_a_namespace_package() -> None:

@@ -371,11 +371,14 @@ class Component:
 
     @contextmanager
     def _usage_on_error(self, parser: _ArgumentParser) -> Iterator[None]:
-        """Re-raise a ``ComponentError`` naming the component, with its usage text."""
+        """Re-raise a ``ComponentError`` naming the component: the error on its first line, then
+        the short synopsis (not every argument's help, which drowned the error)."""
         try:
             yield
         except ComponentError as err:
-            raise ComponentError(f"component {self.name}: {err}\n\n{parser.format_help()}") from err
+            synopsis = parser.format_usage().rstrip()
+            more = f"(`airflow-torchx builtins {self.name}` prints the component's arguments)"
+            raise ComponentError(f"component {self.name}: {err}\n{synopsis}\n{more}") from err
 
     @staticmethod
     def _from_list(

@@ -128,6 +128,16 @@ with DAG(dag_id="torchx_test_secret_connection", schedule=None, start_date=START
         dryrun=True,
     )
 
+with DAG(dag_id="torchx_test_eks_dryrun", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(  # docs/schedulers.md's EKS dry run through a connection (its cfg names a service account)
+        task_id="dryrun",
+        torchx_conn_id="torchx_test_eks",
+        component="utils.sh",
+        component_args=["python train.py"],
+        env={"HF_TOKEN": "{{ conn.torchx_test_hf.password }}"},
+        dryrun=True,
+    )
+
 #: A job cancelled from outside its task, by the CLI, which the job itself runs.
 CLI = os.path.join(os.path.dirname(sys.executable), "airflow-torchx")
 CANCELS_ITSELF = f'echo cancelling; "{CLI}" cancel "$TORCHX_JOB_ID"; sleep 60'

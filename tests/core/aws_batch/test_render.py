@@ -298,7 +298,7 @@ def test_job_names_are_valid_and_unique() -> None:
         (
             {"attempt_timeout": 59},
             AppDef("a", roles=[one()]),
-            r"attempt_timeout=59 is below its minimum: it must be an int >= 60 \(.*AWS Batch's minimum",
+            r"attempt_timeout=59 is below its minimum: it must be an int >= 60; attempt_timeout: .*AWS Batch's minimum",
         ),
         ({"attempt_timeout": 0}, AppDef("a", roles=[trainer()]), r"attempt_timeout=0 is below its minimum"),
         ({"attempt_timeout": "-90"}, AppDef("a", roles=[one()]), r"attempt_timeout=-90 is below its minimum"),

@@ -9,8 +9,16 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_torchx.core.errors import InvalidSpecError
-from airflow_provider_torchx.core.workspace import WorkspaceBuildError, build_image, push_target, workspace_dir
+from airflow_provider_torchx.core.errors import InvalidSpecError, SchedulerSetupError
+from airflow_provider_torchx.core.workspace import (
+    WorkspaceBuildError,
+    build_image,
+    push_target,
+    workspace_dir,
+)
+from airflow_provider_torchx.core.workspace import (
+    docker_client as engine_client,
+)
 
 
 @pytest.fixture
@@ -25,6 +33,15 @@ def docker_client(docker_engine: str) -> Iterator[Any]:
 def run(client: Any, image: str, *cmd: str) -> str:
     out = client.containers.run(image, list(cmd), network_mode="none", remove=True)
     return out.decode() if isinstance(out, bytes) else str(out)
+
+
+def test_no_docker_engine_is_a_setup_error_saying_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    with pytest.raises(
+        SchedulerSetupError,
+        match=r"^Docker: no engine to build the workspace image \(.*\): start Docker or set DOCKER_HOST$",
+    ):
+        engine_client()
 
 
 def test_workspace_must_be_a_directory(tmp_path: Path) -> None:

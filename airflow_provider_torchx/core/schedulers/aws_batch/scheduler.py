@@ -13,7 +13,7 @@ import builtins
 import concurrent.futures
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -496,10 +496,16 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             raise
 
     def list(
-        self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None, *, limit: int | None = None
+        self,
+        cfg: Cfg | None = None,
+        labels: Mapping[str, str] | None = None,
+        *,
+        limit: int | None = None,
+        also_tagged: Collection[str] = (),
     ) -> list[ListAppResponse]:
         """This scheduler's jobs (by tag) in the cfg's queue or in every queue, with ``labels``,
-        oldest first; ``limit``: the newest ``limit``.
+        oldest first; ``limit``: the newest ``limit``. ``also_tagged``: tags that mark other
+        jobs to list too (the TorchX plugin: those TorchX 0.7.0's scheduler submitted).
 
         Jobs with labels are found by their job-name prefix (the hash of the label set they
         were submitted with, so ``labels`` must be that whole set), then confirmed by tags.
@@ -519,7 +525,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         for queue in queues:
             for s in self._list_jobs(queue, [name_filter or all_filter]):
                 summaries[s["jobId"]] = (queue, s)
-        return newest(self._described(summaries, want, limit), limit)
+        return newest(self._described(summaries, want, limit, also_tagged), limit)
 
     def list_live(self, cfg: Cfg | None = None) -> builtins.list[ListAppResponse]:
         """This scheduler's jobs that have not ended, in the cfg's queue or in every queue:
@@ -541,10 +547,13 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         summaries: Mapping[str, tuple[str, dict[str, Any]]],
         want: Mapping[str, str],
         limit: int | None = None,
+        also_tagged: Collection[str] = (),
     ) -> builtins.list[ListAppResponse]:
         """The jobs of ``summaries`` (``{job id: (queue, summary)}``) that this scheduler
-        submitted and whose labels include ``want``, read with DescribeJobs per 100, newest
-        first; ``limit``: stop after the batch in which that many were found."""
+        submitted (or that carry a tag of ``also_tagged``) and whose labels include ``want``,
+        read with DescribeJobs per 100, newest first; ``limit``: stop after the batch in which
+        that many were found."""
+        marks = (render.TAG_VERSION, *also_tagged)
         ids = sorted(summaries, key=lambda job_id: (summaries[job_id][1].get("createdAt") or 0, job_id), reverse=True)
         out: builtins.list[ListAppResponse] = []
         for n in range(0, len(ids), 100):
@@ -553,7 +562,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
             resp = self.client.describe_jobs(jobs=ids[n : n + 100])
             for job in resp.get("jobs", []):
                 tags = job.get("tags") or {}
-                if render.TAG_VERSION not in tags:
+                if not any(mark in tags for mark in marks):
                     continue
                 have = {k[len(render.TAG_LABEL) :]: v for k, v in tags.items() if k.startswith(render.TAG_LABEL)}
                 if not labels_match(have, want):

@@ -13,20 +13,33 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from airflow_provider_torchx.core.errors import SchedulerSetupError
 
 C = TypeVar("C", bound=type)
 
-_REGION_HINT = (
-    "set AWS_DEFAULT_REGION, a profile with a region (AWS_PROFILE), the run option region=, "
-    "or region_name in the Airflow connection"
+
+@dataclass(frozen=True)
+class SetupHints:
+    """Where a user of one front end sets what a setup error asks for: the region, the
+    credentials, another identity. ``setup_error`` takes them, so each front end's message
+    speaks its own terms (``HINTS``: the CLI's and Airflow's; the TorchX plugin has its own)."""
+
+    region: str
+    credentials: str
+    identity: str
+
+
+HINTS = SetupHints(
+    region="set AWS_DEFAULT_REGION, a profile with a region (AWS_PROFILE), the run option region=, "
+    "or region_name in the Airflow connection",
+    credentials="set AWS_PROFILE (or the run option profile=), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "or the Airflow connection's aws_conn_id",
+    identity="use another profile= / connection",
 )
-_CREDENTIALS_HINT = (
-    "set AWS_PROFILE (or the run option profile=), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-    "or the Airflow connection's aws_conn_id"
-)
+
 _EXPIRED_CODES = frozenset({"ExpiredToken", "ExpiredTokenException", "RequestExpired", "TokenRefreshRequired"})
 _REJECTED_CODES = frozenset(
     {
@@ -47,20 +60,20 @@ def is_denied(err: BaseException) -> bool:
     return isinstance(err, bce.ClientError) and str(err.response.get("Error", {}).get("Code", "")) in _DENIED_CODES
 
 
-def setup_error(err: BaseException) -> SchedulerSetupError | None:
-    """The ``SchedulerSetupError`` for a botocore error caused by the host's AWS setup; None
-    for any other error."""
+def setup_error(err: BaseException, hints: SetupHints = HINTS) -> SchedulerSetupError | None:
+    """The ``SchedulerSetupError`` for a botocore error caused by the host's AWS setup, saying
+    what to set in ``hints``' terms; None for any other error."""
     import botocore.exceptions as bce
 
     if isinstance(err, bce.NoRegionError):
-        return SchedulerSetupError(f"AWS: no region is configured: {_REGION_HINT}")
+        return SchedulerSetupError(f"AWS: no region is configured: {hints.region}")
     if isinstance(err, bce.ProfileNotFound):
         return SchedulerSetupError(f"AWS: {err}: set AWS_PROFILE or the run option profile= to a configured profile")
     if isinstance(err, bce.NoCredentialsError | bce.PartialCredentialsError | bce.CredentialRetrievalError):
-        return SchedulerSetupError(f"AWS: no usable credentials ({err}): {_CREDENTIALS_HINT}")
+        return SchedulerSetupError(f"AWS: no usable credentials ({err}): {hints.credentials}")
     if isinstance(err, bce.TokenRetrievalError | bce.SSOTokenLoadError | bce.UnauthorizedSSOTokenError):
         return SchedulerSetupError(
-            f"AWS: the login expired ({err}): log in again (aws sso login) or {_CREDENTIALS_HINT}"
+            f"AWS: the login expired ({err}): log in again (aws sso login) or {hints.credentials}"
         )
     if isinstance(err, bce.EndpointConnectionError | bce.ConnectTimeoutError | bce.ProxyConnectionError):
         return SchedulerSetupError(
@@ -75,17 +88,17 @@ def setup_error(err: BaseException) -> SchedulerSetupError | None:
         if code in _EXPIRED_CODES:
             return SchedulerSetupError(
                 f"AWS: the credentials expired ({code} on {operation}): renew them (aws sso login, new session "
-                f"credentials) or {_CREDENTIALS_HINT}",
+                f"credentials) or {hints.credentials}",
                 transient=True,
             )
         if code in _REJECTED_CODES:
             return SchedulerSetupError(
-                f"AWS: the credentials were rejected ({code} on {operation}): {_CREDENTIALS_HINT}"
+                f"AWS: the credentials were rejected ({code} on {operation}): {hints.credentials}"
             )
         if code in _DENIED_CODES:
             return SchedulerSetupError(
                 f"AWS: access denied ({code} on {operation}: {message}): grant the identity in use that permission "
-                "(docs/schedulers.md lists what the aws_batch scheduler calls) or use another profile= / connection"
+                f"(docs/schedulers.md lists what the aws_batch scheduler calls) or {hints.identity}"
             )
     return None
 
