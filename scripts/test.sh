@@ -47,15 +47,20 @@ wait "$torch_pid" || { cat "$logs/torch"; echo "test.sh: making the PyTorch venv
 
 state=.ci/state
 rm -f "$state"/junit-*.xml "$state"/pass-*.log "$state/passes.txt"
-pass_() { # NAME COMMAND...: run one pass into its log; record its time and exit status; print it
+run_() { # NAME COMMAND...: run one pass into its log; record its time and exit status; print it
     local name=$1 start rc=0
     shift
     start=$(date +%s)
-    "$@" -p no:cacheprovider --junitxml="$state/junit-$name.xml" >"$state/pass-$name.log" 2>&1 || rc=$?
+    "$@" >"$state/pass-$name.log" 2>&1 || rc=$?
     echo "$name $(($(date +%s) - start)) $rc" >>"$state/passes.txt"
     # One pass's output at a time, whole, though the two lanes end passes at any moment.
     flock "$state/passes.txt" sh -c 'echo "===== pass $1 (exit $2)"; cat "$3"' - "$name" "$rc" "$state/pass-$name.log"
     return "$rc"
+}
+pass_() { # NAME PYTEST-COMMAND...: run_ with pytest's JUnit XML under the state dir
+    local name=$1
+    shift
+    run_ "$name" "$@" -p no:cacheprovider --junitxml="$state/junit-$name.xml"
 }
 older=(-m "airflow_line and not torch")
 if [ "$#" -gt 0 ]; then
@@ -66,14 +71,16 @@ else
     # Two lanes at once (the live tests mostly wait on their deployments and jobs, the others
     # mostly compute), of about equal length: the pinned line's own tests and its two FAB and
     # multi-team UI modules, then the 3.1 pass, then the TorchX plugin's tests (TorchX's venv,
-    # about 45 s), beside the pinned line's other live tests, then the 3.2 pass. Every pass runs,
-    # whatever failed before it.
+    # about 45 s) and the package check (the built sdist and wheel installed into clean venvs:
+    # scripts/package-check.sh), beside the pinned line's other live tests, then the 3.2 pass.
+    # Every pass runs, whatever failed before it.
     ui=(tests/e2e/test_ui_fab.py tests/e2e/test_ui_security.py)
     (
         rc=0
         pass_ 3.3-own .venv/bin/python -m pytest tests/core tests/airflow "${ui[@]}" || rc=$?
         pass_ 3.1 bash scripts/test-airflow-line.sh 3.1 tests "${older[@]}" || rc=$?
         pass_ torchx-plugin .venv-torchx/bin/python -m pytest tests/torchx_plugin || rc=$?
+        run_ package bash scripts/package-check.sh || rc=$?
         exit "$rc"
     ) &
     lane=$!
