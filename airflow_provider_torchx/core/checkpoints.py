@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.identity import TaskIdentity
-from airflow_provider_torchx.core.schedulers.local.store import makedirs_private
+from airflow_provider_torchx.core.safefiles import makedirs_private
 from airflow_provider_torchx.core.specs import AppDef
 
 #: Every replica's checkpoint location (a local path, a mounted path or a URI such as s3://).

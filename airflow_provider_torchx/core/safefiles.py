@@ -2,7 +2,8 @@
 through real directories below a root (no symbolic link on the way, the file itself included),
 so a file swapped for a link to ``/etc/shadow``, a FIFO or a device gets a clear error
 (``UnsafeFileError``) and is never read; ``read_json`` reads one such file's JSON. The local job
-store's files and the watchers' cursor files (``core/cursors.py``) are read through it.
+store's files and the watchers' cursor files (``core/cursors.py``) are read through it;
+``makedirs_private`` makes the directories of such files (and checkpoint parents) owner-only.
 
 Standard library only, loaded without ``typing``: the local supervisor imports it (through the
 job store) before it starts the replicas.
@@ -74,3 +75,19 @@ def read_json(path: StrPath, root: StrPath) -> Any:
         return None
     with open(fd, "rb") as f:
         return json.loads(f.read())
+
+
+def makedirs_private(path: str | os.PathLike[str]) -> None:
+    """``os.makedirs`` where every directory it creates is owner-only, whatever the umask
+    (``makedirs`` applies its mode to the last one only, and through the umask)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return
+    head = os.path.dirname(path)
+    if head and head != path:
+        makedirs_private(head)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(path, 0o700)

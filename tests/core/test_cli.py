@@ -129,7 +129,7 @@ def test_runopts(capsys: pytest.CaptureFixture[str]) -> None:
         (["status"], "the following arguments are required: app_handle"),
         (["run", "--label", "novalue", "utils.echo"], "'novalue' is not key=value"),
         (["run", "-s", "nope", "utils.echo"], "unknown scheduler 'nope'; known: "),
-        (["run", "-s", "local_cdw", "utils.echo"], "local_dir. Did you mean 'local_cwd' or 'local_dir'?"),
+        (["run", "-s", "local_cdw", "utils.echo"], "local_dir, slurm. Did you mean 'local_cwd' or 'local_dir'?"),
         (["run", "-cfg", "log_dri=/tmp", "utils.echo"], "Did you mean 'log_dir'?"),
         (["run", "-cfg", "log_dir=/tmp/x,nope=1", "utils.echo"], "cfg: unknown option 'nope'"),
         (["run", "-cfg", "prepend_cwd=maybe", "utils.echo"], "cfg: prepend_cwd='maybe' is not a valid bool"),

@@ -217,16 +217,19 @@ def test_list_filters_on_labels_and_backend(sched: LocalScheduler, dir_sched: Lo
 
 def test_count_counts_live_jobs_without_reading_their_state(sched: LocalScheduler, state_dir: Path) -> None:
     """``count`` matches on backend and labels only: a running job whose ``state.json`` cannot
-    be read (a FIFO here, which ``list`` refuses and skips) is still counted."""
+    be read (a FIFO here, swapped in as an attacker would: made beside, renamed over) is still
+    counted, and ``list`` still lists it, refused (its state UNKNOWN)."""
     app_id = sched.submit(sh_app("sleep 30"), labels={"dag": "d1"})
     try:
         wait_running(sched, app_id)
         state = state_dir / "local" / app_id / "state.json"
-        state.unlink()
-        os.mkfifo(state)
+        fifo = state.with_name(".state.json.fifo")
+        os.mkfifo(fifo)
+        os.replace(fifo, state)
         fresh = create_scheduler("other")  # nothing cached
         assert (fresh.count(), fresh.count({}, {"dag": "d1"}), fresh.count({}, {"dag": "d2"})) == (1, 1, 0)
-        assert fresh.list() == []
+        (listed,) = fresh.list()
+        assert listed.app_id == app_id and listed.state == AppState.UNKNOWN and listed.refused, listed
         state.unlink()
     finally:
         sched.cancel(app_id)

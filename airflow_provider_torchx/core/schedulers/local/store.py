@@ -46,7 +46,7 @@ from airflow_provider_torchx.core.errors import CancelDeliveredError as CancelDe
 from airflow_provider_torchx.core.errors import CancelNotRecordedError as CancelNotRecordedError
 from airflow_provider_torchx.core.errors import CorruptEntryError as CorruptEntryError
 from airflow_provider_torchx.core.errors import StoreError
-from airflow_provider_torchx.core.safefiles import read_json
+from airflow_provider_torchx.core.safefiles import makedirs_private, read_json
 from airflow_provider_torchx.core.statedir import default_state_dir
 
 # Not ``typing``/``pathlib``/``collections``: they would slow the supervisor's start-up.
@@ -127,22 +127,6 @@ def store_error(root: StrPath, what: str, err: OSError) -> StoreError:
     """A ``StoreError`` for ``err`` raised while doing ``what`` in the store at ``root``."""
     cause = err.strerror or str(err)
     return StoreError(err.errno, f"job store {os.fspath(root)}: cannot {what}: {cause}")
-
-
-def makedirs_private(path: StrPath) -> None:
-    """``os.makedirs`` where every directory it creates is owner-only, whatever the umask
-    (``makedirs`` applies its mode to the last one only, and through the umask)."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        return
-    head = os.path.dirname(path)
-    if head and head != path:
-        makedirs_private(head)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        return
-    os.chmod(path, 0o700)
 
 
 def create_logs(paths: list[str | None]) -> None:
