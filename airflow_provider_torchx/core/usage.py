@@ -7,6 +7,8 @@ gets the same figures. Hours are *requested* resources times the seconds each re
 what a scheduler reserves and a cloud bills, not what the process used. Memory is in GiB
 (``memMB / 1024``), as Batch and the named resources count it. Priced with ``Rates``
 (``core/rates.py``), the same hours give ``cost_usd``: per attempt, per role and in total.
+Without rates, a scheduler may price each attempt itself (``Attempt.price_per_hour``: AWS
+Batch's instance prices); a job with an attempt it could not price then has no total.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ class Attempt:
     ended: float | None
     exit_code: int | None = None
     reason: str = ""
+    #: What this run's share of its machine cost per hour in US dollars, as its scheduler
+    #: priced it (AWS's own prices, ``aws_batch/pricing.py``); None: not priced there. Rates
+    #: given by the user win over it (``Usage.attempt_cost_usd``).
+    price_per_hour: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -159,35 +165,46 @@ class Usage:
     def memory_gb_hours(self) -> float | None:
         return _sum([r.memory_gb_hours for r in self.roles])
 
+    @property
+    def priced(self) -> bool:
+        """Whether the job is priced at all: at ``rates``, else at its scheduler's prices of
+        at least one attempt (``Attempt.price_per_hour``)."""
+        return self.rates is not None or any(a.price_per_hour is not None for a in self.attempts)
+
     def attempt_cost_usd(self, attempt: Attempt, now: float | None = None) -> float | None:
-        """What ``attempt`` cost at ``rates`` (None: not priced); an open attempt (started,
-        no end) counts until ``now`` (None: it counts nothing yet)."""
-        if self.rates is None:
+        """What ``attempt`` cost: at ``rates`` when given (they win), else at its own
+        ``price_per_hour`` (None: that attempt could not be priced, or the job is not priced);
+        an open attempt (started, no end) counts until ``now`` (None: it counts nothing yet)."""
+        if not self.priced:
             return None
-        role = next((r for r in self.roles if r.role == attempt.role), None)
-        if role is None or attempt.started is None:
+        if attempt.started is None:
             return 0.0
         ended = attempt.ended if attempt.ended is not None else now
-        seconds = 0.0 if ended is None else max(0.0, ended - attempt.started)
-        return role.cost_per_hour(self.rates) * seconds / 3600.0
+        hours = 0.0 if ended is None else max(0.0, ended - attempt.started) / 3600.0
+        if self.rates is None:
+            return None if attempt.price_per_hour is None else attempt.price_per_hour * hours
+        role = next((r for r in self.roles if r.role == attempt.role), None)
+        return 0.0 if role is None else role.cost_per_hour(self.rates) * hours
+
+    def _total(self, attempts: Sequence[Attempt], now: float | None) -> float | None:
+        """What ``attempts`` cost together; None when the job is not priced or one of them
+        that ran could not be (a sum without it would understate the cost)."""
+        costs = [self.attempt_cost_usd(a, now) for a in attempts]
+        return None if not self.priced or None in costs else sum(c or 0.0 for c in costs)
 
     def role_cost_usd(self, role: str) -> float | None:
         """What ``role``'s attempts cost (None: not priced)."""
-        if self.rates is None:
-            return None
-        return sum(self.attempt_cost_usd(a) or 0.0 for a in self.attempts if a.role == role)
+        return self._total([a for a in self.attempts if a.role == role], None)
 
     @property
     def cost_usd(self) -> float | None:
-        """What the job cost at ``rates`` (None: not priced)."""
+        """What the job cost (None: not priced)."""
         return self.cost_so_far(None)
 
     def cost_so_far(self, now: float | None) -> float | None:
         """The cost as ``cost_usd`` counts it, with every open attempt taken to run until
         ``now`` (a live job's cost so far); None when not priced."""
-        if self.rates is None:
-            return None
-        return sum(self.attempt_cost_usd(a, now) or 0.0 for a in self.attempts)
+        return self._total(self.attempts, now)
 
     def gpu_hours_at(self, now: float) -> float | None:
         """The GPU-hours counted as ``gpu_hours`` does, with every attempt still open (started,

@@ -94,6 +94,41 @@ def test_the_cost_so_far_counts_open_attempts_until_now() -> None:
     assert live.cost_so_far(3600.0) == pytest.approx(6.0)
 
 
+ONE_GPU = [Role("r", resource=Resource(cpu=4, gpu=1, memMB=1024))]
+
+
+def test_an_attempt_priced_by_its_scheduler_costs_its_price_times_hours() -> None:
+    """No rates: each attempt at its own ``price_per_hour`` (a Spot one, then an on-demand one)."""
+    attempts = [
+        Attempt("r", 0, 1, 0.0, 1800.0, price_per_hour=1.0),
+        Attempt("r", 0, 2, 1800.0, 9000.0, price_per_hour=3.0),
+    ]
+    usage = compute_usage(0.0, 9000.0, ONE_GPU, attempts)
+    assert [usage.attempt_cost_usd(a) for a in usage.attempts] == [pytest.approx(0.5), pytest.approx(6.0)]
+    assert usage.cost_usd == pytest.approx(6.5) and usage.role_cost_usd("r") == pytest.approx(6.5)
+    assert "Total:" in usage.format() and "$6.50" in usage.format()
+
+
+def test_rates_given_win_over_the_schedulers_price() -> None:
+    attempt = Attempt("r", 0, 1, 0.0, 3600.0, price_per_hour=100.0)
+    usage = dataclasses.replace(compute_usage(0.0, 3600.0, ONE_GPU, [attempt]), rates=Rates(gpu_hour=2.0))
+    assert usage.cost_usd == pytest.approx(2.0)
+
+
+def test_an_attempt_its_scheduler_could_not_price_is_na_and_leaves_no_total() -> None:
+    attempts = [Attempt("r", 0, 1, 0.0, 3600.0, price_per_hour=1.0), Attempt("r", 0, 2, 3600.0, 7200.0)]
+    usage = compute_usage(0.0, 7200.0, ONE_GPU, attempts)
+    assert usage.attempt_cost_usd(usage.attempts[0]) == pytest.approx(1.0)
+    assert usage.attempt_cost_usd(usage.attempts[1]) is None
+    assert usage.cost_usd is None and usage.role_cost_usd("r") is None
+    assert usage.to_dict()["attempts"][1]["cost_usd"] is None
+
+
+def test_an_attempt_that_never_started_costs_nothing_in_a_priced_job() -> None:
+    attempts = [Attempt("r", 0, 1, None, None), Attempt("r", 0, 2, 0.0, 3600.0, price_per_hour=2.0)]
+    assert compute_usage(0.0, 3600.0, ONE_GPU, attempts).cost_usd == pytest.approx(2.0)
+
+
 @pytest.mark.parametrize(
     ("value", "error"),
     [

@@ -15,10 +15,12 @@ import functools
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core import workspace
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownQueueError
+from airflow_provider_torchx.core.rates import rates_of
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
 from airflow_provider_torchx.core.schedulers.api import (
     CancelledBy,
@@ -41,13 +43,15 @@ from airflow_provider_torchx.core.schedulers.aws_batch import (
     status,
     stuck,
 )
-from airflow_provider_torchx.core.schedulers.aws_batch.clients import AWSClients, all_items
+from airflow_provider_torchx.core.schedulers.aws_batch.clients import AWSClients, all_items, client_config
 from airflow_provider_torchx.core.schedulers.aws_batch.joblogs import JobLogs
 from airflow_provider_torchx.core.schedulers.aws_batch.looks import R
 from airflow_provider_torchx.core.schedulers.aws_batch.poller import NOT_VISIBLE, StatusPoller, client_key
+from airflow_provider_torchx.core.schedulers.aws_batch.pricing import AttemptPricer
 from airflow_provider_torchx.core.schedulers.aws_batch.setup_errors import translate_setup_errors, translated_iter
 from airflow_provider_torchx.core.schedulers.aws_batch.usage import batch_usage
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, Role
+from airflow_provider_torchx.core.statedir import default_state_dir
 
 if TYPE_CHECKING:
     import asyncio
@@ -319,10 +323,24 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         return looks.by_node(ids, self.poller.get(list(ids), max_age=max_age))
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        """Status, roles, labels of the job; node details (exit codes) once it ended."""
+        """Status, roles, labels of the job; node details (exit codes) once it ended; its
+        ended attempts priced at AWS's prices when it carries no rates (``pricing.py``: each
+        once; the poller's looks never price)."""
         job = self._job(app_id)
         ended = looks.ended_nodes(job)
-        return self._response(app_id, job, self._nodes(job, ended) if job and ended else {})
+        return self._response(app_id, job, self._nodes(job, ended) if job and ended else {}, priced=True)
+
+    @functools.cached_property
+    def pricer(self) -> AttemptPricer:
+        """What prices this scheduler's ended attempts at AWS's prices (made on first use),
+        its Price List answers kept under the host's state dir."""
+        return AttemptPricer(
+            lambda service, region: self.aws.session().client(
+                service, region_name=region or self.aws.region(), config=client_config()
+            ),
+            self.aws.region(),
+            Path(default_state_dir()) / "aws-prices",
+        )
 
     def describe_future_as(
         self, app_id: str, then: Callable[[DescribeAppResponse | None], R], period: float | None = None
@@ -397,8 +415,10 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         self.poller.remember(app_id, native_id)
 
     def _response(
-        self, app_id: str, job: dict[str, Any] | None, nodes: dict[int, dict[str, Any]]
+        self, app_id: str, job: dict[str, Any] | None, nodes: dict[int, dict[str, Any]], priced: bool = False
     ) -> DescribeAppResponse | None:
+        """The description of ``app_id`` from its entry ``job`` and its nodes' child jobs;
+        ``priced``: its ended attempts at AWS's prices unless the job carries rates."""
         if job is None:
             return None
         if job is NOT_VISIBLE:
@@ -412,10 +432,11 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         ):
             job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
         resp = status.describe_response(app_id, job, nodes, self.aws.region())
+        price = self.pricer.price if priced and rates_of(resp.labels) is None else None
         if resp.state.is_terminal():
-            resp.usage = batch_usage(job, nodes, resp.roles)
-        else:  # what guards read at each look (``core/guards.py``): no extra call
-            resp.usage_so_far = batch_usage(job, nodes, resp.roles)
+            resp.usage = batch_usage(job, nodes, resp.roles, price)
+        else:  # what guards read at each look (``core/guards.py``): no extra call unless ``priced``
+            resp.usage_so_far = batch_usage(job, nodes, resp.roles, price)
         return resp
 
     def _summary_container(self, app_id: str, job: Mapping[str, Any]) -> dict[str, Any]:
