@@ -94,6 +94,25 @@ def test_two_node_job_one_replica_per_node_with_rank0_host(slurm: SlurmScheduler
     assert {row[3] for row in rows} == {handle}
 
 
+def test_a_replica_gets_the_role_s_env_and_none_of_the_submitting_process_s(
+    slurm: SlurmScheduler, job_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", "postgres://etl:hunter2@db/warehouse")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-aws")
+    cmd = (
+        'echo "conn=${AIRFLOW_CONN_WAREHOUSE:-unset} aws=${AWS_SECRET_ACCESS_KEY:-unset} mine=$MINE"; '
+        'echo "leaked=$(env | grep -c hunter2)"; command -v date >/dev/null && echo path=ok'
+    )
+    app_id = _submit(slurm, _app(cmd, env={"MINE": "role's own"}), job_dir)
+    desc = wait_for(slurm, app_id)
+    assert desc.state == AppState.SUCCEEDED, desc.msg
+    assert _all_lines(slurm, app_id, streams=Stream.STDOUT) == [
+        "conn=unset aws=unset mine=role's own\n",
+        "leaked=0\n",
+        "path=ok\n",
+    ]
+
+
 def test_failing_rank_is_the_failure_with_its_exit_code(slurm: SlurmScheduler, job_dir: Path) -> None:
     app_id = _submit(slurm, _app('if [ "$TORCHX_REPLICA_ID" = 1 ]; then exit 3; fi; sleep 30', 2), job_dir)
     desc = wait_for(slurm, app_id)

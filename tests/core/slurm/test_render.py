@@ -63,6 +63,7 @@ def test_job_options_and_identity_go_on_sbatch_s_command_line() -> None:
         "comment": "nightly",
     }
     assert [a for a in args if not a.startswith("--comment=")] == [
+        "--export=NONE",
         "--job-name=ddp",
         "--chdir=/shared/jobs",
         "--output=/shared/jobs/slurm-%j.out",

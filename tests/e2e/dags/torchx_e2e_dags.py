@@ -99,3 +99,38 @@ for orphan_dag_id, (orphan_deferrable, orphan_tasks) in ORPHAN_DAGS.items():
                 poll_interval=1,
                 retries=0,
             )
+
+# The Slurm tests (test_live_slurm.py; the connection torchx_e2e_slurm exists in their deployment
+# only): a deferred Slurm task beside a deferred local one (every line once in each log); a
+# deferred Slurm task the test marks failed, and a worker-mode one (retries=1) whose task process
+# the test SIGKILLs, whose retry adopts the running job (both wait at the run's gate).
+with DAG(dag_id="torchx_e2e_slurm", schedule=None, start_date=START, catchup=False, params=PARAMS):
+    TorchXRunOperator(
+        task_id="slurm",
+        torchx_conn_id="torchx_e2e_slurm",
+        component="utils.sh",
+        component_args=lines_args(),
+        deferrable=True,
+        poll_interval=1,
+    )
+    TorchXRunOperator(
+        task_id="local",
+        component="utils.sh",
+        component_args=lines_args(),
+        scheduler="local_cwd",
+        deferrable=True,
+        poll_interval=1,
+    )
+
+with DAG(dag_id="torchx_e2e_slurm_ends", schedule=None, start_date=START, catchup=False, params=PARAMS):
+    for slurm_task, slurm_deferrable in (("marked", True), ("retried", False)):
+        TorchXRunOperator(
+            task_id=slurm_task,
+            torchx_conn_id="torchx_e2e_slurm",
+            component="utils.sh",
+            component_args=lines_args(),
+            deferrable=slurm_deferrable,
+            poll_interval=1,
+            retries=0 if slurm_deferrable else 1,
+            retry_delay=timedelta(seconds=1),
+        )

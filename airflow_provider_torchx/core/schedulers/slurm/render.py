@@ -13,10 +13,19 @@ The environment every replica gets, as the other schedulers give it: ``TORCHX_RO
 the first node of the first role at, from the job's node list), ``TORCHX_PORT_<NAME>`` for each
 ``port_map`` entry (a per-job port from the job id: two jobs whose ids are less than
 ``PORT_SPAN`` / the number of entries apart never share one), ``TORCHELASTIC_ERROR_FILE`` and
-``PET_LOG_DIR`` in the replica's directory. Images: an absolute directory is where the replica runs (as
-``local_dir``); another image (a container name) is ignored, as ``local_cwd`` does, since the
-replicas run on the nodes' own software. Mounts: Slurm mounts nothing; a bind mount of a path
-onto itself is honoured as is (the nodes see the path), anything else is refused.
+``PET_LOG_DIR`` in the replica's directory.
+
+The job does not inherit the submitting process's environment (an Airflow worker's or
+triggerer's connections, keys and secrets): it is submitted with ``--export=NONE``, so the batch
+script starts from what Slurm gives a job on the node (the ``SLURM_*`` variables and the user's
+login environment, with a default ``PATH`` should it have none) and each replica gets exactly that
+plus the role's env and ours, exported by its wrapper (``srun --export=ALL`` hands the batch
+script's environment to the step, overriding the ``SLURM_EXPORT_ENV=NONE`` it inherits).
+
+Images: an absolute directory is where the replica runs (as ``local_dir``); another image (a
+container name) is ignored, as ``local_cwd`` does, since the replicas run on the nodes' own
+software. Mounts: Slurm mounts nothing; a bind mount of a path onto itself is honoured as is
+(the nodes see the path), anything else is refused.
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 #: The job's id (``${app_id}``) and directory, set by the batch script for its replicas.
 ENV_APP_ID = "TORCHX_SLURM_JOB_ID"
 ENV_JOB_DIR = "TORCHX_SLURM_JOB_DIR"
+#: The ``PATH`` of a batch script whose node gave it none.
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 #: The first port handed out to a job's ``port_map`` entries, and how many follow.
 PORT_BASE = 20000
 PORT_SPAN = 20000
@@ -181,6 +192,7 @@ def render(app: AppDef, cfg: Mapping[str, Any], labels: Mapping[str, str]) -> Sl
         for k, n in enumerate(names)
     ]
     body = [
+        f'export PATH="${{PATH:-{DEFAULT_PATH}}}"',
         "set -u",
         f"export {ENV_APP_ID}=$SLURM_JOB_ID",
         f'export {ENV_JOB_DIR}={shlex.quote(job_dir)}/"$SLURM_JOB_ID"',
@@ -207,6 +219,7 @@ def render(app: AppDef, cfg: Mapping[str, Any], labels: Mapping[str, str]) -> Sl
         'exit "$rc"',
     ]
     args = [
+        "--export=NONE",
         f"--job-name={app.name}",
         f"--comment={comment(app.name, labels, cfg.get('comment'))}",
         f"--chdir={job_dir}",
