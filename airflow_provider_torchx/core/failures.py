@@ -17,8 +17,8 @@ and what the watcher saw (a guard that tripped, the task's deadline): never a sc
 name, so a plugin scheduler gets the same kinds. Its rows, in the order they are tried, are
 the decision table of docs/behaviour.md ("Failure kinds"); each row is a test in
 ``tests/core/test_failures.py``. The reasons it knows are the platforms' own words (AWS
-Batch's ``statusReason`` and ``container.reason``, Kubernetes' pod reasons, the local
-supervisor's messages); a reason it does not know decides nothing, and the exit codes decide.
+Batch's ``statusReason`` and ``container.reason``, Kubernetes' pod reasons, Slurm's job
+states, the local supervisor's messages); a reason it does not know decides nothing, and the exit codes decide.
 """
 
 from __future__ import annotations
@@ -78,15 +78,17 @@ CONFIG_REASONS = re.compile(
 #: The reasons of a job that could not get resources (Batch ``CAPACITY:``, Kubernetes).
 CAPACITY_REASONS = re.compile(r"CAPACITY:|Unschedulable|Insufficient (?:cpu|memory|nvidia)", re.IGNORECASE)
 #: The reasons of an attempt that ran out of its own time limit (Batch's job timeout, the local
-#: supervisor's ``attempt_timeout``).
-TIMEOUT_REASONS = re.compile(r"attempt duration exceeded timeout|longer than attempt_timeout")
+#: supervisor's ``attempt_timeout``, Slurm's time limit or deadline).
+TIMEOUT_REASONS = re.compile(
+    r"attempt duration exceeded timeout|longer than attempt_timeout|Slurm: (?:TIMEOUT|DEADLINE)\b"
+)
 #: The reasons of a job the platform lost: a host terminated or reclaimed (Spot), the OOM
-#: killer, a task ECS could not keep, a pod evicted or its node lost, a local job's supervisor
-#: gone.
+#: killer, a task ECS could not keep, a pod evicted or its node lost, a Slurm node failed or
+#: the job preempted or out of memory, a local job's supervisor gone.
 INFRA_REASONS = re.compile(
     r"Host EC2|OutOfMemoryError|OOMKilled|Timeout waiting for network interface|Task failed to start"
     r"|Evicted|NodeLost|Spot|reclaim|the supervisor \(pid \d+\) died|the supervisor did not start"
-    r"|the supervisor failed",
+    r"|the supervisor failed|Slurm: (?:NODE_FAIL|BOOT_FAIL|PREEMPTED|OUT_OF_MEMORY)\b",
 )
 #: A root cause that is the collective's or the rendezvous' (a peer or the network, not the
 #: rank's code): NCCL/gloo errors and timeouts, torch.distributed's store and network errors,
