@@ -50,6 +50,7 @@ from airflow_provider_torchx.core.errors import RecordRefusedError
 from airflow_provider_torchx.core.failures import Failure, classify
 from airflow_provider_torchx.core.guards import START_TIMEOUT, GuardrailTrippedError, Guards, Trip
 from airflow_provider_torchx.core.identity import TaskIdentity
+from airflow_provider_torchx.core.jobviews import used_so_far
 from airflow_provider_torchx.core.logstream import (
     BATCH_LINES,
     PROGRESS_EVERY,
@@ -172,16 +173,13 @@ def progress_line(
 
 
 def _so_far(status: AppStatus, now: float | None) -> str:
-    """``; 0.0123 GPU-h, $0.03 so far`` for a live job whose usage so far is known (GPU-hours
-    where it asked for GPUs, dollars where priced); nothing otherwise."""
+    """``; 0.0123 GPU-h, $0.03 so far`` for a live job whose usage so far is known
+    (``jobviews.used_so_far``); nothing otherwise."""
     usage = status.usage_so_far
     if usage is None or now is None or status.is_terminal():
         return ""
-    gpu_hours = usage.gpu_hours_at(now)
-    cost = usage.cost_so_far(now)
-    figures = [f"{gpu_hours:.4f} GPU-h"] if gpu_hours is not None else []
-    figures += [f"${cost:.2f}"] if cost is not None else []
-    return f"; {', '.join(figures)} so far" if figures else ""
+    used = used_so_far(usage, now)
+    return f"; {used} so far" if used else ""
 
 
 def task_identity(context: Context) -> TaskIdentity:

@@ -731,6 +731,7 @@ def _handle_command(runner: Runner, args: argparse.Namespace) -> int:
                 printable_tree(root).format() if root else "",
                 printable(jobviews.failure_line(runner.describe_app(handle), root)),
                 _timing(runner, handle),
+                jobviews.so_far_line(_described(runner, handle), time.time()),
             ]
             text = "\n".join(part for part in shown if part)
         _out(_hide_secrets(text, runner.describe(handle), args.show_secrets, args.json))

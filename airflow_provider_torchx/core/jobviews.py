@@ -22,6 +22,7 @@ from airflow_provider_torchx.core.failures import classify
 from airflow_provider_torchx.core.identity import task_label
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, ListAppResponse
 from airflow_provider_torchx.core.specs import AppDef, ReplicaStatus, Resource, Role
+from airflow_provider_torchx.core.usage import Usage
 
 if TYPE_CHECKING:
     from airflow_provider_torchx.core.errorfile import RootCause
@@ -98,10 +99,38 @@ def failure_line(desc: DescribeAppResponse | None, root_cause: RootCause | None 
     return f"Failure kind: {failure.kind.value} ({failure.why})" if failure else ""
 
 
+def usage_so_far(desc: DescribeAppResponse, now: float) -> dict[str, float | None] | None:
+    """What a live job used until ``now`` (epoch seconds): its GPU-hours (None: it asked for
+    none) and cost in US dollars (None: not priced); None for an ended job, or one whose
+    scheduler keeps no live usage."""
+    usage = desc.usage_so_far
+    if usage is None or desc.state.is_terminal():
+        return None
+    return {"gpu_hours": usage.gpu_hours_at(now), "cost_usd": usage.cost_so_far(now)}
+
+
+def used_so_far(usage: Usage, now: float) -> str:
+    """``0.0123 GPU-h, $0.03``: the GPU-hours (where the job asked for GPUs) and cost (where it
+    is priced) of a live job's ``usage`` until ``now``; empty when it has neither."""
+    gpu_hours, cost = usage.gpu_hours_at(now), usage.cost_so_far(now)
+    figures = [f"{gpu_hours:.4f} GPU-h"] if gpu_hours is not None else []
+    figures += [f"${cost:.2f}"] if cost is not None else []
+    return ", ".join(figures)
+
+
+def so_far_line(desc: DescribeAppResponse, now: float) -> str:
+    """``  Used so far: 0.0123 GPU-h, $0.03`` for a live job; nothing for an ended one or one
+    with no such figures."""
+    if desc.usage_so_far is None or desc.state.is_terminal():
+        return ""
+    used = used_so_far(desc.usage_so_far, now)
+    return f"  Used so far: {used}" if used else ""
+
+
 def status_dict(handle: str, desc: DescribeAppResponse, root_cause: RootCause | None = None) -> dict[str, Any]:
     """``status --json``: the job's state and why (with a failed job's ``root_cause``,
-    ``core/errorfile.py``, and ``failure_kind``, ``core/failures.py``), its replicas, times
-    and usage."""
+    ``core/errorfile.py``, and ``failure_kind``, ``core/failures.py``), its replicas, times,
+    usage and, while it runs, what it used so far (``usage_so_far``)."""
     failure = classify(desc, root_cause)
     return {
         "handle": handle,
@@ -119,6 +148,7 @@ def status_dict(handle: str, desc: DescribeAppResponse, root_cause: RootCause | 
         "labels": dict(desc.labels),
         "roles": [{"role": rs.role, "replicas": [replica_dict(r) for r in rs.replicas]} for rs in desc.roles_statuses],
         "usage": {**desc.usage.to_dict(), "checkpoint_dir": desc.checkpoint_dir} if desc.usage is not None else None,
+        "usage_so_far": usage_so_far(desc, time.time()),
         "checkpoint_dir": desc.checkpoint_dir,
         "root_cause": plain(root_cause) if root_cause is not None else None,
         "failure_kind": failure.kind.value if failure else None,

@@ -352,7 +352,7 @@ def job_details(
         "started": epoch(desc.started),
         "ended": epoch(desc.ended),
         "usage": _usage_json(desc.usage) if desc.usage is not None else None,
-        "usage_so_far": _so_far_json(desc.usage_so_far) if not desc.state.is_terminal() else None,
+        "usage_so_far": jobviews.usage_so_far(desc, SYSTEM_CLOCK.wall()),
         "checkpoint_dir": desc.checkpoint_dir,
         "num_restarts": desc.num_restarts,
         "cancel_requested": desc.cancel_requested,
@@ -381,15 +381,6 @@ def _usage_json(usage: Usage) -> dict[str, Any]:
     summary = usage.to_dict()
     summary.pop("attempts", None)
     return summary
-
-
-def _so_far_json(usage: Usage | None) -> dict[str, Any] | None:
-    """What a live job used so far, now: GPU-hours (None: it asked for none) and, where the job
-    is priced, its cost in US dollars (None: not priced)."""
-    if usage is None:
-        return None
-    now = SYSTEM_CLOCK.wall()
-    return {"gpu_hours": usage.gpu_hours_at(now), "cost_usd": usage.cost_so_far(now)}
 
 
 def read_log(runner: Runner, app_handle: str, role: str, replica: int, cursor: str | None) -> dict[str, Any]:

@@ -468,7 +468,10 @@ def test_describe_status_and_list_readable_and_json_with_each_replicas_gpus(
     assert set(replicas[0]) == {"id", "state", "hostname", "exit_code", "msg", "devices"}
     code, out, _ = run_cli(capsys, "describe", "--json", handle)
     described = json.loads(out)
-    assert set(described) == {"handle", "app", "status"} and described["status"] == status_json
+    assert set(described) == {"handle", "app", "status"}
+    so_far = status_json.pop("usage_so_far"), described["status"].pop("usage_so_far")  # read at two moments
+    assert described["status"] == status_json
+    assert all(used["gpu_hours"] > 0 and used["cost_usd"] is None for used in so_far), so_far  # 2 GPUs, unpriced
     (role,) = described["app"]["roles"]
     assert (role["retry_policy"], role["resource"]["gpu"], role["env"]["API_TOKEN"]) == ("REPLICA", 2, "***")
     code, out, _ = run_cli(capsys, "list", "--json", "-s", "local_cwd")
@@ -493,7 +496,7 @@ def test_describe_status_and_list_readable_and_json_with_each_replicas_gpus(
 STATUS_KEYS = (
     "handle", "state", "terminal", "num_restarts", "msg", "structured_error_msg", "ui_url", "started", "ended",
     "cancel_requested", "cancel_reason", "cancelled_by", "labels", "roles", "usage", "root_cause", "checkpoint_dir",
-    "failure_kind",
+    "failure_kind", "usage_so_far",
 )  # fmt: skip
 
 

@@ -160,3 +160,22 @@ def test_rates_travel_as_a_job_label_and_read_back_the_same() -> None:
     assert rates_of(labels) == rates
     assert rates_of({}) is None
     assert rates_of({RATES_LABEL: "gpu_hour=cheap"}) is None and rates_of({RATES_LABEL: "gpu=1"}) is None
+
+
+def test_a_live_jobs_status_says_what_it_used_so_far_and_an_ended_ones_does_not() -> None:
+    """``status`` (plain: ``Used so far``; ``--json``: ``usage_so_far``) of a job whose two
+    GPUs have run for half an hour at $3 a GPU-hour; nothing once it ended."""
+    from airflow_provider_torchx.core.jobviews import so_far_line, usage_so_far
+    from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
+    from airflow_provider_torchx.core.specs import AppState
+
+    so_far = compute_usage(0.0, None, [Role("w", resource=Resource(1, 2, 64))], [Attempt("w", 0, 1, 0.0, None)])
+    live = DescribeAppResponse(
+        app_id="a", state=AppState.RUNNING, usage_so_far=dataclasses.replace(so_far, rates=Rates(gpu_hour=3.0))
+    )
+    assert usage_so_far(live, 1800.0) == {"gpu_hours": pytest.approx(1.0), "cost_usd": pytest.approx(3.0)}
+    assert so_far_line(live, 1800.0) == "  Used so far: 1.0000 GPU-h, $3.00"
+    unpriced = dataclasses.replace(live, usage_so_far=so_far)
+    assert so_far_line(unpriced, 1800.0) == "  Used so far: 1.0000 GPU-h"
+    ended = dataclasses.replace(live, state=AppState.SUCCEEDED)
+    assert usage_so_far(ended, 1800.0) is None and so_far_line(ended, 1800.0) == ""
