@@ -72,12 +72,13 @@ else
     # mostly compute), of about equal length: the pinned line's own tests and its two FAB and
     # multi-team UI modules, then the 3.1 pass, then the TorchX plugin's tests (TorchX's venv,
     # about 45 s) and the package check (the built sdist and wheel installed into clean venvs:
-    # scripts/package-check.sh), beside the pinned line's other live tests, then the 3.2 pass.
-    # Every pass runs, whatever failed before it.
+    # scripts/package-check.sh), beside the pinned line's other live tests, then the Slurm
+    # tests (after the live ones, which use the same two-node cluster: one lane holds it at a
+    # time), then the 3.2 pass. Every pass runs, whatever failed before it.
     ui=(tests/e2e/test_ui_fab.py tests/e2e/test_ui_security.py)
     (
         rc=0
-        pass_ 3.3-own .venv/bin/python -m pytest tests/core tests/airflow "${ui[@]}" || rc=$?
+        pass_ 3.3-own .venv/bin/python -m pytest tests/core tests/airflow "${ui[@]}" -m "not slurm" || rc=$?
         pass_ 3.1 bash scripts/test-airflow-line.sh 3.1 tests "${older[@]}" || rc=$?
         pass_ torchx-plugin .venv-torchx/bin/python -m pytest tests/torchx_plugin || rc=$?
         run_ package bash scripts/package-check.sh || rc=$?
@@ -86,6 +87,7 @@ else
     lane=$!
     status=0
     pass_ 3.3-live .venv/bin/python -m pytest tests/e2e "${ui[@]/#/--ignore=}" || status=$?
+    pass_ slurm .venv/bin/python -m pytest tests/core tests/airflow -m slurm || status=$?
     pass_ 3.2 bash scripts/test-airflow-line.sh 3.2 tests "${older[@]}" || status=$?
     wait "$lane" || status=$?
 fi

@@ -83,15 +83,17 @@ def test_a_rank_aborting_fails_the_job_fast_with_its_last_stderr_lines(run_dag: 
     ), ddp_failure(out)
     assert f"failed replica {ROLE}/{crashed[0]}, exit code" not in out, ddp_failure(out)
     # Rank 1 shares its node with rank 0 (2 x 2), whose collateral error (gloo's peer gone) the
-    # node's stderr holds too: the root cause quotes rank 1's own stderr, and only it.
+    # node's stderr holds too: the failure's story is the root cause, the job's end, then rank
+    # 1's own last stderr lines, and only its.
     root = re.search(
         rf"Root cause \(rank 1, replica {ROLE}/{crashed[0]}, exit code -6\): Signal 6 \(SIGABRT\) received by PID \d+\n"
-        r"  Last lines of its stderr:\n((?:  .*\n)+?)TorchX job ",
+        r"TorchX job .*\n"
+        r"Last \d+ lines of rank 1's stderr:\n((?:(?!\d{4}-\d\d-\d\dT).*\n)+)",
         out,
     )
     assert root, ddp_failure(out)
-    own = root[1].splitlines()
-    assert "  rank 1: corrupt shard, aborting" in own and "  Fatal Python error: Aborted" in own, root[0]
+    own = [line.strip() for line in root[1].splitlines()]
+    assert "rank 1: corrupt shard, aborting" in own and "Fatal Python error: Aborted" in own, root[0]
     assert any(line.strip().startswith('File "') and "ddp_train.py" in line for line in own), root[0]  # its frame
     # The streamed log keeps the rank's lines, unprefixed by torchrun's tee (its summary's
     # entries are ``[0]:`` lines of their own).

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +95,22 @@ def test_off_by_default_and_a_bad_value_is_logged(
     assert apply_retention(get_runner(), "aws_batch") == 0 and {ended, live} <= _ids(sched)
 
 
+@pytest.fixture
+def own_runners() -> Iterator[None]:
+    """The shared runners a DAG run of the test builds use its store: none before it, and none
+    left after it for the next tests (whose jobs live in another store)."""
+    close_runners()
+    yield
+    close_runners()
+
+
 def test_retention_never_removes_a_checkpoint_and_the_database_tells_a_locations_task(
-    run_dag: Any, store: Any, monkeypatch: pytest.MonkeyPatch
+    run_dag: Any, store: Any, monkeypatch: pytest.MonkeyPatch, own_runners: None
 ) -> None:
     """``utils.echo`` leaves no checkpoint directory (only its owner-only parents); a location
     written long ago by a finished task instance outlives the prune of its jobs; and the
     reader ``prune --checkpoints`` uses reads the task instance and its DAG run."""
     sched, _, _ = store
-    close_runners()  # the task's runner uses this test's store
     dag_run, out = run_dag("torchx_local_echo", deferrable=False)
     assert dag_run.state == "success", out[-3000:]
     identity = TaskIdentity("torchx_local_echo", "echo", dag_run.run_id)
