@@ -68,6 +68,10 @@ def jobs(airflow_env: Any) -> Iterator[dict[str, str]]:
     done = runner.run(_app(0), "local_cwd", labels=_identity("ui_done"))
     live = runner.run(_app(120), "local_cwd", labels=_identity("ui_live"))
     runner.wait(done, wait_interval=0.2, timeout=60, cancel_on_signal=False)
+    deadline = time.monotonic() + 60  # a loaded machine may start the live one after the other ended
+    while (status := runner.status(live)) is None or status.state != AppState.RUNNING:
+        assert time.monotonic() < deadline, f"the live job never ran: {status}"
+        time.sleep(0.05)
     yield {"done": done, "live": live}
     for handle in (done, live):
         runner.delete(handle)
