@@ -553,16 +553,10 @@ class TaskWatcher(JobWatch):
         """The ``error`` event (``refused`` True) of a job whose record the scheduler refuses:
         it cannot be watched, yet it is still a job, so it is stopped first
         (``Runner.stop_refused``): the task never fails while its job may run. The task fails
-        without retry (a retry would run in the same refused store, and the stopped job's
-        usage cannot be read to carry its budget). Blocks."""
+        without retry (``refused_message``). Blocks."""
         reason = f"{self.app_handle} cannot be watched: its record is refused"
         stopped = self.runner.stop_refused(self.app_handle, reason=reason, by=CancelledBy.TASK)
-        what = "cancelled it" if stopped else "cancelled it, but it still ran when the wait for its end gave up"
-        message = (
-            f"TorchX job {self.app_handle} cannot be watched: {refused}; {what}. Not retried: delete the job "
-            f"(airflow-torchx delete {self.app_handle}) and clear the task to run it again"
-        )
-        return self.event("error", message=message, refused=True)
+        return self.event("error", message=refused_message(self.app_handle, "watched", refused, stopped), refused=True)
 
     def timeout_event(self, status: AppStatus) -> dict[str, Any]:
         """The event of a job still running at its deadline."""
@@ -579,6 +573,19 @@ class TaskWatcher(JobWatch):
         }
         payload.update(fields)
         return payload
+
+
+def refused_message(app_handle: str, doing: str, refused: RecordRefusedError, stopped: bool) -> str:
+    """Why a task fails, without retry, on its job whose record the scheduler refuses, once it
+    was stopped (``Runner.stop_refused``: ``stopped`` says whether it ended in time). Not
+    retried: a retry would find the same refused store, and the stopped job's usage cannot be
+    read to carry its budget; whoever watches it (the trigger, the worker, a retry looking for
+    a job to adopt: ``doing``) says the same."""
+    what = "cancelled it" if stopped else "cancelled it, but it still ran when the wait for its end gave up"
+    return (
+        f"TorchX job {app_handle} cannot be {doing}: {refused}; {what}. Not retried: delete the job "
+        f"(airflow-torchx delete {app_handle}) and clear the task to run it again"
+    )
 
 
 def flush_logs(

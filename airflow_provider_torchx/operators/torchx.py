@@ -477,12 +477,12 @@ class TorchXRunOperator(BaseOperator):
     ) -> JobRecord | None:
         """On a retry, the job of this task instance to adopt (``choose_job_to_adopt`` over
         each job's ``JobRecord``), logging why; None: submit a new one. A job whose record
-        the scheduler refuses is stopped first (``Runner.stop_refused``): no job is submitted
-        beside it."""
+        the scheduler refuses is stopped, and the task fails without retry as its watcher's
+        would (``watch.refused_message``): no job is submitted beside it or after it."""
         if context["ti"].try_number <= 1:
             return None
         from airflow_provider_torchx.core.schedulers.api import labels_match
-        from airflow_provider_torchx.watch import cursor_file_for
+        from airflow_provider_torchx.watch import cursor_file_for, refused_message
 
         stored = _remembered_job(context)
         handles = [stored["app_handle"]] if stored else []
@@ -493,14 +493,10 @@ class TorchXRunOperator(BaseOperator):
             try:
                 runner.finalize(handle)  # a job whose supervisor died is stopped before it is judged
                 desc = runner.describe_app(handle)
-            except RecordRefusedError as e:  # still a job: never one beside it, so stopped first
+            except RecordRefusedError as e:  # still a job: stopped, and never one beside or after it
                 reason = f"{handle} cannot be adopted: its record is refused"
-                if not runner.stop_refused(handle, reason=reason, by=CancelledBy.TASK):
-                    raise AirflowException(
-                        f"Retry: {e}; it still runs after a cancel: not submitting another"
-                    ) from None
-                self.log.info("Retry: not adopting %s (%s); stopped it", handle, e)
-                continue
+                stopped = runner.stop_refused(handle, reason=reason, by=CancelledBy.TASK)
+                raise AirflowFailException(redact(refused_message(handle, "adopted", e, stopped))) from None
             if desc is None or not labels_match(desc.labels, labels):
                 continue
             saved = cursor_file_for(runner, handle, identity).load() if desc.state == AppState.SUCCEEDED else None

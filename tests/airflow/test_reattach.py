@@ -311,19 +311,23 @@ def test_two_live_jobs_of_one_task_instance_fail_the_retry(ident: Identity) -> N
 
 
 @pytest.mark.parametrize("how", ["state", "dir"])
-def test_a_retry_stops_a_running_job_whose_record_is_refused_then_submits(
+def test_a_retry_stops_a_running_job_whose_record_is_refused_and_fails_without_retry(
     ident: Identity, how: str, tmp_path: Path
 ) -> None:
     """The earlier try's job, still running, whose ``state.json`` (found by its labels) or
     directory (found by the handle the task state store keeps: no label of it is readable)
-    was swapped for a symbolic link: the retry neither fails on it nor submits beside it: it
-    stops the job first (its supervisor and replicas are gone), then submits."""
+    was swapped for a symbolic link: the retry stops it (its supervisor and replicas are
+    gone), submits nothing, beside it or after it, and fails without retry, as the trigger
+    would have."""
+    from airflow_provider_torchx._compat import AirflowFailException
+
     store = FakeTaskStateStore()
     handle = submit_and_defer(ident, SLEEP, store)
     processes = refuse_record(ident.runner, handle, how, tmp_path)
-    new = operator(SLEEP, wait_for_completion=False).execute(ident.context(2, store))
-    assert still_running(processes) == [], "a second job was submitted beside the refused one"
-    assert new != handle and new in ident.jobs()
+    with pytest.raises(AirflowFailException, match=rf"{handle} cannot be adopted: job .*cancelled it\. Not retried"):
+        operator(SLEEP, wait_for_completion=False).execute(ident.context(2, store))
+    assert still_running(processes) == [], "the refused job outlived the retry"
+    assert set(ident.jobs()) <= {handle}, "a job was submitted after the refused one"
     ident.runner.delete(handle)
 
 

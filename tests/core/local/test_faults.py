@@ -76,9 +76,10 @@ def read_only(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
 
 def fill(directory: Path) -> Path:
-    """Fill the filesystem of ``directory`` to the last block; return the filler file."""
+    """Fill the filesystem of ``directory`` to the last block; return the filler file (grown
+    again, not replaced, when called again)."""
     filler = directory / "filler"
-    with open(filler, "wb", buffering=0) as f:
+    with open(filler, "ab", buffering=0) as f:
         for size in (1 << 16, 1 << 12, 1 << 9, 1):
             try:
                 while True:
@@ -244,6 +245,10 @@ def test_a_cancel_on_a_full_store_stops_the_job_and_is_recorded_once_writable(ti
     replicas = _replica_processes(sched, app_id)
     (sched.job_dir(app_id) / ".reserve").unlink()  # no room kept for the last state either
     filler = fill(tiny)
+    # A state write the supervisor made just before the disk filled frees the old file's page
+    # when it is renamed over it: wait for such a rename, then take that page too.
+    time.sleep(0.5)
+    fill(tiny)
     with pytest.raises(store.CancelNotRecordedError, match=r"No space left on device.*supervisor was signalled"):
         sched.cancel(app_id)
     deadline = time.monotonic() + 30
