@@ -272,10 +272,11 @@ def test_a_failed_job_shows_its_root_cause_masked_and_its_gpus(
 
 
 def test_a_priced_job_shows_its_usage_and_cost_so_far_while_running_then_its_cost(
-    client: Any, auth: Any, local_jobs: Any, monkeypatch: pytest.MonkeyPatch
+    client: Any, auth: Any, local_jobs: Any, jobs: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A live job's page gets what it used so far (GPU-hours, dollars at the rates it carries);
-    once it ended, its usage with the cost."""
+    once it ended, its usage with the cost. The jobs list's cost column says the same (so far,
+    growing, then the final cost); a job without rates has none."""
     from airflow_provider_torchx.core.rates import Rates
 
     monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0")
@@ -290,13 +291,26 @@ def test_a_priced_job_shows_its_usage_and_cost_so_far_while_running_then_its_cos
     while not runner.read_log(handle, "trainer", 0).lines:  # it runs
         assert time.monotonic() < deadline, "the replica never printed"
         time.sleep(0.05)
-    live = client.get("/api/job", params={"handle": handle}, headers=_headers(auth, "viewer")).json()
+    viewer = _headers(auth, "viewer")
+
+    def listed(**filters: str) -> dict[str, Any]:
+        """The job's row in the jobs list (new filters: a listing made now, not one reused)."""
+        rows = client.get("/api/jobs", params={"dag_id": "ui_priced", **filters}, headers=viewer).json()["jobs"]
+        (row,) = [r for r in rows if r["handle"] == handle]
+        return row
+
+    first = listed()["cost_usd"]
+    live = client.get("/api/job", params={"handle": handle}, headers=viewer).json()
     so_far = live["usage_so_far"]
     assert live["usage"] is None and so_far["gpu_hours"] > 0, live
     assert so_far["cost_usd"] == pytest.approx(so_far["gpu_hours"] * 3600.0), so_far
+    assert 0 < first <= so_far["cost_usd"] <= listed()["cost_usd"], (first, so_far)  # so far: it grows
     runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
-    done = client.get("/api/job", params={"handle": handle}, headers=_headers(auth, "viewer")).json()
+    done = client.get("/api/job", params={"handle": handle}, headers=viewer).json()
     assert done["usage_so_far"] is None and done["usage"]["cost_usd"] == pytest.approx(done["usage"]["node_seconds"])
+    assert listed(task_id="train")["cost_usd"] == done["usage"]["cost_usd"]
+    rows = client.get("/api/jobs", params={"dag_id": "ui_done"}, headers=viewer).json()["jobs"]
+    assert [r["cost_usd"] for r in rows if r["handle"] == jobs["done"]] == [None]  # no rates: blank
 
 
 @pytest.mark.parametrize(
