@@ -12,7 +12,9 @@ a failed job of the same DAG (``failed_handle``) and a connection that cannot be
 1. the jobs page, filtered by the DAG, lists the job with when it was submitted and started
    and a duration that advances; the unlisted connection is named once, collapsed, below the
    jobs; the job's page shows the times (its duration advancing), both replicas and log lines
-   arriving while the job runs; the failed job's page shows its root cause, times and usage;
+   arriving while the job runs; the failed job (priced at rates) shows its cost in the list's
+   cost column (the running one, without rates, none) and its page its root cause, times and
+   usage;
 2. the task page's "TorchX Job" link opens that job page, and its "TorchX" tab lists the job
    and no error of another source;
 3. a viewer sees the Cancel button disabled and the plugin's API answers its cancel (sent as
@@ -148,7 +150,13 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             row = admin.locator(f'#jobs tr[data-handle="{handle}"]')
             row.wait_for()
             seen["list_row"] = row.inner_text()
-            admin.locator(f'#jobs tr[data-handle="{spec["failed_handle"]}"]').wait_for()
+            failed_row = admin.locator(f'#jobs tr[data-handle="{spec["failed_handle"]}"]')
+            failed_row.wait_for()
+            # the cost column: the priced failed job's cost, blank for the running job without rates
+            seen["list_costs"] = {
+                "failed": failed_row.locator("td.cost").inner_text(),
+                "running": row.locator("td.cost").inner_text(),
+            }
             first, later = advanced(row.locator(".duration"))
             seen["list_times"] = {
                 "submitted": row.locator("td.submitted").inner_text(),

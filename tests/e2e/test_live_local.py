@@ -15,10 +15,11 @@ started and a duration that advances, its page shows both replicas, the times an
 arriving while it runs, the task page's "TorchX Job" link opens that page and its "TorchX" tab
 lists the job, a viewer cannot cancel (403 from the plugin's API), the admin's Cancel stops the
 job and the task fails saying it was cancelled. Beside it, in the same store, a failed job of
-the same DAG (its page shows the root cause and the usage), and an unrelated ``torchx``
-connection to AWS Batch that cannot be listed: its error shows once, collapsed, below the jobs,
-and not at all on the task's tab. The pages follow Airflow's color mode (the system's, and the
-one chosen in Airflow's UI). The browser test runs last: it adds that connection.
+the same DAG (priced at rates: the list shows its cost; its page the root cause and the usage),
+and an unrelated ``torchx`` connection to AWS Batch that cannot be listed: its error shows once,
+collapsed, below the jobs, and not at all on the task's tab. The pages follow Airflow's color
+mode (the system's, and the one chosen in Airflow's UI). The browser test runs last: it adds
+that connection.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from urllib.parse import quote
 import psutil
 import pytest
 
+from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.specs import AppDef, Resource, Role
 from tests.e2e.deployment import COMPONENTS, TERMINAL_TI_STATES, wait_until
 from tests.e2e.live import (
@@ -281,11 +283,12 @@ ERROR_FILE = json.dumps(
 
 def failed_job(live: LiveAirflow) -> str:
     """Submit (to the deployment's job store) a job of the ``DEFERRED`` DAG whose one replica fails with a
-    root cause; return its handle once it ended."""
+    root cause, priced at rates; return its handle once it ended."""
     record = f"printf '%s\\n' {shlex.quote(ERROR_FILE)} > \"$TORCHELASTIC_ERROR_FILE\""
     script = f"echo step 1; echo 'loss is NaN' >&2; sleep 1; {record}; exit 3"
     role = Role("trainer", image="/", entrypoint="sh", args=["-c", script], resource=Resource(cpu=1, gpu=0, memMB=128))
-    app_id = live.scheduler.submit(AppDef("ui-failed", roles=[role]), labels=task_labels(DEFERRED, "manual-failed"))
+    labels = task_labels(DEFERRED, "manual-failed") | Rates(vcpu_hour=360.0).labels()  # 10 cents a vCPU-second
+    app_id = live.scheduler.submit(AppDef("ui-failed", roles=[role]), labels=labels)
     wait_until(lambda: live.scheduler.describe(app_id).state.is_terminal(), 60, "the failed job to end")
     return f"local_cwd://torchx/{app_id}"
 
@@ -339,6 +342,9 @@ def test_jobs_page_job_page_link_and_cancel_in_a_browser(live_airflow: LiveAirfl
     assert cause["usage"]["attempts"] == "1" and "GPU-h" in cause["usage"]["GPU-hours"], cause
     assert cause["ended"] and cause["duration"].endswith("s"), cause
     assert cause["failure_kind"] == "app" and cause["cause_on_top"] is True, cause
+    costs = seen["list_costs"]
+    assert isinstance(costs, dict) and costs["running"] == "", costs  # no rates: blank
+    assert costs["failed"].startswith("$") and costs["failed"] == cause["usage"]["cost"], (costs, cause)
     assert seen["dark_by_system"] is True and seen["light_by_airflow_choice"] is True, seen
     assert seen["task_tab_dark"] is True, "the TorchX tab follows Airflow's color mode"
     assert seen["replicas"] == [["sh", "0", "RUNNING"], ["sh", "1", "RUNNING"]], seen
