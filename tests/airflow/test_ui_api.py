@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -325,7 +326,12 @@ def test_a_priced_job_shows_its_usage_and_cost_so_far_while_running_then_its_cos
 def test_bad_and_unknown_handles_get_a_clear_error(
     client: Any, auth: Any, params: dict[str, str], status: int, message: str
 ) -> None:
-    for method, path in (("GET", "/api/job"), ("GET", "/api/log"), ("POST", "/api/cancel")):
+    for method, path in (
+        ("GET", "/api/job"),
+        ("GET", "/api/log"),
+        ("POST", "/api/cancel"),
+        ("POST", "/api/start-over"),
+    ):
         query = {**params, "role": "worker"} if path == "/api/log" else params
         sent = {"json": query} if method == "POST" else {"params": query}
         resp = client.request(method, path, headers=_headers(auth, "admin"), **sent)
@@ -369,6 +375,58 @@ def test_only_users_with_edit_rights_cancel(client: Any, auth: Any, jobs: dict[s
     assert runner.describe_app(handle).cancelled_by == CancelledBy.USER  # type: ignore[union-attr]
     again = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user")).json()
     assert again == {"handle": handle, "state": "CANCELLED", "cancel_requested": False}
+
+
+def test_only_users_with_edit_rights_start_an_ended_jobs_task_instance_over(
+    client: Any, auth: Any, jobs: dict[str, str], local_jobs: Any, tmp_path: Path
+) -> None:
+    """The job page's "Start over" (``POST api/start-over``), ruled as its Cancel: a viewer gets
+    403 and a cookie-only request without the same origin is refused, nothing moved; refused
+    (409) while the job still uses its checkpoints; once it ended, an editor's sets them aside
+    (renamed beside them, kept), and a second finds nothing there. A job given no checkpoint
+    location has nothing to set aside (400)."""
+    from airflow_provider_torchx.core import checkpoints
+
+    runner: Runner = local_jobs[0]
+    location = tmp_path / "ck" / "task"
+    save = 'mkdir -p "$TORCHX_CHECKPOINT_DIR" && echo w > "$TORCHX_CHECKPOINT_DIR/step-1.pt" && sleep 300'
+    app = AppDef("ui-ck", roles=[Role("w", image="/", entrypoint="sh", args=["-c", save])])
+    checkpoints.place(app, str(location), 0, host_bound=True)
+    handle = runner.run(app, "local_cwd", labels=_identity("ui_ck"))
+    local_jobs[1].append(handle)
+    deadline = time.monotonic() + 30
+    while not (location / "step-1.pt").exists():
+        assert time.monotonic() < deadline, "the job never saved its checkpoint"
+        time.sleep(0.05)
+    viewer, user, body = _headers(auth, "viewer"), _headers(auth, "user"), {"handle": handle}
+
+    denied = client.post("/api/start-over", json=body, headers=viewer)
+    assert denied.status_code == 403 and denied.json()["detail"] == (
+        "'ann-viewer' may not start this task instance over: needs edit rights on the task instances of DAG 'ui_ck'"
+    ), denied.text
+    cookie = {"Cookie": f"_token={user['Authorization'].split()[1]}", "Content-Type": "application/json"}
+    refused = client.post("/api/start-over", content=json.dumps(body), headers=cookie)
+    assert refused.status_code == 403 and "without an Origin header" in refused.json()["detail"], refused.text
+    busy = client.post("/api/start-over", json=body, headers=user)
+    assert busy.status_code == 409, busy.text
+    assert busy.json()["detail"] == (
+        f"job(s) {handle.rsplit('/', 1)[1]} still use {location}: cancel them first (nothing was moved)"
+    )
+    assert (location / "step-1.pt").exists()
+
+    runner.cancel(handle)
+    runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    done = client.post("/api/start-over", json=body, headers={**cookie, "Origin": "http://testserver"})
+    assert done.status_code == 200, done.text
+    moved = done.json()["set_aside_to"]
+    assert done.json()["checkpoint_dir"] == str(location) and moved.startswith(f"{location}+set-aside-"), done.text
+    assert Path(moved, "step-1.pt").exists() and not location.exists()
+    again = client.post("/api/start-over", json=body, headers=user).json()
+    assert again == {"handle": handle, "checkpoint_dir": str(location), "set_aside_to": None}
+
+    nothing = client.post("/api/start-over", json={"handle": jobs["done"]}, headers=_headers(auth, "admin"))
+    assert nothing.status_code == 400, nothing.text
+    assert nothing.json()["detail"].endswith("was given no TORCHX_CHECKPOINT_DIR: nothing to set aside")
 
 
 def test_airflow_mounts_the_plugin_under_torchx(airflow_env: Any, auth: Any) -> None:

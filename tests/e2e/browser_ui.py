@@ -14,11 +14,11 @@ a failed job of the same DAG (``failed_handle``) and a connection that cannot be
    jobs; the job's page shows the times (its duration advancing), both replicas and log lines
    arriving while the job runs; the failed job (priced at rates) shows its cost in the list's
    cost column (the running one, without rates, none) and its page its root cause, times and
-   usage;
+   usage, and its "Start over" sets its checkpoints aside;
 2. the task page's "TorchX Job" link opens that job page, and its "TorchX" tab lists the job
    and no error of another source;
 3. a viewer sees the Cancel button disabled and the plugin's API answers its cancel (sent as
-   the page sends it) with 403;
+   the page sends it) with 403, and the failed job's "Start over" disabled;
 4. an admin's Cancel stops the job: the page shows CANCELLED.
 5. with the system in dark mode the pages are dark (the jobs page on its own, the task's tab
    inside Airflow's UI), and light once light is chosen in Airflow's UI.
@@ -214,6 +214,11 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             }
             if shots:
                 admin.screenshot(path=str(shots / "job-failed.png"), full_page=True)
+            # its task instance starts over: its checkpoints set aside (the dialog accepted)
+            seen["start_over_enabled"] = admin.locator("#start-over").is_enabled()
+            admin.locator("#start-over").click()
+            admin.wait_for_function("() => document.querySelector('#start-over-msg').innerText.length > 0")
+            seen["start_over_msg"] = admin.locator("#start-over-msg").inner_text()
             admin.goto(job_url)
             admin.locator("#replicas tr").nth(1).wait_for()
 
@@ -250,6 +255,9 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             viewer.locator("#replicas tr").first.wait_for()
             seen["viewer_cancel_disabled"] = viewer.locator("#cancel").is_disabled()
             seen["viewer_cancel_status"], seen["viewer_cancel_detail"] = viewer.evaluate(VIEWER_CANCEL, handle)
+            viewer.goto(f"{base}/torchx/job?handle={quote(spec['failed_handle'], safe='')}")
+            viewer.locator("#job-usage dd").first.wait_for()
+            seen["viewer_start_over_disabled"] = viewer.locator("#start-over").is_disabled()
 
             # 5. Airflow's color mode: the system's, then the one chosen in Airflow's UI
             dark_ctx = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="dark")
