@@ -181,6 +181,27 @@ def place(app: AppDef, location: str | None, attempt: int, *, host_bound: bool, 
     set_env(app, location, attempt)
 
 
+class CheckpointsInUseError(RuntimeError):
+    """A location a job that has not ended still uses is not set aside (``set_aside_unused``)."""
+
+
+def set_aside_unused(location: str, now: float) -> str | None:
+    """``set_aside`` unless a job of the local job store that uses ``location`` has not ended
+    (``CheckpointsInUseError`` naming them; nothing is moved): what ``airflow-torchx
+    set-aside`` and the UI's "Start over" do."""
+    from airflow_provider_torchx.core import checkpoint_prune
+    from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
+
+    sched = create_cwd_scheduler("torchx")
+    uses = checkpoint_prune.uses(sched.checkpoint_dirs(), sched.summaries()).get(location, [])
+    live = [use.app_id for use in uses if not use.ended]
+    if live:
+        raise CheckpointsInUseError(
+            f"job(s) {', '.join(live)} still use {location}: cancel them first (nothing was moved)"
+        )
+    return set_aside(location, now)
+
+
 def set_aside(location: str, now: float) -> str | None:
     """Rename the local checkpoint ``location`` to ``<location>+set-aside-<UTC time of now>``
     beside it (kept whole, never deleted), so the task instance's next job starts over; the

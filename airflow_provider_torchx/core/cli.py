@@ -640,10 +640,9 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _set_aside(runner: Runner, args: argparse.Namespace) -> int:
-    """``set-aside``: rename the location (``checkpoints.set_aside``) unless a job of the local
-    store that uses it has not ended; say where it went."""
-    from airflow_provider_torchx.core import checkpoint_prune, checkpoints
-    from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
+    """``set-aside``: rename the location unless a job of the local store that uses it has not
+    ended (``checkpoints.set_aside_unused``); say where it went."""
+    from airflow_provider_torchx.core import checkpoints
 
     if args.job:
         location = _given_location(runner, args.job)
@@ -652,13 +651,11 @@ def _set_aside(runner: Runner, args: argparse.Namespace) -> int:
             return EXIT_JOB_FAILED
     else:
         location = checkpoints.check_root(args.dir, "--dir")
-    sched = create_cwd_scheduler("torchx")
-    uses = checkpoint_prune.uses(sched.checkpoint_dirs(), sched.summaries()).get(location, [])
-    live = [u.app_id for u in uses if not u.ended]
-    if live:
-        _err(f"{PROG}: job(s) {', '.join(live)} still use {location}: cancel them first (nothing was moved)")
+    try:
+        moved = checkpoints.set_aside_unused(location, time.time())
+    except checkpoints.CheckpointsInUseError as err:
+        _err(f"{PROG}: {err}")
         return EXIT_JOB_FAILED
-    moved = checkpoints.set_aside(location, time.time())
     if moved is None:
         _out(f"nothing at {location}: the next job starts over anyway")
     else:

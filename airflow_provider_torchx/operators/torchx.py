@@ -40,7 +40,7 @@ from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
-from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, event_failure, failure_error
+from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, event_failure, failure_block, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, redact_request, register_app_secrets
@@ -575,7 +575,7 @@ class TorchXRunOperator(BaseOperator):
         the task log (``Failure kind: app (ValueError on trainer/0)``) and counted
         (``torchx.job.failed``, tag ``kind``)."""
         failure = Failure(failure.kind, str(redact(failure.why)))  # a reason may quote a secret
-        self.log.error("Failure kind: %s (%s)", failure.kind.value, failure.why)
+        self.log.error("%s", redact(failure_block(failure, event)))  # the log's closing block
         emit_failed(
             scheduler=parse_app_handle(handle).scheduler_backend,
             dag_id=self.dag_id,
