@@ -50,6 +50,8 @@ from airflow_provider_torchx.core.specs import (
 if TYPE_CHECKING:
     import asyncio
 
+    from airflow_provider_torchx.core.checkpoint_prune import Use as CheckpointUse
+
 log = logging.getLogger(__name__)
 
 SCHEDULER_ENTRY_POINT_GROUP = "airflow_provider_torchx.schedulers"
@@ -432,6 +434,17 @@ class Runner:
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
+
+    def prune(
+        self, scheduler: str, older_than: float, states: Iterable[str] = (), dry_run: bool = False
+    ) -> builtins.list[tuple[str, int]]:
+        """Remove ``scheduler``'s jobs that ended more than ``older_than`` seconds ago
+        (``Scheduler.prune``): ``(app_id, bytes freed)`` per job, oldest first."""
+        return self._scheduler(scheduler).prune(older_than, states, dry_run)
+
+    def checkpoint_uses(self, scheduler: str) -> dict[str, builtins.list[CheckpointUse]]:
+        """The local checkpoint locations ``scheduler``'s kept jobs name (``Scheduler.checkpoint_uses``)."""
+        return self._scheduler(scheduler).checkpoint_uses()
 
     # ------------------------------------------------------------------ logs
 
