@@ -69,7 +69,10 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
         env = {**os.environ, ERROR_FILE_ENV: str(job / "error.json")}
         shell = str(dryrun_info.request["shell"])
         argv = ["sh", "-c", _WRAPPER, "acme", command, str(job), shell]
-        proc = subprocess.Popen(argv, start_new_session=True, env=env)
+        # Nothing of the submitter's (its stdio: an Airflow task's output pipes, which its
+        # supervisor reads to the end, would stay open as long as the job runs).
+        quiet = subprocess.DEVNULL
+        proc = subprocess.Popen(argv, start_new_session=True, env=env, stdin=quiet, stdout=quiet, stderr=quiet)
         (job / "pid").write_text(str(proc.pid))
         return app_id
 
