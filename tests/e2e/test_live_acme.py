@@ -103,7 +103,8 @@ def test_a_plugin_scheduler_defers_cancels_reattaches_is_reaped_listed_and_prune
         return str(found)
 
     states = {"deferred": "deferred", "killed": "deferred", "retried": "running", "orphan": "running"}
-    tis = {task: api.wait_for_state(DAG_ID, run_id, task, {state}) for task, state in states.items()}
+    for task, state in states.items():
+        api.wait_for_state(DAG_ID, run_id, task, {state})
     handles = {task: handle_of(task) for task in states}
     assert all(h.startswith("acme://") for h in handles.values()), handles
 
@@ -130,8 +131,9 @@ def test_a_plugin_scheduler_defers_cancels_reattaches_is_reaped_listed_and_prune
     assert {(row["scheduler"], row["conn_id"], row["state"]) for row in rows.values()} == {("acme", None, "RUNNING")}
 
     # Cancel on kill; a retry adopts; the reaper takes the orphan.
-    retried_pid, orphan_pid = tis["retried"]["pid"], tis["orphan"]["pid"]
-    assert api.started(retried_pid) and api.started(orphan_pid), tis
+    tis = {task: api.task_instance(DAG_ID, run_id, task) for task in ("retried", "orphan")}
+    retried_pid, orphan_pid = tis["retried"]["pid"], tis["orphan"]["pid"]  # their jobs run: they have one
+    assert retried_pid and orphan_pid and api.started(retried_pid) and api.started(orphan_pid), tis
     api.set_state(DAG_ID, run_id, "killed", "failed")
     os.kill(retried_pid, signal.SIGKILL)
     os.kill(orphan_pid, signal.SIGKILL)
