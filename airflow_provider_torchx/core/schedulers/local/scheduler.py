@@ -408,7 +408,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
         option stay). Returns ``(app_id, bytes on disk)`` per job, oldest first."""
         cutoff = self.clock.wall() - older_than
         summaries = self.summaries()
-        own = {app_id: entry for app_id, entry in summaries.items() if entry.get("backend") == self.backend}
+        own = dict(self.listing.matching(summaries, None))
         for app_id, entry in own.items():
             if entry.get("orphaned"):  # stop what is left of it and record its end first
                 reaped = self._reap(app_id)
@@ -428,11 +428,12 @@ class LocalScheduler(Scheduler[PopenRequest]):
         return pruned
 
     def checkpoint_uses(self) -> dict[str, list[CheckpointUse]]:
-        """The local checkpoint locations this backend's jobs of the store name, with those
-        jobs (``Scheduler.checkpoint_uses``)."""
+        """The local checkpoint locations this backend's jobs of the store name (as ``list``
+        takes them: with the refused ones of no known backend), with those jobs
+        (``Scheduler.checkpoint_uses``)."""
         from airflow_provider_torchx.core import checkpoint_prune
 
-        own = {app_id: entry for app_id, entry in self.summaries().items() if entry.get("backend") == self.backend}
+        own = dict(self.listing.matching(self.summaries(), None))
         return checkpoint_prune.uses(self._checkpoint_dirs(own), own)
 
     def _checkpoint_dirs(self, app_ids: Iterable[str]) -> dict[str, str]:
