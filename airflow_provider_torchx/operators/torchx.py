@@ -558,7 +558,7 @@ class TorchXRunOperator(BaseOperator):
             message = f"TorchX job {handle} {within} (still {event.get('state')}); cancelled it"
             raise self._failed(message, failure, handle, event)
         message = str(redact(failure_message(event)))
-        if "attempt_timeout" in message or "attempt duration exceeded timeout" in message:
+        if event["status"] == "failed" and failure.kind is FailureKind.TIMEOUT:  # the attempt's own time limit
             self._guardrail_line("attempt_timeout", message.splitlines()[0], handle)
         who = None if self.retry_after_outside_cancel else outside_canceller(desc)
         if who:

@@ -250,7 +250,11 @@ def create_app() -> FastAPI:
                 "move them aside with the storage's own tools",
             )
         try:
-            moved = checkpoints.set_aside_unused(location, time.time())
+            names, failed = runner.pruning_schedulers()
+            for name, err in failed.items():
+                log.warning("TorchX UI: start over: scheduler %s left out, it failed to load: %s", name, err)
+            uses = runner.checkpoint_uses(names).get(location, [])
+            moved = checkpoints.set_aside_unused(location, time.time(), uses)
         except checkpoints.CheckpointsInUseError as err:
             raise HTTPException(409, str(err)) from None
         log.info("TorchX UI: %s set aside %s -> %s (kept)", user.get_name(), location, moved)
