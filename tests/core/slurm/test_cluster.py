@@ -13,7 +13,7 @@ from airflow_provider_torchx.core.clock import Clock
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, JobWontFitError, SchedulerSetupError
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, Stream
-from airflow_provider_torchx.core.schedulers.slurm import status
+from airflow_provider_torchx.core.schedulers.slurm import record, status
 from airflow_provider_torchx.core.schedulers.slurm.commands import SlurmCommands
 from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
 from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
@@ -344,3 +344,53 @@ def test_a_two_node_dist_spmd_dry_run_is_accepted_and_meets_at_rank0(slurm: Slur
     assert "--rdzv_endpoint $TORCHX_RANK0_HOST:${TORCHX_PORT_C10D:-29500}" in script
     assert "export TORCHX_PORT_C10D=$(( 20000 + (SLURM_JOB_ID * 1 + 0) % 20000 ))" in script
     assert slurm.test_only(info).startswith("sbatch: Job ")
+
+
+def _release(sched: SlurmScheduler, app_id: str) -> None:
+    """Start a requeued job now: Slurm holds one until ``BeginTime`` (about two minutes)."""
+    sched.commands.run(["scontrol", "update", f"JobId={app_id}", "StartTime=now"])
+
+
+def test_a_requeued_job_s_replicas_see_the_next_attempt_and_it_ends_with_its_second_run(
+    slurm: SlurmScheduler, job_dir: Path
+) -> None:
+    # Run 0: replica 0 ends at once (its end is on record), replica 1 runs on until the requeue.
+    # Run 1: both end a moment after they start.
+    cmd = (
+        'echo "attempt=$TORCHX_ATTEMPT"; '
+        'if [ "$TORCHX_ATTEMPT" = 0 ]; then [ "$TORCHX_REPLICA_ID" = 0 ] && exit 0; sleep 60; fi; '
+        'sleep 1; echo "done=$TORCHX_ATTEMPT"'
+    )
+    app_id = _submit(slurm, _app(cmd, 2), job_dir)
+    deadline = time.monotonic() + 30
+    while (desc := wait_for(slurm, app_id, done="running")).roles_statuses[0].replicas[0].exit_code != 0:
+        assert time.monotonic() < deadline, "replica 0 did not end"
+        time.sleep(0.2)
+    slurm.commands.run(["scontrol", "requeue", app_id])
+    desc = slurm.describe(app_id)
+    deadline = time.monotonic() + 30  # the first run's processes end within KillWait
+    while desc is not None and not (desc.state == AppState.PENDING and desc.num_restarts == 1):
+        assert time.monotonic() < deadline, f"the job was not requeued: {desc.state.name} {desc.msg}"
+        time.sleep(0.2)
+        desc = slurm.describe(app_id)
+    assert desc is not None
+    # Requeued, not yet run again: replica 0's end on record is the first run's, not this one's.
+    assert [(r.id, r.state, r.exit_code) for r in desc.roles_statuses[0].replicas] == [
+        (0, AppState.PENDING, None),
+        (1, AppState.PENDING, None),
+    ]
+    assert slurm.read_log(app_id, "trainer", 0).eof is False
+    _release(slurm, app_id)
+    desc = wait_for(slurm, app_id)
+    assert (desc.state, desc.num_restarts) == (AppState.SUCCEEDED, 1), desc.msg
+    for k in (0, 1):
+        assert _all_lines(slurm, app_id, k, streams=Stream.STDOUT) == ["attempt=0\n", "attempt=1\n", "done=1\n"]
+    assert desc.usage is not None
+    attempts = sorted(desc.usage.attempts, key=lambda a: (a.replica, a.number))
+    assert [(a.replica, a.number) for a in attempts] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert [a.exit_code for a in attempts if a.number == 2 or a.replica == 0] == [0, 0, 0]
+    assert all(a.started is not None and a.ended is not None for a in attempts)
+    # Once Slurm forgets it, the record alone says the same: the second run's end.
+    forgotten = status.describe(app_id, record.read(app_id, str(job_dir / app_id)), None)
+    assert forgotten is not None
+    assert (forgotten.state, forgotten.num_restarts) == (AppState.SUCCEEDED, 1)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
+from airflow_provider_torchx.core.schedulers.slurm import record
 from airflow_provider_torchx.core.schedulers.slurm.render import parse_comment
 from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
 from airflow_provider_torchx.core.specs import AppDef, BindMount, Resource, Role, VolumeMount, macros
@@ -111,6 +112,26 @@ def test_the_replica_runs_its_command_one_word_per_argument_with_the_macros_expa
     subprocess.run(["sh", "-c", f"sh -c {step}"], env=env, check=True)
     assert (tmp_path / "w" / "1" / "stdout.log").read_text() == "42-1|a b|it's|$HOME|${ID}|"
     assert (tmp_path / "w" / "1" / "exit").read_text().split()[0] == "0"
+
+
+def test_a_requeued_run_s_replica_is_the_next_attempt_and_keeps_the_previous_run_s_end(tmp_path: Path) -> None:
+    role = Role(name="w", entrypoint="sh", args=["-c", "echo $TORCHX_ATTEMPT"], resource=Resource(1, 0, 10))
+    role.env["TORCHX_ATTEMPT"] = "2"  # the task's earlier jobs made two attempts
+    info = SlurmScheduler("s").submit_dryrun(AppDef(name="m", roles=[role]), {"job_dir": str(tmp_path)})
+    step = info.request.script.split("sh -c ", 1)[1].rsplit(" &\npids=", 1)[0]
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "job.json").write_text(json.dumps({"name": "m", "roles": info.request.roles}))
+    for run in ("0", "1"):  # as the batch script exports them, from SLURM_RESTART_COUNT
+        env = {"TORCHX_SLURM_JOB_DIR": str(tmp_path / "42"), "TORCHX_SLURM_RUN": run, "SLURM_PROCID": "0"}
+        subprocess.run(["sh", "-c", f"sh -c {step}"], env={**env, "PATH": "/usr/bin:/bin"}, check=True)
+    replica = tmp_path / "42" / "w" / "0"
+    assert (replica / "stdout.log").read_text() == "2\n3\n"
+    rec = record.read("42", str(tmp_path / "42"))
+    assert rec is not None and rec.run == 1
+    assert (rec.exits[("w", 0)].exit_code, rec.exits[("w", 0)].run) == (0, 1)
+    [earlier] = rec.earlier[("w", 0)]
+    assert earlier.end is not None and (earlier.end.exit_code, earlier.end.run) == (0, 0)
+    assert earlier.started is not None and earlier.end.at <= rec.starts[("w", 0)]
 
 
 @pytest.mark.parametrize(

@@ -159,7 +159,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         if entry is not None and render.parse_comment(str(entry.get("comment", ""))) is None:
             entry = None  # not a job of ours
         directory = self._directory(app_id, entry)
-        return (record.read(app_id, directory) if directory else None), entry
+        return status.current(record.read(app_id, directory) if directory else None, entry), entry
 
     def _directory(self, app_id: str, entry: Mapping[str, Any] | None) -> str | None:
         """Where job ``app_id`` keeps its record: this host's index, else what Slurm says of
@@ -245,12 +245,15 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         stream, path = logs.replica_log(rec.app_id, rec.directory, counts, role_name, k, streams)
         return rec, stream, path
 
-    def _log_final(self, rec: record.JobRecord, role_name: str, k: int) -> bool:
+    def _log_final(self, app_id: str, role_name: str, k: int) -> bool:
         """Whether the replica's logs are complete: it wrote its exit code (after its logs), or
-        the batch script ended, or Slurm says the job ended (the snapshot)."""
-        if (role_name, k) in rec.exits or rec.ended is not None:
+        the batch script ended, or Slurm says the job ended (the snapshot). A requeued job's
+        earlier run's ends do not count (``status.current``, against the snapshot): its next
+        run writes on."""
+        rec, entry = self._lookup(app_id, self._recent_entries())
+        if rec is not None and ((role_name, k) in rec.exits or rec.ended is not None):
             return True
-        desc = status.describe(rec.app_id, *self._lookup(rec.app_id, self._recent_entries()))
+        desc = status.describe(app_id, rec, entry)
         return desc is None or desc.state.is_terminal()
 
     def read_log(
@@ -266,7 +269,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         ``eof`` once its logs are complete (``_log_final``) and everything was read."""
         rec, stream, path = self._replica_log(app_id, role_name, k, streams)
         offset = logs.cursor_offset(cursor, stream)
-        final = self._log_final(rec, role_name, k)
+        final = self._log_final(rec.app_id, role_name, k)
         lines, nxt, more = logs.read_lines(path, offset, final, max_lines, root=rec.directory)
         return LogChunk(lines=lines, cursor=logs.cursor_at(stream, nxt), eof=final and not more)
 
