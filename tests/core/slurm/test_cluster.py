@@ -394,3 +394,13 @@ def test_a_requeued_job_s_replicas_see_the_next_attempt_and_it_ends_with_its_sec
     forgotten = status.describe(app_id, record.read(app_id, str(job_dir / app_id)), None)
     assert forgotten is not None
     assert (forgotten.state, forgotten.num_restarts) == (AppState.SUCCEEDED, 1)
+
+
+def test_attempt_timeout_is_the_job_s_time_limit_in_slurm(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app("sleep 60"), job_dir, attempt_timeout=90)
+    entry = status.index_jobs(slurm.commands.squeue())[app_id]
+    assert entry["time_limit"] == 2  # minutes: Slurm stops the run past them, TIMEOUT
+    shorter = _submit(slurm, _app("sleep 60"), job_dir, attempt_timeout=600, time="1")
+    assert status.index_jobs(slurm.commands.squeue())[shorter]["time_limit"] == 1
+    capped = _submit(slurm, _app("sleep 60"), job_dir, attempt_timeout=7200)  # over the partition's MaxTime
+    assert status.index_jobs(slurm.commands.squeue())[capped]["time_limit"] == 60

@@ -170,6 +170,8 @@ def test_an_absolute_image_is_where_the_replica_runs_another_is_ignored() -> Non
         ({"job_dir": "jobs"}, "cfg: job_dir='jobs' is not an absolute path"),
         ({"job_dir": "/j", "time": "1h"}, "cfg: time='1h' is not a Slurm time limit; use minutes, MM:SS"),
         ({"job_dir": "/j", "mail-type": "END,SOMETIMES"}, "cfg: mail-type='END,SOMETIMES' has 'SOMETIMES'"),
+        ({"job_dir": "/j", "attempt_timeout": 0}, "attempt_timeout"),
+        ({"job_dir": "/j", "max_gpu_hours": -1}, "cfg: max_gpu_hours: -1.0 is not allowed"),
         ({}, "job_dir"),
     ],
 )
@@ -189,3 +191,25 @@ def test_the_record_keeps_the_roles() -> None:
         "env": {},
         "resource": {"cpu": 8, "gpu": 2, "memMB": 64000},
     }
+
+
+def _times(**cfg: object) -> list[str]:
+    """The ``--time`` of each component of the two-role job (2 GPUs on each of 3 nodes: 6 GPUs)."""
+    return [line for line in _dryrun(_two_roles(), **cfg).splitlines() if line.startswith("#SBATCH --time")]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "time"),
+    [
+        ({}, None),
+        ({"time": "30"}, "30"),
+        ({"attempt_timeout": 90}, "2"),  # whole minutes, rounded up, as Slurm counts them
+        ({"attempt_timeout": 600, "time": "5"}, "5"),  # time is shorter: it wins
+        ({"attempt_timeout": 120, "time": "1:00:00"}, "2"),  # the guard is shorter: it wins
+        ({"max_gpu_hours": 1}, "10"),  # 1 GPU-hour over 6 GPUs
+        ({"max_gpu_hours": 1, "attempt_timeout": 300}, "5"),
+        ({"max_gpu_hours": 1, "time": "1-00:00"}, "10"),
+    ],
+)
+def test_the_job_s_time_limit_is_the_shortest_of_time_and_the_guards(cfg: dict[str, object], time: str | None) -> None:
+    assert _times(**cfg) == ([] if time is None else [f"#SBATCH --time={time}"] * 2)

@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME, RANK_LOGS_ENV, RANK_LOGS_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError
 from airflow_provider_torchx.core.schedulers.local.ports import port_env
+from airflow_provider_torchx.core.schedulers.slurm.options import time_limit
 from airflow_provider_torchx.core.specs import AppDef, BindMount, Role, macros
 
 #: Env vars every replica gets.
@@ -127,6 +128,18 @@ def _split_keep(text: str, mark: str, var: str) -> list[str]:
     return out
 
 
+def gpus(roles: Iterable[Role | Mapping[str, Any]]) -> int:
+    """The GPUs a job holds in all: each role's per node, times its nodes (``roles`` as the app
+    has them or as its record keeps them)."""
+    total = 0
+    for role in roles:
+        if isinstance(role, Role):
+            total += max(0, role.resource.gpu) * role.num_replicas
+        else:
+            total += max(0, int((role.get("resource") or {}).get("gpu", 0))) * int(role.get("num_replicas", 0))
+    return total
+
+
 def _check_role(index: int, role: Role) -> None:
     """Refuse what Slurm cannot honour: mounts other than a path onto itself."""
     for j, mount in enumerate(role.mounts):
@@ -176,8 +189,9 @@ def _replica_script(role: Role, idx: int) -> str:
     return "\n".join(lines)
 
 
-def _component(role: Role, cfg: Mapping[str, Any]) -> list[str]:
-    """The ``#SBATCH`` options of one component (a role): nodes, resources, cfg's options."""
+def _component(role: Role, cfg: Mapping[str, Any], limit: str | None) -> list[str]:
+    """The ``#SBATCH`` options of one component (a role): nodes, resources, cfg's options and
+    the job's time ``limit`` (``options.time_limit``)."""
     res = role.resource
     opts = [f"--nodes={role.num_replicas}", "--ntasks-per-node=1"]
     if res.cpu > 0:
@@ -186,9 +200,10 @@ def _component(role: Role, cfg: Mapping[str, Any]) -> list[str]:
         opts.append(f"--mem={res.memMB}M")
     if res.gpu > 0:
         opts.append(f"--gpus-per-node={res.gpu}")
+    values = {**cfg, "time": limit}
     for key in ("partition", "account", "qos", "time", "constraint"):
-        if cfg.get(key):
-            opts.append(f"--{key}={cfg[key]}")
+        if values.get(key):
+            opts.append(f"--{key}={values[key]}")
     if cfg.get("exclusive"):
         opts.append("--exclusive")
     return [f"#SBATCH {o}" for o in opts]
@@ -199,10 +214,11 @@ def render(app: AppDef, cfg: Mapping[str, Any], labels: Mapping[str, str]) -> Sl
     ``labels``."""
     job_dir = str(cfg["job_dir"]).rstrip("/") or "/"
     header = ["#!/bin/sh"]
+    limit = time_limit(gpus(app.roles), cfg)
     for i, role in enumerate(app.roles):
         if i:
             header.append("#SBATCH hetjob")
-        header += _component(role, cfg)
+        header += _component(role, cfg, limit[0] if limit else None)
     names = list(dict.fromkeys(name for role in app.roles for name in role.port_map))
     port_lines = [
         f"export {port_env(n)}=$(( {PORT_BASE} + (SLURM_JOB_ID * {len(names)} + {k}) % {PORT_SPAN} ))"

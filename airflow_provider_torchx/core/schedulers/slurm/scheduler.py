@@ -84,8 +84,12 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
     def preflight(self, request: SlurmRequest, cfg: Mapping[str, CfgVal]) -> str:
         """Check, before submitting, that the job fits its partition (``preflight.check_fit``),
         then that its directory can be made and written here (a job that does not fit leaves
-        no directory behind); return the partition's name."""
-        partition = preflight.check_fit(request.roles, cfg, self.commands.show("partition"), self.commands.show("node"))
+        no directory behind); return the partition's name. A guard's time limit over the
+        partition's ``MaxTime`` is lowered to it in ``request`` (``preflight.fit_time``)."""
+        partitions = self.commands.show("partition")
+        partition = preflight.check_fit(request.roles, cfg, partitions, self.commands.show("node"))
+        part = preflight.pick_partition(cfg, partitions)
+        request.script = preflight.fit_time(request.script, request.roles, cfg, part)
         try:
             os.makedirs(request.job_dir, exist_ok=True)
             writable = os.access(request.job_dir, os.W_OK | os.X_OK)
