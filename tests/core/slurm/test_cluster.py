@@ -404,3 +404,21 @@ def test_attempt_timeout_is_the_job_s_time_limit_in_slurm(slurm: SlurmScheduler,
     assert status.index_jobs(slurm.commands.squeue())[shorter]["time_limit"] == 1
     capped = _submit(slurm, _app("sleep 60"), job_dir, attempt_timeout=7200)  # over the partition's MaxTime
     assert status.index_jobs(slurm.commands.squeue())[capped]["time_limit"] == 60
+
+
+def test_sacct_keeps_an_ended_job_where_the_cluster_runs_accounting(slurm: SlurmScheduler, job_dir: Path) -> None:
+    config = slurm.commands.run(["scontrol", "show", "config"]).stdout
+    accounting = "accounting_storage/slurmdbd" in config  # scripts/slurm.sh: TORCHX_SLURM_ACCOUNTING=1
+    app_id = _submit(slurm, _app("sleep 60"), job_dir)
+    wait_for(slurm, app_id, done="running")
+    slurm.commands.scancel(app_id)  # outside airflow-torchx: no cancel on record
+    assert wait_for(slurm, app_id).state == AppState.CANCELLED
+    kept = slurm.commands.sacct([app_id])
+    if not accounting:
+        assert (kept, slurm.commands.accounting) == (None, False)
+        return
+    assert kept is not None
+    entry = status.index_jobs(status.sacct_entry(job) for job in kept)[app_id]
+    desc = status.describe(app_id, None, entry)  # as once the controller forgot the job
+    assert desc is not None and (desc.state, desc.labels) == (AppState.CANCELLED, _labels(job_dir))
+    assert slurm.commands.sacct(["999999"]) == []

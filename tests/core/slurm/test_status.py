@@ -191,3 +191,26 @@ def test_each_run_of_a_requeued_job_is_an_attempt_one_stopped_unrecorded_counts_
         (1, 1, 3.0, 15.0),
         (1, 2, 15.0, 20.0),
     ]
+
+
+# Accounting's record (``sacct --json``, ``data/sacct-22.05.json``, captured from the test cluster
+# with slurmdbd): 3 COMPLETED, 4 a heterogeneous job (4+0 and 4+1, job ids 4 and 5) FAILED, 6
+# cancelled outside airflow-torchx, all ours.
+KEPT = status.index_jobs(status.sacct_entry(j) for j in json.loads((DATA / "sacct-22.05.json").read_text())["jobs"])
+
+
+def test_accounting_s_jobs_read_as_squeue_entries_a_heterogeneous_job_as_its_leader() -> None:
+    assert sorted(KEPT) == ["3", "4", "6"]
+    assert [status.slurm_state(KEPT[i]) for i in ("3", "4", "6")] == ["COMPLETED", "FAILED", "CANCELLED"]
+
+
+def test_a_job_slurm_forgot_is_described_from_accounting_without_a_record() -> None:
+    desc = status.describe("6", None, KEPT["6"])
+    assert desc is not None
+    assert (desc.state, desc.msg, desc.labels) == (
+        AppState.CANCELLED,
+        "",
+        {"k": "v"},
+    )
+    assert desc.created is not None and desc.started is not None and desc.ended is not None
+    assert desc.ended >= desc.started >= desc.created

@@ -16,7 +16,7 @@ import concurrent.futures
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -142,10 +142,17 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
 
     # ------------------------------------------------------------------ observe
 
-    def _entries(self) -> dict[str, Mapping[str, Any]]:
-        """Every job Slurm knows, by app id (one ``squeue`` call), kept as the snapshot that
-        reads within ``SNAPSHOT_AGE`` seconds use."""
+    def _entries(self, watched: Collection[str] = ()) -> dict[str, Mapping[str, Any]]:
+        """Every job Slurm knows, by app id (one ``squeue`` call), and, where the cluster keeps
+        accounting, what it keeps of the ``watched`` jobs the controller forgot (one ``sacct``
+        call for all of them: ``status.sacct_entry``); kept as the snapshot that reads within
+        ``SNAPSHOT_AGE`` seconds use."""
         entries = status.index_jobs(self.commands.squeue())
+        forgotten = sorted(app_id for app_id in watched if app_id.isdigit() and app_id not in entries)
+        kept = self.commands.sacct(forgotten) if forgotten else None
+        if kept:
+            known = status.index_jobs(status.sacct_entry(job) for job in kept)
+            entries.update((app_id, known[app_id]) for app_id in forgotten if app_id in known)
         self._snapshot = (self.clock.monotonic(), entries)
         return entries
 
@@ -182,8 +189,10 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         return status.describe(app_id, *self._lookup(app_id, entries))
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        """One ``squeue`` call, and the job's record (all there is once Slurm forgot it)."""
-        return self._describe_from(app_id, self._entries()) if app_id.isdigit() else None
+        """One ``squeue`` call (and one ``sacct`` once the controller forgot the job, where the
+        cluster keeps accounting), and the job's record (all there is once Slurm forgot it and
+        without accounting)."""
+        return self._describe_from(app_id, self._entries([app_id])) if app_id.isdigit() else None
 
     def describe_future_as(
         self, app_id: str, then: Callable[[DescribeAppResponse | None], R], period: float | None = None

@@ -99,6 +99,25 @@ def index_jobs(entries: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, A
     return out
 
 
+def sacct_entry(job: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``sacct --json`` job (accounting's record of a job the controller may have forgotten)
+    as the ``squeue --json`` entry these rules read: its state and reason, times, comment (kept
+    with ``AccountingStoreFlags=job_comment``), working directory and heterogeneous job."""
+    state, times, het = job.get("state") or {}, job.get("time") or {}, job.get("het") or {}
+    return {
+        "job_id": job.get("job_id"),
+        "job_state": state.get("current"),
+        "state_reason": state.get("reason"),
+        "submit_time": times.get("submission"),
+        "start_time": times.get("start"),
+        "end_time": times.get("end"),
+        "comment": (job.get("comment") or {}).get("job") or "",
+        "current_working_directory": job.get("working_directory"),
+        "het_job_id": het.get("job_id") or 0,
+        "het_job_offset": het.get("job_offset") or 0,
+    }
+
+
 def app_state(rec: JobRecord | None, entry: Mapping[str, Any] | None) -> tuple[AppState, str]:
     """The job's state and why (the table above)."""
     if entry is not None:
