@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_torchx.core.checkpoints import ATTEMPT_ENV
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME, RANK_LOGS_ENV, RANK_LOGS_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError
 from airflow_provider_torchx.core.schedulers.local.ports import port_env
@@ -59,8 +60,6 @@ ENV_APP_ID = "TORCHX_SLURM_JOB_ID"
 ENV_JOB_DIR = "TORCHX_SLURM_JOB_DIR"
 #: The job's run: Slurm's restart count (0 until it is requeued), as the batch script exports it.
 ENV_RUN = "TORCHX_SLURM_RUN"
-#: Each replica's attempt number (``core/checkpoints.py``'s): the role's plus the job's run.
-ATTEMPT_ENV = "TORCHX_ATTEMPT"
 #: The ``PATH`` of a batch script whose node gave it none.
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 #: The first port handed out to a job's ``port_map`` entries, and how many follow.
@@ -69,7 +68,7 @@ PORT_SPAN = 20000
 #: ``--comment`` holds this JSON object: our mark, the app's name, its labels, the user's comment.
 COMMENT_MARK = "airflow-torchx"
 #: Files of a replica's directory: where and since when it runs (``host``: ``<node> <epoch
-#: seconds>``), its end (``exit``: ``<exit code> <epoch seconds>``) and its logs.
+#: seconds>``), its end (``exit``: ``<exit code> <epoch seconds> <run>``) and its logs.
 EXIT_FILE = "exit"
 #: A replica's earlier runs of a requeued job (``record.py``).
 RUNS_FILE = "runs"
