@@ -270,7 +270,8 @@ def describe(app_id: str, rec: JobRecord | None, entry: Mapping[str, Any] | None
     common: dict[str, Any] = {
         "app_id": app_id,
         "state": state,
-        "num_restarts": restarts(entry) if entry else (rec.run if rec else 0),
+        # Slurm's count while the controller knows the job; the record's runs after (sacct has none)
+        "num_restarts": max(restarts(entry) if entry else 0, rec.run if rec else 0),
         "created": created,
         "started": started,
         "ended": ended,
