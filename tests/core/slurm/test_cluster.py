@@ -347,8 +347,15 @@ def test_a_two_node_dist_spmd_dry_run_is_accepted_and_meets_at_rank0(slurm: Slur
 
 
 def _release(sched: SlurmScheduler, app_id: str) -> None:
-    """Start a requeued job now: Slurm holds one until ``BeginTime`` (about two minutes)."""
-    sched.commands.run(["scontrol", "update", f"JobId={app_id}", "StartTime=now"])
+    """Start a requeued job soon: Slurm holds one until ``BeginTime`` (about two minutes). Once
+    its previous run is cleaned up (``scontrol`` says COMPLETING until then, ``squeue`` PENDING
+    already), and not within the second its credential was revoked: a run started then is
+    killed ("Job credential revoked"), hence two seconds on."""
+    deadline = time.monotonic() + 30
+    while "JobState=COMPLETING" in sched.commands.run(["scontrol", "show", "job", "-o", app_id]).stdout:
+        assert time.monotonic() < deadline, "the job's previous run was not cleaned up"
+        time.sleep(0.2)
+    sched.commands.run(["scontrol", "update", f"JobId={app_id}", "StartTime=now+2"])
 
 
 def test_a_requeued_job_s_replicas_see_the_next_attempt_and_it_ends_with_its_second_run(
