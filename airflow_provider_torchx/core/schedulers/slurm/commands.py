@@ -9,6 +9,7 @@ the caller's to explain (``SlurmCommandError``, with Slurm's own words).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -75,8 +76,9 @@ class SlurmCommands:
     def __init__(self, env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT) -> None:
         self.env = dict(env) if env is not None else None
         self.timeout = timeout
-        #: How many commands ran (the status poller's economy is counted in tests).
+        #: How many commands ran, all and by command (the status poller's economy is counted in tests).
         self.calls = 0
+        self.by_command: collections.Counter[str] = collections.Counter()
         #: False once ``sacct`` said the cluster keeps no accounting (not asked again).
         self.accounting = True
 
@@ -84,6 +86,7 @@ class SlurmCommands:
         """``argv`` run to its end; ``SchedulerSetupError`` (``setup_error``, a missing command, a
         timeout) or ``SlurmCommandError`` when it fails."""
         self.calls += 1
+        self.by_command[argv[0]] += 1
         conf = (self.env if self.env is not None else os.environ).get("SLURM_CONF")
         if conf and not os.path.isfile(conf):
             # Slurm's clients would retry reading it for a minute
