@@ -13,7 +13,7 @@ from airflow_provider_torchx.core.clock import Clock
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, JobWontFitError, SchedulerSetupError
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, Stream
-from airflow_provider_torchx.core.schedulers.slurm import status
+from airflow_provider_torchx.core.schedulers.slurm import record, status
 from airflow_provider_torchx.core.schedulers.slurm.commands import SlurmCommands
 from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
 from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
@@ -181,10 +181,12 @@ def test_one_squeue_call_per_round_for_every_watched_job(slurm: SlurmScheduler, 
     ids = [_submit(slurm, _app("true"), job_dir) for _ in range(4)]
     for app_id in ids:
         wait_for(slurm, app_id)
-    before = slurm.commands.calls
+    before = slurm.commands.by_command.copy()
     futures = [slurm.describe_future_as(app_id, lambda d: d.state if d else None) for app_id in ids]
     assert [f.result(timeout=30) for f in futures] == [AppState.SUCCEEDED] * 4
-    assert slurm.commands.calls - before == 1
+    calls = slurm.commands.by_command - before
+    # one squeue; one sacct too for those the controller forgot meanwhile (MinJobAge is 2 s)
+    assert calls["squeue"] == 1 and calls["sacct"] <= 1 and sum(calls.values()) == calls["squeue"] + calls["sacct"]
 
 
 def test_missing_commands_are_a_setup_error_of_one_line(tmp_path: Path) -> None:
@@ -344,3 +346,88 @@ def test_a_two_node_dist_spmd_dry_run_is_accepted_and_meets_at_rank0(slurm: Slur
     assert "--rdzv_endpoint $TORCHX_RANK0_HOST:${TORCHX_PORT_C10D:-29500}" in script
     assert "export TORCHX_PORT_C10D=$(( 20000 + (SLURM_JOB_ID * 1 + 0) % 20000 ))" in script
     assert slurm.test_only(info).startswith("sbatch: Job ")
+
+
+def _release(sched: SlurmScheduler, app_id: str) -> None:
+    """Start a requeued job soon: Slurm holds one until ``BeginTime`` (about two minutes). Once
+    its previous run is cleaned up (``scontrol`` says COMPLETING until then, ``squeue`` PENDING
+    already), and not within the second its credential was revoked: a run started then is
+    killed ("Job credential revoked"), hence two seconds on."""
+    deadline = time.monotonic() + 30
+    while "JobState=COMPLETING" in sched.commands.run(["scontrol", "show", "job", "-o", app_id]).stdout:
+        assert time.monotonic() < deadline, "the job's previous run was not cleaned up"
+        time.sleep(0.2)
+    sched.commands.run(["scontrol", "update", f"JobId={app_id}", "StartTime=now+2"])
+
+
+def test_a_requeued_job_s_replicas_see_the_next_attempt_and_it_ends_with_its_second_run(
+    slurm: SlurmScheduler, job_dir: Path
+) -> None:
+    # Run 0: replica 0 ends at once (its end is on record), replica 1 runs on until the requeue.
+    # Run 1: both end a moment after they start.
+    cmd = (
+        'echo "attempt=$TORCHX_ATTEMPT"; '
+        'if [ "$TORCHX_ATTEMPT" = 0 ]; then [ "$TORCHX_REPLICA_ID" = 0 ] && exit 0; sleep 60; fi; '
+        'sleep 1; echo "done=$TORCHX_ATTEMPT"'
+    )
+    app_id = _submit(slurm, _app(cmd, 2), job_dir)
+    deadline = time.monotonic() + 30
+    while (desc := wait_for(slurm, app_id, done="running")).roles_statuses[0].replicas[0].exit_code != 0:
+        assert time.monotonic() < deadline, "replica 0 did not end"
+        time.sleep(0.2)
+    slurm.commands.run(["scontrol", "requeue", app_id])
+    desc = slurm.describe(app_id)
+    deadline = time.monotonic() + 30  # the first run's processes end within KillWait
+    while desc is not None and not (desc.state == AppState.PENDING and desc.num_restarts == 1):
+        assert time.monotonic() < deadline, f"the job was not requeued: {desc.state.name} {desc.msg}"
+        time.sleep(0.2)
+        desc = slurm.describe(app_id)
+    assert desc is not None
+    # Requeued, not yet run again: replica 0's end on record is the first run's, not this one's.
+    assert [(r.id, r.state, r.exit_code) for r in desc.roles_statuses[0].replicas] == [
+        (0, AppState.PENDING, None),
+        (1, AppState.PENDING, None),
+    ]
+    assert slurm.read_log(app_id, "trainer", 0).eof is False
+    _release(slurm, app_id)
+    desc = wait_for(slurm, app_id)
+    assert (desc.state, desc.num_restarts) == (AppState.SUCCEEDED, 1), desc.msg
+    for k in (0, 1):
+        assert _all_lines(slurm, app_id, k, streams=Stream.STDOUT) == ["attempt=0\n", "attempt=1\n", "done=1\n"]
+    assert desc.usage is not None
+    attempts = sorted(desc.usage.attempts, key=lambda a: (a.replica, a.number))
+    assert [(a.replica, a.number) for a in attempts] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert [a.exit_code for a in attempts if a.number == 2 or a.replica == 0] == [0, 0, 0]
+    assert all(a.started is not None and a.ended is not None for a in attempts)
+    # Once Slurm forgets it, the record alone says the same: the second run's end.
+    forgotten = status.describe(app_id, record.read(app_id, str(job_dir / app_id)), None)
+    assert forgotten is not None
+    assert (forgotten.state, forgotten.num_restarts) == (AppState.SUCCEEDED, 1)
+
+
+def test_attempt_timeout_is_the_job_s_time_limit_in_slurm(slurm: SlurmScheduler, job_dir: Path) -> None:
+    app_id = _submit(slurm, _app("sleep 60"), job_dir, attempt_timeout=90)
+    entry = status.index_jobs(slurm.commands.squeue())[app_id]
+    assert entry["time_limit"] == 2  # minutes: Slurm stops the run past them, TIMEOUT
+    shorter = _submit(slurm, _app("sleep 60"), job_dir, attempt_timeout=600, time="1")
+    assert status.index_jobs(slurm.commands.squeue())[shorter]["time_limit"] == 1
+    capped = _submit(slurm, _app("sleep 60"), job_dir, attempt_timeout=7200)  # over the partition's MaxTime
+    assert status.index_jobs(slurm.commands.squeue())[capped]["time_limit"] == 60
+
+
+def test_sacct_keeps_an_ended_job_where_the_cluster_runs_accounting(slurm: SlurmScheduler, job_dir: Path) -> None:
+    config = slurm.commands.run(["scontrol", "show", "config"]).stdout
+    accounting = "accounting_storage/slurmdbd" in config  # scripts/slurm.sh: TORCHX_SLURM_ACCOUNTING=1
+    app_id = _submit(slurm, _app("sleep 60"), job_dir)
+    wait_for(slurm, app_id, done="running")
+    slurm.commands.scancel(app_id)  # outside airflow-torchx: no cancel on record
+    assert wait_for(slurm, app_id).state == AppState.CANCELLED
+    kept = slurm.commands.sacct([app_id])
+    if not accounting:
+        assert (kept, slurm.commands.accounting) == (None, False)
+        return
+    assert kept is not None
+    entry = status.index_jobs(status.sacct_entry(job) for job in kept)[app_id]
+    desc = status.describe(app_id, None, entry)  # as once the controller forgot the job
+    assert desc is not None and (desc.state, desc.labels) == (AppState.CANCELLED, _labels(job_dir))
+    assert slurm.commands.sacct(["999999"]) == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pytest
@@ -23,9 +23,11 @@ class Squeue:
     def __init__(self, jobs: dict[str, str]) -> None:
         self.jobs = jobs
         self.calls = 0
+        self.asked: list[set[str]] = []
 
-    def __call__(self) -> Entries:
+    def __call__(self, ids: Collection[str]) -> Entries:
         self.calls += 1
+        self.asked.append(set(ids))
         return {job: {"job_state": state} for job, state in self.jobs.items()}
 
 
@@ -67,7 +69,7 @@ def test_a_look_with_a_period_waits_for_it_unless_its_job_ended() -> None:
 def test_a_failed_round_fails_the_looks_due() -> None:
     t = FakeClock()
 
-    def broken() -> Entries:
+    def broken(ids: Collection[str]) -> Entries:
         raise RuntimeError("slurmctld is down")
 
     poller = SqueuePoller(broken, _ended, t.clock, thread=False)
@@ -104,3 +106,21 @@ def test_when_the_next_round_runs(
         t.now = due
         poller.look("1", _state("1"), None)
     assert plan(poller._looks, now, last_round, 1.0) == expected
+
+
+def test_a_look_made_while_a_round_fetches_waits_for_the_next_round() -> None:
+    t = FakeClock()
+    poller = SqueuePoller(lambda ids: {}, _ended, t.clock, thread=False)
+    late: list[Any] = []
+
+    def fetch(ids: Collection[str]) -> Entries:
+        late.append(poller.look("2", lambda e: e, None))  # made at the round's own instant
+        return {i: {"job_state": "RUNNING"} for i in ids}
+
+    poller._fetch = fetch
+    first = poller.look("1", lambda e: sorted(e), None)
+    assert poller.run_round() == 1
+    assert first.result(timeout=0) == ["1"] and not late[0].done()
+    poller._fetch = lambda ids: {i: {"job_state": "RUNNING"} for i in ids}
+    poller.run_round()
+    assert late[0].result(timeout=0) == {"2": {"job_state": "RUNNING"}}

@@ -8,6 +8,7 @@ import pytest
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, JobWontFitError
 from airflow_provider_torchx.core.schedulers.slurm import preflight
 from airflow_provider_torchx.core.schedulers.slurm.commands import parse_key_values
+from airflow_provider_torchx.core.schedulers.slurm.options import time_limit
 from tests.core.slurm.conftest import DATA
 
 PARTITIONS = [parse_key_values(line) for line in (DATA / "scontrol-partition-22.05.txt").read_text().splitlines()]
@@ -65,6 +66,24 @@ def test_what_does_not_fit(roles: list[dict[str, object]], cfg: dict[str, str], 
     with pytest.raises(error) as err:
         preflight.check_fit(roles, cfg, PARTITIONS, NODES)
     assert says in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "time"),
+    [
+        ({"attempt_timeout": 3601}, "01:00:00"),  # the guard's 61 minutes: the partition's limit is shorter
+        ({"max_gpu_hours": 4}, "01:00:00"),  # 4 GPU-hours over 2 GPUs: 2 hours
+        ({"attempt_timeout": 3600}, "60"),
+        ({"attempt_timeout": 7200, "time": "30"}, "30"),
+    ],
+)
+def test_a_guard_s_limit_over_max_time_is_lowered_to_it(cfg: dict[str, object], time: str) -> None:
+    roles = [_role(gpu=2)]
+    assert preflight.check_fit(roles, cfg, PARTITIONS, NODES) == "debug"
+    limit = time_limit(2, cfg)
+    assert limit is not None
+    script = f"#!/bin/sh\n#SBATCH --time={limit[0]}\necho\n"
+    assert preflight.fit_time(script, roles, cfg, PARTITIONS[0]) == f"#!/bin/sh\n#SBATCH --time={time}\necho\n"
 
 
 def test_a_partition_that_is_not_up_fits_nothing() -> None:

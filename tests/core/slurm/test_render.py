@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, InvalidSpecError
+from airflow_provider_torchx.core.schedulers.slurm import record
 from airflow_provider_torchx.core.schedulers.slurm.render import parse_comment
 from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
 from airflow_provider_torchx.core.specs import AppDef, BindMount, Resource, Role, VolumeMount, macros
@@ -113,6 +114,26 @@ def test_the_replica_runs_its_command_one_word_per_argument_with_the_macros_expa
     assert (tmp_path / "w" / "1" / "exit").read_text().split()[0] == "0"
 
 
+def test_a_requeued_run_s_replica_is_the_next_attempt_and_keeps_the_previous_run_s_end(tmp_path: Path) -> None:
+    role = Role(name="w", entrypoint="sh", args=["-c", "echo $TORCHX_ATTEMPT"], resource=Resource(1, 0, 10))
+    role.env["TORCHX_ATTEMPT"] = "2"  # the task's earlier jobs made two attempts
+    info = SlurmScheduler("s").submit_dryrun(AppDef(name="m", roles=[role]), {"job_dir": str(tmp_path)})
+    step = info.request.script.split("sh -c ", 1)[1].rsplit(" &\npids=", 1)[0]
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "job.json").write_text(json.dumps({"name": "m", "roles": info.request.roles}))
+    for run in ("0", "1"):  # as the batch script exports them, from SLURM_RESTART_COUNT
+        env = {"TORCHX_SLURM_JOB_DIR": str(tmp_path / "42"), "TORCHX_SLURM_RUN": run, "SLURM_PROCID": "0"}
+        subprocess.run(["sh", "-c", f"sh -c {step}"], env={**env, "PATH": "/usr/bin:/bin"}, check=True)
+    replica = tmp_path / "42" / "w" / "0"
+    assert (replica / "stdout.log").read_text() == "2\n3\n"
+    rec = record.read("42", str(tmp_path / "42"))
+    assert rec is not None and rec.run == 1
+    assert (rec.exits[("w", 0)].exit_code, rec.exits[("w", 0)].run) == (0, 1)
+    [earlier] = rec.earlier[("w", 0)]
+    assert earlier.end is not None and (earlier.end.exit_code, earlier.end.run) == (0, 0)
+    assert earlier.started is not None and earlier.end.at <= rec.starts[("w", 0)]
+
+
 @pytest.mark.parametrize(
     ("mount", "accepted"),
     [
@@ -149,6 +170,8 @@ def test_an_absolute_image_is_where_the_replica_runs_another_is_ignored() -> Non
         ({"job_dir": "jobs"}, "cfg: job_dir='jobs' is not an absolute path"),
         ({"job_dir": "/j", "time": "1h"}, "cfg: time='1h' is not a Slurm time limit; use minutes, MM:SS"),
         ({"job_dir": "/j", "mail-type": "END,SOMETIMES"}, "cfg: mail-type='END,SOMETIMES' has 'SOMETIMES'"),
+        ({"job_dir": "/j", "attempt_timeout": 0}, "attempt_timeout"),
+        ({"job_dir": "/j", "max_gpu_hours": -1}, "cfg: max_gpu_hours: -1.0 is not allowed"),
         ({}, "job_dir"),
     ],
 )
@@ -168,3 +191,25 @@ def test_the_record_keeps_the_roles() -> None:
         "env": {},
         "resource": {"cpu": 8, "gpu": 2, "memMB": 64000},
     }
+
+
+def _times(**cfg: object) -> list[str]:
+    """The ``--time`` of each component of the two-role job (2 GPUs on each of 3 nodes: 6 GPUs)."""
+    return [line for line in _dryrun(_two_roles(), **cfg).splitlines() if line.startswith("#SBATCH --time")]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "time"),
+    [
+        ({}, None),
+        ({"time": "30"}, "30"),
+        ({"attempt_timeout": 90}, "2"),  # whole minutes, rounded up, as Slurm counts them
+        ({"attempt_timeout": 600, "time": "5"}, "5"),  # time is shorter: it wins
+        ({"attempt_timeout": 120, "time": "1:00:00"}, "2"),  # the guard is shorter: it wins
+        ({"max_gpu_hours": 1}, "10"),  # 1 GPU-hour over 6 GPUs
+        ({"max_gpu_hours": 1, "attempt_timeout": 300}, "5"),
+        ({"max_gpu_hours": 1, "time": "1-00:00"}, "10"),
+    ],
+)
+def test_the_job_s_time_limit_is_the_shortest_of_time_and_the_guards(cfg: dict[str, object], time: str | None) -> None:
+    assert _times(**cfg) == ([] if time is None else [f"#SBATCH --time={time}"] * 2)

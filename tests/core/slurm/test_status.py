@@ -10,7 +10,7 @@ import pytest
 
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.schedulers.slurm import status
-from airflow_provider_torchx.core.schedulers.slurm.record import JobRecord, ReplicaEnd
+from airflow_provider_torchx.core.schedulers.slurm.record import EarlierRun, JobRecord, ReplicaEnd
 from airflow_provider_torchx.core.specs import AppState
 from tests.core.slurm.conftest import DATA
 
@@ -165,3 +165,52 @@ def test_the_first_failure_is_the_earliest_end_and_an_own_exit_before_a_signal_a
     exits: dict[tuple[str, int], ReplicaEnd], first: tuple[str, int] | None
 ) -> None:
     assert status.first_failure(_rec(exits)) == first
+
+
+def test_a_requeued_job_is_described_as_of_its_current_run() -> None:
+    requeued = {**ENTRIES["14"], "restart_cnt": 1}  # pending again, its first run's ends on record
+    rec = _rec({("a", 0): ReplicaEnd(0, 5.0, run=0), ("a", 1): ReplicaEnd(143, 6.0, run=0)}, ended=None)
+    desc = status.describe("7", rec, requeued)
+    assert desc is not None and (desc.state, desc.num_restarts) == (AppState.PENDING, 1)
+    assert [(r.state, r.exit_code) for r in desc.roles_statuses[0].replicas] == [(AppState.PENDING, None)] * 2
+    assert desc.usage_so_far is not None
+    assert sorted((a.replica, a.number, a.exit_code) for a in desc.usage_so_far.attempts) == [(0, 1, 0), (1, 1, 143)]
+
+
+def test_each_run_of_a_requeued_job_is_an_attempt_one_stopped_unrecorded_counts_to_the_next_start() -> None:
+    rec = _rec({("a", 0): ReplicaEnd(0, 20.0, run=1), ("a", 1): ReplicaEnd(0, 20.0, run=1)}, ended=21.0)
+    rec.ended_run = 1
+    rec.starts = {("a", 0): 15.0, ("a", 1): 15.0}
+    rec.earlier = {("a", 0): [EarlierRun("n1", 3.0, ReplicaEnd(0, 4.0))], ("a", 1): [EarlierRun("n2", 3.0, None)]}
+    desc = status.describe("7", rec, None)
+    assert desc is not None and (desc.state, desc.num_restarts) == (AppState.SUCCEEDED, 1)
+    assert desc.usage is not None
+    assert sorted((a.replica, a.number, a.started, a.ended) for a in desc.usage.attempts) == [
+        (0, 1, 3.0, 4.0),
+        (0, 2, 15.0, 20.0),
+        (1, 1, 3.0, 15.0),
+        (1, 2, 15.0, 20.0),
+    ]
+
+
+# Accounting's record (``sacct --json``, ``data/sacct-22.05.json``, captured from the test cluster
+# with slurmdbd): 3 COMPLETED, 4 a heterogeneous job (4+0 and 4+1, job ids 4 and 5) FAILED, 6
+# cancelled outside airflow-torchx, all ours.
+KEPT = status.index_jobs(status.sacct_entry(j) for j in json.loads((DATA / "sacct-22.05.json").read_text())["jobs"])
+
+
+def test_accounting_s_jobs_read_as_squeue_entries_a_heterogeneous_job_as_its_leader() -> None:
+    assert sorted(KEPT) == ["3", "4", "6"]
+    assert [status.slurm_state(KEPT[i]) for i in ("3", "4", "6")] == ["COMPLETED", "FAILED", "CANCELLED"]
+
+
+def test_a_job_slurm_forgot_is_described_from_accounting_without_a_record() -> None:
+    desc = status.describe("6", None, KEPT["6"])
+    assert desc is not None
+    assert (desc.state, desc.msg, desc.labels) == (
+        AppState.CANCELLED,
+        "",
+        {"k": "v"},
+    )
+    assert desc.created is not None and desc.started is not None and desc.ended is not None
+    assert desc.ended >= desc.started >= desc.created

@@ -1,4 +1,4 @@
-"""Slurm's client commands (``sbatch``, ``squeue``, ``scontrol``, ``scancel``), as on a login
+"""Slurm's client commands (``sbatch``, ``squeue``, ``scontrol``, ``scancel``, ``sacct``), as on a login
 node: the cluster is found through ``SLURM_CONF`` (or the host's ``/etc/slurm/slurm.conf``) and
 authenticated by munge (or JWT), both the host's business.
 
@@ -9,6 +9,7 @@ the caller's to explain (``SlurmCommandError``, with Slurm's own words).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -28,6 +29,8 @@ _UNREACHABLE = re.compile(
 )
 _AUTH = re.compile(r"munge|Invalid authentication credential|auth/|Protocol authentication error", re.IGNORECASE)
 _NO_CONF = re.compile(r"Could not establish a configuration source|Unable to process configuration file", re.IGNORECASE)
+# What ``sacct`` says on a cluster without accounting (no slurmdbd).
+_NO_ACCOUNTING = re.compile(r"accounting storage is disabled", re.IGNORECASE)
 # ``key=value`` tokens of ``scontrol show ... -o``; a value may hold spaces (``OS=Linux 6.1 #1``).
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
 
@@ -73,13 +76,17 @@ class SlurmCommands:
     def __init__(self, env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT) -> None:
         self.env = dict(env) if env is not None else None
         self.timeout = timeout
-        #: How many commands ran (the status poller's economy is counted in tests).
+        #: How many commands ran, all and by command (the status poller's economy is counted in tests).
         self.calls = 0
+        self.by_command: collections.Counter[str] = collections.Counter()
+        #: False once ``sacct`` said the cluster keeps no accounting (not asked again).
+        self.accounting = True
 
     def run(self, argv: Sequence[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """``argv`` run to its end; ``SchedulerSetupError`` (``setup_error``, a missing command, a
         timeout) or ``SlurmCommandError`` when it fails."""
         self.calls += 1
+        self.by_command[argv[0]] += 1
         conf = (self.env if self.env is not None else os.environ).get("SLURM_CONF")
         if conf and not os.path.isfile(conf):
             # Slurm's clients would retry reading it for a minute
@@ -130,6 +137,26 @@ class SlurmCommands:
                 f"slurm: squeue could not load the jobs: {said}; check SLURM_CONF and that slurmctld runs",
                 transient=True,
             )
+        jobs = doc.get("jobs") if isinstance(doc, dict) else None
+        return [j for j in jobs or [] if isinstance(j, dict)]
+
+    def sacct(self, job_ids: Sequence[str]) -> list[dict[str, Any]] | None:
+        """What accounting (``slurmdbd``) keeps of ``job_ids``: one ``sacct --json`` call for
+        all (each component of a heterogeneous job is one entry); None where the cluster keeps
+        no accounting, known from then on without a call. A job it does not know is left out."""
+        if not self.accounting or not job_ids:
+            return None if not self.accounting else []
+        try:
+            out = self.run(["sacct", "--json", "--jobs", ",".join(job_ids)]).stdout
+        except SlurmCommandError as err:
+            if _NO_ACCOUNTING.search(str(err)):
+                self.accounting = False
+                return None
+            raise
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            raise SchedulerSetupError(f"slurm: sacct --json printed no JSON: {one_line(out)[:200]!r}") from None
         jobs = doc.get("jobs") if isinstance(doc, dict) else None
         return [j for j in jobs or [] if isinstance(j, dict)]
 

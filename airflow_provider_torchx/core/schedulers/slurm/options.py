@@ -4,13 +4,21 @@ DAG's literal cfg is checked when it is parsed without loading the scheduler.
 Names as TorchX's own ``slurm`` scheduler has them (``partition``, ``account``, ``qos``,
 ``time``, ``constraint``, ``comment``, ``mail-user``, ``mail-type``, ``job_dir``), plus
 ``exclusive``. ``time`` takes Slurm's formats and is checked here, as ``job_dir`` (absolute).
+
+``attempt_timeout`` (seconds) and the guard ``max_gpu_hours`` (``core/guards.py``, handed over
+by the task) become the job's ``--time`` (``time_limit``), so that Slurm itself stops a run
+that outlives them, with nobody watching: it ends TIMEOUT (failure kind ``timeout``).
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, shown
+from airflow_provider_torchx.core.guards import ATTEMPT_TIMEOUT, MAX_GPU_HOURS, add_guard_option, budget_seconds
 from airflow_provider_torchx.core.runopts import CfgVal, runopts
 
 #: Slurm's ``--time`` formats: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
@@ -51,6 +59,27 @@ def time_minutes(value: str) -> float:
     if "c" in g:  # H:M:S
         return g["a"] * 60 + g["b"] + g["c"] / 60
     return g["a"] + g.get("b", 0) / 60  # M or M:S
+
+
+def time_limit(gpus: int, cfg: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The job's ``--time`` (Slurm's format) and the setting it comes from (``name=value``),
+    for a job holding ``gpus`` GPUs in all; None: no limit of ours (the partition's default).
+
+    ``attempt_timeout`` and ``max_gpu_hours`` give a limit by ``guards.budget_seconds`` (each
+    run within the GPU budget alone; never longer than ``attempt_timeout``), in whole minutes
+    rounded up, as Slurm counts time limits. With ``time`` set as well, the shorter wins: each
+    is a limit someone asked for, ``time`` the user's own for Slurm, the guards the task's
+    promise to stop the job, and a job must keep both; a longer ``time`` must not loosen a
+    guard, and a shorter one is what Slurm would hold the job to anyway."""
+    timeout, budget = cfg.get(ATTEMPT_TIMEOUT), cfg.get(MAX_GPU_HOURS)
+    seconds = budget_seconds(
+        float(budget) if budget is not None else None, gpus, int(timeout) if timeout is not None else None
+    )
+    given = str(cfg["time"]) if cfg.get("time") else None
+    if seconds is None or (given is not None and time_minutes(given) * 60 <= seconds):
+        return None if given is None else (given, f"time={given!r}")
+    source = ATTEMPT_TIMEOUT if timeout is not None and int(timeout) == seconds else MAX_GPU_HOURS
+    return str(math.ceil(seconds / 60)), f"{source}={cfg[source]}"
 
 
 def _check_time(value: CfgVal) -> None:
@@ -97,4 +126,19 @@ def run_opts() -> runopts:
         check=_check_job_dir,
     )
     opts.add("exclusive", bool, "Take whole nodes (sbatch --exclusive)", default=False)
+    opts.add(
+        ATTEMPT_TIMEOUT,
+        int,
+        "Seconds each run of the job may take (its first, and each after a requeue): the job's --time, in "
+        "whole minutes rounded up; Slurm then stops it, TIMEOUT; with time also set, the shorter wins; "
+        "default: no limit.",
+        minimum=1,
+    )
+    add_guard_option(
+        opts,
+        MAX_GPU_HOURS,
+        "The job's GPU budget (TorchXRunOperator's max_gpu_hours, held without a watcher): the job's --time is "
+        "at most the budget over the GPUs it holds (never longer than attempt_timeout or time); default: no "
+        "budget.",
+    )
     return opts

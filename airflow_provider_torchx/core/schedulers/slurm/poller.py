@@ -1,9 +1,11 @@
-"""Status at scale: one ``squeue`` call per round answers every watcher of a scheduler.
+"""Status at scale: one status fetch per round answers every watcher of a scheduler.
 
 A triggerer may watch hundreds of Slurm jobs; asking the controller once per job and poll
 would load it in proportion. Instead each ``SlurmScheduler`` has one ``SqueuePoller``, whose
-thread runs a round when the first waiting look is due: one ``squeue --json`` (the jobs Slurm
-knows, all at once), and every look due by then is answered from it (``Scheduler.describe_future``'s
+thread runs a round when the first waiting look is due: one fetch, given the ids of every job
+looked at (``SlurmScheduler``'s: one ``squeue --json``, the jobs Slurm knows, all at once, and,
+with accounting, one ``sacct`` for those of the ids it no longer knows), and every look due by
+then is answered from it (``Scheduler.describe_future``'s
 guarantees: a look made with a ``period`` is due one ``period`` after the previous look at its
 job; without, at once). A look not due yet whose job the round shows ended is answered too.
 Rounds are at least ``min_interval`` apart, so a burst of looks shares one call.
@@ -17,7 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,11 +64,12 @@ def answered(looks: list[Look], now: float, ended: Callable[[str], bool]) -> lis
 
 
 class SqueuePoller:
-    """One round of ``fetch`` (every job Slurm knows, by app id) for every look due."""
+    """One round of ``fetch`` (given the ids looked at: every job Slurm knows, by app id) for
+    every look due."""
 
     def __init__(
         self,
-        fetch: Callable[[], Entries],
+        fetch: Callable[[Collection[str]], Entries],
         ended: Callable[[Mapping[str, Any]], bool],
         clock: Clock = SYSTEM_CLOCK,
         min_interval: float = MIN_INTERVAL,
@@ -110,18 +113,22 @@ class SqueuePoller:
     def run_round(self) -> int:
         """Run one round now (one ``fetch``) and answer the looks it answers; how many."""
         now = self._clock.monotonic()
+        with self._cond:
+            # the looks the fetch is for: one made while it runs waits for the next round
+            asked = list(self._looks)
+        ids = {look.app_id for look in asked}
         try:
-            entries: Entries | BaseException = self._fetch()
+            entries: Entries | BaseException = self._fetch(ids)
         except Exception as err:
             entries = err
         self.rounds += 1
         with self._cond:
             self._last_round = now
             if isinstance(entries, BaseException):
-                done = [look for look in self._looks if look.due <= now]
+                done = [look for look in asked if look.due <= now]
             else:
                 got = entries
-                done = answered(self._looks, now, lambda app_id: app_id in got and self._ended(got[app_id]))
+                done = answered(asked, now, lambda app_id: app_id in got and self._ended(got[app_id]))
             for look in done:
                 self._last_look[look.app_id] = now
             self._last_look = {k: t for k, t in self._last_look.items() if now - t <= FORGET_AFTER}

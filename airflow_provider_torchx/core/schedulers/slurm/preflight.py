@@ -3,7 +3,8 @@
 
 - The partition (``cfg["partition"]``, else the cluster's default) must exist
   (``InvalidRunConfigError`` listing the partitions) and be UP (``JobWontFitError``).
-- ``time`` must not exceed the partition's ``MaxTime``.
+- ``time`` must not exceed the partition's ``MaxTime``; a longer limit that ``attempt_timeout``
+  or ``max_gpu_hours`` give (``options.time_limit``) is lowered to it (``fit_time``).
 - Each role needs ``num_replicas`` nodes of the partition that each have its CPUs, memory and
   GPUs (GRES ``gpu``), within the partition's ``MaxNodes`` and ``MaxMemPerNode``.
 
@@ -19,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError, JobWontFitError
-from airflow_provider_torchx.core.schedulers.slurm.options import time_minutes
+from airflow_provider_torchx.core.schedulers.slurm import render
+from airflow_provider_torchx.core.schedulers.slurm.options import time_limit, time_minutes
 
 _GPU = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 
@@ -56,6 +58,19 @@ def pick_partition(cfg: Mapping[str, Any], partitions: Sequence[Mapping[str, str
     )
 
 
+def fit_time(script: str, roles: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any], part: Mapping[str, str]) -> str:
+    """The batch ``script`` with a time limit that a guard gave (``options.time_limit``:
+    ``attempt_timeout``, ``max_gpu_hours``) and that is longer than the partition's ``MaxTime``
+    lowered to ``MaxTime``: the partition stops the job by then anyway, and Slurm would hold a
+    job asking for more pending for ever (``PartitionTimeLimit``). The user's own ``time`` is
+    never changed (``check_fit`` refuses one over ``MaxTime``)."""
+    limit = time_limit(render.gpus(roles), cfg)
+    max_time = part.get("MaxTime", "UNLIMITED")
+    if limit is None or limit[1].startswith("time=") or time_minutes(limit[0]) <= time_minutes(max_time):
+        return script
+    return script.replace(f"#SBATCH --time={limit[0]}\n", f"#SBATCH --time={max_time}\n")
+
+
 def check_fit(
     roles: Sequence[Mapping[str, Any]],
     cfg: Mapping[str, Any],
@@ -69,8 +84,9 @@ def check_fit(
     if part.get("State") != "UP":
         raise JobWontFitError(f"partition {name!r} is {part.get('State')}, not UP: Slurm would not start the job")
     max_time = part.get("MaxTime", "UNLIMITED")
-    if cfg.get("time") and time_minutes(str(cfg["time"])) > time_minutes(max_time):
-        raise JobWontFitError(f"cfg: time={cfg['time']!r} exceeds partition {name!r}'s MaxTime {max_time}")
+    given = cfg.get("time")
+    if given and time_minutes(str(given)) > time_minutes(max_time):
+        raise JobWontFitError(f"cfg: time={given!r} exceeds partition {name!r}'s MaxTime {max_time}")
     members = [n for n in nodes if name in (n.get("Partitions") or "").split(",")]
     max_nodes = _int(part.get("MaxNodes"))
     max_mem = _int(part.get("MaxMemPerNode"))

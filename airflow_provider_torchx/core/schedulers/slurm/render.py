@@ -5,15 +5,22 @@ node (``--nodes``, ``--ntasks-per-node=1``), ``Resource.gpu`` GPUs per node
 (``--gpus-per-node``), ``cpu`` CPUs (``--cpus-per-task``) and ``memMB`` (``--mem``). The batch
 script starts one ``srun`` step per role and waits for them; every replica runs a small shell
 wrapper that sets our environment and writes its stdout, stderr and both (``combined``) to its
-own files under the job's directory, ``<job_dir>/<job id>/<role>/<k>/``, then its exit code and
-end time (``exit``): that directory is the job's record once Slurm forgot it (``record.py``).
+own files under the job's directory, ``<job_dir>/<job id>/<role>/<k>/``, then its exit code,
+end time and run (``exit``): that directory is the job's record once Slurm forgot it
+(``record.py``).
+
+A job Slurm requeues (preemption, a node failure, ``scontrol requeue``) runs its batch script
+again, with ``SLURM_RESTART_COUNT`` one higher: each replica's ``TORCHX_ATTEMPT`` is the role's
+plus that count, so a resumed replica knows it is a later attempt; its wrapper first appends its
+previous run's start and end to ``runs`` and clears ``exit``, and the batch script clears
+``ended``, so that the new run is not read as ended. Logs go on in the same files.
 
 The environment every replica gets, as the other schedulers give it: ``TORCHX_ROLE_NAME``,
 ``TORCHX_ROLE_IDX``, ``TORCHX_REPLICA_ID``, ``TORCHX_RANK0_HOST`` (the address Slurm reaches
 the first node of the first role at, from the job's node list), ``TORCHX_PORT_<NAME>`` for each
 ``port_map`` entry (a per-job port from the job id: two jobs whose ids are less than
 ``PORT_SPAN`` / the number of entries apart never share one), ``TORCHELASTIC_ERROR_FILE`` and
-``PET_LOG_DIR`` in the replica's directory.
+``PET_LOG_DIR`` in the replica's directory, and ``TORCHX_ATTEMPT`` (above).
 
 The job does not inherit the submitting process's environment (an Airflow worker's or
 triggerer's connections, keys and secrets): it is submitted with ``--export=NONE``, so the batch
@@ -32,13 +39,15 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_torchx.core.checkpoints import ATTEMPT_ENV
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_ENV, ERROR_FILE_NAME, RANK_LOGS_ENV, RANK_LOGS_NAME
 from airflow_provider_torchx.core.errors import InvalidSpecError
 from airflow_provider_torchx.core.schedulers.local.ports import port_env
+from airflow_provider_torchx.core.schedulers.slurm.options import time_limit
 from airflow_provider_torchx.core.specs import AppDef, BindMount, Role, macros
 
 #: Env vars every replica gets.
@@ -49,6 +58,8 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 #: The job's id (``${app_id}``) and directory, set by the batch script for its replicas.
 ENV_APP_ID = "TORCHX_SLURM_JOB_ID"
 ENV_JOB_DIR = "TORCHX_SLURM_JOB_DIR"
+#: The job's run: Slurm's restart count (0 until it is requeued), as the batch script exports it.
+ENV_RUN = "TORCHX_SLURM_RUN"
 #: The ``PATH`` of a batch script whose node gave it none.
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 #: The first port handed out to a job's ``port_map`` entries, and how many follow.
@@ -57,8 +68,10 @@ PORT_SPAN = 20000
 #: ``--comment`` holds this JSON object: our mark, the app's name, its labels, the user's comment.
 COMMENT_MARK = "airflow-torchx"
 #: Files of a replica's directory: where and since when it runs (``host``: ``<node> <epoch
-#: seconds>``), its end (``exit``: ``<exit code> <epoch seconds>``) and its logs.
+#: seconds>``), its end (``exit``: ``<exit code> <epoch seconds> <run>``) and its logs.
 EXIT_FILE = "exit"
+#: A replica's earlier runs of a requeued job (``record.py``).
+RUNS_FILE = "runs"
 # Markers no user string contains, substituted for macros and turned into shell expansions.
 _MARKS = {"\x00app_id\x00": ENV_APP_ID, "\x00replica_id\x00": ENV_REPLICA_ID}
 
@@ -114,6 +127,18 @@ def _split_keep(text: str, mark: str, var: str) -> list[str]:
     return out
 
 
+def gpus(roles: Iterable[Role | Mapping[str, Any]]) -> int:
+    """The GPUs a job holds in all: each role's per node, times its nodes (``roles`` as the app
+    has them or as its record keeps them)."""
+    total = 0
+    for role in roles:
+        if isinstance(role, Role):
+            total += max(0, role.resource.gpu) * role.num_replicas
+        else:
+            total += max(0, int((role.get("resource") or {}).get("gpu", 0))) * int(role.get("num_replicas", 0))
+    return total
+
+
 def _check_role(index: int, role: Role) -> None:
     """Refuse what Slurm cannot honour: mounts other than a path onto itself."""
     for j, mount in enumerate(role.mounts):
@@ -142,9 +167,13 @@ def _replica_script(role: Role, idx: int) -> str:
         f"export {ENV_REPLICA_ID}=$SLURM_PROCID",
         f'R="${ENV_JOB_DIR}"/{shlex.quote(role.name)}/"${ENV_REPLICA_ID}"',
         'mkdir -p "$R"',
+        "# a requeued job's run: keep the previous run's start and end, then clear its end",
+        f'if [ -e "$R/host" ]; then echo "$(cat "$R/host") $(cat "$R/{EXIT_FILE}" 2>/dev/null)" >>"$R/{RUNS_FILE}"; fi',
+        f'rm -f "$R/host" "$R/{EXIT_FILE}" "$R/rc"',
         'echo "${SLURMD_NODENAME:-$(hostname)} $(date +%s.%N)" >"$R/host"',
         f'export {ERROR_FILE_ENV}="$R/{ERROR_FILE_NAME}" {RANK_LOGS_ENV}="$R/{RANK_LOGS_NAME}"',
         *(f"export {k}={_word(v)}" for k, v in env.items()),
+        f"export {ATTEMPT_ENV}=$(( ${{{ATTEMPT_ENV}:-0}} + {ENV_RUN} ))",
     ]
     if img:
         lines.append(f"cd {shlex.quote(img)} || exit 127")
@@ -153,14 +182,15 @@ def _replica_script(role: Role, idx: int) -> str:
         f'{{ {{ {cmd}; echo $? >"$R/rc"; }} 2>&1 1>&3 3>&- | tee -a "$R/stderr.log" "$R/combined.log" >/dev/null; }} '
         '3>&1 | tee -a "$R/stdout.log" "$R/combined.log" >/dev/null',
         'rc=$(cat "$R/rc" 2>/dev/null || echo 255)',
-        f'echo "$rc $(date +%s.%N)" >"$R/{EXIT_FILE}"',
+        f'echo "$rc $(date +%s.%N) ${ENV_RUN}" >"$R/{EXIT_FILE}"',
         'exit "$rc"',
     ]
     return "\n".join(lines)
 
 
-def _component(role: Role, cfg: Mapping[str, Any]) -> list[str]:
-    """The ``#SBATCH`` options of one component (a role): nodes, resources, cfg's options."""
+def _component(role: Role, cfg: Mapping[str, Any], limit: str | None) -> list[str]:
+    """The ``#SBATCH`` options of one component (a role): nodes, resources, cfg's options and
+    the job's time ``limit`` (``options.time_limit``)."""
     res = role.resource
     opts = [f"--nodes={role.num_replicas}", "--ntasks-per-node=1"]
     if res.cpu > 0:
@@ -169,9 +199,10 @@ def _component(role: Role, cfg: Mapping[str, Any]) -> list[str]:
         opts.append(f"--mem={res.memMB}M")
     if res.gpu > 0:
         opts.append(f"--gpus-per-node={res.gpu}")
+    values = {**cfg, "time": limit}
     for key in ("partition", "account", "qos", "time", "constraint"):
-        if cfg.get(key):
-            opts.append(f"--{key}={cfg[key]}")
+        if values.get(key):
+            opts.append(f"--{key}={values[key]}")
     if cfg.get("exclusive"):
         opts.append("--exclusive")
     return [f"#SBATCH {o}" for o in opts]
@@ -182,10 +213,11 @@ def render(app: AppDef, cfg: Mapping[str, Any], labels: Mapping[str, str]) -> Sl
     ``labels``."""
     job_dir = str(cfg["job_dir"]).rstrip("/") or "/"
     header = ["#!/bin/sh"]
+    limit = time_limit(gpus(app.roles), cfg)
     for i, role in enumerate(app.roles):
         if i:
             header.append("#SBATCH hetjob")
-        header += _component(role, cfg)
+        header += _component(role, cfg, limit[0] if limit else None)
     names = list(dict.fromkeys(name for role in app.roles for name in role.port_map))
     port_lines = [
         f"export {port_env(n)}=$(( {PORT_BASE} + (SLURM_JOB_ID * {len(names)} + {k}) % {PORT_SPAN} ))"
@@ -194,14 +226,15 @@ def render(app: AppDef, cfg: Mapping[str, Any], labels: Mapping[str, str]) -> Sl
     body = [
         f'export PATH="${{PATH:-{DEFAULT_PATH}}}"',
         "set -u",
-        f"export {ENV_APP_ID}=$SLURM_JOB_ID",
+        f"export {ENV_APP_ID}=$SLURM_JOB_ID {ENV_RUN}=${{SLURM_RESTART_COUNT:-0}}",
         f'export {ENV_JOB_DIR}={shlex.quote(job_dir)}/"$SLURM_JOB_ID"',
         f'mkdir -p "${ENV_JOB_DIR}"',
+        f'rm -f "${ENV_JOB_DIR}/ended"',
         "# rank 0's host: the address Slurm reaches the first node of the first role at",
         'first=$(scontrol show hostnames "${SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}" | head -n 1)',
         f"export {RANK0_ENV}=$(scontrol show node \"$first\" -o | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
         *port_lines,
-        f'date +%s >"${ENV_JOB_DIR}/started"',
+        f'[ -e "${ENV_JOB_DIR}/started" ] || date +%s >"${ENV_JOB_DIR}/started"',
         "pids=",
     ]
     for i, role in enumerate(app.roles):
@@ -215,7 +248,7 @@ def render(app: AppDef, cfg: Mapping[str, Any], labels: Mapping[str, str]) -> Sl
     body += [
         "rc=0",
         'for pid in $pids; do wait "$pid" || rc=$?; done',
-        f'date +%s >"${ENV_JOB_DIR}/ended"',
+        f'echo "$(date +%s) ${ENV_RUN}" >"${ENV_JOB_DIR}/ended"',
         'exit "$rc"',
     ]
     args = [

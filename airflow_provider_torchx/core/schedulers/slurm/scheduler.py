@@ -16,7 +16,7 @@ import concurrent.futures
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -84,8 +84,12 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
     def preflight(self, request: SlurmRequest, cfg: Mapping[str, CfgVal]) -> str:
         """Check, before submitting, that the job fits its partition (``preflight.check_fit``),
         then that its directory can be made and written here (a job that does not fit leaves
-        no directory behind); return the partition's name."""
-        partition = preflight.check_fit(request.roles, cfg, self.commands.show("partition"), self.commands.show("node"))
+        no directory behind); return the partition's name. A guard's time limit over the
+        partition's ``MaxTime`` is lowered to it in ``request`` (``preflight.fit_time``)."""
+        partitions = self.commands.show("partition")
+        partition = preflight.check_fit(request.roles, cfg, partitions, self.commands.show("node"))
+        part = preflight.pick_partition(cfg, partitions)
+        request.script = preflight.fit_time(request.script, request.roles, cfg, part)
         try:
             os.makedirs(request.job_dir, exist_ok=True)
             writable = os.access(request.job_dir, os.W_OK | os.X_OK)
@@ -138,10 +142,17 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
 
     # ------------------------------------------------------------------ observe
 
-    def _entries(self) -> dict[str, Mapping[str, Any]]:
-        """Every job Slurm knows, by app id (one ``squeue`` call), kept as the snapshot that
-        reads within ``SNAPSHOT_AGE`` seconds use."""
+    def _entries(self, watched: Collection[str] = ()) -> dict[str, Mapping[str, Any]]:
+        """Every job Slurm knows, by app id (one ``squeue`` call), and, where the cluster keeps
+        accounting, what it keeps of the ``watched`` jobs the controller forgot (one ``sacct``
+        call for all of them: ``status.sacct_entry``); kept as the snapshot that reads within
+        ``SNAPSHOT_AGE`` seconds use."""
         entries = status.index_jobs(self.commands.squeue())
+        forgotten = sorted(app_id for app_id in watched if app_id.isdigit() and app_id not in entries)
+        kept = self.commands.sacct(forgotten) if forgotten else None
+        if kept:
+            known = status.index_jobs(status.sacct_entry(job) for job in kept)
+            entries.update((app_id, known[app_id]) for app_id in forgotten if app_id in known)
         self._snapshot = (self.clock.monotonic(), entries)
         return entries
 
@@ -159,7 +170,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         if entry is not None and render.parse_comment(str(entry.get("comment", ""))) is None:
             entry = None  # not a job of ours
         directory = self._directory(app_id, entry)
-        return (record.read(app_id, directory) if directory else None), entry
+        return status.current(record.read(app_id, directory) if directory else None, entry), entry
 
     def _directory(self, app_id: str, entry: Mapping[str, Any] | None) -> str | None:
         """Where job ``app_id`` keeps its record: this host's index, else what Slurm says of
@@ -178,8 +189,10 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         return status.describe(app_id, *self._lookup(app_id, entries))
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        """One ``squeue`` call, and the job's record (all there is once Slurm forgot it)."""
-        return self._describe_from(app_id, self._entries()) if app_id.isdigit() else None
+        """One ``squeue`` call (and one ``sacct`` once the controller forgot the job, where the
+        cluster keeps accounting), and the job's record (all there is once Slurm forgot it and
+        without accounting)."""
+        return self._describe_from(app_id, self._entries([app_id])) if app_id.isdigit() else None
 
     def describe_future_as(
         self, app_id: str, then: Callable[[DescribeAppResponse | None], R], period: float | None = None
@@ -245,12 +258,15 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         stream, path = logs.replica_log(rec.app_id, rec.directory, counts, role_name, k, streams)
         return rec, stream, path
 
-    def _log_final(self, rec: record.JobRecord, role_name: str, k: int) -> bool:
+    def _log_final(self, app_id: str, role_name: str, k: int) -> bool:
         """Whether the replica's logs are complete: it wrote its exit code (after its logs), or
-        the batch script ended, or Slurm says the job ended (the snapshot)."""
-        if (role_name, k) in rec.exits or rec.ended is not None:
+        the batch script ended, or Slurm says the job ended (the snapshot). A requeued job's
+        earlier run's ends do not count (``status.current``, against the snapshot): its next
+        run writes on."""
+        rec, entry = self._lookup(app_id, self._recent_entries())
+        if rec is not None and ((role_name, k) in rec.exits or rec.ended is not None):
             return True
-        desc = status.describe(rec.app_id, *self._lookup(rec.app_id, self._recent_entries()))
+        desc = status.describe(app_id, rec, entry)
         return desc is None or desc.state.is_terminal()
 
     def read_log(
@@ -266,7 +282,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         ``eof`` once its logs are complete (``_log_final``) and everything was read."""
         rec, stream, path = self._replica_log(app_id, role_name, k, streams)
         offset = logs.cursor_offset(cursor, stream)
-        final = self._log_final(rec, role_name, k)
+        final = self._log_final(rec.app_id, role_name, k)
         lines, nxt, more = logs.read_lines(path, offset, final, max_lines, root=rec.directory)
         return LogChunk(lines=lines, cursor=logs.cursor_at(stream, nxt), eof=final and not more)
 

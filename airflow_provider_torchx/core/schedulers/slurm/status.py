@@ -17,7 +17,11 @@ no                    neither                 FAILED: it ended unrecorded (time 
                                               node failure, cancelled outside)
 ====================  ======================  ==========================================
 
-What the job cost (``usage``): each replica's one attempt, from the start and end it wrote.
+A requeued job (Slurm's ``restart_cnt``) is described as of its current run: the ends an
+earlier run wrote are that run's (``current``), not this one's.
+
+What the job cost (``usage``): each replica's attempts, one per run, from the starts and ends
+it wrote.
 
 A replica (``replica_states``): its exit code decides once it wrote one (0: SUCCEEDED); the
 first replica to fail is the FAILED one, and those ended after it by a signal (exit code 128
@@ -93,6 +97,25 @@ def index_jobs(entries: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, A
             continue
         out[str(het or entry.get("job_id"))] = entry
     return out
+
+
+def sacct_entry(job: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``sacct --json`` job (accounting's record of a job the controller may have forgotten)
+    as the ``squeue --json`` entry these rules read: its state and reason, times, comment (kept
+    with ``AccountingStoreFlags=job_comment``), working directory and heterogeneous job."""
+    state, times, het = job.get("state") or {}, job.get("time") or {}, job.get("het") or {}
+    return {
+        "job_id": job.get("job_id"),
+        "job_state": state.get("current"),
+        "state_reason": state.get("reason"),
+        "submit_time": times.get("submission"),
+        "start_time": times.get("start"),
+        "end_time": times.get("end"),
+        "comment": (job.get("comment") or {}).get("job") or "",
+        "current_working_directory": job.get("working_directory"),
+        "het_job_id": het.get("job_id") or 0,
+        "het_job_offset": het.get("job_offset") or 0,
+    }
 
 
 def app_state(rec: JobRecord | None, entry: Mapping[str, Any] | None) -> tuple[AppState, str]:
@@ -189,22 +212,42 @@ def _roles(rec: JobRecord) -> list[Role]:
     return roles
 
 
+def restarts(entry: Mapping[str, Any]) -> int:
+    """How many times Slurm requeued the job (``restart_cnt``)."""
+    value = entry.get("restart_cnt")
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def current(rec: JobRecord | None, entry: Mapping[str, Any] | None) -> JobRecord | None:
+    """The record as of the run Slurm is on (``JobRecord.at_run``): a requeued job's previous
+    run's ends are not this run's."""
+    return rec.at_run(restarts(entry)) if rec is not None and entry is not None else rec
+
+
 def usage(rec: JobRecord, roles: list[Role], ended: float | None) -> Usage:
-    """What the job cost (``core/usage.py``): each replica's one attempt, from its start to its
-    exit (or to the job's end ``ended``, for one stopped before it wrote an exit code)."""
-    attempts = [
-        Attempt(
-            role=role.name,
-            replica=k,
-            number=1,
-            started=rec.starts.get((role.name, k)),
-            ended=end.at if (end := rec.exits.get((role.name, k))) else None,
-            exit_code=end.exit_code if end else None,
-        )
-        for role in roles
-        for k in range(role.num_replicas)
-        if (role.name, k) in rec.starts
-    ]
+    """What the job cost (``core/usage.py``): each replica's attempts, one per run of the job
+    (a requeue starts another), each from its start to its exit; a run stopped before it wrote
+    its exit code is counted to the next run's start (an earlier run) or to the job's end
+    ``ended`` (the latest)."""
+    attempts = []
+    for role in roles:
+        for k in range(role.num_replicas):
+            key = (role.name, k)
+            runs = [(r.started, r.end) for r in rec.earlier.get(key, [])]
+            if key in rec.starts:
+                runs.append((rec.starts[key], rec.exits.get(key)))
+            for n, (started, end) in enumerate(runs):
+                nxt = runs[n + 1][0] if n + 1 < len(runs) else None
+                attempts.append(
+                    Attempt(
+                        role=role.name,
+                        replica=k,
+                        number=n + 1,
+                        started=started,
+                        ended=end.at if end else nxt,
+                        exit_code=end.exit_code if end else None,
+                    )
+                )
     return compute_usage(rec.submitted, ended, roles, attempts)
 
 
@@ -213,6 +256,7 @@ def describe(app_id: str, rec: JobRecord | None, entry: Mapping[str, Any] | None
     be missing; None when both are: no such job)."""
     if rec is None and entry is None:
         return None
+    rec = current(rec, entry)
     state, msg = app_state(rec, entry)
     created = (_number(entry, "submit_time") if entry else None) or (rec.submitted if rec else None)
     started = (_number(entry, "start_time") if entry and state != AppState.PENDING else None) or (
@@ -226,7 +270,8 @@ def describe(app_id: str, rec: JobRecord | None, entry: Mapping[str, Any] | None
     common: dict[str, Any] = {
         "app_id": app_id,
         "state": state,
-        "num_restarts": int(entry.get("restart_cnt") or 0) if entry else 0,
+        # Slurm's count while the controller knows the job; the record's runs after (sacct has none)
+        "num_restarts": max(restarts(entry) if entry else 0, rec.run if rec else 0),
         "created": created,
         "started": started,
         "ended": ended,

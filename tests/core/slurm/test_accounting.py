@@ -1,0 +1,87 @@
+"""Ended jobs from accounting (``sacct``, where the cluster runs ``slurmdbd``): one ``sacct``
+call per round for every watched job the controller forgot, none on a cluster without
+accounting (the job's record decides there). Slurm's commands are stood in for by their captured
+output (``data/``); ``test_cluster.py`` runs the real ones."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_torchx.core.schedulers.slurm import commands, status
+from airflow_provider_torchx.core.schedulers.slurm.poller import SqueuePoller
+from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
+from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
+from airflow_provider_torchx.core.specs import AppState
+from tests.core.slurm.conftest import DATA
+
+SQUEUE = (DATA / "squeue-22.05.json").read_text()  # jobs 11-17
+SACCT = (DATA / "sacct-22.05.json").read_text()  # jobs 3, 4 (+5), 6
+
+
+class Clients:
+    """Slurm's clients as captured, in place of ``subprocess`` in ``commands.py``: ``squeue``
+    knows jobs 11-17; ``sacct`` keeps 3, 4 and 6, or says the cluster keeps no accounting."""
+
+    TimeoutExpired = subprocess.TimeoutExpired
+
+    def __init__(self, accounting: bool) -> None:
+        self.accounting = accounting
+        self.argvs: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        self.argvs.append(list(argv))
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, SQUEUE, "")
+        if argv[0] == "sacct" and self.accounting:
+            return subprocess.CompletedProcess(argv, 0, SACCT, "")
+        return subprocess.CompletedProcess(argv, 1, "", "Slurm accounting storage is disabled\n")
+
+
+@pytest.fixture
+def clients(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Clients:
+    fake = Clients(accounting=getattr(request, "param", True))
+    monkeypatch.setattr(commands, "subprocess", fake)
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    return fake
+
+
+def _sched(tmp_path: Path) -> SlurmScheduler:
+    return SlurmScheduler("t", index=JobIndex(tmp_path / "index"))
+
+
+def test_one_sacct_call_per_round_for_the_watched_jobs_slurm_forgot(clients: Clients, tmp_path: Path) -> None:
+    sched = _sched(tmp_path)
+    sched.poller = SqueuePoller(sched._entries, lambda e: status.app_state(None, e)[0].is_terminal(), thread=False)
+    ids = ["3", "4", "6", "14", "99"]  # 14: squeue knows it; 99: nobody does
+    futures = [sched.describe_future_as(i, lambda d: d.state if d else None) for i in ids]
+    assert sched.poller.run_round() == len(ids)
+    states = [f.result(timeout=0) for f in futures if f is not None]
+    assert states == [AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED, AppState.PENDING, None]
+    assert [a[0] for a in clients.argvs] == ["squeue", "sacct"]
+    assert clients.argvs[1] == ["sacct", "--json", "--jobs", "3,4,6,99"]
+
+
+@pytest.mark.parametrize("clients", [False], indirect=True)
+def test_without_accounting_sacct_is_asked_once_and_the_record_decides(clients: Clients, tmp_path: Path) -> None:
+    sched = _sched(tmp_path)
+    try:
+        assert sched.describe("3") is None  # no record here, and Slurm keeps nothing of it
+        assert sched.describe("6") is None
+    finally:
+        sched.close()
+    assert [a[0] for a in clients.argvs] == ["squeue", "sacct", "squeue"]
+    assert sched.commands.accounting is False
+
+
+def test_a_job_squeue_still_knows_costs_no_sacct_call(clients: Clients, tmp_path: Path) -> None:
+    sched = _sched(tmp_path)
+    try:
+        desc = sched.describe("11")
+    finally:
+        sched.close()
+    assert desc is not None and desc.state == AppState.SUCCEEDED
+    assert [a[0] for a in clients.argvs] == ["squeue"]
