@@ -50,6 +50,9 @@ install_packages() {
     command -v docker-registry >/dev/null || missing+=(docker-registry)
     pg_bin >/dev/null || missing+=(postgresql)
     command -v slurmctld >/dev/null || missing+=(slurmctld slurmd slurm-client munge)
+    # the Slurm tests' second run, with accounting (test.sh restarts the cluster with it)
+    command -v slurmdbd >/dev/null || [[ -x /usr/sbin/slurmdbd ]] || missing+=(slurmdbd)
+    command -v mariadbd >/dev/null || [[ -x /usr/sbin/mariadbd ]] || missing+=(mariadb-server)
     if ((${#missing[@]})); then
         [[ $(id -u) -eq 0 ]] || { log "missing ${missing[*]}; install them as root"; exit 1; }
         log "installing ${missing[*]}"

@@ -49,7 +49,7 @@ wait "$torch_pid" || { cat "$logs/torch"; echo "test.sh: making the PyTorch venv
 echo "test.sh: venvs ready at $(date +%T)"
 
 state=.ci/state
-rm -f "$state"/junit-*.xml "$state"/pass-*.log "$state/passes.txt"
+rm -f "$state"/junit-*.xml "$state"/pass-*.log "$state/passes.txt" "$state/live.done"
 run_() { # NAME COMMAND...: run one pass into its log; record its time and exit status; print it
     local name=$1 start rc=0
     shift
@@ -73,16 +73,21 @@ if [ "$#" -gt 0 ]; then
 else
     # Two lanes at once (the live tests mostly wait on their deployments and jobs, the others
     # mostly compute), of about equal length: the pinned line's own tests and its two FAB and
-    # multi-team UI modules, then the 3.1 pass, the Slurm tests (long after the pinned line's
-    # live ones, which use the same two-node cluster: one lane holds it at a time), the TorchX
-    # plugin's tests (TorchX's venv, about 45 s) and the package check (the built sdist and
-    # wheel installed into clean venvs: scripts/package-check.sh), beside the pinned line's
-    # other live tests, then the 3.2 pass. Every pass runs, whatever failed before it.
+    # multi-team UI modules, then the 3.1 pass, the Slurm tests, the TorchX plugin's tests
+    # (TorchX's venv, about 45 s) and the package check (the built sdist and wheel installed
+    # into clean venvs: scripts/package-check.sh), beside the pinned line's other live tests,
+    # then the 3.2 pass. The live tests run Slurm jobs on the cluster as started, without
+    # accounting; the Slurm tests, once they ended (one lane holds the two-node cluster at a
+    # time), on the cluster restarted with accounting (slurmdbd on MariaDB), as production
+    # clusters run. Every pass runs, whatever failed before it.
     ui=(tests/e2e/test_ui_fab.py tests/e2e/test_ui_security.py)
     (
         rc=0
         pass_ 3.3-own .venv/bin/python -m pytest tests/core tests/airflow "${ui[@]}" -m "not slurm" || rc=$?
         pass_ 3.1 bash scripts/test-airflow-line.sh 3.1 tests "${older[@]}" || rc=$?
+        while [ ! -e "$state/live.done" ]; do sleep 2; done
+        { bash scripts/slurm.sh stop && TORCHX_SLURM_ACCOUNTING=1 bash scripts/slurm.sh start; } >"$state/slurm-acct.log" 2>&1 ||
+            { cat "$state/slurm-acct.log"; rc=1; }
         pass_ slurm .venv/bin/python -m pytest tests/core tests/airflow -m slurm || rc=$?
         pass_ torchx-plugin .venv-torchx/bin/python -m pytest tests/torchx_plugin || rc=$?
         run_ package bash scripts/package-check.sh || rc=$?
@@ -91,6 +96,7 @@ else
     lane=$!
     status=0
     pass_ 3.3-live .venv/bin/python -m pytest tests/e2e "${ui[@]/#/--ignore=}" || status=$?
+    touch "$state/live.done"
     pass_ 3.2 bash scripts/test-airflow-line.sh 3.2 tests "${older[@]}" || status=$?
     wait "$lane" || status=$?
 fi
