@@ -104,6 +104,29 @@ class Climb:
         check_checkpoints(rungs, location, op.build_app())
         return cls(op, rungs)
 
+    def locate(self, context: Context) -> None:
+        """On a retry, go to the rung of the task instance's newest job, listed by its identity
+        and rung label on every rung's scheduler: the retry adopts it there
+        (``_find_job_to_adopt``, on that rung), or submits its new job there."""
+        from airflow_provider_torchx.watch import task_identity
+
+        if context["ti"].try_number <= 1:
+            return
+        identity = task_identity(context).labels()
+        newest: tuple[float, int] | None = None
+        for i, rung in enumerate(self.rungs):
+            hook = TorchXHook(rung.conn_id)
+            labels = identity | {RUNG_LABEL: rung.conn_id}
+            for app in hook.get_runner().list(rung.scheduler, hook.resolve_cfg(self.op.cfg), labels):
+                created = app.created or 0.0
+                if newest is None or created > newest[0]:
+                    newest = (created, i)
+        if newest is not None and newest[1] != self.index:
+            self.index = newest[1]
+            self.op.torchx_conn_id = self.rung.conn_id
+            where = f"rung {self.index + 1} {self.rung.name()}"
+            self.op.log.info("Retry: this task instance's newest job is on %s", where)
+
     @property
     def rung(self) -> Rung:
         """The rung in use."""

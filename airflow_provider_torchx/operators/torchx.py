@@ -372,6 +372,8 @@ class TorchXRunOperator(BaseOperator):
 
         started_at = time.time()
         climb = Climb.check(self, context) if len(self.rungs) > 1 else None  # before anything is submitted
+        if climb is not None and self.reattach_on_retry and not self.dryrun:
+            climb.locate(context)
         hook = self.hook()
         guards = self.guards(hook, started_at)  # a bad connection extra fails before anything is submitted
         runner = self._runner = hook.get_runner()

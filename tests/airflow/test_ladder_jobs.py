@@ -8,6 +8,7 @@ app failure does not move."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,3 +210,35 @@ def test_a_ladder_refuses_a_scheduler_override_and_a_bad_list_at_parse_time() ->
         TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=LADDER, scheduler="local_cwd")
     with pytest.raises(ValueError, match=r"^torchx_conn_id: an empty list is not allowed"):
         TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=[])
+
+
+def test_a_retry_adopts_the_job_on_the_rung_it_moved_to(
+    local_jobs: tuple[Runner, list[str]], holder: str, rungs: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Try 1 moved its job to the spare and deferred; its worker is gone. Try 2 (in the worker)
+    finds the job on the spare and reattaches to it: nothing new is submitted on either rung."""
+    runner, handles = local_jobs
+    ti = FakeTI(run_id="ladder-retry")
+    try:
+        with pytest.raises(TaskDeferred) as deferred:
+            operator(trainer("sleep 3"), deferrable=True).execute({"ti": ti})  # type: ignore[arg-type]
+        (event,) = run_deferred(deferred.value.trigger)
+        with pytest.raises(TaskDeferred):
+            operator(trainer("sleep 3"), deferrable=True).execute_complete(
+                {"ti": ti},  # type: ignore[arg-type]
+                event,
+                **deferred.value.kwargs,
+            )
+        on_the_spare = ti.xcoms["app_handle"]
+        retry = FakeTI(try_number=2, run_id="ladder-retry")
+        assert operator(trainer("sleep 3")).execute({"ti": retry}) == on_the_spare  # type: ignore[arg-type]
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    out, err = capfd.readouterr()
+    assert "Retry: this task instance's newest job is on rung 2 'torchx_spare' (local_cwd)" in out + err
+    assert re.search(rf"Retry: reattaching to {re.escape(on_the_spare)} \((PENDING|RUNNING)\), submitted", out + err)
+    assert [(s["conn_id"], s["app_handle"], s["outcome"]) for s in retry.xcoms["ladder"]] == [
+        ("torchx_spare", on_the_spare, "succeeded")
+    ]
+    ours = runner.list("local_cwd", None, {"airflow.run_id": "ladder-retry"})
+    assert len(ours) == 2  # the box's cancelled job and the spare's: none submitted by the retry
