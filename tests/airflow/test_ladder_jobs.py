@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ except ImportError:  # Airflow 3.1
 
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
-from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from airflow_provider_torchx.core.specs import AppDef, AppState, BindMount, Resource, Role
 from airflow_provider_torchx.failures import FailureKind, TorchXAppFailure, TorchXConfigRefused
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from tests.airflow.helpers import FakeTI, run_deferred, wait_until
@@ -242,3 +243,37 @@ def test_a_retry_adopts_the_job_on_the_rung_it_moved_to(
     ]
     ours = runner.list("local_cwd", None, {"airflow.run_id": "ladder-retry"})
     assert len(ours) == 2  # the box's cancelled job and the spare's: none submitted by the retry
+
+
+@pytest.mark.slurm
+def test_a_job_that_cannot_start_on_the_box_moves_to_slurm_and_checkpoints_in_the_same_place(
+    local_jobs: tuple[Runner, list[str]],
+    holder: str,
+    rungs: Counter,
+    slurm_cluster: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The box's GPUs are all held; the job moves to the real Slurm cluster (its second rung, a
+    job directory the nodes share) and writes into the checkpoint location the box's job was given."""
+    runner, handles = local_jobs
+    conn(monkeypatch, "torchx_spare", scheduler="slurm", cfg=f"job_dir={tmp_path / 'jobs'}")
+    root = str(tmp_path / "ckpt")
+    app = trainer('mkdir -p "$TORCHX_CHECKPOINT_DIR" && echo "attempt $TORCHX_ATTEMPT" > "$TORCHX_CHECKPOINT_DIR/step"')
+    app.roles[0].mounts = [BindMount(root, root)]  # the path every rung sees (Slurm mounts nothing: docs)
+    ti = FakeTI(run_id="ladder-slurm")
+    try:
+        handle = operator(app, checkpoint_root=root).execute({"ti": ti})  # type: ignore[arg-type]
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    steps = ti.xcoms["ladder"]
+    assert [(s["conn_id"], s["outcome"]) for s in steps] == [("torchx_box", "moved"), ("torchx_spare", "succeeded")]
+    assert handle == steps[1]["app_handle"] and handle.startswith("slurm://")
+    left = runner.describe_app(steps[0]["app_handle"])
+    assert left is not None and left.state == AppState.CANCELLED
+    assert left.checkpoint_dir is not None and left.checkpoint_dir.startswith(root + "/")
+    assert Path(left.checkpoint_dir, "step").read_text() == "attempt 1\n"  # written on Slurm, same place
+    out, err = capfd.readouterr()
+    assert "moving to rung 2 'torchx_spare' (slurm)" in out + err
+    assert rungs.of("torchx.job.moved")[0]["to"] == "torchx_spare"
