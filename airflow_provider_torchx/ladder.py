@@ -200,8 +200,7 @@ def decide(rungs: Sequence[Rung], index: int, outcome: Outcome) -> Move | None:
         return None
     rung = rungs[index]
     if outcome.status == "guardrail" and outcome.guard == START_TIMEOUT:
-        within = f"{rung.start_timeout:g}s" if rung.start_timeout is not None else "its limit"
-        return Move(index, index + 1, Why.START_TIMEOUT, f"it did not start within start_timeout={within}")
+        return start_timeout_move(rungs, index)
     if outcome.status != "failed" or outcome.kind not in PLACE_KINDS:
         return None
     limit = rung.max_infra_failures
@@ -214,6 +213,16 @@ def decide(rungs: Sequence[Rung], index: int, outcome: Outcome) -> Move | None:
         f"{outcome.failures} {'/'.join(sorted(k.value for k in PLACE_KINDS))} failures there "
         f"(max_infra_failures={limit})",
     )
+
+
+def start_timeout_move(rungs: Sequence[Rung], index: int) -> Move | None:
+    """The move of rung ``index``'s job when its ``start_timeout`` trips (None: the last rung,
+    where the guard acts as without a ladder)."""
+    if index >= len(rungs) - 1:
+        return None
+    limit = rungs[index].start_timeout
+    within = f"{limit:g}s" if limit is not None else "its limit"
+    return Move(index, index + 1, Why.START_TIMEOUT, f"it did not start within start_timeout={within}")
 
 
 def infra_failures(kind: FailureKind | None, attempt_reasons: Iterable[str]) -> int:

@@ -34,6 +34,7 @@ from airflow_provider_torchx.ladder import (
     infra_failures,
     move_line,
     rung_start_timeout,
+    start_timeout_move,
 )
 from airflow_provider_torchx.masking import redact
 from airflow_provider_torchx.metrics import emit_moved
@@ -131,6 +132,19 @@ class Climb:
     def rung(self) -> Rung:
         """The rung in use."""
         return self.rungs[self.index]
+
+    def start_timeout_reason(self) -> str | None:
+        """The cancel reason of the rung's ``start_timeout`` trip: the move's (None: the last rung)."""
+        move = start_timeout_move(self.rungs, self.index)
+        return cancel_reason(self.rungs[move.target], move) if move is not None else None
+
+    def scheduler_guards(self, guards: Guards) -> Guards:
+        """The guards the rung's scheduler is handed to hold itself (``guard_cfg``): all but a
+        ``start_timeout`` that moves the job, which the task's watcher holds, so that the move
+        cancels the job with its own reason."""
+        if self.start_timeout_reason() is None:
+            return guards
+        return dataclasses.replace(guards, start_timeout=None)
 
     def labels(self) -> dict[str, str]:
         """The label a job of this rung carries besides its identity (``RUNG_LABEL``)."""

@@ -395,6 +395,7 @@ class TorchXRunOperator(BaseOperator):
                 position=job.position,
                 cursor_file=job.cursor_file,
                 guards=guards,
+                start_timeout_reason=climb.start_timeout_reason() if climb is not None else None,
             )
             event = self._wait_in_worker(watcher, started_at, deadline)
             moved = climb.next_rung(context, event) if climb is not None else None
@@ -424,7 +425,8 @@ class TorchXRunOperator(BaseOperator):
 
         scheduler = hook.settings.scheduler
         cfg = hook.resolve_cfg(self.cfg)
-        cfg.update(guard_cfg(guards, runner.scheduler_run_opts(scheduler)))
+        held = climb.scheduler_guards(guards) if climb is not None else guards
+        cfg.update(guard_cfg(held, runner.scheduler_run_opts(scheduler)))
         identity = task_identity(context)
         rates = hook.settings.rates
         labels = identity.labels() | ({} if rates is None else rates.labels())  # what the job carries
@@ -510,6 +512,7 @@ class TorchXRunOperator(BaseOperator):
                 started_at=started_at,
                 cancel_on_kill=self.cancel_on_kill,
                 guards=guards,
+                start_timeout_reason=climb.start_timeout_reason() if climb is not None else None,
             ),
             method_name="execute_complete",
             kwargs=climb.to_kwargs(deadline, started_at) if climb is not None else None,

@@ -116,7 +116,8 @@ class TorchXJobTrigger(BaseTrigger):
     by its app id.
     ``start_timeout``, ``max_gpu_hours``, ``max_cost`` (priced at ``rates``, a
     ``Rates.to_dict()``): the guards (``core/guards.py``) held at each look; a trip cancels the
-    job and yields a ``guardrail`` event.
+    job and yields a ``guardrail`` event; ``start_timeout_reason``: that cancel's reason for a
+    ``start_timeout`` trip, over the guard's own (a capacity ladder's move names the next rung).
     """
 
     def __init__(
@@ -139,8 +140,10 @@ class TorchXJobTrigger(BaseTrigger):
         max_gpu_hours: float | None = None,
         max_cost: float | None = None,
         rates: dict[str, float] | None = None,
+        start_timeout_reason: str | None = None,
     ) -> None:
         super().__init__()
+        self.start_timeout_reason = start_timeout_reason
         self.start_timeout = start_timeout
         self.max_gpu_hours = max_gpu_hours
         self.max_cost = max_cost
@@ -175,6 +178,7 @@ class TorchXJobTrigger(BaseTrigger):
         started_at: float,
         cancel_on_kill: bool = False,
         guards: Guards | None = None,
+        start_timeout_reason: str | None = None,
     ) -> TorchXJobTrigger:
         """The trigger a task defers to (the operator and the sensor both build it here), from
         what the job's scheduler declares (``Scheduler.capabilities``): the AWS settings for
@@ -200,6 +204,7 @@ class TorchXJobTrigger(BaseTrigger):
             max_gpu_hours=guards.max_gpu_hours if guards else None,
             max_cost=guards.max_cost if guards else None,
             rates=guards.rates.to_dict() if guards and guards.rates else None,
+            start_timeout_reason=start_timeout_reason,
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -224,6 +229,7 @@ class TorchXJobTrigger(BaseTrigger):
                 "max_gpu_hours": self.max_gpu_hours,
                 "max_cost": self.max_cost,
                 "rates": self.rates,
+                "start_timeout_reason": self.start_timeout_reason,
             },
         )
 
@@ -292,6 +298,7 @@ class TorchXJobTrigger(BaseTrigger):
                 max_cost=self.max_cost,
                 rates=Rates(**self.rates) if self.rates else None,
             ),
+            start_timeout_reason=self.start_timeout_reason,
         )
 
     async def _job_secrets(self, runner: Runner) -> list[tuple[str, str]]:

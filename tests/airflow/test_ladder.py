@@ -212,3 +212,12 @@ def test_a_step_round_trips_through_its_xcom_form_and_ends_with_the_event() -> N
     (first, last) = ended([moved, step], "success", None)
     assert first == moved and last.outcome == "succeeded" and last.submitted_at == 1.0
     assert ended([], "failed", "x") == []
+
+
+def test_a_start_timeout_moves_from_every_rung_but_the_last() -> None:
+    from airflow_provider_torchx.ladder import start_timeout_move
+
+    assert start_timeout_move(LADDER, 1) == Move(
+        1, 2, Why.START_TIMEOUT, "it did not start within start_timeout=its limit"
+    )
+    assert start_timeout_move(LADDER, 2) is None

@@ -80,9 +80,9 @@ def assert_moved(runner: Runner, ti: FakeTI, rungs: Counter, out: str, why: str)
     assert all("submitted_at" in s and "ended_at" in s for s in steps), steps
     left, taken = runner.describe_app(first), runner.describe_app(second)
     assert left is not None and taken is not None
-    if why == "start_timeout":  # stopped by the guard (its scheduler's or the watcher's) before the move's cancel
-        assert left.state == AppState.CANCELLED and "start_timeout" in (left.cancel_reason or left.msg)
-        assert left.cancelled_by in (None, CancelledBy.TASK)  # never from outside
+    if why == "start_timeout":  # the task's watcher held it (not the scheduler) and cancelled for the move
+        assert left.state == AppState.CANCELLED and left.cancelled_by == CancelledBy.TASK
+        assert left.cancel_reason == "moved to torchx_spare: it did not start within start_timeout=2s"
     else:  # ended before the move: nothing left to cancel
         assert left.state == AppState.FAILED
     assert taken.state == AppState.SUCCEEDED
@@ -271,7 +271,8 @@ def test_a_job_that_cannot_start_on_the_box_moves_to_slurm_and_checkpoints_in_th
     assert [(s["conn_id"], s["outcome"]) for s in steps] == [("torchx_box", "moved"), ("torchx_spare", "succeeded")]
     assert handle == steps[1]["app_handle"] and handle.startswith("slurm://")
     left = runner.describe_app(steps[0]["app_handle"])
-    assert left is not None and left.state == AppState.CANCELLED
+    assert left is not None and left.state == AppState.CANCELLED and left.cancelled_by == CancelledBy.TASK
+    assert left.cancel_reason == "moved to torchx_spare: it did not start within start_timeout=2s"
     assert left.checkpoint_dir is not None and left.checkpoint_dir.startswith(root + "/")
     assert Path(left.checkpoint_dir, "step").read_text() == "attempt 1\n"  # written on Slurm, same place
     out, err = capfd.readouterr()
