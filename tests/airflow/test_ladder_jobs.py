@@ -278,3 +278,13 @@ def test_a_job_that_cannot_start_on_the_box_moves_to_slurm_and_checkpoints_in_th
     out, err = capfd.readouterr()
     assert "moving to rung 2 'torchx_spare' (slurm)" in out + err
     assert rungs.of("torchx.job.moved")[0]["to"] == "torchx_spare"
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_the_box_holds_its_start_timeout_itself_only_when_no_watcher_will(rungs: Counter, wait: bool) -> None:
+    """A waiting task's watcher holds a moving rung's start_timeout (its trip cancels with the
+    move's reason); with wait_for_completion=False nothing would watch, so the scheduler does."""
+    request = operator(trainer(), dryrun=True, wait_for_completion=wait).execute(
+        {"ti": FakeTI(run_id=f"ladder-held-{wait}")}  # type: ignore[arg-type]
+    )
+    assert ('"start_timeout": 2' in json.dumps(request)) is not wait, request
