@@ -46,6 +46,8 @@ ENDS = "torchx_e2e_slurm_ends"
 LADDER = "torchx_e2e_slurm_ladder"
 CONN = "torchx_e2e_slurm"
 BOX = "torchx_e2e_box"
+#: The ladder's Slurm rung: CONN's cluster and job directory, checkpointing where the box does.
+RUNG = "torchx_e2e_ladder_slurm"
 #: The bound the reaper's rule promises: a job ends within a minute of its task's end.
 WITHIN = 60.0
 
@@ -55,12 +57,14 @@ def slurm_deployment(slurm_cluster: str, tmp_path_factory: pytest.TempPathFactor
     """A live deployment with the ``torchx_e2e_slurm`` connection (its ``job_dir`` under the
     deployment's folder) and a 10 s ``[torchx] orphan_grace``; its Slurm jobs cancelled at the end."""
     root = tmp_path_factory.mktemp("live-airflow-slurm")
-    ckpt = str(root / "ckpt")  # both rungs of the ladder test's checkpoint root
-    extra = {"scheduler": "slurm", "cfg": f"job_dir={root / 'slurm-jobs'}", "checkpoint_root": ckpt}
+    extra = {"scheduler": "slurm", "cfg": f"job_dir={root / 'slurm-jobs'}"}
+    ckpt = str(root / "ckpt")  # the ladder's rungs' checkpoint root
     box = {"scheduler": "local_cwd", "cfg": {"auto_set_cuda_visible_devices": True}, "start_timeout": 3}
+    rung = {**extra, "checkpoint_root": ckpt}
     env = {
         f"AIRFLOW_CONN_{CONN.upper()}": json.dumps({"conn_type": "torchx", "extra": extra}),
         f"AIRFLOW_CONN_{BOX.upper()}": json.dumps({"conn_type": "torchx", "extra": {**box, "checkpoint_root": ckpt}}),
+        f"AIRFLOW_CONN_{RUNG.upper()}": json.dumps({"conn_type": "torchx", "extra": rung}),
         "AIRFLOW_TORCHX_LOCAL_GPUS": "0,1",  # the box's GPUs, as the ledger counts them
         "AIRFLOW__TORCHX__ORPHAN_GRACE": str(ORPHAN_GRACE),
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",  # a task process parses its DAG file first
@@ -171,15 +175,15 @@ def test_a_deferred_ladder_moves_from_a_busy_box_to_slurm(
     finally:
         hold.touch()
     steps = api.xcom(LADDER, run, "ladder", "ladder")
-    assert [(s["conn_id"], s["outcome"]) for s in steps] == [(BOX, "moved"), (CONN, "succeeded")], steps
+    assert [(s["conn_id"], s["outcome"]) for s in steps] == [(BOX, "moved"), (RUNG, "succeeded")], steps
     assert steps[0]["reason"] == "it did not start within start_timeout=3s", steps
     handle = api.xcom(LADDER, run, "ladder", "app_handle")
     assert handle == steps[1]["app_handle"] and handle.startswith("slurm://"), handle
     box_job = live.scheduler.describe(steps[0]["app_handle"].rsplit("/", 1)[1])
     assert box_job is not None and box_job.state == AppState.CANCELLED, box_job
-    assert box_job.cancel_reason == f"moved to {CONN}: it did not start within start_timeout=3s", box_job
+    assert box_job.cancel_reason == f"moved to {RUNG}: it did not start within start_timeout=3s", box_job
     events = api.task_log(LADDER, run, "ladder", 1)
     moves = [e for e in events if e.startswith(f"Ladder: leaving rung 1 '{BOX}' (local_cwd)")]
-    assert len(moves) == 1 and moves[0].endswith(f"moving to rung 2 '{CONN}' (slurm)"), moves
+    assert len(moves) == 1 and moves[0].endswith(f"moving to rung 2 '{RUNG}' (slurm)"), moves
     assert_each_line_once(events, expected_lines(3, 1), f"{LADDER}.ladder")
     assert [j.state for j in jobs_of(slurm, LADDER, run, "ladder")] == [AppState.SUCCEEDED]

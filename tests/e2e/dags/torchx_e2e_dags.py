@@ -136,7 +136,7 @@ with DAG(dag_id="torchx_e2e_slurm_ends", schedule=None, start_date=START, catchu
         )
 
 # The capacity ladder's live test (test_live_slurm.py; the connections torchx_e2e_box and
-# torchx_e2e_slurm, a 2-GPU host as the ledger counts, exist in that deployment only): "hold"
+# torchx_e2e_ladder_slurm, a 2-GPU host as the ledger counts, exist in that deployment only): "hold"
 # submits a local job holding both GPUs until the file params.hold exists, and returns at once;
 # then a deferred ladder task whose job asks for both cannot start on the box and moves to
 # Slurm. Both rungs checkpoint under params.ckpt, which the job bind-mounts (Slurm mounts nothing).
@@ -161,7 +161,7 @@ with DAG(
     )
     ladder = TorchXRunOperator(
         task_id="ladder",
-        torchx_conn_id=["torchx_e2e_box", "torchx_e2e_slurm"],
+        torchx_conn_id=["torchx_e2e_box", "torchx_e2e_ladder_slurm"],
         component="utils.sh",
         component_args={
             **lines_args(),
