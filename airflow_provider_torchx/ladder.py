@@ -275,6 +275,35 @@ class Step:
         return cls(**known)
 
 
+#: The figures of a usage summary (``Usage.to_dict``) a ladder sums over its rungs' jobs.
+SUMMED = ("node_seconds", "vcpu_hours", "gpu_hours", "memory_gb_hours", "attempts_count", "cost_usd")
+
+
+def summed(usages: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """The totals of the jobs of every rung tried (their ``Usage.to_dict()``; None: the job's
+    usage could not be read): each figure of ``SUMMED`` summed over the jobs that know it (None
+    when none does); ``jobs``: how many jobs, ``known``: how many had a usage to read."""
+    known = [u for u in usages if u is not None]
+    totals: dict[str, Any] = {"jobs": len(usages), "known": len(known)}
+    for key in SUMMED:
+        values = [u[key] for u in known if u.get(key) is not None]
+        totals[key] = sum(values) if values else None
+    return totals
+
+
+def ladder_line(totals: Mapping[str, Any]) -> str:
+    """The usage summary's line of a ladder's totals: ``Ladder (2 jobs): 0.5000 GPU-h, $1.25``."""
+    unread = totals["jobs"] - totals["known"]
+    gpu = totals.get("gpu_hours")
+    cost = totals.get("cost_usd")
+    parts = [f"{gpu:.4f} GPU-h" if gpu is not None else "GPU-h n/a"]
+    if cost is not None:
+        parts.append(f"${cost:.2f}")
+    if unread:
+        parts.append(f"{unread} job(s) unread")
+    return f"Ladder ({totals['jobs']} jobs, every rung tried): {', '.join(parts)}"
+
+
 #: The outcome a step records for a watcher's final event status.
 OUTCOMES = {
     "success": "succeeded",

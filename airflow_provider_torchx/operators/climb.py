@@ -35,6 +35,7 @@ from airflow_provider_torchx.ladder import (
     move_line,
     rung_start_timeout,
     start_timeout_move,
+    summed,
 )
 from airflow_provider_torchx.masking import redact
 from airflow_provider_torchx.metrics import emit_moved
@@ -170,6 +171,20 @@ class Climb:
         self.steps = ended(self.steps, str(event["status"]), str(redact(why)) if why else None)
         self._priced(runner)
         self.push(context)
+
+    def totals(self) -> dict[str, Any] | None:
+        """The usage of every rung's job summed (``ladder.summed``); None before any move."""
+        if len(self.steps) < 2:
+            return None
+        usages: list[dict[str, Any] | None] = []
+        for step in self.steps:
+            try:
+                status = TorchXHook(step.conn_id).get_runner().status(step.app_handle)
+            except Exception:  # the totals are a courtesy: a job not read counts as unread
+                status = None
+            usage = None if status is None else status.usage or status.usage_so_far
+            usages.append(usage.to_dict() if usage is not None else None)
+        return summed(usages)
 
     def _priced(self, runner: Runner) -> None:
         """The last step with its end time and what its job cost, where priced."""

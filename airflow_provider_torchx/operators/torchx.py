@@ -307,6 +307,8 @@ class TorchXRunOperator(BaseOperator):
         #: The ended job's usage summary (``core/usage.py``) and final state, once the task reported it.
         self.usage: Usage | None = None
         self.job_state: str | None = None
+        #: This try's way down a capacity ladder (``operators/climb.py``; None: no ladder).
+        self._climb: Climb | None = None
 
     # ------------------------------------------------------------------ building the job
 
@@ -371,7 +373,7 @@ class TorchXRunOperator(BaseOperator):
         from airflow_provider_torchx.watch import TaskWatcher
 
         started_at = time.time()
-        climb = Climb.check(self, context) if len(self.rungs) > 1 else None  # before anything is submitted
+        climb = self._climb = Climb.check(self, context) if len(self.rungs) > 1 else None  # before submitting
         if climb is not None and self.reattach_on_retry and not self.dryrun:
             climb.locate(context)
         hook = self.hook()
@@ -676,6 +678,7 @@ class TorchXRunOperator(BaseOperator):
             checkpoint_dir=self.checkpoint_dir,
             budget=budget,
             failure_kind=failure.kind if failure else None,
+            ladder=self._climb.totals() if self._climb is not None else None,
         )
 
     def _guardrail_line(self, guard: str, message: str, handle: str) -> None:
@@ -700,7 +703,7 @@ class TorchXRunOperator(BaseOperator):
         from airflow_provider_torchx.operators.climb import Climb
         from airflow_provider_torchx.watch import cursor_file_for, event_position, flush_logs, task_identity
 
-        climb = Climb.resume(self, ladder) if ladder is not None else None
+        climb = self._climb = Climb.resume(self, ladder) if ladder is not None else None
         self.app_handle = str(event["app_handle"])
         self._identity = task_identity(context)
         self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()

@@ -221,3 +221,23 @@ def test_a_start_timeout_moves_from_every_rung_but_the_last() -> None:
         1, 2, Why.START_TIMEOUT, "it did not start within start_timeout=its limit"
     )
     assert start_timeout_move(LADDER, 2) is None
+
+
+def test_the_rungs_usage_is_summed_over_the_jobs_that_know_it() -> None:
+    from airflow_provider_torchx.ladder import ladder_line, summed
+
+    left = {"node_seconds": 0.0, "gpu_hours": 0.0, "cost_usd": None, "attempts_count": 1}
+    last = {"node_seconds": 7200.0, "gpu_hours": 4.0, "cost_usd": 10.0, "attempts_count": 2, "vcpu_hours": 2.0}
+    totals = summed([left, None, last])
+    assert totals == {
+        "jobs": 3,
+        "known": 2,
+        "node_seconds": 7200.0,
+        "vcpu_hours": 2.0,
+        "gpu_hours": 4.0,
+        "memory_gb_hours": None,
+        "attempts_count": 3,
+        "cost_usd": 10.0,
+    }
+    assert ladder_line(totals) == "Ladder (3 jobs, every rung tried): 4.0000 GPU-h, $10.00, 1 job(s) unread"
+    assert ladder_line(summed([left])) == "Ladder (1 jobs, every rung tried): 0.0000 GPU-h"

@@ -115,6 +115,10 @@ def test_a_job_that_cannot_start_moves_to_the_next_rung_in_the_worker(
     assert runner.status(holder).state == AppState.RUNNING  # type: ignore[union-attr]  # untouched
     assert ended(runner, first) == AppState.CANCELLED
     assert rungs.of("torchx.job.failed") == []
+    totals = ti.xcoms["usage"]["ladder"]  # both rungs' jobs summed: the box's never ran
+    assert (totals["jobs"], totals["known"], totals["attempts_count"]) == (2, 2, 1), totals
+    assert totals["node_seconds"] == ti.xcoms["usage"]["node_seconds"], totals
+    assert "Ladder (2 jobs, every rung tried): " in out + err
 
 
 def test_a_job_that_cannot_start_moves_to_the_next_rung_deferred(
@@ -163,6 +167,8 @@ def test_an_infra_failure_moves_after_the_rungs_max_infra_failures(
         handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
     out, err = capfd.readouterr()
     assert_moved(runner, ti, rungs, out + err, "max_infra_failures")
+    totals = ti.xcoms["usage"]["ladder"]  # both rungs' jobs ran: one attempt each
+    assert (totals["jobs"], totals["known"], totals["attempts_count"]) == (2, 2, 2), totals
     assert ti.xcoms["ladder"][0]["reason"] == "1 capacity/infra failures there (max_infra_failures=1)"
 
 
