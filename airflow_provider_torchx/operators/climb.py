@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_torchx.core.guards import Guards
     from airflow_provider_torchx.core.runner import Runner
+    from airflow_provider_torchx.core.usage import Usage
     from airflow_provider_torchx.operators.torchx import TorchXRunOperator, _TaskJob
 
 #: The label naming the rung (its connection id) a job of a ladder was submitted to.
@@ -74,6 +75,16 @@ def read_rungs(op: TorchXRunOperator) -> list[Rung]:
 def _attempt_reasons(desc: DescribeAppResponse | None) -> list[str]:
     usage = desc.usage if desc is not None else None
     return [a.reason for a in usage.attempts] if usage is not None else []
+
+
+def _usage(runner: Runner, handle: str) -> Usage | None:
+    """What job ``handle`` used (so far, if it has not ended); None where it cannot be read:
+    the ladder's record and totals are a courtesy, never a reason to fail the task."""
+    try:
+        status = runner.status(handle)
+    except Exception:
+        return None
+    return None if status is None else status.usage or status.usage_so_far
 
 
 class Climb:
@@ -176,23 +187,12 @@ class Climb:
         """The usage of every rung's job summed (``ladder.summed``); None before any move."""
         if len(self.steps) < 2:
             return None
-        usages: list[dict[str, Any] | None] = []
-        for step in self.steps:
-            try:
-                status = TorchXHook(step.conn_id).get_runner().status(step.app_handle)
-            except Exception:  # the totals are a courtesy: a job not read counts as unread
-                status = None
-            usage = None if status is None else status.usage or status.usage_so_far
-            usages.append(usage.to_dict() if usage is not None else None)
-        return summed(usages)
+        usages = [_usage(TorchXHook(s.conn_id).get_runner(), s.app_handle) for s in self.steps]
+        return summed([u.to_dict() if u is not None else None for u in usages])
 
     def _priced(self, runner: Runner) -> None:
         """The last step with its end time and what its job cost, where priced."""
-        try:
-            status = runner.status(self.steps[-1].app_handle)
-        except Exception:  # the cost is a courtesy: the record stands without it
-            status = None
-        usage = None if status is None else status.usage or status.usage_so_far
+        usage = _usage(runner, self.steps[-1].app_handle)
         cost = usage.cost_usd if usage is not None else None
         self.steps[-1] = dataclasses.replace(self.steps[-1], ended_at=time.time(), cost_usd=cost)
 
