@@ -31,6 +31,7 @@ docs/behaviour.md ("Failure kinds").
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -206,6 +207,46 @@ def event_failure(event: Mapping[str, Any], desc: DescribeAppResponse | None) ->
     elif status == "failed":
         decided = classify(seen)
     return decided or Failure(FailureKind.INFRA, str(event.get("message") or "the job could not be watched"))
+
+
+def failure_block(failure: Failure, event: Mapping[str, Any]) -> str:
+    """The closing block of a failed task's own log lines: the failure's kind, then, where the
+    watcher's event names who failed (``failing``: ``watch.failing_of``), the failing rank
+    (or replica), its signal or exit code, its error and its own last lines, in that order: the
+    one story of the failure, where a reader of the task log looks last (the exception's
+    message tells it too, above Airflow's traceback). Without ``failing`` (a guard, the task's
+    own timeout, a cancel, an event from an earlier version) only the kind's line."""
+    lines = [f"Failure kind: {failure.kind.value} ({failure.why})"]
+    failing = event.get("failing")
+    if not failing:
+        return lines[0]
+    replica = failing.get("replica")
+    rank = failing.get("rank")
+    lines.append(
+        f"  failing: rank {rank} of replica {replica}" if rank is not None else f"  failing: replica {replica}"
+    )
+    lines.append(f"  {exit_words(failing.get('exit_code'))}")
+    if failing.get("error"):
+        lines.append(f"  error: {failing['error']}")
+    tail = event.get("tail") or []
+    if tail:
+        whose = event.get("tail_of") or f"replica {replica}'s log"
+        lines.append(f"  last {len(tail)} lines of {whose}:")
+        lines += [f"    {line}" for line in tail]
+    return "\n".join(lines)
+
+
+def exit_words(code: int | None) -> str:
+    """A process's end in words: ``signal SIGABRT (exit code -6)``, ``exit code 1``, or
+    ``exit code unknown``."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:  # not a signal this platform names
+            return f"signal {-code} (exit code {code})"
+    return f"exit code {code}"
 
 
 #: The kinds ``torchx_retry_policy`` retries (within the task's ``retries``) and fails at once.

@@ -69,7 +69,7 @@ from airflow_provider_torchx.core.logstream import (
     replica_counts,
 )
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
-from airflow_provider_torchx.core.specs import AppState, AppStatus, parse_app_handle
+from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, parse_app_handle
 from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
 
 if TYPE_CHECKING:
@@ -211,6 +211,17 @@ def failure_message(event: Mapping[str, Any]) -> str:
         whose = f"lines of {event['tail_of']}" if event.get("tail_of") else "log lines"
         message += f"\nLast {len(tail)} {whose}:\n" + "\n".join(tail)
     return message
+
+
+def failing_of(root: RootCause | None, rep: ReplicaStatus | None) -> dict[str, Any] | None:
+    """Who failed, for the failure event's ``failing`` (``failures.failure_block``): the
+    failing rank (torchrun's root cause: its replica, rank, exit code and error), else the
+    failed replica and its exit code; None when neither is known."""
+    if root is not None:
+        return {"replica": root.replica, "rank": root.rank, "exit_code": root.exit_code, "error": root.error}
+    if rep is not None:
+        return {"replica": f"{rep.role}/{rep.id}", "rank": None, "exit_code": rep.exit_code, "error": None}
+    return None
 
 
 # ---------------------------------------------------------------------- the watcher
@@ -511,6 +522,7 @@ class TaskWatcher(JobWatch):
             tail_of=tail_of,
             ui_url=status.ui_url,
             root_cause=shown.format() if shown else None,
+            failing=failing_of(root, rep),
             failure_kind=failure.kind.value if failure else None,
             failure_why=failure.why if failure else None,
         )

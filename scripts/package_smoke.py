@@ -14,6 +14,8 @@ from pathlib import Path
 
 DIST = "airflow-provider-torchx"
 BIN = Path(sys.executable).parent
+#: The entry point groups TorchX reads (they import TorchX: checked in TorchX's venv).
+TORCHX_GROUP = "torchx."
 
 
 def check(ok: object, what: str) -> None:
@@ -46,7 +48,7 @@ def check_airflow() -> None:
     check_distribution()
     dist = metadata.distribution(DIST)
     for ep in dist.entry_points:
-        if ep.group != "console_scripts":
+        if ep.group != "console_scripts" and not ep.group.startswith(TORCHX_GROUP):
             check(ep.load() is not None, f"entry point {ep.group}:{ep.name} loads")
     from airflow import plugins_manager
     from airflow.providers_manager import ProvidersManager
@@ -78,6 +80,9 @@ def check_torchx() -> None:
     check("queue=QUEUE (str)" in run("torchx", "runopts", "aws_batch"), "`torchx runopts aws_batch` lists the queue")
     out = run("torchx", "run", "--dryrun", "-s", "aws_batch", "-cfg", "queue=q,region=us-east-1", "utils.echo")
     check("=== SCHEDULER REQUEST ===" in out and '"jobQueue": "q"' in out, "a TorchX dry run renders a Batch request")
+    for ep in metadata.distribution(DIST).entry_points:
+        if ep.group.startswith(TORCHX_GROUP):
+            check(ep.load() is not None, f"entry point {ep.group}:{ep.name} loads")
 
 
 if __name__ == "__main__":

@@ -39,11 +39,14 @@ bash scripts/browser-venv.sh
 bash scripts/services.sh start
 # shellcheck disable=SC1091
 source .ci/state/services.env
+echo "test.sh: services up at $(date +%T)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+echo "test.sh: checks done at $(date +%T)"
 wait "$older_pid" || { cat "$logs/older"; echo "test.sh: making the Airflow 3.1/3.2 or TorchX venvs failed" >&2; exit 1; }
 wait "$torch_pid" || { cat "$logs/torch"; echo "test.sh: making the PyTorch venv failed" >&2; exit 1; }
+echo "test.sh: venvs ready at $(date +%T)"
 
 state=.ci/state
 rm -f "$state"/junit-*.xml "$state"/pass-*.log "$state/passes.txt"
@@ -70,16 +73,17 @@ if [ "$#" -gt 0 ]; then
 else
     # Two lanes at once (the live tests mostly wait on their deployments and jobs, the others
     # mostly compute), of about equal length: the pinned line's own tests and its two FAB and
-    # multi-team UI modules, then the 3.1 pass, then the TorchX plugin's tests (TorchX's venv,
-    # about 45 s) and the package check (the built sdist and wheel installed into clean venvs:
-    # scripts/package-check.sh), beside the pinned line's other live tests, then the Slurm
-    # tests (after the live ones, which use the same two-node cluster: one lane holds it at a
-    # time), then the 3.2 pass. Every pass runs, whatever failed before it.
+    # multi-team UI modules, then the 3.1 pass, the Slurm tests (long after the pinned line's
+    # live ones, which use the same two-node cluster: one lane holds it at a time), the TorchX
+    # plugin's tests (TorchX's venv, about 45 s) and the package check (the built sdist and
+    # wheel installed into clean venvs: scripts/package-check.sh), beside the pinned line's
+    # other live tests, then the 3.2 pass. Every pass runs, whatever failed before it.
     ui=(tests/e2e/test_ui_fab.py tests/e2e/test_ui_security.py)
     (
         rc=0
         pass_ 3.3-own .venv/bin/python -m pytest tests/core tests/airflow "${ui[@]}" -m "not slurm" || rc=$?
         pass_ 3.1 bash scripts/test-airflow-line.sh 3.1 tests "${older[@]}" || rc=$?
+        pass_ slurm .venv/bin/python -m pytest tests/core tests/airflow -m slurm || rc=$?
         pass_ torchx-plugin .venv-torchx/bin/python -m pytest tests/torchx_plugin || rc=$?
         run_ package bash scripts/package-check.sh || rc=$?
         exit "$rc"
@@ -87,7 +91,6 @@ else
     lane=$!
     status=0
     pass_ 3.3-live .venv/bin/python -m pytest tests/e2e "${ui[@]/#/--ignore=}" || status=$?
-    pass_ slurm .venv/bin/python -m pytest tests/core tests/airflow -m slurm || status=$?
     pass_ 3.2 bash scripts/test-airflow-line.sh 3.2 tests "${older[@]}" || status=$?
     wait "$lane" || status=$?
 fi

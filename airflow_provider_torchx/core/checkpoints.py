@@ -30,10 +30,14 @@ import posixpath
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.identity import TaskIdentity
+
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.checkpoint_prune import Use as CheckpointUse
 from airflow_provider_torchx.core.safefiles import makedirs_private
 from airflow_provider_torchx.core.specs import AppDef
 
@@ -179,6 +183,22 @@ def place(app: AppDef, location: str | None, attempt: int, *, host_bound: bool, 
         elif create and not is_uri(location):
             makedirs_private(posixpath.dirname(location))
     set_env(app, location, attempt)
+
+
+class CheckpointsInUseError(RuntimeError):
+    """A location a job that has not ended still uses is not set aside (``set_aside_unused``)."""
+
+
+def set_aside_unused(location: str, now: float, uses: Iterable[CheckpointUse]) -> str | None:
+    """``set_aside`` unless one of the jobs that use ``location`` (``uses``:
+    ``Runner.checkpoint_uses``) has not ended (``CheckpointsInUseError`` naming them; nothing
+    is moved): what ``airflow-torchx set-aside`` and the UI's "Start over" do."""
+    live = [use.app_id for use in uses if not use.ended]
+    if live:
+        raise CheckpointsInUseError(
+            f"job(s) {', '.join(live)} still use {location}: cancel them first (nothing was moved)"
+        )
+    return set_aside(location, now)
 
 
 def set_aside(location: str, now: float) -> str | None:

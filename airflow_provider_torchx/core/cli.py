@@ -34,7 +34,7 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -56,6 +56,7 @@ from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeApp
 from airflow_provider_torchx.core.specs import AppDef, AppState, AppStatus, parse_app_handle
 
 if TYPE_CHECKING:
+    from airflow_provider_torchx.core import checkpoint_prune
     from airflow_provider_torchx.core.errorfile import RootCause
     from airflow_provider_torchx.core.logstream import LogLine
 
@@ -217,7 +218,10 @@ def _parser() -> argparse.ArgumentParser:
         help=f"every job (default: the newest {LIST_DEFAULT_LIMIT}; a note counts the rest)",
     )
 
-    prune = sub("prune", "remove ended jobs of the local job store (never a live one) and report the space freed")
+    prune = sub(
+        "prune",
+        "remove ended jobs of the schedulers that keep their records (never a live one) and report the space freed",
+    )
     prune.add_argument("--older-than", required=True, metavar="DURATION", help="ended this long ago: 30d, 12h, 90m")
     prune.add_argument(
         "--state",
@@ -231,7 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument(
         "--checkpoints",
         action="store_true",
-        help="also remove the local checkpoint locations the store's jobs name whose task instance cannot run "
+        help="also remove the local checkpoint locations those schedulers' jobs name whose task instance cannot run "
         "again and that nothing wrote to within --older-than (docs/checkpoints.md)",
     )
 
@@ -590,31 +594,32 @@ def _timing(runner: Runner, handle: str) -> str | None:
     return f"  Started: {jobviews.when(desc.started)}; duration: {max(0.0, end - desc.started):.0f}s{running}"
 
 
-def _prune(args: argparse.Namespace) -> int:
-    """``prune``: the local store's ended jobs older than ``--older-than`` (both local
-    schedulers share the store), one line each, then the total; with ``--checkpoints``, also
-    the local checkpoint locations the store's jobs name, as ``core/checkpoint_prune.py``
-    decides (never one whose task instance can still run), each with why."""
+def _prune(runner: Runner, args: argparse.Namespace) -> int:
+    """``prune``: the ended jobs older than ``--older-than`` of every scheduler that keeps
+    records to prune (``Scheduler.prune``), one line each, then each scheduler's total; with
+    ``--checkpoints``, also the local checkpoint locations those jobs name, as
+    ``core/checkpoint_prune.py`` decides (never one whose task instance can still run), each
+    with why."""
     from airflow_provider_torchx.core.durations import parse_duration
-    from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
 
     older_than = parse_duration(args.older_than, "--older-than")
-    sched = create_cwd_scheduler("torchx")
+    names = _pruning_schedulers(runner)
     if args.checkpoints:
         from airflow_provider_torchx.core import checkpoint_prune
 
-        by_location = checkpoint_prune.uses(sched.checkpoint_dirs(), sched.summaries())
-    pruned = sched.prune(older_than, args.state, dry_run=args.dry_run)
-    for app_id, size in pruned:
-        _out(f"{app_id}  {_megabytes(size)}")
+        by_location = _checkpoint_uses(runner, names)  # before the prune forgets the jobs naming them
     verb = "would remove" if args.dry_run else "removed"
     freed = "would free" if args.dry_run else "freed"
-    total = sum(size for _, size in pruned)
-    _out(f"{verb} {len(pruned)} ended job(s) of {sched.store.root}; {freed} {_megabytes(total)}")
+    for name in names:
+        pruned = runner.prune(name, older_than, args.state, dry_run=args.dry_run)
+        for app_id, size in pruned:
+            _out(f"{app_id}  {_megabytes(size)}")
+        total = sum(size for _, size in pruned)
+        _out(f"{verb} {len(pruned)} ended job(s) of {name}; {freed} {_megabytes(total)}")
     if args.checkpoints:
         outcomes = checkpoint_prune.prune(
             by_location,
-            now=sched.clock.wall(),
+            now=time.time(),
             older_than=older_than,
             dry_run=args.dry_run,
             task_states=checkpoint_prune.load_task_states(),
@@ -639,11 +644,25 @@ def _prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _pruning_schedulers(runner: Runner) -> list[str]:
+    """``Runner.pruning_schedulers``, each one that failed to load named on stderr."""
+    names, failed = runner.pruning_schedulers()
+    for name, err in failed.items():
+        _err(f"{PROG}: {name}: left out, it failed to load: {err}")
+    return names
+
+
+def _checkpoint_uses(runner: Runner, names: Iterable[str] | None = None) -> dict[str, list[checkpoint_prune.Use]]:
+    """The local checkpoint locations the jobs of the schedulers ``names`` (default: every one
+    with the ``prune`` capability) name, with those jobs (``Runner.checkpoint_uses``)."""
+    return runner.checkpoint_uses(_pruning_schedulers(runner) if names is None else names)
+
+
 def _set_aside(runner: Runner, args: argparse.Namespace) -> int:
-    """``set-aside``: rename the location (``checkpoints.set_aside``) unless a job of the local
-    store that uses it has not ended; say where it went."""
-    from airflow_provider_torchx.core import checkpoint_prune, checkpoints
-    from airflow_provider_torchx.core.schedulers.local.scheduler import create_cwd_scheduler
+    """``set-aside``: rename the location (``checkpoints.set_aside``) unless a job that uses it
+    has not ended (of a scheduler with the ``prune`` capability, the ones that keep their
+    jobs' records); say where it went."""
+    from airflow_provider_torchx.core import checkpoints
 
     if args.job:
         location = _given_location(runner, args.job)
@@ -652,13 +671,11 @@ def _set_aside(runner: Runner, args: argparse.Namespace) -> int:
             return EXIT_JOB_FAILED
     else:
         location = checkpoints.check_root(args.dir, "--dir")
-    sched = create_cwd_scheduler("torchx")
-    uses = checkpoint_prune.uses(sched.checkpoint_dirs(), sched.summaries()).get(location, [])
-    live = [u.app_id for u in uses if not u.ended]
-    if live:
-        _err(f"{PROG}: job(s) {', '.join(live)} still use {location}: cancel them first (nothing was moved)")
+    try:
+        moved = checkpoints.set_aside_unused(location, time.time(), _checkpoint_uses(runner).get(location, []))
+    except checkpoints.CheckpointsInUseError as err:
+        _err(f"{PROG}: {err}")
         return EXIT_JOB_FAILED
-    moved = checkpoints.set_aside(location, time.time())
     if moved is None:
         _out(f"nothing at {location}: the next job starts over anyway")
     else:
@@ -777,7 +794,7 @@ def _dispatch(runner: Runner, args: argparse.Namespace) -> int:
     if command == "runopts":
         return _runopts(runner, args)
     if command == "prune":
-        return _prune(args)
+        return _prune(runner, args)
     if command == "builtins":
         return _builtins(args)
     if command == "set-aside":

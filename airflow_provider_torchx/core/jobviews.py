@@ -109,6 +109,15 @@ def usage_so_far(desc: DescribeAppResponse, now: float) -> dict[str, float | Non
     return {"gpu_hours": usage.gpu_hours_at(now), "cost_usd": usage.cost_so_far(now)}
 
 
+def cost_usd(desc: DescribeAppResponse, now: float) -> float | None:
+    """What a job cost in US dollars: so far for a live one (``usage_so_far``), in full for an
+    ended one (its usage summary's); None: not priced. The UI's jobs list and job page agree."""
+    if desc.state.is_terminal():
+        return desc.usage.cost_usd if desc.usage is not None else None
+    so_far = usage_so_far(desc, now)
+    return so_far["cost_usd"] if so_far is not None else None
+
+
 def used_so_far(usage: Usage, now: float) -> str:
     """``0.0123 GPU-h, $0.03``: the GPU-hours (where the job asked for GPUs) and cost (where it
     is priced) of a live job's ``usage`` until ``now``; empty when it has neither."""

@@ -50,6 +50,8 @@ from airflow_provider_torchx.core.specs import (
 if TYPE_CHECKING:
     import asyncio
 
+    from airflow_provider_torchx.core.checkpoint_prune import Use as CheckpointUse
+
 log = logging.getLogger(__name__)
 
 SCHEDULER_ENTRY_POINT_GROUP = "airflow_provider_torchx.schedulers"
@@ -432,6 +434,36 @@ class Runner:
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
+
+    def prune(
+        self, scheduler: str, older_than: float, states: Iterable[str] = (), dry_run: bool = False
+    ) -> builtins.list[tuple[str, int]]:
+        """Remove ``scheduler``'s jobs that ended more than ``older_than`` seconds ago
+        (``Scheduler.prune``): ``(app_id, bytes freed)`` per job, oldest first."""
+        return self._scheduler(scheduler).prune(older_than, states, dry_run)
+
+    def pruning_schedulers(self) -> tuple[builtins.list[str], dict[str, Exception]]:
+        """The registered schedulers with the ``prune`` capability (the ones that keep their
+        jobs' records), and each one that failed to load with why (a plugin missing or
+        broken: its jobs are not ours to judge)."""
+        names: builtins.list[str] = []
+        failed: dict[str, Exception] = {}
+        for name in self.scheduler_backends():
+            try:
+                if self.capabilities(name).prune:
+                    names.append(name)
+            except Exception as err:
+                failed[name] = err
+        return names, failed
+
+    def checkpoint_uses(self, schedulers: Iterable[str]) -> dict[str, builtins.list[CheckpointUse]]:
+        """The local checkpoint locations the kept jobs of ``schedulers`` name, with those jobs
+        (``Scheduler.checkpoint_uses``)."""
+        found: dict[str, builtins.list[CheckpointUse]] = {}
+        for name in schedulers:
+            for location, uses in self._scheduler(name).checkpoint_uses().items():
+                found.setdefault(location, []).extend(uses)
+        return found
 
     # ------------------------------------------------------------------ logs
 

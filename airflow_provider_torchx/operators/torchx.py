@@ -40,7 +40,7 @@ from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
-from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, event_failure, failure_error
+from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, event_failure, failure_block, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.ladder import conn_ids, rung_start_timeout
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
@@ -614,7 +614,7 @@ class TorchXRunOperator(BaseOperator):
             message = f"TorchX job {handle} {within} (still {event.get('state')}); cancelled it"
             raise self._failed(message, failure, handle, event)
         message = str(redact(failure_message(event)))
-        if "attempt_timeout" in message or "attempt duration exceeded timeout" in message:
+        if event["status"] == "failed" and failure.kind is FailureKind.TIMEOUT:  # the attempt's own time limit
             self._guardrail_line("attempt_timeout", message.splitlines()[0], handle)
         who = None if self.retry_after_outside_cancel else outside_canceller(desc)
         if who:
@@ -631,7 +631,7 @@ class TorchXRunOperator(BaseOperator):
         the task log (``Failure kind: app (ValueError on trainer/0)``) and counted
         (``torchx.job.failed``, tag ``kind``)."""
         failure = Failure(failure.kind, str(redact(failure.why)))  # a reason may quote a secret
-        self.log.error("Failure kind: %s (%s)", failure.kind.value, failure.why)
+        self.log.error("%s", redact(failure_block(failure, event)))  # the log's closing block
         emit_failed(
             scheduler=parse_app_handle(handle).scheduler_backend,
             dag_id=self.dag_id,

@@ -3,10 +3,11 @@ JSON API they read, behind Airflow's auth manager.
 
 Who may do what follows the task instances the jobs belong to (their ``airflow.dag_id`` label
 and the DAG's team): seeing a job or its log needs read access to the DAG's task instances,
-cancelling it edit access (the rights that let a user mark the task failed), decided by
-``access.py`` as Airflow's own routes decide; a job of no DAG needs the right on every DAG.
-Everything sent is masked (``secrets.py``); cancelling needs a JSON body and, with the cookie
-only, the same origin.
+cancelling it, or setting its task instance's checkpoints aside ("Start over"), edit access
+(the rights that let a user mark the task failed), decided by ``access.py`` as Airflow's own
+routes decide; a job of no DAG needs the right on every DAG.
+Everything sent is masked (``secrets.py``); cancelling and starting over need a JSON body and,
+with the cookie only, the same origin.
 
 API guarantees:
 1. Every answer is JSON; an error is ``{"detail": message}``: 401 without a valid token, 403
@@ -23,6 +24,11 @@ API guarantees:
 3. ``GET api/log`` returns one page of a replica's log after the given cursor and the cursor to
    continue from, so a page polling it shows each line once.
 4. ``POST api/cancel`` asks the scheduler to stop the job (idempotent) and returns its state.
+5. ``POST api/start-over`` sets the checkpoints of the job's task instance aside (renamed
+   beside them, kept) and returns where they went (``set_aside_to``; None: nothing was
+   there), with the rights and the same-origin rule of a cancel; 409 while a job still uses
+   them, 400 for a job without a checkpoint location or one whose location is not on the
+   api-server's host.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from pydantic import BaseModel
 
 from airflow_provider_torchx.cancels import ui_cancel_reason
+from airflow_provider_torchx.core import checkpoints
 from airflow_provider_torchx.core.errors import (
     CancelDeliveredError,
     CancelNotRecordedError,
@@ -49,7 +56,7 @@ from airflow_provider_torchx.core.errors import (
     shown,
 )
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
-from airflow_provider_torchx.core.specs import AppState
+from airflow_provider_torchx.core.specs import AppState, parse_app_handle
 from airflow_provider_torchx.plugins import access, jobs
 from airflow_provider_torchx.plugins.access import EDIT, READ, PageUser, User
 from airflow_provider_torchx.plugins.secrets import Masker, job_secrets
@@ -66,8 +73,8 @@ _CSP = (
 _HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "SAMEORIGIN", "Referrer-Policy": "same-origin"}
 
 
-class CancelRequest(BaseModel):
-    """The body of ``POST api/cancel``."""
+class JobRequest(BaseModel):
+    """The body of ``POST api/cancel`` and ``POST api/start-over``."""
 
     handle: str
     conn_id: str | None = None
@@ -210,7 +217,7 @@ def create_app() -> FastAPI:
         return chunk | {"lines": masker.lines(chunk["lines"])}
 
     @app.post("/api/cancel", status_code=202, dependencies=[Depends(access.require_intent)])
-    def cancel(user: User, body: CancelRequest) -> dict[str, Any]:
+    def cancel(user: User, body: JobRequest) -> dict[str, Any]:
         """Ask the scheduler to stop the job; it ends CANCELLED (the task fails)."""
         try:
             runner, desc, _ = _job(user, body.handle, body.conn_id, EDIT, "cancel this job")
@@ -225,10 +232,38 @@ def create_app() -> FastAPI:
                 answer["msg"] = str(err)
         return answer
 
+    @app.post("/api/start-over", dependencies=[Depends(access.require_intent)])
+    def start_over(user: User, body: JobRequest) -> dict[str, Any]:
+        """Set the checkpoints of the ended job's task instance aside (renamed beside them, kept:
+        ``checkpoints.set_aside_unused``), so that its next job starts over."""
+        runner, desc, masker = _job(user, body.handle, body.conn_id, EDIT, "start this task instance over")
+        location = desc.checkpoint_dir
+        if location is None:
+            raise HTTPException(
+                400, f"handle: {shown(body.handle)} was given no TORCHX_CHECKPOINT_DIR: nothing to set aside"
+            )
+        scheduler = parse_app_handle(body.handle).scheduler_backend
+        if not runner.capabilities(scheduler).host_bound:
+            raise HTTPException(
+                400,
+                f"the checkpoints of a {scheduler} job ({location}) are not on the api-server's host: "
+                "move them aside with the storage's own tools",
+            )
+        try:
+            names, failed = runner.pruning_schedulers()
+            for name, err in failed.items():
+                log.warning("TorchX UI: start over: scheduler %s left out, it failed to load: %s", name, err)
+            uses = runner.checkpoint_uses(names).get(location, [])
+            moved = checkpoints.set_aside_unused(location, time.time(), uses)
+        except checkpoints.CheckpointsInUseError as err:
+            raise HTTPException(409, str(err)) from None
+        log.info("TorchX UI: %s set aside %s -> %s (kept)", user.get_name(), location, moved)
+        return masker.tree({"handle": body.handle, "checkpoint_dir": location, "set_aside_to": moved})
+
     return app
 
 
-def _cancel_refused(user: Any, body: CancelRequest) -> dict[str, Any]:
+def _cancel_refused(user: Any, body: JobRequest) -> dict[str, Any]:
     """Cancel a job one of whose files is refused (it cannot be described): allowed as for the
     DAG its record names when the record can be read, else only with the right on every DAG.
     The scheduler reaches the job's supervisor without that file (202, ``msg`` naming the

@@ -37,12 +37,13 @@ from airflow_provider_torchx.core.errorfile import RootCause, find_root_cause
 from airflow_provider_torchx.core.errors import UnknownAppError, shown
 from airflow_provider_torchx.core.failures import classify
 from airflow_provider_torchx.core.identity import DAG_ID, MAP_INDEX, RUN_ID, TASK_ID, TaskIdentity
+from airflow_provider_torchx.core.rates import rates_of
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, cursor_object
 from airflow_provider_torchx.core.specs import AppState, Role, parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.links.torchx import job_page_url
-from airflow_provider_torchx.sources import source_listings, torchx_connection_ids
+from airflow_provider_torchx.sources import runner_for, source_listings, torchx_connection_ids
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,9 @@ class JobRow:
     #: When it started running and when it ended (epoch seconds; None: not yet, or unknown).
     started: float | None = None
     ended: float | None = None
+    #: The scheduler's description the row prices its job from (``cost_usd``), once read.
+    priced: DescribeAppResponse | None = field(default=None, repr=False)
+    priced_read: bool = field(default=False, repr=False)
 
     def as_json(self) -> dict[str, Any]:
         identity = {key: self.labels.get(label) for key, label in IDENTITY_LABELS.items()}
@@ -94,7 +98,25 @@ class JobRow:
             "ended": self.ended,
             "url": _job_page_url(self.handle, self.conn_id),
             "orphaned": self.orphaned,
+            "cost_usd": self.cost_usd(SYSTEM_CLOCK.wall()),
         }
+
+    def cost_usd(self, now: float) -> float | None:
+        """What the job cost, as its page says (``jobviews.cost_usd``: so far while it runs), for
+        a job that carries rates (``core/rates.py``); None for one without, or one that cannot
+        be described now (the list goes on without its cost). Its description is read once,
+        when a page first shows the row (a listing's other rows cost nothing), and kept while
+        the job's state and start stay the same (``_list_jobs``)."""
+        if rates_of(self.labels) is None:
+            return None
+        if not self.priced_read:
+            try:
+                self.priced = runner_for(self.handle, self.conn_id).describe_app(self.handle)
+            except Exception as err:  # blank this time; the next look tries again
+                log.warning("TorchX UI: cannot price %s: %s", self.handle, err)
+                return None
+            self.priced_read = True
+        return jobviews.cost_usd(self.priced, now) if self.priced is not None else None
 
 
 #: The job page's URL of a handle (reads ``[api] base_url``, which does not change in a process).
@@ -201,6 +223,8 @@ def _list_jobs(filters: Mapping[str, str | None], connections: tuple[str, ...], 
                     started=epoch(app.started),
                     ended=epoch(app.ended),
                 )
+                if kept is not None and (kept[1].state, kept[1].started) == (row.state, row.started):
+                    row.priced, row.priced_read = kept[1].priced, kept[1].priced_read  # its cost so far grows
             rows[app.app_handle] = row
             made_from[app.app_handle] = (app, row)
     listed = sorted(rows.values(), key=sort_key, reverse=True)

@@ -34,7 +34,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.scheduler import BACKEND,
 from airflow_provider_torchx.core.schedulers.aws_batch.scheduler import create_scheduler as create_batch_scheduler
 from airflow_provider_torchx.core.specs import AppDryRunInfo, Role
 from airflow_provider_torchx.torchx_plugin import convert
-from airflow_provider_torchx.torchx_plugin.errors import torchx_terms, torchx_terms_iter
+from airflow_provider_torchx.torchx_plugin.errors import TORCHX_ENV_HINTS, torchx_terms, torchx_terms_iter
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +126,12 @@ class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, t
             return self.batch.schedule(info)
 
     def describe(self, app_id: str) -> tx_api.DescribeAppResponse | None:
-        with torchx_terms():
+        with torchx_terms(hints=TORCHX_ENV_HINTS):
             desc = self.batch.describe(app_id)
         return None if desc is None else convert.describe_out(desc)
 
     def describe_native(self, app_id: str) -> tx.AppDryRunInfo[BatchJob, Mapping[str, tx.CfgVal]] | None:
-        with torchx_terms():
+        with torchx_terms(hints=TORCHX_ENV_HINTS):
             info = self.batch.describe_native(app_id)
         return None if info is None else tx.AppDryRunInfo(info.request, BatchJob.format)
 
@@ -155,18 +155,18 @@ class BatchPluginScheduler(WorkspaceMixin[None], tx_api.Scheduler[Mapping[str, t
     ) -> Iterable[str]:
         """The core's lines (CloudWatch, every attempt's stream in order; stdout and stderr
         together: only ``Stream.COMBINED`` or None)."""
-        with torchx_terms():
+        with torchx_terms(hints=TORCHX_ENV_HINTS):
             lines = self.batch.log_iter(
                 app_id, role_name, k, regex, since, until, should_tail, streams=convert.stream_in(streams)
             )
-        return torchx_terms_iter(lines)
+        return torchx_terms_iter(lines, TORCHX_ENV_HINTS)
 
     def _cancel_existing(self, app_id: str) -> None:
-        with torchx_terms():
+        with torchx_terms(hints=TORCHX_ENV_HINTS):
             self.batch.cancel(app_id, reason=CANCEL_REASON)
 
     def _delete_existing(self, app_id: str) -> None:
-        with torchx_terms():
+        with torchx_terms(hints=TORCHX_ENV_HINTS):
             self.batch.delete(app_id)
 
     def close(self) -> None:

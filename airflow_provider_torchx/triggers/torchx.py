@@ -27,6 +27,7 @@ watch (docs/architecture.md, "In the triggerer").
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import socket
 from collections.abc import AsyncIterator
@@ -39,7 +40,6 @@ from airflow_provider_torchx.core.cursors import LogPosition, newest
 from airflow_provider_torchx.core.errors import RecordRefusedError
 from airflow_provider_torchx.core.guards import Guards
 from airflow_provider_torchx.core.identity import TaskIdentity
-from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
@@ -53,11 +53,14 @@ from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secret
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
 from airflow_provider_torchx.orphans import Killed, TaskView, Verdict
 from airflow_provider_torchx.reaper.decisions import own_decision
+from airflow_provider_torchx.triggers.watchspec import WatchSpec
 from airflow_provider_torchx.watch import LOG_SETTLE, TaskWatcher, cursor_file_for, run_blocking
 
 #: Airflow >= 3.3 calls ``BaseTrigger.on_kill`` when a deferred task is killed; older versions
 #: have no such hook and only cancel the trigger's task, as they do on a triggerer restart.
 TRIGGER_HAS_ON_KILL = hasattr(BaseTrigger, "on_kill")
+#: The trigger's keyword arguments besides ``app_handle``: the fields of its ``WatchSpec``.
+_SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(WatchSpec)) - {"app_handle"}
 #: Start checks whose Task SDK request outlives their trigger's watch, held until they end.
 _UNFINISHED: set[asyncio.Future[None]] = set()
 
@@ -100,68 +103,28 @@ def _app_of(described: DescribeAppResponse | BaseException | None, app_handle: s
 
 
 class TorchXJobTrigger(BaseTrigger):
-    """Waits for the job ``app_handle`` to end (see the module docstring).
+    """Waits for the job ``app_handle`` to end (see the module docstring), as ``spec`` says
+    (``WatchSpec``: its fields are the trigger's keyword arguments and its serialised kwargs,
+    and read as the trigger's attributes). ``cancel_on_kill`` never acts on a triggerer
+    restart, nor in ``cleanup()``."""
 
-    Every argument is JSON-serialisable: ``log_cursors`` (``{"role/k": cursor}``) and
-    ``cursor_seq`` say where the task log stood at ``defer()``; ``identity`` (the task
-    instance's job labels, a plain dict as every kwarg is: ``TaskIdentity`` inside) names the
-    cursor file and the task instance whose state is read on start and when killed;
-    ``deadline`` is absolute (epoch seconds), ``host`` is the host a local job runs on,
-    ``started_at`` (epoch seconds) dates the progress lines' elapsed time. ``cancel_on_kill``:
-    cancel the job when Airflow kills the deferred task and the table says so (its task
-    instance ended); never on a triggerer restart, never in ``cleanup()``.
-    ``native_id``: the scheduler's own id of the job (``Runner.native_id``; AWS Batch: the
-    job id), so that a fresh triggerer finds the job without a look-up per trigger; without
-    it (None: the scheduler has no id of its own, or found none) the scheduler finds the job
-    by its app id.
-    ``start_timeout``, ``max_gpu_hours``, ``max_cost`` (priced at ``rates``, a
-    ``Rates.to_dict()``): the guards (``core/guards.py``) held at each look; a trip cancels the
-    job and yields a ``guardrail`` event; ``start_timeout_reason``: that cancel's reason for a
-    ``start_timeout`` trip, over the guard's own (a capacity ladder's move names the next rung).
-    """
-
-    def __init__(
-        self,
-        app_handle: str,
-        *,
-        aws_conn_id: str | None = None,
-        region_name: str | None = None,
-        poll_interval: float = 10,
-        stream_logs: bool = True,
-        log_cursors: dict[str, str] | None = None,
-        cursor_seq: int = 0,
-        identity: dict[str, str] | None = None,
-        deadline: float | None = None,
-        host: str | None = None,
-        started_at: float | None = None,
-        cancel_on_kill: bool = False,
-        native_id: str | None = None,
-        start_timeout: float | None = None,
-        max_gpu_hours: float | None = None,
-        max_cost: float | None = None,
-        rates: dict[str, float] | None = None,
-        start_timeout_reason: str | None = None,
-    ) -> None:
+    def __init__(self, app_handle: str, **spec: Any) -> None:
         super().__init__()
-        self.start_timeout_reason = start_timeout_reason
-        self.start_timeout = start_timeout
-        self.max_gpu_hours = max_gpu_hours
-        self.max_cost = max_cost
-        self.rates = rates
-        self.app_handle = app_handle
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
-        self.poll_interval = poll_interval
-        self.stream_logs = stream_logs
-        self.log_cursors = log_cursors
-        self.cursor_seq = cursor_seq
-        self.identity = identity
-        self.deadline = deadline
-        self.host = host
-        self.started_at = started_at
-        self.cancel_on_kill = cancel_on_kill
-        self.native_id = native_id
+        unknown = sorted(set(spec) - _SPEC_FIELDS)
+        if unknown:
+            raise TypeError(
+                f"TorchXJobTrigger: unknown argument(s) {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(sorted(_SPEC_FIELDS))}"
+            )
+        self.spec = WatchSpec(app_handle, **spec)
         self._final_event_fired = False
+
+    def __getattr__(self, name: str) -> Any:
+        """A field of the spec, read as the trigger's own attribute (``trigger.app_handle``)."""
+        spec = self.__dict__.get("spec")
+        if spec is not None and name in _SPEC_FIELDS | {"app_handle"}:
+            return getattr(spec, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
     def for_job(
@@ -180,58 +143,28 @@ class TorchXJobTrigger(BaseTrigger):
         guards: Guards | None = None,
         start_timeout_reason: str | None = None,
     ) -> TorchXJobTrigger:
-        """The trigger a task defers to (the operator and the sensor both build it here), from
-        what the job's scheduler declares (``Scheduler.capabilities``): the AWS settings for
-        one that uses an AWS session; this host for a host-bound one, so that a triggerer
-        elsewhere says so instead of watching nothing; the job's native id (may look it up once,
-        here in the worker). ``position``: where the task log stands."""
-        capabilities = runner.capabilities(parse_app_handle(app_handle).scheduler_backend)
-        return cls(
+        """The trigger a task defers to (the operator and the sensor both build it here), of
+        ``WatchSpec.for_job``'s spec: what the job's scheduler declares decides it."""
+        spec = WatchSpec.for_job(
             app_handle,
-            aws_conn_id=settings.aws_conn_id if capabilities.aws_session else None,
-            region_name=settings.region_name if capabilities.aws_session else None,
+            runner,
+            settings,
             poll_interval=poll_interval,
             stream_logs=stream_logs,
-            log_cursors=position.cursors if stream_logs else None,
-            cursor_seq=position.seq,
+            position=position,
             identity=identity,
             deadline=deadline,
-            host=socket.gethostname() if capabilities.host_bound else None,
             started_at=started_at,
             cancel_on_kill=cancel_on_kill,
-            native_id=runner.native_id(app_handle),
-            start_timeout=guards.start_timeout if guards else None,
-            max_gpu_hours=guards.max_gpu_hours if guards else None,
-            max_cost=guards.max_cost if guards else None,
-            rates=guards.rates.to_dict() if guards and guards.rates else None,
+            guards=guards,
             start_timeout_reason=start_timeout_reason,
         )
+        kwargs = spec.to_kwargs()
+        return cls(kwargs.pop("app_handle"), **kwargs)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        """The class path and the kwargs that rebuild this trigger."""
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "app_handle": self.app_handle,
-                "aws_conn_id": self.aws_conn_id,
-                "region_name": self.region_name,
-                "poll_interval": self.poll_interval,
-                "stream_logs": self.stream_logs,
-                "log_cursors": self.log_cursors,
-                "cursor_seq": self.cursor_seq,
-                "identity": self.identity,
-                "deadline": self.deadline,
-                "host": self.host,
-                "started_at": self.started_at,
-                "cancel_on_kill": self.cancel_on_kill,
-                "native_id": self.native_id,
-                "start_timeout": self.start_timeout,
-                "max_gpu_hours": self.max_gpu_hours,
-                "max_cost": self.max_cost,
-                "rates": self.rates,
-                "start_timeout_reason": self.start_timeout_reason,
-            },
-        )
+        """The class path and the kwargs that rebuild this trigger (``WatchSpec.to_kwargs``)."""
+        return (f"{type(self).__module__}.{type(self).__qualname__}", self.spec.to_kwargs())
 
     async def _aws_connection(self) -> PrefetchedConnection | None:
         """The connection ``aws_conn_id`` fetched on the loop with the Task SDK's async
@@ -241,64 +174,60 @@ class TorchXJobTrigger(BaseTrigger):
         alone reads it, is not installed or there is no ``aws_conn_id``; also when it cannot be
         fetched this way (``dag.test()``'s in-process channel has no async form): the hook then
         looks it up itself, as a task would."""
-        if not self.aws_conn_id or not amazon_provider_installed():
+        if not self.spec.aws_conn_id or not amazon_provider_installed():
             return None
         from airflow.sdk import BaseHook
 
         try:
-            return PrefetchedConnection(self.aws_conn_id, await BaseHook.aget_connection(self.aws_conn_id))
+            return PrefetchedConnection(self.spec.aws_conn_id, await BaseHook.aget_connection(self.spec.aws_conn_id))
         except AirflowNotFoundException:
-            return PrefetchedConnection(self.aws_conn_id, None)
+            return PrefetchedConnection(self.spec.aws_conn_id, None)
         except Exception as e:
-            self.log.warning("could not fetch connection %r on the loop: %s: %s", self.aws_conn_id, type(e).__name__, e)
+            self.log.warning(
+                "could not fetch connection %r on the loop: %s: %s", self.spec.aws_conn_id, type(e).__name__, e
+            )
             return None
 
     def _runner(self, aws_connection: PrefetchedConnection | None) -> Runner:
         """The shared runner, told the job's native id when the trigger carries one (blocks)."""
-        parsed = parse_app_handle(self.app_handle)
+        parsed = parse_app_handle(self.spec.app_handle)
         hook = TorchXHook(
             None,
             scheduler=parsed.scheduler_backend,
             session_name=parsed.session_name,
-            aws_conn_id=self.aws_conn_id,
-            region_name=self.region_name,
+            aws_conn_id=self.spec.aws_conn_id,
+            region_name=self.spec.region_name,
             aws_connection=aws_connection,
         )
         runner = hook.get_runner()
-        if self.native_id:
-            runner.adopt_native_id(self.app_handle, self.native_id)
+        if self.spec.native_id:
+            runner.adopt_native_id(self.spec.app_handle, self.spec.native_id)
         return runner
 
     def _watcher(self, aws_connection: PrefetchedConnection | None) -> TaskWatcher:
         """A watcher starting from the newest of the kwargs' position and the cursor file's."""
         runner = self._runner(aws_connection)
-        given = LogPosition(seq=self.cursor_seq, cursors=dict(self.log_cursors or {}))
-        ident = TaskIdentity.from_labels(self.identity) if self.identity else None
-        cursor_file = cursor_file_for(runner, self.app_handle, ident) if ident is not None else None
-        saved = cursor_file.load() if cursor_file is not None and self.stream_logs else None
+        given = self.spec.position()
+        ident = self.spec.task_identity()
+        cursor_file = cursor_file_for(runner, self.spec.app_handle, ident) if ident is not None else None
+        saved = cursor_file.load() if cursor_file is not None and self.spec.stream_logs else None
         position = newest(given, saved)
         if saved is not None and saved.seq > given.seq:
             self.log.info(
                 "Resuming the log of %s from its saved position #%d (%s): lines before it were logged already",
-                self.app_handle,
+                self.spec.app_handle,
                 saved.seq,
                 cursor_file,
             )
         return TaskWatcher(
             runner,
-            self.app_handle,
+            self.spec.app_handle,
             MaskedLog(self.log),
-            stream_logs=self.stream_logs,
+            stream_logs=self.spec.stream_logs,
             position=position,
             cursor_file=cursor_file,
-            guards=Guards(
-                self.start_timeout,
-                self.max_gpu_hours,
-                since=self.started_at,
-                max_cost=self.max_cost,
-                rates=Rates(**self.rates) if self.rates else None,
-            ),
-            start_timeout_reason=self.start_timeout_reason,
+            guards=self.spec.guards(),
+            start_timeout_reason=self.spec.start_timeout_reason,
         )
 
     async def _job_secrets(self, runner: Runner) -> list[tuple[str, str]]:
@@ -306,19 +235,19 @@ class TorchXJobTrigger(BaseTrigger):
         loop where the scheduler answers futures: a fresh triggerer's triggers then share the
         status poller's first round instead of holding a watch-pool thread each for one round;
         read on the pool otherwise."""
-        future = runner.describe_app_future(self.app_handle)
+        future = runner.describe_app_future(self.spec.app_handle)
         if future is None:
-            return await run_blocking(job_secrets, runner.describe, self.app_handle)
+            return await run_blocking(job_secrets, runner.describe, self.spec.app_handle)
         (described,) = await asyncio.gather(asyncio.wrap_future(future), return_exceptions=True)
-        return job_secrets(functools.partial(_app_of, described), self.app_handle)
+        return job_secrets(functools.partial(_app_of, described), self.spec.app_handle)
 
     def _wrong_host(self) -> str | None:
         """Why this triggerer cannot watch the job: it runs on another host than the job of a
         host-bound scheduler (``host`` is only set for those)."""
         here = socket.gethostname()
-        if self.host and self.host != here:
+        if self.spec.host and self.spec.host != here:
             return (
-                f"job {self.app_handle} runs on host {self.host!r} but this triggerer runs on {here!r}: "
+                f"job {self.spec.app_handle} runs on host {self.spec.host!r} but this triggerer runs on {here!r}: "
                 "its scheduler's jobs can only be watched from their own host; run a triggerer there "
                 "or use deferrable=False"
             )
@@ -331,15 +260,15 @@ class TorchXJobTrigger(BaseTrigger):
         try:
             wrong_host = self._wrong_host()
             if wrong_host:
-                yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": wrong_host})
+                yield TriggerEvent({"status": "error", "app_handle": self.spec.app_handle, "message": wrong_host})
                 return
             watcher = await run_blocking(self._watcher, await self._aws_connection())
-            if self.cancel_on_kill and self.identity:
+            if self.spec.cancel_on_kill and self.spec.identity:
                 check = asyncio.create_task(self._start_check(watcher))
             # This process did not build the app: read its secrets, register them on the loop
             # (never a synchronous Task SDK call), before its first line is logged.
             await amask_secrets(await self._job_secrets(watcher.runner))
-            event = await watcher.await_outcome(self.poll_interval, self.deadline, self.started_at)
+            event = await watcher.await_outcome(self.spec.poll_interval, self.spec.deadline, self.spec.started_at)
             self._final_event_fired = True
             if event.get("state") == AppState.CANCELLED.name:
                 # The task may never resume (it was marked failed or success, and the reaper
@@ -358,15 +287,15 @@ class TorchXJobTrigger(BaseTrigger):
             self._final_event_fired = True
             yield TriggerEvent(redact(event))
         except Exception as e:
-            self.log.exception("watching %s failed", self.app_handle)
+            self.log.exception("watching %s failed", self.spec.app_handle)
             yield TriggerEvent(
                 redact(
                     {
                         "status": "error",
-                        "app_handle": self.app_handle,
-                        "message": f"watching {self.app_handle} failed: {type(e).__name__}: {e}",
-                        "log_cursors": watcher.cursors if watcher else self.log_cursors,
-                        "cursor_seq": watcher.position.seq if watcher else self.cursor_seq,
+                        "app_handle": self.spec.app_handle,
+                        "message": f"watching {self.spec.app_handle} failed: {type(e).__name__}: {e}",
+                        "log_cursors": watcher.cursors if watcher else self.spec.log_cursors,
+                        "cursor_seq": watcher.position.seq if watcher else self.spec.cursor_seq,
                     }
                 )
             )
@@ -378,7 +307,7 @@ class TorchXJobTrigger(BaseTrigger):
         """Log ``line`` into the task log as the trigger's last, and give it time to get there
         before the trigger ends (the triggerer closes the trigger's log then)."""
         MaskedLog(self.log).info("%s", line)
-        await asyncio.sleep(min(self.poll_interval, LOG_SETTLE))
+        await asyncio.sleep(min(self.spec.poll_interval, LOG_SETTLE))
 
     async def _start_check(self, watcher: TaskWatcher) -> None:
         """``_cancel_if_orphaned`` beside the watch, once its first round is over and the job
@@ -399,7 +328,7 @@ class TorchXJobTrigger(BaseTrigger):
         try:
             await self._cancel_if_orphaned()
         except Exception as e:
-            self.log.warning("the start check of %s failed: %s: %s", self.app_handle, type(e).__name__, e)
+            self.log.warning("the start check of %s failed: %s: %s", self.spec.app_handle, type(e).__name__, e)
 
     async def _task_view(self, ident: TaskIdentity, *, marked: bool) -> TaskView:
         """What the trigger reads of its task instance: its state (``TaskView.of_state``;
@@ -414,27 +343,27 @@ class TorchXJobTrigger(BaseTrigger):
         is off (the table then keeps the job whatever the state): still ``deferred`` (a
         triggerer restart or reassignment) or cleared keeps the job, an ended state cancels it
         at once; an unreadable state leaves it to the reaper."""
-        ident = self._identity()
+        ident = self.spec.task_identity()
         task = None
-        if ident is not None and self.cancel_on_kill:
+        if ident is not None and self.spec.cancel_on_kill:
             try:
                 task = await self._task_view(ident, marked=True)
             except Exception as e:
                 self.log.warning(
                     "Trigger stopped; could not read the task instance's state (%s: %s)", type(e).__name__, e
                 )
-        decision = own_decision(ident, task, killed=Killed(cancel_on_kill=self.cancel_on_kill))
+        decision = own_decision(ident, task, killed=Killed(cancel_on_kill=self.spec.cancel_on_kill))
         if decision.verdict != Verdict.CANCEL:
-            self.log.info("Trigger stopped: leaving %s running (%s)", self.app_handle, decision.why)
+            self.log.info("Trigger stopped: leaving %s running (%s)", self.spec.app_handle, decision.why)
             return
-        self.log.info("Task killed while deferred: cancelling %s: %s", self.app_handle, decision.detail)
+        self.log.info("Task killed while deferred: cancelling %s: %s", self.spec.app_handle, decision.detail)
         await self._cancel(decision.detail, CancelledBy.TASK)
 
     async def _cancel_if_orphaned(self) -> None:
         """On start: a task marked (failed, success, ...) before this trigger ran gets no
         ``on_kill``; if the table (``orphans.decide``) says its job is an orphan, cancel it now
         (by the orphaned-jobs rule). An unreadable state changes nothing."""
-        ident = self._identity()
+        ident = self.spec.task_identity()
         assert ident is not None
         try:
             task = await self._task_view(ident, marked=False)
@@ -444,19 +373,18 @@ class TorchXJobTrigger(BaseTrigger):
         decision = own_decision(ident, task)
         if decision.verdict == Verdict.CANCEL:
             self.log.info(
-                "Task is no longer deferred (now %s): cancelling %s: %s", task.state, self.app_handle, decision.detail
+                "Task is no longer deferred (now %s): cancelling %s: %s",
+                task.state,
+                self.spec.app_handle,
+                decision.detail,
             )
             await self._cancel(decision.detail, CancelledBy.REAPER)
             emit_orphan_cancelled(
-                scheduler=parse_app_handle(self.app_handle).scheduler_backend,
+                scheduler=parse_app_handle(self.spec.app_handle).scheduler_backend,
                 dag_id=ident.dag_id,
                 task_id=ident.task_id,
                 reason=str(decision.reason),
             )
-
-    def _identity(self) -> TaskIdentity | None:
-        """The task instance the trigger's ``identity`` kwarg (its job's labels) names."""
-        return TaskIdentity.from_labels(self.identity) if self.identity else None
 
     async def _cancel(self, reason: str, by: CancelledBy) -> None:
         """Cancel the job, saying why (the reason names the task instance and what ended it)
@@ -464,13 +392,13 @@ class TorchXJobTrigger(BaseTrigger):
         the job's record keeps (``cancel_reason``: another component's, such as the reaper's,
         when its cancel came first and the job ended already)."""
         runner = await run_blocking(self._runner, await self._aws_connection())
-        await run_blocking(functools.partial(runner.cancel, self.app_handle, reason=reason, by=by))
+        await run_blocking(functools.partial(runner.cancel, self.spec.app_handle, reason=reason, by=by))
         try:
-            described = await run_blocking(runner.describe_app, self.app_handle)
+            described = await run_blocking(runner.describe_app, self.spec.app_handle)
         except Exception:
             described = None
         kept = described.cancel_reason if described is not None and described.cancel_reason else reason
-        await self._last_word(f"Cancelled TorchX job {self.app_handle}: {kept}")
+        await self._last_word(f"Cancelled TorchX job {self.spec.app_handle}: {kept}")
 
     async def on_kill(self) -> None:
         """The deferred task was killed (Airflow >= 3.3 calls this): ``_on_killed``, unless the

@@ -29,6 +29,7 @@ from airflow_provider_torchx.failures import (
     TorchXInfraFailure,
     TorchXJobFailed,
     TorchXTimedOut,
+    failure_block,
     failure_error,
     torchx_retry_policy,
 )
@@ -73,11 +74,12 @@ def test_an_exit_1_raises_the_app_failure_with_its_kind_handle_and_log_line(
 
 
 def test_the_failure_tells_one_story_the_failing_rank_its_code_and_its_own_last_lines(
-    local_jobs: tuple[Runner, list[str]],
+    local_jobs: tuple[Runner, list[str]], capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A node whose rank 1 aborted while rank 0 logged a collateral gloo error
     (``tests/fixtures/aborted_node.py``): the message names rank 1 and its signal, then rank
-    1's own last lines (faulthandler's module list left out), never rank 0's."""
+    1's own last lines (faulthandler's module list left out), never rank 0's; the task's log
+    ends with the same story as its closing block."""
     node = f"{sys.executable} {aborted_node.__file__} peer-first"
     op = TorchXRunOperator(
         task_id="task", component="utils.sh", component_args=[node], scheduler="local_cwd", deferrable=False
@@ -93,6 +95,53 @@ def test_the_failure_tells_one_story_the_failing_rank_its_code_and_its_own_last_
     assert own.startswith("\nLast 5 lines of rank 1's stderr:\nrank 1: corrupt shard, aborting\n"), message
     assert "Connection closed by peer" not in message and "Extension modules" not in message, message
     assert raised.value.why == "SIGABRT on sh/0"
+    out, err = capfd.readouterr()
+    task_log = (out + err).rstrip()
+    block = task_log[task_log.rindex("Failure kind: ") :]
+    lines = block.splitlines()
+    assert lines[:4] == [
+        "Failure kind: app (SIGABRT on sh/0)",
+        "  failing: rank 1 of replica sh/0",
+        "  signal SIGABRT (exit code -6)",
+        "  error: Signal 6 (SIGABRT) received by PID 1596",
+    ], block
+    assert lines[4] == "  last 5 lines of rank 1's stderr:" and lines[5] == "    rank 1: corrupt shard, aborting", block
+    assert len(lines) == 10, block  # the rank's 5 lines close the task's log
+    assert "Connection closed by peer" not in block and "Extension modules" not in block, block
+
+
+@pytest.mark.parametrize(
+    ("event", "block"),
+    [
+        (  # torchrun's root cause, with the rank's own stderr
+            {
+                "failing": {
+                    "replica": "t/1",
+                    "rank": 3,
+                    "exit_code": -9,
+                    "error": "Signal 9 (SIGKILL) received by PID 7",
+                },
+                "tail": ["step 4", "killed"],
+                "tail_of": "rank 3's stderr",
+            },
+            "Failure kind: infra (SIGKILL on t/1)\n  failing: rank 3 of replica t/1\n  signal SIGKILL (exit code -9)\n"
+            "  error: Signal 9 (SIGKILL) received by PID 7\n  last 2 lines of rank 3's stderr:\n    step 4\n    killed",
+        ),
+        (  # a replica without torchrun: its exit code and its log's last lines
+            {"failing": {"replica": "t/0", "rank": None, "exit_code": 2, "error": None}, "tail": ["usage: x"]},
+            "Failure kind: infra (SIGKILL on t/1)\n  failing: replica t/0\n  exit code 2\n"
+            "  last 1 lines of replica t/0's log:\n    usage: x",
+        ),
+        (  # nobody known (a vanished job): its code unknown, no lines
+            {"failing": {"replica": "t/0", "rank": None, "exit_code": None, "error": None}},
+            "Failure kind: infra (SIGKILL on t/1)\n  failing: replica t/0\n  exit code unknown",
+        ),
+        ({"status": "guardrail", "message": "max_gpu_hours"}, "Failure kind: infra (SIGKILL on t/1)"),
+    ],
+    ids=["rank", "replica", "unknown-code", "no-failing"],
+)
+def test_the_closing_block_is_the_rank_its_code_and_its_lines_in_that_order(event: dict[str, Any], block: str) -> None:
+    assert failure_block(Failure(FailureKind.INFRA, "SIGKILL on t/1"), event) == block
 
 
 def test_a_missing_local_dir_image_is_refused_as_config_before_anything_is_submitted(

@@ -18,7 +18,13 @@ import pytest
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, parse_app_handle
-from airflow_provider_torchx.failures import FailureKind, TorchXGuardrailTripped, TorchXStartTimedOut, TorchXTimedOut
+from airflow_provider_torchx.failures import (
+    FailureKind,
+    TorchXGuardrailTripped,
+    TorchXJobFailed,
+    TorchXStartTimedOut,
+    TorchXTimedOut,
+)
 from airflow_provider_torchx.hooks.torchx import TorchXSettings
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
@@ -320,14 +326,22 @@ def test_the_tasks_limits_over_the_connections_and_the_smaller_budget_wins(
 
 
 @pytest.mark.parametrize(
-    "reason",
+    ("fields", "counted"),
     [
-        "replica g/0 ran longer than attempt_timeout=5 (seconds) and was stopped",  # the local supervisor's
-        "Job attempt duration exceeded timeout",  # AWS Batch's statusReason
+        # the watcher's kind of the failure decides (watch.py: failure_kind), not the words
+        ({"failure_kind": "timeout", "failure_why": "Slurm: TIMEOUT on main/0"}, True),
+        ({"failure_kind": "app", "tail": ["attempt_timeout=5 is what the trainer printed"]}, False),
+        # an event without a kind: the job's reason classified (core/failures.py)
+        ({"message": "ended FAILED: replica g/0 ran longer than attempt_timeout=5 (seconds) and was stopped"}, True),
+        ({"message": "ended FAILED: Job attempt duration exceeded timeout"}, True),  # AWS Batch's statusReason
     ],
 )
-def test_a_job_ended_by_attempt_timeout_gets_the_guard_line_and_metric(
-    local_jobs: tuple[Runner, list[str]], two_gpus: Counter, capfd: pytest.CaptureFixture[str], reason: str
+def test_a_job_ended_by_its_attempts_time_limit_gets_the_guard_line_and_metric(
+    local_jobs: tuple[Runner, list[str]],
+    two_gpus: Counter,
+    capfd: pytest.CaptureFixture[str],
+    fields: dict[str, Any],
+    counted: bool,
 ) -> None:
     runner, _ = local_jobs
     op = TorchXRunOperator(task_id="task", app=gpu_app("timed", 1), scheduler="local_cwd")
@@ -336,14 +350,16 @@ def test_a_job_ended_by_attempt_timeout_gets_the_guard_line_and_metric(
         "status": "failed",
         "state": "FAILED",
         "app_handle": "local_cwd://torchx/timed-0",
-        "message": f"ended FAILED: {reason}",
+        "message": "ended FAILED: main/0 exited with 1",
+        **fields,
     }
-    with pytest.raises(TorchXTimedOut, match="ended FAILED") as raised:  # retried, as before
+    with pytest.raises(TorchXJobFailed, match="ended FAILED") as raised:  # retried, as before
         op._finish(event, {"ti": FakeTI()}, None, None)  # type: ignore[arg-type]
     assert not isinstance(raised.value, AirflowFailException)
+    assert isinstance(raised.value, TorchXTimedOut) == counted
     out, err = capfd.readouterr()
-    assert len(guard_lines(out + err, "attempt_timeout")) == 1, out + err
-    assert [tags["guard"] for tags in two_gpus.of("torchx.job.guardrail")] == ["attempt_timeout"]
+    assert len(guard_lines(out + err, "attempt_timeout")) == int(counted), out + err
+    assert [tags["guard"] for tags in two_gpus.of("torchx.job.guardrail")] == ["attempt_timeout"] * counted
 
 
 def test_the_connections_extras_give_the_defaults_and_a_bad_one_fails_the_task_before_submitting(

@@ -135,3 +135,29 @@ def test_retention_never_removes_a_checkpoint_and_the_database_tells_a_locations
     mine = states[identity]
     assert (mine.dag_known, mine.run_state, mine.ti_found, mine.ti_state) == (True, "success", True, "success")
     assert mine.run_ended_at == dag_run.end_date.timestamp()
+
+
+def test_a_plugin_scheduler_with_the_prune_capability_is_pruned_through_the_contract(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``acme`` (``tests/plugin``) declares ``prune``: retention calls its ``Scheduler.prune``
+    (no local store involved), once an hour per scheduler: a local prune just before does not
+    hold it back, and its own prune holds back its next one."""
+    from airflow_provider_torchx.core.runner import Runner
+    from tests.plugin.acme_scheduler import create_scheduler
+
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("ACME_JOBS_DIR", str(tmp_path / "acme"))
+    monkeypatch.setenv("AIRFLOW__TORCHX__RETAIN_FINISHED", "1s")
+    runner = Runner("torchx", {"acme": create_scheduler, "local_cwd": create_cwd_scheduler})
+    old, live = runner.run(sh_app("echo old"), "acme"), runner.run(sh_app("sleep 300"), "acme")
+    runner.wait(old, wait_interval=0.1)
+    time.sleep(1.1)
+    assert apply_retention(runner, "local_cwd") == 0, "nothing of the local store ended"
+    assert apply_retention(runner, "acme") == 1
+    assert [a.app_handle for a in runner.list("acme")] == [live], "the ended job's directory is gone"
+    done = runner.run(sh_app("echo newer"), "acme")
+    runner.wait(done, wait_interval=0.1)
+    time.sleep(1.1)
+    assert apply_retention(runner, "acme") == 0 and len(runner.list("acme")) == 2, "at most one prune an hour"
+    runner.cancel(live)

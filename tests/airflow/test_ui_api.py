@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -272,10 +273,11 @@ def test_a_failed_job_shows_its_root_cause_masked_and_its_gpus(
 
 
 def test_a_priced_job_shows_its_usage_and_cost_so_far_while_running_then_its_cost(
-    client: Any, auth: Any, local_jobs: Any, monkeypatch: pytest.MonkeyPatch
+    client: Any, auth: Any, local_jobs: Any, jobs: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A live job's page gets what it used so far (GPU-hours, dollars at the rates it carries);
-    once it ended, its usage with the cost."""
+    once it ended, its usage with the cost. The jobs list's cost column says the same (so far,
+    growing, then the final cost); a job without rates has none."""
     from airflow_provider_torchx.core.rates import Rates
 
     monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0")
@@ -290,13 +292,26 @@ def test_a_priced_job_shows_its_usage_and_cost_so_far_while_running_then_its_cos
     while not runner.read_log(handle, "trainer", 0).lines:  # it runs
         assert time.monotonic() < deadline, "the replica never printed"
         time.sleep(0.05)
-    live = client.get("/api/job", params={"handle": handle}, headers=_headers(auth, "viewer")).json()
+    viewer = _headers(auth, "viewer")
+
+    def listed(**filters: str) -> dict[str, Any]:
+        """The job's row in the jobs list (new filters: a listing made now, not one reused)."""
+        rows = client.get("/api/jobs", params={"dag_id": "ui_priced", **filters}, headers=viewer).json()["jobs"]
+        (row,) = [r for r in rows if r["handle"] == handle]
+        return row
+
+    first = listed()["cost_usd"]
+    live = client.get("/api/job", params={"handle": handle}, headers=viewer).json()
     so_far = live["usage_so_far"]
     assert live["usage"] is None and so_far["gpu_hours"] > 0, live
     assert so_far["cost_usd"] == pytest.approx(so_far["gpu_hours"] * 3600.0), so_far
+    assert 0 < first <= so_far["cost_usd"] <= listed()["cost_usd"], (first, so_far)  # so far: it grows
     runner.wait(handle, wait_interval=0.2, timeout=60, cancel_on_signal=False)
-    done = client.get("/api/job", params={"handle": handle}, headers=_headers(auth, "viewer")).json()
+    done = client.get("/api/job", params={"handle": handle}, headers=viewer).json()
     assert done["usage_so_far"] is None and done["usage"]["cost_usd"] == pytest.approx(done["usage"]["node_seconds"])
+    assert listed(task_id="train")["cost_usd"] == done["usage"]["cost_usd"]
+    rows = client.get("/api/jobs", params={"dag_id": "ui_done"}, headers=viewer).json()["jobs"]
+    assert [r["cost_usd"] for r in rows if r["handle"] == jobs["done"]] == [None]  # no rates: blank
 
 
 @pytest.mark.parametrize(
@@ -311,7 +326,12 @@ def test_a_priced_job_shows_its_usage_and_cost_so_far_while_running_then_its_cos
 def test_bad_and_unknown_handles_get_a_clear_error(
     client: Any, auth: Any, params: dict[str, str], status: int, message: str
 ) -> None:
-    for method, path in (("GET", "/api/job"), ("GET", "/api/log"), ("POST", "/api/cancel")):
+    for method, path in (
+        ("GET", "/api/job"),
+        ("GET", "/api/log"),
+        ("POST", "/api/cancel"),
+        ("POST", "/api/start-over"),
+    ):
         query = {**params, "role": "worker"} if path == "/api/log" else params
         sent = {"json": query} if method == "POST" else {"params": query}
         resp = client.request(method, path, headers=_headers(auth, "admin"), **sent)
@@ -355,6 +375,58 @@ def test_only_users_with_edit_rights_cancel(client: Any, auth: Any, jobs: dict[s
     assert runner.describe_app(handle).cancelled_by == CancelledBy.USER  # type: ignore[union-attr]
     again = client.post("/api/cancel", json={"handle": handle}, headers=_headers(auth, "user")).json()
     assert again == {"handle": handle, "state": "CANCELLED", "cancel_requested": False}
+
+
+def test_only_users_with_edit_rights_start_an_ended_jobs_task_instance_over(
+    client: Any, auth: Any, jobs: dict[str, str], local_jobs: Any, tmp_path: Path
+) -> None:
+    """The job page's "Start over" (``POST api/start-over``), ruled as its Cancel: a viewer gets
+    403 and a cookie-only request without the same origin is refused, nothing moved; refused
+    (409) while the job still uses its checkpoints; once it ended, an editor's sets them aside
+    (renamed beside them, kept), and a second finds nothing there. A job given no checkpoint
+    location has nothing to set aside (400)."""
+    from airflow_provider_torchx.core import checkpoints
+
+    runner: Runner = local_jobs[0]
+    location = tmp_path / "ck" / "task"
+    save = 'mkdir -p "$TORCHX_CHECKPOINT_DIR" && echo w > "$TORCHX_CHECKPOINT_DIR/step-1.pt" && sleep 300'
+    app = AppDef("ui-ck", roles=[Role("w", image="/", entrypoint="sh", args=["-c", save])])
+    checkpoints.place(app, str(location), 0, host_bound=True)
+    handle = runner.run(app, "local_cwd", labels=_identity("ui_ck"))
+    local_jobs[1].append(handle)
+    deadline = time.monotonic() + 30
+    while not (location / "step-1.pt").exists():
+        assert time.monotonic() < deadline, "the job never saved its checkpoint"
+        time.sleep(0.05)
+    viewer, user, body = _headers(auth, "viewer"), _headers(auth, "user"), {"handle": handle}
+
+    denied = client.post("/api/start-over", json=body, headers=viewer)
+    assert denied.status_code == 403 and denied.json()["detail"] == (
+        "'ann-viewer' may not start this task instance over: needs edit rights on the task instances of DAG 'ui_ck'"
+    ), denied.text
+    cookie = {"Cookie": f"_token={user['Authorization'].split()[1]}", "Content-Type": "application/json"}
+    refused = client.post("/api/start-over", content=json.dumps(body), headers=cookie)
+    assert refused.status_code == 403 and "without an Origin header" in refused.json()["detail"], refused.text
+    busy = client.post("/api/start-over", json=body, headers=user)
+    assert busy.status_code == 409, busy.text
+    assert busy.json()["detail"] == (
+        f"job(s) {handle.rsplit('/', 1)[1]} still use {location}: cancel them first (nothing was moved)"
+    )
+    assert (location / "step-1.pt").exists()
+
+    runner.cancel(handle)
+    runner.wait(handle, wait_interval=0.2, timeout=30, cancel_on_signal=False)
+    done = client.post("/api/start-over", json=body, headers={**cookie, "Origin": "http://testserver"})
+    assert done.status_code == 200, done.text
+    moved = done.json()["set_aside_to"]
+    assert done.json()["checkpoint_dir"] == str(location) and moved.startswith(f"{location}+set-aside-"), done.text
+    assert Path(moved, "step-1.pt").exists() and not location.exists()
+    again = client.post("/api/start-over", json=body, headers=user).json()
+    assert again == {"handle": handle, "checkpoint_dir": str(location), "set_aside_to": None}
+
+    nothing = client.post("/api/start-over", json={"handle": jobs["done"]}, headers=_headers(auth, "admin"))
+    assert nothing.status_code == 400, nothing.text
+    assert nothing.json()["detail"].endswith("was given no TORCHX_CHECKPOINT_DIR: nothing to set aside")
 
 
 def test_airflow_mounts_the_plugin_under_torchx(airflow_env: Any, auth: Any) -> None:

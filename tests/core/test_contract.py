@@ -79,6 +79,13 @@ def test_separate_stderr_without_a_log_reader_of_its_own_is_refused() -> None:
             capabilities = SchedulerCapabilities(separate_stderr=True)
 
 
+def test_prune_without_a_prune_of_its_own_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"\.NoPrune declares the capability 'prune', which needs the method prune\(\)"):
+
+        class NoPrune(Core):
+            capabilities = SchedulerCapabilities(prune=True)
+
+
 def test_a_capability_whose_method_a_base_of_its_own_defines_is_met() -> None:
     class Inherits(WithErrorFiles):
         capabilities = SchedulerCapabilities(error_files=True)

@@ -1,6 +1,6 @@
-"""The sections of docs/architecture.md that the code's docstrings cite exist: a citation of
-the page followed by a quoted name names a heading (or its part before a colon) or a bold
-lead-in of that page."""
+"""The sections of docs/architecture.md that the code's docstrings and the other docs cite
+exist: a citation of the page followed by a quoted name names a heading (or its part before a
+colon) or a bold lead-in of that page."""
 
 from __future__ import annotations
 
@@ -12,10 +12,16 @@ CITATION = re.compile(r'docs/architecture\.md,\s+"([^"]+)"')
 
 
 def cited_sections() -> dict[str, list[str]]:
-    """Each section name cited from the package, the benchmarks and the tests, with where."""
+    """Each section name cited from the package, the benchmarks, the tests and the docs, with
+    where."""
     cited: dict[str, list[str]] = {}
-    for folder in ("airflow_provider_torchx", "benchmarks", "tests"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
+    for folder, pattern in (
+        ("airflow_provider_torchx", "*.py"),
+        ("benchmarks", "*.py"),
+        ("tests", "*.py"),
+        ("docs", "*.md"),
+    ):
+        for path in sorted((ROOT / folder).rglob(pattern)):
             for name in CITATION.findall(path.read_text()):
                 cited.setdefault(" ".join(name.split()), []).append(str(path.relative_to(ROOT)))
     return cited

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ from airflow_provider_torchx.core.cli import main
 from airflow_provider_torchx.core.schedulers.local import store
 from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
 from tests.core.local.helpers import sh_app, wait_done
+from tests.core.test_contract import Core as NoPrune
 from tests.fixtures.clock import FakeClock
 
 
@@ -73,22 +76,82 @@ def test_prune_removes_ended_jobs_only_and_reports_the_space(
     live = sched.submit(sh_app("sleep 300"))
 
     assert main(["prune", "--older-than", "1h"]) == 0, "nothing ended an hour ago"
-    assert capsys.readouterr().out.endswith("removed 0 ended job(s) of " + sched.store.root + "; freed 0.0 MB\n")
+    assert capsys.readouterr().out == (
+        "removed 0 ended job(s) of local_cwd; freed 0.0 MB\nremoved 0 ended job(s) of local_dir; freed 0.0 MB\n"
+    ), "one total per scheduler with the prune capability, and no other"
 
     assert main(["prune", "--older-than", "0s", "--state", "failed", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"{failed}  ") and "would remove 1 ended job(s)" in out, out
+    assert out.startswith(f"{failed}  ") and "would remove 1 ended job(s) of local_cwd" in out, out
     assert {a.app_id for a in sched.list()} == {done, failed, live}, "a dry run removes nothing"
 
     time.sleep(0.01)
     assert main(["prune", "--older-than", "0s"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert {line.split()[0] for line in lines[:-1]} == {done, failed}, out
-    freed = float(lines[-1].rsplit("freed ", 1)[1].split()[0])
-    assert "removed 2 ended job(s)" in lines[-1] and 0.6 <= freed < 1, out  # 300 kB in stdout and combined
+    assert {line.split()[0] for line in lines[:-2]} == {done, failed}, out
+    freed = float(lines[-2].rsplit("freed ", 1)[1].split()[0])
+    assert "removed 2 ended job(s) of local_cwd" in lines[-2] and 0.6 <= freed < 1, out  # 300 kB: stdout, combined
     assert [a.app_id for a in sched.list()] == [live], "the live job stays"
     assert not os.path.exists(sched.store.job_dir(done))
+
+
+def test_each_local_scheduler_prunes_its_own_jobs_of_the_shared_store(sched: LocalScheduler, tmp_path: Path) -> None:
+    """``local_cwd`` and ``local_dir`` share the job store; ``Scheduler.prune`` takes only the
+    scheduler's own jobs, so that each answers for what it submitted."""
+    from airflow_provider_torchx.core.schedulers.local.scheduler import create_dir_scheduler
+
+    local_dir = create_dir_scheduler("torchx")
+    image = tmp_path / "image"
+    image.mkdir()
+    (image / "sh").symlink_to(shutil.which("sh") or "/bin/sh")  # a local_dir role runs its image's programs
+    cwd_job = _ended(sched)
+    dir_job = local_dir.submit(sh_app("echo dir", image=str(image)))
+    wait_done(local_dir, dir_job)
+    time.sleep(0.01)
+    assert [app_id for app_id, _ in sched.prune(0, dry_run=True)] == [cwd_job]
+    assert [app_id for app_id, _ in local_dir.prune(0)] == [dir_job]
+    assert [a.app_id for a in sched.list()] == [cwd_job] and local_dir.list() == []
+
+
+def test_the_cli_prunes_every_registered_scheduler_with_the_capability(
+    sched: LocalScheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugin scheduler (``acme``, ``tests/plugin``) that declares ``prune`` is pruned by the
+    CLI through its own ``Scheduler.prune``, beside the local ones; one without it is not asked."""
+    from airflow_provider_torchx.core import runner as runner_module
+    from airflow_provider_torchx.core.schedulers.local.scheduler import create_dir_scheduler
+    from tests.plugin.acme_scheduler import create_scheduler
+
+    monkeypatch.setenv("ACME_JOBS_DIR", str(tmp_path / "acme"))
+    factories = {"acme": create_scheduler, "local_cwd": create_cwd_scheduler, "local_dir": create_dir_scheduler}
+    unasked: list[str] = []
+
+    def no_prune(session_name: str, **kwargs: object) -> Any:
+        unasked.append(session_name)
+        return NoPrune("no_prune", session_name)
+
+    monkeypatch.setattr(runner_module, "_entry_point_factories", lambda: {**factories, "no_prune": no_prune})
+    acme = create_scheduler("torchx")
+    ended, live = (acme.schedule(acme.submit_dryrun(sh_app(script))) for script in ("echo acme", "sleep 300"))
+    deadline = time.monotonic() + 30
+    while (desc := acme.describe(ended)) is not None and not desc.state.is_terminal():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    local = _ended(sched)
+    time.sleep(0.01)
+    try:
+        assert main(["prune", "--older-than", "0s"]) == 0
+    finally:
+        acme.cancel(live)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out if not line.startswith("removed")] == [ended, local], out
+    assert [line.rsplit(";", 1)[0] for line in out if line.startswith("removed")] == [
+        "removed 1 ended job(s) of acme",
+        "removed 1 ended job(s) of local_cwd",
+        "removed 0 ended job(s) of local_dir",
+    ]
+    assert [a.app_id for a in acme.list()] == [live] and unasked == ["torchx"], "built for its capabilities only"
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,13 @@ a failed job of the same DAG (``failed_handle``) and a connection that cannot be
 1. the jobs page, filtered by the DAG, lists the job with when it was submitted and started
    and a duration that advances; the unlisted connection is named once, collapsed, below the
    jobs; the job's page shows the times (its duration advancing), both replicas and log lines
-   arriving while the job runs; the failed job's page shows its root cause, times and usage;
+   arriving while the job runs; the failed job (priced at rates) shows its cost in the list's
+   cost column (the running one, without rates, none) and its page its root cause, times and
+   usage, and its "Start over" sets its checkpoints aside;
 2. the task page's "TorchX Job" link opens that job page, and its "TorchX" tab lists the job
    and no error of another source;
 3. a viewer sees the Cancel button disabled and the plugin's API answers its cancel (sent as
-   the page sends it) with 403;
+   the page sends it) with 403, and the failed job's "Start over" disabled;
 4. an admin's Cancel stops the job: the page shows CANCELLED.
 5. with the system in dark mode the pages are dark (the jobs page on its own, the task's tab
    inside Airflow's UI), and light once light is chosen in Airflow's UI.
@@ -148,7 +150,13 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             row = admin.locator(f'#jobs tr[data-handle="{handle}"]')
             row.wait_for()
             seen["list_row"] = row.inner_text()
-            admin.locator(f'#jobs tr[data-handle="{spec["failed_handle"]}"]').wait_for()
+            failed_row = admin.locator(f'#jobs tr[data-handle="{spec["failed_handle"]}"]')
+            failed_row.wait_for()
+            # the cost column: the priced failed job's cost, blank for the running job without rates
+            seen["list_costs"] = {
+                "failed": failed_row.locator("td.cost").inner_text(),
+                "running": row.locator("td.cost").inner_text(),
+            }
             first, later = advanced(row.locator(".duration"))
             seen["list_times"] = {
                 "submitted": row.locator("td.submitted").inner_text(),
@@ -206,6 +214,11 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             }
             if shots:
                 admin.screenshot(path=str(shots / "job-failed.png"), full_page=True)
+            # its task instance starts over: its checkpoints set aside (the dialog accepted)
+            seen["start_over_enabled"] = admin.locator("#start-over").is_enabled()
+            admin.locator("#start-over").click()
+            admin.wait_for_function("() => document.querySelector('#start-over-msg').innerText.length > 0")
+            seen["start_over_msg"] = admin.locator("#start-over-msg").inner_text()
             admin.goto(job_url)
             admin.locator("#replicas tr").nth(1).wait_for()
 
@@ -242,6 +255,9 @@ def run(spec: dict[str, Any], seen: dict[str, Any]) -> None:
             viewer.locator("#replicas tr").first.wait_for()
             seen["viewer_cancel_disabled"] = viewer.locator("#cancel").is_disabled()
             seen["viewer_cancel_status"], seen["viewer_cancel_detail"] = viewer.evaluate(VIEWER_CANCEL, handle)
+            viewer.goto(f"{base}/torchx/job?handle={quote(spec['failed_handle'], safe='')}")
+            viewer.locator("#job-usage dd").first.wait_for()
+            seen["viewer_start_over_disabled"] = viewer.locator("#start-over").is_disabled()
 
             # 5. Airflow's color mode: the system's, then the one chosen in Airflow's UI
             dark_ctx = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme="dark")

@@ -15,10 +15,11 @@ started and a duration that advances, its page shows both replicas, the times an
 arriving while it runs, the task page's "TorchX Job" link opens that page and its "TorchX" tab
 lists the job, a viewer cannot cancel (403 from the plugin's API), the admin's Cancel stops the
 job and the task fails saying it was cancelled. Beside it, in the same store, a failed job of
-the same DAG (its page shows the root cause and the usage), and an unrelated ``torchx``
-connection to AWS Batch that cannot be listed: its error shows once, collapsed, below the jobs,
-and not at all on the task's tab. The pages follow Airflow's color mode (the system's, and the
-one chosen in Airflow's UI). The browser test runs last: it adds that connection.
+the same DAG (priced at rates: the list shows its cost; its page the root cause and the usage),
+and an unrelated ``torchx`` connection to AWS Batch that cannot be listed: its error shows once,
+collapsed, below the jobs, and not at all on the task's tab. The pages follow Airflow's color
+mode (the system's, and the one chosen in Airflow's UI). The browser test runs last: it adds
+that connection.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from urllib.parse import quote
 import psutil
 import pytest
 
+from airflow_provider_torchx.core import checkpoints
+from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.specs import AppDef, Resource, Role
 from tests.e2e.deployment import COMPONENTS, TERMINAL_TI_STATES, wait_until
 from tests.e2e.live import (
@@ -279,15 +282,21 @@ ERROR_FILE = json.dumps(
 )
 
 
-def failed_job(live: LiveAirflow) -> str:
-    """Submit (to the deployment's job store) a job of the ``DEFERRED`` DAG whose one replica fails with a
-    root cause; return its handle once it ended."""
+def failed_job(live: LiveAirflow) -> tuple[str, Path]:
+    """Submit (to the deployment's job store) a job of the ``DEFERRED`` DAG whose one replica saves a
+    checkpoint and fails with a root cause, priced at rates; return its handle once it ended, and
+    its checkpoint location."""
     record = f"printf '%s\\n' {shlex.quote(ERROR_FILE)} > \"$TORCHELASTIC_ERROR_FILE\""
-    script = f"echo step 1; echo 'loss is NaN' >&2; sleep 1; {record}; exit 3"
+    save = 'mkdir -p "$TORCHX_CHECKPOINT_DIR" && echo w > "$TORCHX_CHECKPOINT_DIR/step-1.pt"'
+    script = f"echo step 1; {save}; echo 'loss is NaN' >&2; sleep 1; {record}; exit 3"
     role = Role("trainer", image="/", entrypoint="sh", args=["-c", script], resource=Resource(cpu=1, gpu=0, memMB=128))
-    app_id = live.scheduler.submit(AppDef("ui-failed", roles=[role]), labels=task_labels(DEFERRED, "manual-failed"))
+    app = AppDef("ui-failed", roles=[role])
+    location = live.state_dir.parent / "ui-checkpoints" / "failed"
+    checkpoints.place(app, str(location), 0, host_bound=True)
+    labels = task_labels(DEFERRED, "manual-failed") | Rates(vcpu_hour=360.0).labels()  # 10 cents a vCPU-second
+    app_id = live.scheduler.submit(app, labels=labels)
     wait_until(lambda: live.scheduler.describe(app_id).state.is_terminal(), 60, "the failed job to end")
-    return f"local_cwd://torchx/{app_id}"
+    return f"local_cwd://torchx/{app_id}", location
 
 
 def test_jobs_page_job_page_link_and_cancel_in_a_browser(live_airflow: LiveAirflow) -> None:
@@ -295,7 +304,7 @@ def test_jobs_page_job_page_link_and_cancel_in_a_browser(live_airflow: LiveAirfl
     extra = {"scheduler": "aws_batch", "cfg": "queue=elsewhere,profile=torchx-ui-no-such-profile"}
     conn = {"connection_id": UNRELATED_CONN, "conn_type": "torchx", "extra": json.dumps(extra)}
     api.api("POST", "/connections", conn)
-    failed = failed_job(live)
+    failed, location = failed_job(live)
     run_id = live.trigger(DEFERRED, {"lines": 600, "pause": 1, "replicas": 2})
     api.wait_for_state(DEFERRED, run_id, "job", {"deferred"})
     handle = live.app_handle(DEFERRED, run_id)
@@ -339,6 +348,15 @@ def test_jobs_page_job_page_link_and_cancel_in_a_browser(live_airflow: LiveAirfl
     assert cause["usage"]["attempts"] == "1" and "GPU-h" in cause["usage"]["GPU-hours"], cause
     assert cause["ended"] and cause["duration"].endswith("s"), cause
     assert cause["failure_kind"] == "app" and cause["cause_on_top"] is True, cause
+    # Start over: a viewer may not; the admin's sets the ended job's checkpoints aside, kept
+    assert seen["viewer_start_over_disabled"] is True and seen["start_over_enabled"] is True, seen
+    shown = str(seen["start_over_msg"])
+    assert shown.startswith(f"set aside: {location} \u2192 {location}+set-aside-"), shown
+    moved = shown.split(" \u2192 ")[1].split(" (kept;")[0]
+    assert Path(moved, "step-1.pt").exists() and not location.exists(), shown
+    costs = seen["list_costs"]
+    assert isinstance(costs, dict) and costs["running"] == "", costs  # no rates: blank
+    assert costs["failed"].startswith("$") and costs["failed"] == cause["usage"]["cost"], (costs, cause)
     assert seen["dark_by_system"] is True and seen["light_by_airflow_choice"] is True, seen
     assert seen["task_tab_dark"] is True, "the TorchX tab follows Airflow's color mode"
     assert seen["replicas"] == [["sh", "0", "RUNNING"], ["sh", "1", "RUNNING"]], seen

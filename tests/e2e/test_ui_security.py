@@ -3,15 +3,15 @@ SimpleAuthManager, two DAG bundles of two teams) and, where a browser is the poi
 
 One deployment (api-server and dag-processor only: the jobs are started by the test itself in
 the deployment's job store, labelled with the teams' DAGs):
-- a user of team A gets 403 on team B's job (page data, log, cancel) and does not see it in the
-  list, as Airflow's own API refuses them team B's DAG; a job of no DAG, or of a DAG the
-  deployment does not have, is an admin's only;
+- a user of team A gets 403 on team B's job (page data, log, cancel, start over) and does not
+  see it in the list, as Airflow's own API refuses them team B's DAG; a job of no DAG, or of a
+  DAG the deployment does not have, is an admin's only;
 - a job's secrets (its sensitive env values, a connection's password, a sensitive variable,
   of the metadata database or only of the api-server's environment) reach nobody: the log,
   the job and the list are masked;
-- a cancel carrying only the login cookie is refused unless same-origin and JSON: a cross-site
-  form, a same-site page on another port (Chromium), a form body; the jobs page never has two
-  calls in flight (Chromium, answers slower than its poll);
+- a cancel (or a "Start over") carrying only the login cookie is refused unless same-origin and
+  JSON: a cross-site form, a same-site page on another port (Chromium), a form body; the jobs
+  page never has two calls in flight (Chromium, answers slower than its poll);
 - a replica that swaps its log, or a job's record, for a symbolic link gets a clear 400, never
   the target;
 - no ``openapi.json``, a 400 naming each malformed value, CSP and ``nosniff`` on the pages.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import itertools
 import json
 import subprocess
 import sys
@@ -186,6 +187,7 @@ def test_a_team_sees_and_cancels_only_its_own_jobs(teams: dict[str, Any], api: A
         ("GET", "api/job", {"params": {"handle": h["b"]}}),
         ("GET", "api/log", {"params": {"handle": h["b"], "role": "worker"}}),
         ("POST", "api/cancel", {"json": {"handle": h["b"]}}),
+        ("POST", "api/start-over", {"json": {"handle": h["b"]}}),
     ):
         resp = api("alice", method, path, **kwargs)
         assert resp.status_code == 403, (path, resp.text)
@@ -222,27 +224,31 @@ def _cookie(api: Any, user: str) -> dict[str, str]:
 
 
 def test_cookie_only_cancels_need_the_same_origin_and_json(teams: dict[str, Any], api: Any) -> None:
+    """A cancel, and a "Start over" (the same rule), carrying only the cookie."""
     h, base = teams["handles"], teams["deployment"].base_url
     body = json.dumps({"handle": h["c"]})
-    for headers, data, why in (
+    for (headers, data, why), path in itertools.product(
         (
-            {"Origin": "http://evil.example", "Content-Type": "application/x-www-form-urlencoded"},
-            f"handle={h['c']}",
-            "from origin 'http://evil.example'",
+            (
+                {"Origin": "http://evil.example", "Content-Type": "application/x-www-form-urlencoded"},
+                f"handle={h['c']}",
+                "from origin 'http://evil.example'",
+            ),
+            ({"Origin": "http://127.0.0.1:1", "Content-Type": "text/plain"}, body, "from origin 'http://127.0.0.1:1'"),
+            ({"Content-Type": "application/json"}, body, "without an Origin header"),
+            ({"Origin": base, "Content-Type": "text/plain"}, body, "the body must be JSON"),
         ),
-        ({"Origin": "http://127.0.0.1:1", "Content-Type": "text/plain"}, body, "from origin 'http://127.0.0.1:1'"),
-        ({"Content-Type": "application/json"}, body, "without an Origin header"),
-        ({"Origin": base, "Content-Type": "text/plain"}, body, "the body must be JSON"),
+        ("api/cancel", "api/start-over"),
     ):
         resp = api(
             None,
             "POST",
-            "api/cancel",
+            path,
             headers={**_cookie(api, "bob"), **headers},
             content=data,
             params={"handle": h["c"]},
         )
-        assert resp.status_code == 403 and why in resp.json()["detail"], (headers, resp.text)
+        assert resp.status_code == 403 and why in resp.json()["detail"], (path, headers, resp.text)
     assert _job_state(teams, "c") == ("RUNNING", False)
     same = {**_cookie(api, "bob"), "Origin": base, "Content-Type": "application/json"}
     resp = api(None, "POST", "api/cancel", headers=same, content=body)

@@ -4,9 +4,10 @@ Each app is one replica of one role, run as ``sh -c`` in a new session with its 
 file; the job directory (under ``$ACME_JOBS_DIR``) holds the pid, the exit code, torchrun's
 error file (``TORCHELASTIC_ERROR_FILE``) and a cancel mark holding the cancel's reason. It
 declares its capabilities (host-bound: its jobs are processes of this host; error files: this
-host reads them) and its run options for parse-time checks (``acme_options``, registered in the
-``airflow_provider_torchx.run_options`` entry point group), and leaves everything else to the
-contract's defaults (``read_log`` from ``log_iter``, status read on the watchers' thread pool).
+host reads them; prune: it removes its ended jobs' directories) and its run options for
+parse-time checks (``acme_options``, registered in the ``airflow_provider_torchx.run_options``
+entry point group), and leaves everything else to the contract's defaults (``read_log`` from
+``log_iter``, status read on the watchers' thread pool).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -31,6 +34,8 @@ from airflow_provider_torchx.core.schedulers.api import (
     Scheduler,
     SchedulerCapabilities,
     Stream,
+    labels_match,
+    newest,
 )
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus
 from tests.plugin import acme_options
@@ -41,7 +46,7 @@ _WRAPPER = '"$3" -c "$1" > "$2/out.log" 2>&1; echo $? > "$2/exit.tmp"; mv "$2/ex
 class AcmeScheduler(Scheduler[dict[str, Any]]):
     """Jobs are ``sh -c`` processes of this host (see the module docstring)."""
 
-    capabilities = SchedulerCapabilities(host_bound=True, error_files=True)
+    capabilities = SchedulerCapabilities(host_bound=True, error_files=True, prune=True)
 
     def __init__(self, session_name: str) -> None:
         super().__init__("acme", session_name)
@@ -64,7 +69,10 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
         env = {**os.environ, ERROR_FILE_ENV: str(job / "error.json")}
         shell = str(dryrun_info.request["shell"])
         argv = ["sh", "-c", _WRAPPER, "acme", command, str(job), shell]
-        proc = subprocess.Popen(argv, start_new_session=True, env=env)
+        # Nothing of the submitter's (its stdio: an Airflow task's output pipes, which its
+        # supervisor reads to the end, would stay open as long as the job runs).
+        quiet = subprocess.DEVNULL
+        proc = subprocess.Popen(argv, start_new_session=True, env=env, stdin=quiet, stdout=quiet, stderr=quiet)
         (job / "pid").write_text(str(proc.pid))
         return app_id
 
@@ -103,7 +111,34 @@ class AcmeScheduler(Scheduler[dict[str, Any]]):
     def list(
         self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None, *, limit: int | None = None
     ) -> list[ListAppResponse]:
-        return []
+        apps = []
+        for job in self.root.iterdir() if self.root.is_dir() else ():
+            desc = self.describe(job.name)
+            if desc is not None and labels_match(desc.labels, labels):
+                request = json.loads((job / "request.json").read_text())
+                created = (job / "request.json").stat().st_mtime
+                apps.append(
+                    ListAppResponse(job.name, desc.state, name=request["name"], labels=desc.labels, created=created)
+                )
+        return newest(apps, limit)
+
+    def prune(self, older_than: float, states: Iterable[str] = (), dry_run: bool = False) -> list[tuple[str, int]]:
+        """The ended jobs' directories, by when their exit code or cancel mark was written."""
+        cutoff, wanted = time.time() - older_than, {s.upper() for s in states}
+        ended = []
+        for app in self.list():
+            job = self.root / app.app_id
+            mark = job / ("cancelled" if app.state is AppState.CANCELLED else "exit")
+            wanted_state = app.state.is_terminal() and (not wanted or app.state.name in wanted)
+            if wanted_state and mark.exists() and mark.stat().st_mtime <= cutoff:
+                ended.append((mark.stat().st_mtime, app.app_id))
+        pruned = []
+        for _, app_id in sorted(ended):
+            job = self.root / app_id
+            pruned.append((app_id, sum(f.stat().st_size for f in job.iterdir())))
+            if not dry_run:
+                shutil.rmtree(job)
+        return pruned
 
     def log_iter(
         self,

@@ -37,6 +37,7 @@ from airflow_provider_torchx.core.usage import Usage
 if TYPE_CHECKING:
     import asyncio
 
+    from airflow_provider_torchx.core.checkpoint_prune import Use as CheckpointUse
     from airflow_provider_torchx.core.guards import Trip
 
 log = logging.getLogger(__name__)
@@ -187,8 +188,9 @@ class SchedulerCapabilities:
       returns: a failed job's root cause is read from it.
     - ``separate_stderr``: logs are read with ``Stream.STDERR`` apart from stdout (the root
       cause shows the node's stderr from it; without, from the combined log).
-    - ``local_store``: its jobs live in this host's job store (``core/schedulers/local/store.py``),
-      which ``[torchx] retain_finished`` prunes after a submit.
+    - ``prune``: the scheduler keeps records of ended jobs that it can remove
+      (``Scheduler.prune``): ``airflow-torchx prune`` and ``[torchx] retain_finished`` remove
+      those that ended long enough ago, through the contract alone.
 
     What a DAG file's parse-time checks need (a literal ``cfg``) cannot wait for the scheduler
     to load: a scheduler declares its run options for them under its own name in the entry
@@ -201,15 +203,17 @@ class SchedulerCapabilities:
     aws_session: bool = False
     error_files: bool = False
     separate_stderr: bool = False
-    local_store: bool = False
+    prune: bool = False
 
 
 #: The methods a capability makes the watchers call, which a scheduler declaring it must define
 #: itself (``Scheduler``'s defaults answer "none here"): ``error_files``, the error file's read;
-#: ``separate_stderr``, a log read by stream (``Stream.STDERR``, through ``log_iter``).
+#: ``separate_stderr``, a log read by stream (``Stream.STDERR``, through ``log_iter``);
+#: ``prune``, the removal of ended jobs' records.
 CAPABILITY_METHODS: Mapping[str, tuple[str, ...]] = {
     "error_files": ("read_error_file",),
     "separate_stderr": ("log_iter",),
+    "prune": ("prune",),
 }
 
 
@@ -633,6 +637,33 @@ class Scheduler(abc.ABC, Generic[T]):
 
     def _delete_existing(self, app_id: str) -> None:
         """Remove the app's record (default: nothing beyond the cancel)."""
+
+    def prune(
+        self, older_than: float, states: Iterable[str] = (), dry_run: bool = False
+    ) -> builtins.list[tuple[str, int]]:
+        """Remove what the scheduler keeps of its jobs that ended more than ``older_than``
+        seconds ago, for a scheduler with the ``prune`` capability (``airflow-torchx prune``,
+        ``[torchx] retain_finished``).
+
+        1. Never a job that has not ended, and only this scheduler's jobs (another scheduler
+           sharing its store prunes its own).
+        2. ``states``: only jobs that ended in one of these ``AppState`` names (empty: any).
+        3. ``dry_run``: removes nothing, returns the same.
+        4. Returns ``(app_id, bytes freed)`` per job, oldest first.
+        5. ``StoreError``: the scheduler's own store of jobs cannot be written.
+        6. Blocks (a walk of the store); a job whose end is not yet recorded is finalised
+           first (``finalize``).
+
+        The default: nothing kept here, nothing removed.
+        """
+        return []
+
+    def checkpoint_uses(self) -> dict[str, builtins.list[CheckpointUse]]:
+        """The local checkpoint locations (``TORCHX_CHECKPOINT_DIR``, not a URI) that the jobs
+        this scheduler keeps name, each with its jobs (``core/checkpoint_prune.py``: what
+        ``prune --checkpoints`` and ``set-aside`` judge; a pruned job no longer names one).
+        Blocks (reads the store). The default: none."""
+        return {}
 
     def close(self) -> None:
         """Release what this instance holds (clients, threads). Safe to call twice."""

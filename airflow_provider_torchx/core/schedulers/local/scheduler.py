@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core import safefiles
 from airflow_provider_torchx.core.checkpoints import LOCAL_ROOT_NAME as LOCAL_CHECKPOINT_ROOT
@@ -76,6 +76,9 @@ from airflow_provider_torchx.core.schedulers.local.request import (
 from airflow_provider_torchx.core.schedulers.local.supervisor import supervisor_command
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo
 
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.checkpoint_prune import Use as CheckpointUse
+
 ImageProviderFactory = Callable[[Cfg], ImageProvider]
 log = logging.getLogger(__name__)
 #: The most of a replica's torchrun error file read for its root cause (the file is a small
@@ -98,7 +101,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     #: Jobs run on this host and are watched from it; a status is a few small file reads.
     capabilities = SchedulerCapabilities(
-        host_bound=True, cheap_status=True, error_files=True, separate_stderr=True, local_store=True
+        host_bound=True, cheap_status=True, error_files=True, separate_stderr=True, prune=True
     )
 
     def __init__(
@@ -400,13 +403,13 @@ class LocalScheduler(Scheduler[PopenRequest]):
         return self.listing.summaries(states)
 
     def prune(self, older_than: float, states: Iterable[str] = (), dry_run: bool = False) -> list[tuple[str, int]]:
-        """Remove the jobs of the store (any local backend) that ended more than ``older_than``
-        seconds ago, in one of ``states`` if given (never a job that has not ended; logs under
-        a ``log_dir`` option stay); ``dry_run``: remove nothing. Returns ``(app_id, bytes on
-        disk)`` per job, oldest first; ``StoreError`` if the store cannot be written."""
+        """Remove this backend's jobs of the store that ended more than ``older_than`` seconds
+        ago, in one of ``states`` if given (``Scheduler.prune``; logs under a ``log_dir``
+        option stay). Returns ``(app_id, bytes on disk)`` per job, oldest first."""
         cutoff = self.clock.wall() - older_than
         summaries = self.summaries()
-        for app_id, entry in summaries.items():
+        own = dict(self.listing.matching(summaries, None))
+        for app_id, entry in own.items():
             if entry.get("orphaned"):  # stop what is left of it and record its end first
                 reaped = self._reap(app_id)
                 if reaped is None or not reaped[1]:
@@ -414,7 +417,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
                 else:
                     entry.update(state=reaped[0].state.name, ended=reaped[0].ended)
         pruned = []
-        for app_id in listing.prunable(summaries, cutoff=cutoff, states=states):
+        for app_id in listing.prunable(own, cutoff=cutoff, states=states):
             size = self.store.disk_usage(app_id)
             if not dry_run:
                 self.records.forget(app_id)
@@ -424,11 +427,19 @@ class LocalScheduler(Scheduler[PopenRequest]):
             self.store.record_finished({}, set(summaries) - {app_id for app_id, _ in pruned})
         return pruned
 
-    def checkpoint_dirs(self) -> dict[str, str]:
-        """``{app_id: TORCHX_CHECKPOINT_DIR}`` of every job of the store that has one: the
-        locations ``prune --checkpoints`` judges (``core/checkpoint_prune.py``)."""
+    def checkpoint_uses(self) -> dict[str, list[CheckpointUse]]:
+        """The local checkpoint locations this backend's jobs of the store name (as ``list``
+        takes them: with the refused ones of no known backend), with those jobs
+        (``Scheduler.checkpoint_uses``)."""
+        from airflow_provider_torchx.core import checkpoint_prune
+
+        own = dict(self.listing.matching(self.summaries(), None))
+        return checkpoint_prune.uses(self._checkpoint_dirs(own), own)
+
+    def _checkpoint_dirs(self, app_ids: Iterable[str]) -> dict[str, str]:
+        """``{app_id: TORCHX_CHECKPOINT_DIR}`` of the jobs ``app_ids`` of the store that have one."""
         found = {}
-        for app_id in sorted(self.store.app_ids()):
+        for app_id in sorted(app_ids):
             try:
                 rec = self.records.request(app_id)
             except store.CorruptEntryError as e:
