@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx._compat import conf
@@ -74,13 +74,16 @@ def prepare(
     try_number: int,
     dryrun: bool,
     fresh_start: bool = False,
+    moved_attempts: Sequence[int] = (),
 ) -> str | None:
     """Give every role of the new job ``app`` the checkpoint location of task instance
     ``identity`` (when a root is known) and its first attempt number; return the location
     (None: no root). On a retry the attempt number counts the attempts of the task instance's
     earlier jobs (``checkpoints.attempt_offset``); a dry run only counts the earlier tries.
     ``fresh_start``: first set what the location holds aside (``checkpoints.set_aside``, on a
-    scheduler whose jobs run on this host; ``InvalidRunConfigError`` elsewhere)."""
+    scheduler whose jobs run on this host; ``InvalidRunConfigError`` elsewhere).
+    ``moved_attempts``: the attempts of the jobs this try's capacity ladder moved the job from
+    (``operators/climb.py``), which the attempt number continues past."""
     root = configured_root(operator_root, hook, runner, scheduler)
     location = checkpoints.checkpoint_dir(root, identity) if root is not None else None
     host_bound = runner.capabilities(scheduler).host_bound
@@ -99,7 +102,7 @@ def prepare(
             earlier = earlier_attempts(runner, scheduler, cfg, identity)
         except Exception as e:  # the count is a courtesy: the try number still bounds it
             log.warning("could not count the earlier attempts of this task instance: %s", e)
-    attempt = checkpoints.attempt_offset(try_number, earlier)
+    attempt = checkpoints.attempt_offset(try_number, [*earlier, *moved_attempts])
     if dryrun and location is None:
         log.info(
             "No checkpoint root (checkpoint_root=, the connection's extra, [torchx] checkpoint_root, "

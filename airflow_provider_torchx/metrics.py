@@ -4,8 +4,8 @@ off: the client is then a no-op).
 
 Every metric is tagged with the scheduler and the task, under Airflow's own names
 (``scheduler``, ``dag_id``, ``task_id``: ``job_tags``); a usage metric adds ``app_name``,
-``torchx.job.orphan_cancelled`` the ``reason``, ``torchx.job.guardrail`` the ``guard`` and
-``torchx.job.failed`` the failure's ``kind``.
+``torchx.job.orphan_cancelled`` the ``reason``, ``torchx.job.guardrail`` the ``guard``,
+``torchx.job.failed`` the failure's ``kind`` and ``torchx.job.moved`` the rungs (``from``, ``to``) and ``why``.
 Plain StatsD carries no tags: they reach the wire with ``statsd_influxdb_enabled``, DogStatsD
 (``statsd_datadog_enabled``) or OpenTelemetry.
 """
@@ -28,6 +28,8 @@ COST_USD = "torchx.job.cost_usd"
 ORPHAN_CANCELLED = "torchx.job.orphan_cancelled"
 #: A counter: a guard stopped a job (``core/guards.py``; ``attempt_timeout``: the scheduler did).
 GUARDRAIL = "torchx.job.guardrail"
+#: A counter: a job moved down its capacity ladder (``ladder.py``), tagged ``from``, ``to``, ``why``.
+MOVED = "torchx.job.moved"
 #: A counter: a task failed for its job, tagged with the failure's ``kind`` (``core/failures.py``).
 FAILED = "torchx.job.failed"
 
@@ -72,3 +74,11 @@ def emit_failed(*, scheduler: str, dag_id: str, task_id: str, kind: str) -> None
     """Count a task failed for its job, tagged with the failure's kind (``app``, ``infra``,
     ``capacity``, ``config``, ``cancelled``, ``guardrail``, ``timeout``)."""
     stats().incr(FAILED, tags=job_tags(scheduler=scheduler, dag_id=dag_id, task_id=task_id, kind=kind))
+
+
+def emit_moved(*, scheduler: str, dag_id: str, task_id: str, source: str, target: str, why: str) -> None:
+    """Count a job moved from rung ``source`` to rung ``target`` of its ladder (connection ids),
+    tagged with why (``start_timeout``, ``max_infra_failures``); ``scheduler``: the rung left's."""
+    tags = job_tags(scheduler=scheduler, dag_id=dag_id, task_id=task_id, to=target, why=why)
+    tags["from"] = source
+    stats().incr(MOVED, tags=tags)

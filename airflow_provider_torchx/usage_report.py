@@ -16,6 +16,7 @@ from airflow_provider_torchx.core.failures import FailureKind
 from airflow_provider_torchx.core.guards import MAX_COST
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
+from airflow_provider_torchx.ladder import ladder_line
 from airflow_provider_torchx.metrics import emit_usage_metrics
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def report_usage(
     checkpoint_dir: str | None = None,
     budget: Mapping[str, Any] | None = None,
     failure_kind: FailureKind | None = None,
+    ladder: Mapping[str, Any] | None = None,
 ) -> Usage | None:
     """Log, push and emit the usage of the ended job ``app_handle``; return it (None: the job
     has not ended or its scheduler keeps no usage). ``app_name`` tags the metrics (default:
@@ -44,7 +46,9 @@ def report_usage(
     (priced at the rates the job carries, ``cost_usd``, as the runner reads it).
     ``budget``: the ``max_gpu_hours`` or ``max_cost`` trip that stopped the job (``Trip.to_dict``): the summary
     says the budget was hit (XCom: key ``budget``), from the usage so far when the cancelled
-    job has not ended yet. ``failure_kind``: a failed job's kind (XCom: key ``failure_kind``)."""
+    job has not ended yet. ``failure_kind``: a failed job's kind (XCom: key ``failure_kind``).
+    ``ladder``: the totals over every rung a capacity ladder tried (``ladder.summed``; XCom: key
+    ``ladder``), also logged."""
     try:
         status = runner.status(app_handle)
     except Exception as e:  # the report is a courtesy: never fail the task for it
@@ -72,6 +76,9 @@ def report_usage(
         summary["budget"] = {"max_gpu_hours": budget["limit"], "gpu_hours": budget["gpu_hours"], "hit": True}
     if failure_kind is not None:
         summary["failure_kind"] = failure_kind.value
+    if ladder is not None:
+        summary["ladder"] = dict(ladder)
+        text += f"\n  {ladder_line(ladder)}"
     log.info("TorchX job %s %s", app_handle, text)
     context["ti"].xcom_push(key=XCOM_KEY, value=summary)
     parsed = parse_app_handle(app_handle)

@@ -250,9 +250,13 @@ class TaskWatcher(JobWatch):
         batch_lines: int = BATCH_LINES,
         clock: Clock = SYSTEM_CLOCK,
         guards: Guards | None = None,
+        start_timeout_reason: str | None = None,
     ) -> None:
         self.log = log
         self.guards = guards if guards is not None and guards.armed else None
+        #: The reason a ``start_timeout`` trip's cancel gives, over the guard's own (a capacity
+        #: ladder's move, naming the next rung: ``ladder.cancel_reason``).
+        self.start_timeout_reason = start_timeout_reason
         self.position = position or LogPosition()
         super().__init__(
             runner,
@@ -558,6 +562,8 @@ class TaskWatcher(JobWatch):
                 why = f"(could not ask the scheduler why: {type(e).__name__}: {e})"
         message = trip.message(self.app_handle, why)
         reason = f"guardrail {trip.guard}={trip.limit:g} tripped"
+        if trip.guard == START_TIMEOUT and self.start_timeout_reason:
+            reason = self.start_timeout_reason
         self.runner.cancel(self.app_handle, reason=reason, by=CancelledBy.TASK)
         return self.event("guardrail", message=message, **trip.to_dict())
 

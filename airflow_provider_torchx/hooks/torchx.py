@@ -29,6 +29,7 @@ from airflow_provider_torchx.core.guards import MAX_COST, MAX_GPU_HOURS, START_T
 from airflow_provider_torchx.core.rates import Rates, parse_rates
 from airflow_provider_torchx.core.runner import DEFAULT_SESSION_NAME, Runner, get_runner
 from airflow_provider_torchx.core.specs import parse_app_handle
+from airflow_provider_torchx.ladder import MAX_INFRA_FAILURES, max_infra_failures
 
 #: The connection extras that give the guards' defaults (``core/guards.py``), with the unit of
 #: each (None: seconds).
@@ -41,6 +42,7 @@ _EXTRA_KEYS = (
     "region_name",
     "checkpoint_root",
     "rates",
+    MAX_INFRA_FAILURES,
     *GUARD_EXTRAS,
 )
 
@@ -63,6 +65,9 @@ class TorchXSettings:
     max_cost: float | None = None
     #: What the hardware costs (the extra ``rates``, else ``[torchx] rates``; None: unpriced).
     rates: Rates | None = None
+    #: As a rung of a capacity ladder: its ``infra``/``capacity`` failures before the job moves
+    #: on (``ladder.py``; None: never).
+    max_infra_failures: int | None = None
 
     @property
     def runner_key(self) -> tuple[str, str, str | None, str | None]:
@@ -227,6 +232,7 @@ class TorchXHook(BaseHook):
             region_name=values.get("region_name"),
             checkpoint_root=values.get("checkpoint_root"),
             rates=rates,
+            max_infra_failures=max_infra_failures(values.get(MAX_INFRA_FAILURES), str(self.torchx_conn_id)),
         )
 
     # ------------------------------------------------------------------ runner

@@ -42,6 +42,7 @@ from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
 from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, event_failure, failure_block, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
+from airflow_provider_torchx.ladder import conn_ids, rung_start_timeout
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, redact_request, register_app_secrets
 from airflow_provider_torchx.metrics import emit_failed, emit_guardrail
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from airflow_provider_torchx.core.runner import Runner
     from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
     from airflow_provider_torchx.core.usage import Usage
+    from airflow_provider_torchx.operators.climb import Climb
     from airflow_provider_torchx.watch import TaskWatcher
 
 log = logging.getLogger(__name__)
@@ -189,7 +191,10 @@ class TorchXRunOperator(BaseOperator):
     :param env: environment variables added to every role (templated)
     :param scheduler: scheduler backend, over the connection's
     :param cfg: run options merged over the connection's, a dict or ``k=v,...`` (templated)
-    :param torchx_conn_id: the ``torchx`` connection (optional when ``scheduler`` is given)
+    :param torchx_conn_id: the ``torchx`` connection (optional when ``scheduler`` is given), or
+        a list of them: a capacity ladder, tried in order; the job moves to the next rung when
+        it cannot start (the rung's ``start_timeout``, else the task's) or after the rung's
+        ``max_infra_failures`` (docs/architecture.md, "Capacity ladder")
     :param dryrun: log and return the native request; submit nothing
     :param wait_for_completion: wait for the job (else return the handle once submitted)
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``)
@@ -234,7 +239,7 @@ class TorchXRunOperator(BaseOperator):
         env: dict[str, str] | None = None,
         scheduler: str | None = None,
         cfg: Mapping[str, Any] | str | None = None,
-        torchx_conn_id: str = TorchXHook.default_conn_name,
+        torchx_conn_id: str | Sequence[str] = TorchXHook.default_conn_name,
         dryrun: bool = False,
         wait_for_completion: bool = True,
         deferrable: bool = default_deferrable(),
@@ -269,9 +274,16 @@ class TorchXRunOperator(BaseOperator):
         self.component_args = component_args if component_args is not None else []
         self.app_name = app_name
         self.env = env
+        #: The connection of each rung (one: no ladder); ``torchx_conn_id`` is the rung's in use.
+        self.rungs = conn_ids(torchx_conn_id)
+        if scheduler is not None and len(self.rungs) > 1:
+            raise ValueError(
+                f"scheduler: {scheduler!r} is not allowed with a ladder (torchx_conn_id={list(self.rungs)!r}): "
+                "each rung's connection names its scheduler"
+            )
         self.scheduler = scheduler
         self.cfg = cfg
-        self.torchx_conn_id = torchx_conn_id
+        self.torchx_conn_id = self.rungs[0]
         self.dryrun = dryrun
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
@@ -295,11 +307,13 @@ class TorchXRunOperator(BaseOperator):
         #: The ended job's usage summary (``core/usage.py``) and final state, once the task reported it.
         self.usage: Usage | None = None
         self.job_state: str | None = None
+        #: This try's way down a capacity ladder (``operators/climb.py``; None: no ladder).
+        self._climb: Climb | None = None
 
     # ------------------------------------------------------------------ building the job
 
     def hook(self) -> TorchXHook:
-        """The hook for this task's connection and scheduler override."""
+        """The hook for this task's connection (the rung's in use) and scheduler override."""
         return TorchXHook(self.torchx_conn_id, scheduler=self.scheduler)
 
     def build_app(self) -> AppDef:
@@ -329,7 +343,10 @@ class TorchXRunOperator(BaseOperator):
         scheduler does not date the job's submission). ``InvalidRunConfigError`` for a
         ``max_cost`` with no rates to price the job at."""
         settings = hook.settings
-        start = self.start_timeout if self.start_timeout is not None else settings.start_timeout
+        if len(self.rungs) > 1:  # a rung's own limit first: it says how long to wait there
+            start = rung_start_timeout(settings.start_timeout, self.start_timeout)
+        else:
+            start = self.start_timeout if self.start_timeout is not None else settings.start_timeout
         guards = Guards(
             start,
             smaller(self.max_gpu_hours, settings.max_gpu_hours),
@@ -350,40 +367,59 @@ class TorchXRunOperator(BaseOperator):
             return self._execute(context)
 
     def _execute(self, context: Context) -> str | dict[str, Any]:
-        """Submit (or, on a retry, adopt) the job, then return at once, defer or wait."""
+        """Submit (or, on a retry, adopt) the job, then return at once, defer or wait; with a
+        ladder, move the job down it as ``ladder.decide`` says (``operators/climb.py``)."""
+        from airflow_provider_torchx.operators.climb import Climb
         from airflow_provider_torchx.watch import TaskWatcher
 
         started_at = time.time()
+        climb = self._climb = Climb.check(self, context) if len(self.rungs) > 1 else None  # before submitting
+        if climb is not None and self.reattach_on_retry and not self.dryrun:
+            climb.locate(context)
         hook = self.hook()
         guards = self.guards(hook, started_at)  # a bad connection extra fails before anything is submitted
         runner = self._runner = hook.get_runner()
-        job = self._submit_or_adopt(context, hook, runner, guards)
+        job = self._submit_or_adopt(context, hook, runner, guards, climb=climb)
         if isinstance(job, dict):  # a dry run: the rendered request
             return job
         if not self.wait_for_completion:
             return self._report_success(context, job.cursor_file, job.position, job.handle)
         wait_seconds = self._wait_seconds()
         deadline = None if wait_seconds is None else started_at + wait_seconds
-        if self.deferrable and not job.ended:
-            self._defer(hook, runner, job, deadline, started_at, guards)
-        watcher = TaskWatcher(
-            runner,
-            job.handle,
-            MaskedLog(self.log),
-            stream_logs=self.stream_logs,
-            position=job.position,
-            cursor_file=job.cursor_file,
-            guards=guards,
-        )
-        event = self._wait_in_worker(watcher, started_at, deadline)
-        return self._finish(event, context, job.cursor_file, watcher.position)
+        while True:
+            if self.deferrable and not job.ended:
+                self._defer(hook, runner, job, deadline, started_at, guards, climb)
+            watcher = TaskWatcher(
+                runner,
+                job.handle,
+                MaskedLog(self.log),
+                stream_logs=self.stream_logs,
+                position=job.position,
+                cursor_file=job.cursor_file,
+                guards=guards,
+                start_timeout_reason=climb.start_timeout_reason() if climb is not None else None,
+            )
+            event = self._wait_in_worker(watcher, started_at, deadline)
+            moved = climb.next_rung(context, event) if climb is not None else None
+            if moved is None:
+                return self._finish(event, context, job.cursor_file, watcher.position, climb)
+            hook, runner, guards, job = moved
 
     def _submit_or_adopt(
-        self, context: Context, hook: TorchXHook, runner: Runner, guards: Guards
+        self,
+        context: Context,
+        hook: TorchXHook,
+        runner: Runner,
+        guards: Guards,
+        *,
+        climb: Climb | None = None,
+        moving: bool = False,
     ) -> _TaskJob | dict[str, Any]:
         """The task's job: on a retry the earlier try's one it adopts (``_find_job_to_adopt``),
         else a new one submitted with the ``guards`` its scheduler holds itself
-        (``guards.guard_cfg``); recorded for the task (state store, XCom, links). A dry run
+        (``guards.guard_cfg``); recorded for the task (state store, XCom, links; with a ladder,
+        ``climb``'s record and the rung's label). ``moving``: the job moves to ``climb``'s
+        rung: never adopted, its checkpoints never set aside, its attempts continued. A dry run
         submits nothing and returns the rendered request instead."""
         from airflow_provider_torchx.core.cursors import LogPosition, newest
         from airflow_provider_torchx.orphans import DISOWNED_XCOM
@@ -391,12 +427,15 @@ class TorchXRunOperator(BaseOperator):
 
         scheduler = hook.settings.scheduler
         cfg = hook.resolve_cfg(self.cfg)
-        cfg.update(guard_cfg(guards, runner.scheduler_run_opts(scheduler)))
+        held = climb.scheduler_guards(guards) if climb is not None else guards
+        cfg.update(guard_cfg(held, runner.scheduler_run_opts(scheduler)))
         identity = task_identity(context)
         rates = hook.settings.rates
         labels = identity.labels() | ({} if rates is None else rates.labels())  # what the job carries
+        if climb is not None:
+            labels |= climb.labels()
         adopted = None
-        if self.reattach_on_retry and not self.dryrun:
+        if self.reattach_on_retry and not self.dryrun and not moving:
             adopted = self._find_job_to_adopt(runner, scheduler, cfg, identity, context)
         app = self.build_app()
         register_app_secrets(app)  # before anything is logged
@@ -411,7 +450,10 @@ class TorchXRunOperator(BaseOperator):
                 identity=identity,
                 try_number=context["ti"].try_number,
                 dryrun=self.dryrun,
-                fresh_start=self.fresh_start and checkpointing.first_try_of_run(context["ti"], self.retries or 0),
+                fresh_start=not moving
+                and self.fresh_start
+                and checkpointing.first_try_of_run(context["ti"], self.retries or 0),
+                moved_attempts=climb.attempts if climb is not None else (),
             )
             with warnings.catch_warnings(record=True) as caught:  # into the task log, once
                 warnings.simplefilter("always")
@@ -436,6 +478,8 @@ class TorchXRunOperator(BaseOperator):
         self.app_handle, self._identity = handle, identity
         _remember_job(context, handle, reported=False)
         context["ti"].xcom_push(key="app_handle", value=handle)
+        if climb is not None:
+            climb.submitted(context, handle)
         checkpointing.report(context, self.checkpoint_dir, self.log)
         self._persist_links(context, runner, handle)
         if not self.wait_for_completion or not self.cancel_on_kill:
@@ -451,8 +495,10 @@ class TorchXRunOperator(BaseOperator):
         deadline: float | None,
         started_at: float,
         guards: Guards | None = None,
+        climb: Climb | None = None,
     ) -> None:
-        """Hand the wait to ``TorchXJobTrigger`` (raises ``TaskDeferred``)."""
+        """Hand the wait to ``TorchXJobTrigger`` (raises ``TaskDeferred``); a ladder's
+        ``climb`` travels in the deferral's kwargs to ``execute_complete``."""
         from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 
         self.defer(
@@ -468,8 +514,10 @@ class TorchXRunOperator(BaseOperator):
                 started_at=started_at,
                 cancel_on_kill=self.cancel_on_kill,
                 guards=guards,
+                start_timeout_reason=climb.start_timeout_reason() if climb is not None else None,
             ),
             method_name="execute_complete",
+            kwargs=climb.to_kwargs(deadline, started_at) if climb is not None else None,
         )
 
     def _find_job_to_adopt(
@@ -528,14 +576,22 @@ class TorchXRunOperator(BaseOperator):
         return watcher.wait_for_outcome(self.poll_interval, deadline, started_at)
 
     def _finish(
-        self, event: Mapping[str, Any], context: Context, cursor_file: CursorFile, position: LogPosition
+        self,
+        event: Mapping[str, Any],
+        context: Context,
+        cursor_file: CursorFile,
+        position: LogPosition,
+        climb: Climb | None = None,
     ) -> str:
         """Return the handle of a succeeded job (recording that this try reported it);
-        otherwise cancel on timeout and raise."""
+        otherwise cancel on timeout and raise. A ladder's ``climb`` records the end first."""
         from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
         from airflow_provider_torchx.watch import failure_message, task_identity
 
         handle = str(event["app_handle"])
+        if climb is not None:
+            assert self._runner is not None
+            climb.finish(context, event, self._runner)
         if event["status"] == "guardrail":
             self._guardrail(event, context)
         if event.get("refused"):  # its record refused: stopped before this (watch.py, refused_event)
@@ -622,6 +678,7 @@ class TorchXRunOperator(BaseOperator):
             checkpoint_dir=self.checkpoint_dir,
             budget=budget,
             failure_kind=failure.kind if failure else None,
+            ladder=self._climb.totals() if self._climb is not None else None,
         )
 
     def _guardrail_line(self, guard: str, message: str, handle: str) -> None:
@@ -637,12 +694,16 @@ class TorchXRunOperator(BaseOperator):
         _remember_job(context, handle, reported=True)
         return handle
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
+    def execute_complete(self, context: Context, event: dict[str, Any], ladder: Mapping[str, Any] | None = None) -> str:
         """Resume after the trigger's event: flush the remaining log lines (from the newest of
-        the event's and the cursor file's positions), then return the handle or raise."""
+        the event's and the cursor file's positions), then return the handle or raise. With
+        a ``ladder`` (``Climb.to_kwargs``), a job that moves is submitted to the next rung and
+        the task defers again."""
         from airflow_provider_torchx.core.cursors import newest
+        from airflow_provider_torchx.operators.climb import Climb
         from airflow_provider_torchx.watch import cursor_file_for, event_position, flush_logs, task_identity
 
+        climb = self._climb = Climb.resume(self, ladder) if ladder is not None else None
         self.app_handle = str(event["app_handle"])
         self._identity = task_identity(context)
         self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()
@@ -652,7 +713,12 @@ class TorchXRunOperator(BaseOperator):
             position = flush_logs(self._runner, event, self.log, cursor_file)
         else:
             position = newest(event_position(event), cursor_file.load())
-        return self._finish(event, context, cursor_file, position)
+        moved = climb.next_rung(context, event) if climb is not None else None
+        if moved is not None:
+            assert ladder is not None
+            hook, runner, guards, job = moved
+            self._defer(hook, runner, job, ladder["deadline"], ladder["started_at"], guards, climb)
+        return self._finish(event, context, cursor_file, position, climb)
 
     def on_kill(self) -> None:
         """The task was killed in the worker: cancel its job as the table decides

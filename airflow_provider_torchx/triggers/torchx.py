@@ -141,6 +141,7 @@ class TorchXJobTrigger(BaseTrigger):
         started_at: float,
         cancel_on_kill: bool = False,
         guards: Guards | None = None,
+        start_timeout_reason: str | None = None,
     ) -> TorchXJobTrigger:
         """The trigger a task defers to (the operator and the sensor both build it here), of
         ``WatchSpec.for_job``'s spec: what the job's scheduler declares decides it."""
@@ -156,6 +157,7 @@ class TorchXJobTrigger(BaseTrigger):
             started_at=started_at,
             cancel_on_kill=cancel_on_kill,
             guards=guards,
+            start_timeout_reason=start_timeout_reason,
         )
         kwargs = spec.to_kwargs()
         return cls(kwargs.pop("app_handle"), **kwargs)
@@ -225,6 +227,7 @@ class TorchXJobTrigger(BaseTrigger):
             position=position,
             cursor_file=cursor_file,
             guards=self.spec.guards(),
+            start_timeout_reason=self.spec.start_timeout_reason,
         )
 
     async def _job_secrets(self, runner: Runner) -> list[tuple[str, str]]:

@@ -40,7 +40,8 @@ class WatchSpec:
     and the orphaned-jobs table says so; ``native_id``: the scheduler's own id of the job
     (``Runner.native_id``), so a fresh triggerer finds it without a look-up; ``start_timeout``,
     ``max_gpu_hours``, ``max_cost`` (priced at ``rates``, a ``Rates.to_dict()``): the guards
-    (``core/guards.py``) held at each look.
+    (``core/guards.py``) held at each look; ``start_timeout_reason``: the cancel reason of a
+    ``start_timeout`` trip, over the guard's own (a capacity ladder's move names the next rung).
     """
 
     app_handle: str
@@ -60,6 +61,7 @@ class WatchSpec:
     max_gpu_hours: float | None = None
     max_cost: float | None = None
     rates: Mapping[str, float] | None = None
+    start_timeout_reason: str | None = None
 
     @classmethod
     def for_job(
@@ -76,6 +78,7 @@ class WatchSpec:
         started_at: float,
         cancel_on_kill: bool = False,
         guards: Guards | None = None,
+        start_timeout_reason: str | None = None,
     ) -> WatchSpec:
         """The spec of a task's job, from what its scheduler declares: the AWS settings for one
         that uses an AWS session; this host for a host-bound one, so that a triggerer elsewhere
@@ -100,6 +103,7 @@ class WatchSpec:
             max_gpu_hours=guards.max_gpu_hours if guards else None,
             max_cost=guards.max_cost if guards else None,
             rates=guards.rates.to_dict() if guards and guards.rates else None,
+            start_timeout_reason=start_timeout_reason,
         )
 
     def to_kwargs(self) -> dict[str, Any]:

@@ -75,6 +75,7 @@ def test_serialize_is_exact_and_round_trips() -> None:
         "max_gpu_hours": 2.5,
         "max_cost": 40.0,
         "rates": {"gpu_hour": 2.5, "vcpu_hour": 0.04, "memory_gb_hour": 0.005},
+        "start_timeout_reason": "moved to torchx_ondemand: it did not start within start_timeout=600s",
     }
     trigger = TorchXJobTrigger(**kwargs)
     assert trigger.serialize() == (CLASSPATH, kwargs)
@@ -104,6 +105,7 @@ def test_serialize_defaults() -> None:
             "max_gpu_hours": None,
             "max_cost": None,
             "rates": None,
+            "start_timeout_reason": None,
         },
     )
 

@@ -63,7 +63,8 @@ def trigger_for(scheduler: str, **kwargs: Any) -> TorchXJobTrigger:
 
 
 def test_a_triggers_serialised_kwargs_are_exactly_its_specs_fields() -> None:
-    trigger = trigger_for("batchlike", cancel_on_kill=True, guards=GUARDS)
+    reason = "moved to batch_ondemand: it did not start within start_timeout=600s"  # a capacity ladder's
+    trigger = trigger_for("batchlike", cancel_on_kill=True, guards=GUARDS, start_timeout_reason=reason)
     assert trigger.serialize() == (
         "airflow_provider_torchx.triggers.torchx.TorchXJobTrigger",
         {
@@ -89,6 +90,7 @@ def test_a_triggers_serialised_kwargs_are_exactly_its_specs_fields() -> None:
             "max_gpu_hours": 8.0,
             "max_cost": 50.0,
             "rates": {"gpu_hour": 2.5, "vcpu_hour": 0.05, "memory_gb_hour": 0.0},
+            "start_timeout_reason": reason,
         },
     )
 
@@ -133,6 +135,7 @@ def test_a_triggers_kwargs_of_only_the_handle_take_the_defaults() -> None:
         "max_gpu_hours": None,
         "max_cost": None,
         "rates": None,
+        "start_timeout_reason": None,
     }
 
 

@@ -7,6 +7,10 @@ line once. In another run, side by side: a deferred Slurm task marked failed get
 cancelled, naming the task (nothing of it left in ``squeue``); a worker-mode Slurm task whose
 task process is SIGKILLed is retried, and the retry adopts the running job (one job carries the
 task instance's labels, the same handle) and runs it to success once the test opens its gate.
+
+A deferred capacity ladder (the box, then Slurm) beside a local job holding the box's two GPUs:
+the job cannot start on the box, moves to Slurm after the box's ``start_timeout`` and succeeds
+there, every line once, the box's job cancelled for the move.
 """
 
 from __future__ import annotations
@@ -39,7 +43,11 @@ pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
 
 LINES = "torchx_e2e_slurm"
 ENDS = "torchx_e2e_slurm_ends"
+LADDER = "torchx_e2e_slurm_ladder"
 CONN = "torchx_e2e_slurm"
+BOX = "torchx_e2e_box"
+#: The ladder's Slurm rung: CONN's cluster and job directory, checkpointing where the box does.
+RUNG = "torchx_e2e_ladder_slurm"
 #: The bound the reaper's rule promises: a job ends within a minute of its task's end.
 WITHIN = 60.0
 
@@ -50,8 +58,14 @@ def slurm_deployment(slurm_cluster: str, tmp_path_factory: pytest.TempPathFactor
     deployment's folder) and a 10 s ``[torchx] orphan_grace``; its Slurm jobs cancelled at the end."""
     root = tmp_path_factory.mktemp("live-airflow-slurm")
     extra = {"scheduler": "slurm", "cfg": f"job_dir={root / 'slurm-jobs'}"}
+    ckpt = str(root / "ckpt")  # the ladder's rungs' checkpoint root
+    box = {"scheduler": "local_cwd", "cfg": {"auto_set_cuda_visible_devices": True}, "start_timeout": 3}
+    rung = {**extra, "checkpoint_root": ckpt}
     env = {
         f"AIRFLOW_CONN_{CONN.upper()}": json.dumps({"conn_type": "torchx", "extra": extra}),
+        f"AIRFLOW_CONN_{BOX.upper()}": json.dumps({"conn_type": "torchx", "extra": {**box, "checkpoint_root": ckpt}}),
+        f"AIRFLOW_CONN_{RUNG.upper()}": json.dumps({"conn_type": "torchx", "extra": rung}),
+        "AIRFLOW_TORCHX_LOCAL_GPUS": "0,1",  # the box's GPUs, as the ledger counts them
         "AIRFLOW__TORCHX__ORPHAN_GRACE": str(ORPHAN_GRACE),
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",  # a task process parses its DAG file first
     }
@@ -61,7 +75,7 @@ def slurm_deployment(slurm_cluster: str, tmp_path_factory: pytest.TempPathFactor
         finally:
             slurm = SlurmScheduler("e2e-cleanup", index=JobIndex(root / "cleanup-index"))
             for app in slurm.list():
-                if app.labels.get("airflow.dag_id") in (LINES, ENDS) and not app.state.is_terminal():
+                if app.labels.get("airflow.dag_id") in (LINES, ENDS, LADDER) and not app.state.is_terminal():
                     slurm.cancel(app.app_id)
             slurm.close()
 
@@ -147,3 +161,29 @@ def test_slurm_tasks_beside_a_local_one_lines_reaper_and_retry(
         assert any(TRIGGER_STARTED.match(e) for e in events), f"{task_id} was never deferred"
         assert_each_line_once(events, expected_lines(6, 2), f"{LINES}.{task_id}")
     assert [j.state for j in jobs_of(slurm, LINES, lines_run, "slurm")] == [AppState.SUCCEEDED]
+
+
+def test_a_deferred_ladder_moves_from_a_busy_box_to_slurm(
+    slurm_deployment: LiveAirflow, slurm: SlurmScheduler, tmp_path: Path
+) -> None:
+    live, api = slurm_deployment, slurm_deployment.deployment
+    hold = tmp_path / "hold"  # the holder's job holds both GPUs until it exists
+    ckpt = str(live.state_dir.parent / "ckpt")  # the connections' checkpoint_root
+    run = live.trigger(LADDER, {"lines": 3, "pause": 0.2, "replicas": 1, "hold": str(hold), "ckpt": ckpt})
+    try:
+        api.wait_for_state(LADDER, run, "ladder", {"success"}, timeout=120)
+    finally:
+        hold.touch()
+    steps = api.xcom(LADDER, run, "ladder", "ladder")
+    assert [(s["conn_id"], s["outcome"]) for s in steps] == [(BOX, "moved"), (RUNG, "succeeded")], steps
+    assert steps[0]["reason"] == "it did not start within start_timeout=3s", steps
+    handle = api.xcom(LADDER, run, "ladder", "app_handle")
+    assert handle == steps[1]["app_handle"] and handle.startswith("slurm://"), handle
+    box_job = live.scheduler.describe(steps[0]["app_handle"].rsplit("/", 1)[1])
+    assert box_job is not None and box_job.state == AppState.CANCELLED, box_job
+    assert box_job.cancel_reason == f"moved to {RUNG}: it did not start within start_timeout=3s", box_job
+    events = api.task_log(LADDER, run, "ladder", 1)
+    moves = [e for e in events if e.startswith(f"Ladder: leaving rung 1 '{BOX}' (local_cwd)")]
+    assert len(moves) == 1 and moves[0].endswith(f"moving to rung 2 '{RUNG}' (slurm)"), moves
+    assert_each_line_once(events, expected_lines(3, 1), f"{LADDER}.ladder")
+    assert [j.state for j in jobs_of(slurm, LADDER, run, "ladder")] == [AppState.SUCCEEDED]

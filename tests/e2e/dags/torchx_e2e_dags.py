@@ -134,3 +134,41 @@ with DAG(dag_id="torchx_e2e_slurm_ends", schedule=None, start_date=START, catchu
             retries=0 if slurm_deferrable else 1,
             retry_delay=timedelta(seconds=1),
         )
+
+# The capacity ladder's live test (test_live_slurm.py; the connections torchx_e2e_box and
+# torchx_e2e_ladder_slurm, a 2-GPU host as the ledger counts, exist in that deployment only): "hold"
+# submits a local job holding both GPUs until the file params.hold exists, and returns at once;
+# then a deferred ladder task whose job asks for both cannot start on the box and moves to
+# Slurm. Both rungs checkpoint under params.ckpt, which the job bind-mounts (Slurm mounts nothing).
+with DAG(
+    dag_id="torchx_e2e_slurm_ladder",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    params={**PARAMS, "ckpt": "", "hold": ""},
+):
+    hold = TorchXRunOperator(
+        task_id="hold",
+        component="utils.sh",
+        component_args={
+            "args": ['while [ ! -e "{{ params.hold }}" ]; do sleep 0.2; done'],
+            "gpu": 2,
+            "memMB": 64,
+        },
+        scheduler="local_cwd",
+        cfg={"auto_set_cuda_visible_devices": True},
+        wait_for_completion=False,  # the ledger hands the GPUs out in submission order: this job first
+    )
+    ladder = TorchXRunOperator(
+        task_id="ladder",
+        torchx_conn_id=["torchx_e2e_box", "torchx_e2e_ladder_slurm"],
+        component="utils.sh",
+        component_args={
+            **lines_args(),
+            "gpu": 2,
+            "mounts": ["type=bind", "src={{ params.ckpt }}", "dst={{ params.ckpt }}"],
+        },
+        deferrable=True,
+        poll_interval=1,
+    )
+    hold >> ladder

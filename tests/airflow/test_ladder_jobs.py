@@ -1,0 +1,296 @@
+"""A capacity ladder with real local jobs (docs/architecture.md, "Capacity ladder"): two
+``torchx`` connections on this host, the first asking the GPU ledger for GPUs another job holds
+(``AIRFLOW_TORCHX_LOCAL_GPUS``), the second asking for none. The job moves after the first
+rung's ``start_timeout`` (in the worker and deferred), or after its ``max_infra_failures``, and
+resumes on the second with the same checkpoint location and the attempt number continued; an
+app failure does not move."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    from airflow.sdk.exceptions import TaskDeferred
+except ImportError:  # Airflow 3.1
+    from airflow.exceptions import TaskDeferred  # type: ignore[attr-defined,no-redef]
+
+from airflow_provider_torchx.core.runner import Runner
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
+from airflow_provider_torchx.core.specs import AppDef, AppState, BindMount, Resource, Role
+from airflow_provider_torchx.failures import FailureKind, TorchXAppFailure, TorchXConfigRefused
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from tests.airflow.helpers import FakeTI, run_deferred, wait_until
+from tests.airflow.test_guardrails import CFG, Counter, ended, gpu_app
+
+POLL = 0.5
+LADDER = ["torchx_box", "torchx_spare"]
+
+
+def conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **extra: Any) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "torchx", "extra": extra}))
+
+
+@pytest.fixture
+def rungs(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """``torchx_box``: local jobs given GPUs from the ledger of a 2-GPU host, start_timeout 2 s;
+    ``torchx_spare``: local jobs that ask the ledger for none. Metrics counted."""
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1")
+    conn(monkeypatch, "torchx_box", scheduler="local_cwd", cfg=CFG, start_timeout=2, max_infra_failures=1)
+    conn(monkeypatch, "torchx_spare", scheduler="local_cwd")
+    counter = Counter()
+    monkeypatch.setattr("airflow_provider_torchx.metrics.stats", lambda: counter)
+    return counter
+
+
+@pytest.fixture
+def holder(local_jobs: tuple[Runner, list[str]], rungs: Counter) -> Iterator[str]:
+    """A job holding both GPUs, running."""
+    runner, handles = local_jobs
+    handle = runner.run(gpu_app("holder", 2), "local_cwd", CFG)
+    handles.append(handle)
+    wait_until(lambda: (s := runner.status(handle)) and s.state == AppState.RUNNING, what="the holder to run")
+    yield handle
+
+
+def trainer(script: str = "") -> AppDef:
+    """One replica asking for 2 GPUs that says where it checkpoints and its attempt, then runs ``script``."""
+    says = 'echo "ckpt=$TORCHX_CHECKPOINT_DIR attempt=$TORCHX_ATTEMPT"'
+    role = Role("t", image="local", entrypoint="sh", args=["-c", f"{says}; {script}"], resource=Resource(1, 2, 64))
+    return AppDef(name="trainer", roles=[role])
+
+
+def operator(app: AppDef, **kwargs: Any) -> TorchXRunOperator:
+    options: dict[str, Any] = {"poll_interval": POLL, "deferrable": False} | kwargs
+    return TorchXRunOperator(task_id="task", app=app, torchx_conn_id=LADDER, **options)
+
+
+def assert_moved(runner: Runner, ti: FakeTI, rungs: Counter, out: str, why: str) -> tuple[str, str]:
+    """The ladder left ``torchx_box`` for ``torchx_spare`` once, for ``why``; the spare's job
+    succeeded with the box's checkpoint location and the attempt after the box's. Returns both jobs."""
+    steps = ti.xcoms["ladder"]
+    assert [(s["conn_id"], s["outcome"]) for s in steps] == [("torchx_box", "moved"), ("torchx_spare", "succeeded")]
+    first, second = steps[0]["app_handle"], steps[1]["app_handle"]
+    assert ti.xcoms["app_handle"] == second and first != second
+    assert all("submitted_at" in s and "ended_at" in s for s in steps), steps
+    left, taken = runner.describe_app(first), runner.describe_app(second)
+    assert left is not None and taken is not None
+    if why == "start_timeout":  # the task's watcher held it (not the scheduler) and cancelled for the move
+        assert left.state == AppState.CANCELLED and left.cancelled_by == CancelledBy.TASK
+        assert left.cancel_reason == "moved to torchx_spare: it did not start within start_timeout=2s"
+    else:  # ended before the move: nothing left to cancel
+        assert left.state == AppState.FAILED
+    assert taken.state == AppState.SUCCEEDED
+    assert left.labels["torchx.rung"] == "torchx_box" and taken.labels["torchx.rung"] == "torchx_spare"
+    identity = {k: v for k, v in left.labels.items() if k.startswith("airflow.")}
+    assert identity and all(taken.labels[k] == v for k, v in identity.items())
+    assert left.checkpoint_dir is not None and taken.checkpoint_dir == left.checkpoint_dir
+    assert f"[t/0] ckpt={left.checkpoint_dir} attempt=1" in out, out[-3000:]
+    moves = [line for line in out.splitlines() if "Ladder: leaving rung 1 'torchx_box' (local_cwd)" in line]
+    assert len(moves) == 1 and f"job {first}: " in moves[0], out[-3000:]
+    assert "; moving to rung 2 'torchx_spare' (local_cwd)" in moves[0]
+    tags = {"scheduler": "local_cwd", "dag_id": "adhoc_airflow", "task_id": "task", "from": "torchx_box"}
+    assert rungs.of("torchx.job.moved") == [{**tags, "to": "torchx_spare", "why": why}]
+    return first, second
+
+
+def test_a_job_that_cannot_start_moves_to_the_next_rung_in_the_worker(
+    local_jobs: tuple[Runner, list[str]], holder: str, rungs: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    runner, handles = local_jobs
+    ti = FakeTI(run_id="ladder-worker")
+    op = operator(trainer())
+    try:
+        assert op.execute({"ti": ti}) == ti.xcoms["app_handle"]  # type: ignore[arg-type]
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    out, err = capfd.readouterr()
+    first, _ = assert_moved(runner, ti, rungs, out + err, "start_timeout")
+    assert "it did not start within start_timeout=2s" in ti.xcoms["ladder"][0]["reason"]
+    assert runner.status(holder).state == AppState.RUNNING  # type: ignore[union-attr]  # untouched
+    assert ended(runner, first) == AppState.CANCELLED
+    assert rungs.of("torchx.job.failed") == []
+    totals = ti.xcoms["usage"]["ladder"]  # both rungs' jobs summed: the box's never ran
+    assert (totals["jobs"], totals["known"], totals["attempts_count"]) == (2, 2, 1), totals
+    assert totals["node_seconds"] == ti.xcoms["usage"]["node_seconds"], totals
+    assert "Ladder (2 jobs, every rung tried): " in out + err
+
+
+def test_a_job_that_cannot_start_moves_to_the_next_rung_deferred(
+    local_jobs: tuple[Runner, list[str]], holder: str, rungs: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    runner, handles = local_jobs
+    ti = FakeTI(run_id="ladder-deferred")
+    op = operator(trainer(), deferrable=True)
+    try:
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute({"ti": ti})  # type: ignore[arg-type]
+        (event,) = run_deferred(deferred.value.trigger)
+        assert event["status"] == "guardrail" and event["guard"] == "start_timeout"
+        # A fresh operator resumes (as a worker does), moves the job and defers again.
+        with pytest.raises(TaskDeferred) as again:
+            operator(trainer(), deferrable=True).execute_complete(
+                {"ti": ti},  # type: ignore[arg-type]
+                event,
+                **deferred.value.kwargs,
+            )
+        assert again.value.kwargs["ladder"]["rung"] == 1
+        (last,) = run_deferred(again.value.trigger)
+        assert last["status"] == "success"
+        result = operator(trainer(), deferrable=True).execute_complete(
+            {"ti": ti},  # type: ignore[arg-type]
+            last,
+            **again.value.kwargs,
+        )
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    assert result == ti.xcoms["app_handle"]
+    out, err = capfd.readouterr()
+    assert_moved(runner, ti, rungs, out + err, "start_timeout")
+
+
+def test_an_infra_failure_moves_after_the_rungs_max_infra_failures(
+    local_jobs: tuple[Runner, list[str]], rungs: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A replica killed by SIGKILL (the OOM killer's signal) is an infra failure; the box takes one."""
+    runner, handles = local_jobs
+    ti = FakeTI(run_id="ladder-infra")
+    killed_on_the_box = '[ -n "$CUDA_VISIBLE_DEVICES" ] && kill -KILL $$$$; true'  # $$ is the macros' "$"
+    try:
+        operator(trainer(killed_on_the_box)).execute({"ti": ti})  # type: ignore[arg-type]
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    out, err = capfd.readouterr()
+    assert_moved(runner, ti, rungs, out + err, "max_infra_failures")
+    totals = ti.xcoms["usage"]["ladder"]  # both rungs' jobs ran: one attempt each
+    assert (totals["jobs"], totals["known"], totals["attempts_count"]) == (2, 2, 2), totals
+    assert ti.xcoms["ladder"][0]["reason"] == "1 capacity/infra failures there (max_infra_failures=1)"
+
+
+def test_an_app_failure_on_the_first_rung_does_not_move(
+    local_jobs: tuple[Runner, list[str]], rungs: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    runner, handles = local_jobs
+    ti = FakeTI(run_id="ladder-app")
+    try:
+        with pytest.raises(TorchXAppFailure) as raised:
+            operator(trainer("exit 3")).execute({"ti": ti})  # type: ignore[arg-type]
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    assert raised.value.kind == FailureKind.APP
+    (step,) = ti.xcoms["ladder"]
+    assert (step["conn_id"], step["outcome"], step["app_handle"]) == ("torchx_box", "failed", ti.xcoms["app_handle"])
+    assert rungs.of("torchx.job.moved") == []
+    out, err = capfd.readouterr()
+    assert "Ladder: leaving" not in out + err
+    ours = runner.list("local_cwd", None, {"airflow.run_id": "ladder-app"})
+    assert [a.app_handle for a in ours] == [step["app_handle"]]  # nothing submitted to the spare
+
+
+def test_a_ladder_whose_rungs_checkpoint_apart_fails_before_submitting_naming_the_rung(
+    local_jobs: tuple[Runner, list[str]], rungs: Counter, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    runner, _ = local_jobs
+    conn(monkeypatch, "torchx_spare", scheduler="local_cwd", checkpoint_root=str(tmp_path / "elsewhere"))
+    ti = FakeTI(run_id="ladder-apart")
+    with pytest.raises(TorchXConfigRefused, match=r"torchx_conn_id\[1\]: rung 'torchx_spare' \(local_cwd\)"):
+        operator(trainer(), dryrun=True).execute({"ti": ti})  # type: ignore[arg-type]
+    assert ti.xcoms == {}
+    assert runner.list("local_cwd", None, {"airflow.run_id": "ladder-apart"}) == []
+
+
+def test_a_bad_max_infra_failures_extra_fails_naming_the_connection(
+    rungs: Counter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn(monkeypatch, "torchx_spare", scheduler="local_cwd", max_infra_failures=0)
+    with pytest.raises(TorchXConfigRefused, match=r"connection 'torchx_spare' extra max_infra_failures: 0"):
+        operator(trainer(), dryrun=True).execute({"ti": FakeTI(run_id="ladder-bad")})  # type: ignore[arg-type]
+
+
+def test_a_ladder_refuses_a_scheduler_override_and_a_bad_list_at_parse_time() -> None:
+    with pytest.raises(ValueError, match=r"^scheduler: 'local_cwd' is not allowed with a ladder"):
+        TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=LADDER, scheduler="local_cwd")
+    with pytest.raises(ValueError, match=r"^torchx_conn_id: an empty list is not allowed"):
+        TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=[])
+
+
+def test_a_retry_adopts_the_job_on_the_rung_it_moved_to(
+    local_jobs: tuple[Runner, list[str]], holder: str, rungs: Counter, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Try 1 moved its job to the spare and deferred; its worker is gone. Try 2 (in the worker)
+    finds the job on the spare and reattaches to it: nothing new is submitted on either rung."""
+    runner, handles = local_jobs
+    ti = FakeTI(run_id="ladder-retry")
+    try:
+        with pytest.raises(TaskDeferred) as deferred:
+            operator(trainer("sleep 3"), deferrable=True).execute({"ti": ti})  # type: ignore[arg-type]
+        (event,) = run_deferred(deferred.value.trigger)
+        with pytest.raises(TaskDeferred):
+            operator(trainer("sleep 3"), deferrable=True).execute_complete(
+                {"ti": ti},  # type: ignore[arg-type]
+                event,
+                **deferred.value.kwargs,
+            )
+        on_the_spare = ti.xcoms["app_handle"]
+        retry = FakeTI(try_number=2, run_id="ladder-retry")
+        assert operator(trainer("sleep 3")).execute({"ti": retry}) == on_the_spare  # type: ignore[arg-type]
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    out, err = capfd.readouterr()
+    assert "Retry: this task instance's newest job is on rung 2 'torchx_spare' (local_cwd)" in out + err
+    assert re.search(rf"Retry: reattaching to {re.escape(on_the_spare)} \((PENDING|RUNNING)\), submitted", out + err)
+    assert [(s["conn_id"], s["app_handle"], s["outcome"]) for s in retry.xcoms["ladder"]] == [
+        ("torchx_spare", on_the_spare, "succeeded")
+    ]
+    ours = runner.list("local_cwd", None, {"airflow.run_id": "ladder-retry"})
+    assert len(ours) == 2  # the box's cancelled job and the spare's: none submitted by the retry
+
+
+@pytest.mark.slurm
+def test_a_job_that_cannot_start_on_the_box_moves_to_slurm_and_checkpoints_in_the_same_place(
+    local_jobs: tuple[Runner, list[str]],
+    holder: str,
+    rungs: Counter,
+    slurm_cluster: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The box's GPUs are all held; the job moves to the real Slurm cluster (its second rung, a
+    job directory the nodes share) and writes into the checkpoint location the box's job was given."""
+    runner, handles = local_jobs
+    conn(monkeypatch, "torchx_spare", scheduler="slurm", cfg=f"job_dir={tmp_path / 'jobs'}")
+    root = str(tmp_path / "ckpt")
+    app = trainer('mkdir -p "$TORCHX_CHECKPOINT_DIR" && echo "attempt $TORCHX_ATTEMPT" > "$TORCHX_CHECKPOINT_DIR/step"')
+    app.roles[0].mounts = [BindMount(root, root)]  # the path every rung sees (Slurm mounts nothing: docs)
+    ti = FakeTI(run_id="ladder-slurm")
+    try:
+        handle = operator(app, checkpoint_root=root).execute({"ti": ti})  # type: ignore[arg-type]
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    steps = ti.xcoms["ladder"]
+    assert [(s["conn_id"], s["outcome"]) for s in steps] == [("torchx_box", "moved"), ("torchx_spare", "succeeded")]
+    assert handle == steps[1]["app_handle"] and handle.startswith("slurm://")
+    left = runner.describe_app(steps[0]["app_handle"])
+    assert left is not None and left.state == AppState.CANCELLED and left.cancelled_by == CancelledBy.TASK
+    assert left.cancel_reason == "moved to torchx_spare: it did not start within start_timeout=2s"
+    assert left.checkpoint_dir is not None and left.checkpoint_dir.startswith(root + "/")
+    assert Path(left.checkpoint_dir, "step").read_text() == "attempt 1\n"  # written on Slurm, same place
+    out, err = capfd.readouterr()
+    assert "moving to rung 2 'torchx_spare' (slurm)" in out + err
+    assert rungs.of("torchx.job.moved")[0]["to"] == "torchx_spare"
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_the_box_holds_its_start_timeout_itself_only_when_no_watcher_will(rungs: Counter, wait: bool) -> None:
+    """A waiting task's watcher holds a moving rung's start_timeout (its trip cancels with the
+    move's reason); with wait_for_completion=False nothing would watch, so the scheduler does."""
+    request = operator(trainer(), dryrun=True, wait_for_completion=wait).execute(
+        {"ti": FakeTI(run_id=f"ladder-held-{wait}")}  # type: ignore[arg-type]
+    )
+    assert ('"start_timeout": 2' in json.dumps(request)) is not wait, request
