@@ -36,9 +36,8 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_torchx.core.cursors import LogPosition, newest
+from airflow_provider_torchx.core.cursors import newest
 from airflow_provider_torchx.core.errors import RecordRefusedError
-from airflow_provider_torchx.core.guards import Guards
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
@@ -127,39 +126,11 @@ class TorchXJobTrigger(BaseTrigger):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
-    def for_job(
-        cls,
-        app_handle: str,
-        runner: Runner,
-        settings: TorchXSettings,
-        *,
-        poll_interval: float,
-        stream_logs: bool,
-        position: LogPosition,
-        identity: dict[str, str],
-        deadline: float | None,
-        started_at: float,
-        cancel_on_kill: bool = False,
-        guards: Guards | None = None,
-        start_timeout_reason: str | None = None,
-    ) -> TorchXJobTrigger:
+    def for_job(cls, app_handle: str, runner: Runner, settings: TorchXSettings, **watch: Any) -> TorchXJobTrigger:
         """The trigger a task defers to (the operator and the sensor both build it here), of
-        ``WatchSpec.for_job``'s spec: what the job's scheduler declares decides it."""
-        spec = WatchSpec.for_job(
-            app_handle,
-            runner,
-            settings,
-            poll_interval=poll_interval,
-            stream_logs=stream_logs,
-            position=position,
-            identity=identity,
-            deadline=deadline,
-            started_at=started_at,
-            cancel_on_kill=cancel_on_kill,
-            guards=guards,
-            start_timeout_reason=start_timeout_reason,
-        )
-        kwargs = spec.to_kwargs()
+        ``WatchSpec.for_job``'s spec (``watch``: its keyword arguments): what the job's
+        scheduler declares decides it."""
+        kwargs = WatchSpec.for_job(app_handle, runner, settings, **watch).to_kwargs()
         return cls(kwargs.pop("app_handle"), **kwargs)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:

@@ -115,30 +115,6 @@ def test_what_a_trigger_serialised_rebuilds_the_same_trigger_and_watch() -> None
     assert read == (kwargs["app_handle"], "native-app-1", kwargs["identity"]), "the spec's fields read as attributes"
 
 
-def test_a_triggers_kwargs_of_only_the_handle_take_the_defaults() -> None:
-    _, kwargs = TorchXJobTrigger("local_cwd://torchx/app-2").serialize()
-    assert kwargs == {
-        "app_handle": "local_cwd://torchx/app-2",
-        "aws_conn_id": None,
-        "region_name": None,
-        "poll_interval": 10,
-        "stream_logs": True,
-        "log_cursors": None,
-        "cursor_seq": 0,
-        "identity": None,
-        "deadline": None,
-        "host": None,
-        "started_at": None,
-        "cancel_on_kill": False,
-        "native_id": None,
-        "start_timeout": None,
-        "max_gpu_hours": None,
-        "max_cost": None,
-        "rates": None,
-        "start_timeout_reason": None,
-    }
-
-
 def test_an_unknown_argument_is_refused_naming_it() -> None:
     with pytest.raises(TypeError, match=r"TorchXJobTrigger: unknown argument\(s\) 'max_gpu_hour'; known: aws_conn_id"):
         TorchXJobTrigger("local_cwd://torchx/app-3", max_gpu_hour=1.0)
