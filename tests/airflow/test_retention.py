@@ -47,7 +47,7 @@ def _ids(sched: LocalScheduler) -> set[str]:
 
 
 def test_a_task_prunes_what_ended_before_the_retention(
-    run_dag: Any, store: Any, monkeypatch: pytest.MonkeyPatch
+    run_dag: Any, store: Any, monkeypatch: pytest.MonkeyPatch, own_runners: None
 ) -> None:
     sched, ended, live = store
     monkeypatch.setenv("AIRFLOW__TORCHX__RETAIN_FINISHED", "1s")
