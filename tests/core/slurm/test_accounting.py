@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_torchx.core.clock import Clock
 from airflow_provider_torchx.core.schedulers.slurm import commands, status
 from airflow_provider_torchx.core.schedulers.slurm.poller import SqueuePoller
 from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
-from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
+from airflow_provider_torchx.core.schedulers.slurm.scheduler import SNAPSHOT_AGE, SlurmScheduler
 from airflow_provider_torchx.core.specs import AppState
 from tests.core.slurm.conftest import DATA
 
@@ -85,3 +86,23 @@ def test_a_job_squeue_still_knows_costs_no_sacct_call(clients: Clients, tmp_path
         sched.close()
     assert desc is not None and desc.state == AppState.SUCCEEDED
     assert [a[0] for a in clients.argvs] == ["squeue"]
+
+
+def test_describing_a_job_the_last_round_showed_ended_costs_no_call(clients: Clients, tmp_path: Path) -> None:
+    t = [100.0]
+    sched = SlurmScheduler("t", index=JobIndex(tmp_path / "index"), clock=Clock(monotonic=lambda: t[0]))
+    sched.poller = SqueuePoller(sched._entries, lambda e: status.app_state(None, e)[0].is_terminal(), thread=False)
+    futures = [sched.describe_future_as(i, lambda d: d.state if d else None) for i in ("11", "14")]  # ended; pending
+    assert sched.poller.run_round() == 2
+    assert [f.result(timeout=0) for f in futures if f is not None] == [AppState.SUCCEEDED, AppState.PENDING]
+    t[0] += SNAPSHOT_AGE
+    ended = [sched.describe("11") for _ in range(3)]
+    assert [d.state if d else None for d in ended] == [AppState.SUCCEEDED] * 3
+    assert [a[0] for a in clients.argvs] == ["squeue"]  # the round's call alone
+    pending = sched.describe("14")
+    assert pending is not None and pending.state == AppState.PENDING
+    assert [a[0] for a in clients.argvs] == ["squeue", "squeue"]  # a job not ended: asked afresh
+    t[0] += SNAPSHOT_AGE + 0.1
+    later = sched.describe("11")
+    assert later is not None and later.state == AppState.SUCCEEDED
+    assert [a[0] for a in clients.argvs] == ["squeue"] * 3  # an older snapshot: asked afresh

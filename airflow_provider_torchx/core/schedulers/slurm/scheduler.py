@@ -65,7 +65,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         self.commands = commands or SlurmCommands()
         self.index = index or record.JobIndex()
         self.clock = clock
-        self.poller = SqueuePoller(self._entries, lambda e: status.app_state(None, e)[0].is_terminal(), clock)
+        self.poller = SqueuePoller(self._entries, _ended, clock)
         self._snapshot: tuple[float, Entries] = (float("-inf"), {})
 
     # ------------------------------------------------------------------ submit
@@ -191,8 +191,17 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """One ``squeue`` call (and one ``sacct`` once the controller forgot the job, where the
         cluster keeps accounting), and the job's record (all there is once Slurm forgot it and
-        without accounting)."""
-        return self._describe_from(app_id, self._entries([app_id])) if app_id.isdigit() else None
+        without accounting). No call when the snapshot of the last ``SNAPSHOT_AGE`` seconds
+        shows the job ended: an ended job's entry no longer changes, and every watcher the
+        poller's round told of an end describes its job once more (``TaskWatcher.failure``):
+        a thousand jobs ending together cost no thousand calls."""
+        if not app_id.isdigit():
+            return None
+        at, entries = self._snapshot
+        fresh = self.clock.monotonic() - at <= SNAPSHOT_AGE
+        if not (fresh and app_id in entries and _ended(entries[app_id])):
+            entries = self._entries([app_id])
+        return self._describe_from(app_id, entries)
 
     def describe_future_as(
         self, app_id: str, then: Callable[[DescribeAppResponse | None], R], period: float | None = None
@@ -342,6 +351,11 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
 
     def close(self) -> None:
         self.poller.close()
+
+
+def _ended(entry: Mapping[str, Any]) -> bool:
+    """Whether Slurm's entry shows the job ended."""
+    return status.app_state(None, entry)[0].is_terminal()
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
