@@ -148,13 +148,18 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         call for all of them: ``status.sacct_entry``); kept as the snapshot that reads within
         ``SNAPSHOT_AGE`` seconds use."""
         entries = status.index_jobs(self.commands.squeue())
-        forgotten = sorted(app_id for app_id in watched if app_id.isdigit() and app_id not in entries)
+        self._add_kept(entries, watched)
+        self._snapshot = (self.clock.monotonic(), entries)
+        return entries
+
+    def _add_kept(self, entries: dict[str, Mapping[str, Any]], ids: Collection[str]) -> None:
+        """Add to ``entries`` what accounting keeps of the ``ids`` they lack (one ``sacct`` call
+        for all of them; none on a cluster without accounting)."""
+        forgotten = sorted(app_id for app_id in ids if app_id.isdigit() and app_id not in entries)
         kept = self.commands.sacct(forgotten) if forgotten else None
         if kept:
             known = status.index_jobs(status.sacct_entry(job) for job in kept)
             entries.update((app_id, known[app_id]) for app_id in forgotten if app_id in known)
-        self._snapshot = (self.clock.monotonic(), entries)
-        return entries
 
     def _recent_entries(self) -> Entries:
         """The snapshot if it is at most ``SNAPSHOT_AGE`` seconds old, else a new one: log reads
@@ -238,13 +243,24 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
     def list(
         self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None, *, limit: int | None = None
     ) -> builtins.list[ListAppResponse]:
-        """Our jobs Slurm knows (one ``squeue`` call) and those this host recorded."""
-        entries = self._entries()
+        """Our jobs Slurm knows (one ``squeue`` call) and those this host recorded; where the
+        cluster keeps accounting, one ``sacct`` call for the recorded jobs the controller forgot
+        whose record shows no end (a time limit, a node failure, a cancel outside
+        airflow-torchx): accounting's state is theirs, as ``describe`` gives it."""
+        entries = dict(self._entries())
         ids = {app_id for app_id, e in entries.items() if render.parse_comment(str(e.get("comment", ""))) is not None}
         ids.update(app_id for app_id, _ in self.index.items())
+        looked = {app_id: self._lookup(app_id, entries) for app_id in ids}
+        unsettled = [
+            app_id
+            for app_id, (rec, _) in looked.items()
+            if app_id not in entries and (rec is None or (rec.ended is None and rec.cancel is None))
+        ]
+        if unsettled:
+            self._add_kept(entries, unsettled)
+            looked.update((app_id, self._lookup(app_id, entries)) for app_id in unsettled)
         out = []
-        for app_id in ids:
-            rec, entry = self._lookup(app_id, entries)
+        for app_id, (rec, entry) in looked.items():
             desc = status.describe(app_id, rec, entry)
             if desc is not None and labels_match(desc.labels, labels):
                 out.append(status.listed(desc, rec, entry))
