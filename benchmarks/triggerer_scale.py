@@ -1,5 +1,6 @@
 """N deferred jobs in triggerers: ``TorchXJobTrigger`` side by side with the Amazon provider's
-``BatchJobTrigger`` on the same moto server, plus deferred local jobs.
+``BatchJobTrigger`` on the same moto server, plus deferred local jobs; or, with ``--scheduler
+slurm``, side by side with a trigger describing each job through TorchX's ``slurm`` scheduler.
 
 A triggerer runs every trigger's ``run()`` generator on one asyncio loop; so does each
 contender here, in a process of its own (ours from the project's ``.venv``; the Amazon
@@ -25,6 +26,15 @@ and ``apache-airflow-providers-amazon[aiobotocore]``, about 2.5 min; never the p
    exactly one event.
 4. The same for ``--local`` deferred local jobs (``sleep``), ended by ``Runner.cancel``.
 
+``--scheduler slurm`` (on the test cluster, ``SLURM_CONF``) replaces 1-3: each contender gets N
+held Slurm jobs of its own (``sbatch --hold``: PENDING, on no node; ``slurm_watch.submit_held``)
+just before its run; after the steady phase they are cancelled, ``scancel`` 200 at a time, each
+job's end being its batch's return. The reference is ``DescribeEach``, the trigger one would write
+with TorchX's ``slurm`` scheduler (``torchx-nightly``, its venv from ``scripts/torchx-venv.sh``:
+``$TORCHX_TEST_TORCHX_VENV`` or ``.venv-torchx``). Each contender counts the Slurm client
+commands it runs (calls/s, and per poll interval), and its CPU includes theirs. Every job is
+cancelled at the end, on failure too.
+
 Modes besides that steady one (each keeps the Amazon side in the same run, on its own jobs):
 
 - ``--fresh S``: a fresh triggerer: the jobs end S seconds after the contender started its
@@ -36,14 +46,16 @@ Modes besides that steady one (each keeps the Amazon side in the same run, on it
   event over the three processes, and no job may be cancelled by a contender.
 
     .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
-        [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--guards] [--amazon-wait 60]
+        [--scheduler batch|slurm] [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--guards]
+        [--reference-wait 60]
 
 ``TRIGGERER_SCALE_PROFILE=DIR`` writes a cProfile of each contender's loop thread to DIR.
 ``--guards``: our triggers carry ``start_timeout`` and ``max_gpu_hours`` (never reached), so
-every look checks them. ``--n 2000`` is the big case (``--n 5000`` the capacity-raised one; ``--amazon-wait`` caps how
-long the Amazon side's events are waited for); ``--quick`` shortens the phases; for local
-jobs it also prints where the delay goes (the supervisors' record of the end, then the
-trigger); ``--no-amazon`` / ``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a
+every look checks them. ``--n 2000`` is the big case (``--n 5000`` the capacity-raised one; ``--reference-wait``, or
+``--amazon-wait``, caps how long the reference's events are waited for); ``--quick`` shortens
+the phases; for local jobs it also prints where the delay goes (the supervisors' record of the
+end, then the trigger); ``--no-reference`` (``--no-amazon``) / ``--no-local`` / ``--no-batch``
+skip parts. Not run by CI. Prints a
 table and the load average.
 """
 
