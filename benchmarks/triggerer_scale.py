@@ -51,12 +51,11 @@ Modes besides that steady one (each keeps the Amazon side in the same run, on it
 
 ``TRIGGERER_SCALE_PROFILE=DIR`` writes a cProfile of each contender's loop thread to DIR.
 ``--guards``: our triggers carry ``start_timeout`` and ``max_gpu_hours`` (never reached), so
-every look checks them. ``--n 2000`` is the big case (``--n 5000`` the capacity-raised one; ``--reference-wait``, or
-``--amazon-wait``, caps how long the reference's events are waited for); ``--quick`` shortens
-the phases; for local jobs it also prints where the delay goes (the supervisors' record of the
-end, then the trigger); ``--no-reference`` (``--no-amazon``) / ``--no-local`` / ``--no-batch``
-skip parts. Not run by CI. Prints a
-table and the load average.
+every look checks them. ``--n 2000`` is the big case (``--n 5000`` the capacity-raised one;
+``--reference-wait``, or ``--amazon-wait``, caps how long the reference's events are waited
+for); ``--quick`` shortens the phases; for local jobs it also prints where the delay goes (the
+supervisors' record of the end, then the trigger); ``--no-reference`` (``--no-amazon``) /
+``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a table and the load average.
 """
 
 from __future__ import annotations
@@ -79,6 +78,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -635,6 +635,38 @@ def two_triggerers(
     ]
 
 
+def spawner(
+    python: str,
+    kind: str,
+    args: argparse.Namespace,
+    work: Path,
+    env: dict[str, str],
+    moto: MotoLog | None = None,
+    count_calls: bool = False,
+) -> Callable[..., Contender]:
+    """``spawn(tag, targets, native_ids, **kw)``: a ``Contender`` of ``kind`` run by ``python``;
+    a reference's events are waited for at most ``--reference-wait`` seconds when given."""
+    wait_end = args.reference_wait if kind != "ours" and args.reference_wait else args.wait_end
+
+    def spawn(tag: str, targets: list[str], native_ids: list[str | None], **kw: Any) -> Contender:
+        return Contender(
+            python,
+            kind,
+            f"{kind}-{tag}",
+            targets,
+            native_ids,
+            args,
+            work,
+            env,
+            moto,
+            wait_end=wait_end,
+            count_calls=count_calls,
+            **kw,
+        )
+
+    return spawn
+
+
 def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """Each contender over ``args.n`` PENDING Batch jobs of its own on one moto server."""
     sys.path.insert(0, str(REPO))
@@ -672,19 +704,7 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
                 return ends
 
             python = sys.executable if kind == "ours" else amazon_python()
-
-            def spawn(
-                tag: str,
-                targets: list[str],
-                native_ids: list[str | None],
-                python: str = python,
-                kind: str = kind,
-                **kw: Any,
-            ) -> Contender:
-                wait_end = args.reference_wait if kind == "amazon" and args.reference_wait else args.wait_end
-                return Contender(
-                    python, kind, f"{kind}-{tag}", targets, native_ids, args, work, env, moto, wait_end=wait_end, **kw
-                )
+            spawn = spawner(python, kind, args, work, env, moto)
 
             mode = "two triggerers" if args.two else f"fresh, jobs end {args.fresh:g}s in" if args.fresh else "steady"
             print(f"running {kind} over {args.n} Batch jobs ({mode}) ...", flush=True)
@@ -734,30 +754,7 @@ def slurm_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
                 return {by_id[i]: t for i, t in cancel_jobs(list(by_id)).items()}
 
             python = sys.executable if kind == "ours" else str(venv / "bin" / "python")
-
-            def spawn(
-                tag: str,
-                targets: list[str],
-                native_ids: list[str | None],
-                python: str = python,
-                kind: str = kind,
-                **kw: Any,
-            ) -> Contender:
-                wait_end = args.reference_wait if kind != "ours" and args.reference_wait else args.wait_end
-                return Contender(
-                    python,
-                    kind,
-                    f"{kind}-{tag}",
-                    targets,
-                    native_ids,
-                    args,
-                    work,
-                    env,
-                    None,
-                    wait_end=wait_end,
-                    count_calls=True,
-                    **kw,
-                )
+            spawn = spawner(python, kind, args, work, env, count_calls=True)
 
             print(f"running {kind} over {args.n} Slurm jobs ...", flush=True)
             run = two_triggerers if args.two else one_triggerer
