@@ -21,6 +21,8 @@ cancelled at the end.
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures
 import json
 import os
 import resource
@@ -42,28 +44,57 @@ def cpu_now() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def count_calls() -> Callable[[], int]:
-    """Count every ``subprocess.run``/``Popen`` from here on; returns the counter's reader."""
-    calls = [0]
+def count_calls() -> collections.Counter[str]:
+    """Count every ``subprocess.run``/``Popen`` from here on (asyncio's subprocesses too), by
+    program name; returns the live counter."""
+    calls: collections.Counter[str] = collections.Counter()
     original = subprocess.Popen.__init__
 
-    def counted(self: Any, *args: Any, **kw: Any) -> None:
-        calls[0] += 1
-        original(self, *args, **kw)
+    def counted(self: Any, args: Any, *rest: Any, **kw: Any) -> None:
+        program = args if isinstance(args, str | bytes | os.PathLike) else args[0]
+        calls[os.path.basename(os.fsdecode(program))] += 1
+        original(self, args, *rest, **kw)
 
     subprocess.Popen.__init__ = counted  # type: ignore[method-assign]
-    return lambda: calls[0]
+    return calls
 
 
-def measure(rounds: int, one_round: Callable[[], None], calls: Callable[[], int]) -> dict[str, float]:
+def submit_held(sched: Any, n: int, job_dir: str, ids: list[str], workers: int = 4) -> None:
+    """Submit ``n`` held jobs (``sbatch --hold``: PENDING, using no node) from our scheduler's
+    dry run (our comment and labels), ``workers`` ``sbatch`` calls at a time; each id is
+    appended to ``ids`` as it comes (what to cancel should a later one fail)."""
+    from airflow_provider_torchx.core.specs import AppDef, Resource, Role
+
+    app = AppDef(name="held", roles=[Role(name="r", entrypoint="true", resource=Resource(1, 0, 10))])
+    info = sched.submit_dryrun(app, {"job_dir": job_dir}, labels={"airflow.dag_id": "bench"})
+    args = ["--hold", *info.request.args]
+
+    def one(_: int) -> None:
+        ids.append(sched.commands.sbatch(args, info.request.script))
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        list(pool.map(one, range(n)))
+
+
+def cancel_jobs(ids: Sequence[str], batch: int = 200) -> dict[str, float]:
+    """``scancel`` the jobs ``batch`` at a time; when each job's call returned (``time.time()``)."""
+    ends = {}
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        subprocess.run(["scancel", *chunk], check=False)
+        ends.update(dict.fromkeys(chunk, time.time()))
+    return ends
+
+
+def measure(rounds: int, one_round: Callable[[], None], calls: collections.Counter[str]) -> dict[str, float]:
     """Per round: Slurm calls, wall seconds, CPU seconds; and calls per second over all."""
-    walls, cpus, before_calls = [], [], calls()
+    walls, cpus, before_calls = [], [], calls.total()
     for _ in range(rounds):
         wall, cpu = time.perf_counter(), cpu_now()
         one_round()
         walls.append(time.perf_counter() - wall)
         cpus.append(cpu_now() - cpu)
-    total = calls() - before_calls
+    total = calls.total() - before_calls
     walls.sort()
     return {
         "calls_per_round": total / rounds,
@@ -88,7 +119,7 @@ def torchx_child(ids: Sequence[str], rounds: int) -> None:
     print(json.dumps({**figures, "states": sorted(set(states))}))
 
 
-def ours(ids: Sequence[str], rounds: int, sched: Any, calls: Callable[[], int]) -> dict[str, Any]:
+def ours(ids: Sequence[str], rounds: int, sched: Any, calls: collections.Counter[str]) -> dict[str, Any]:
     states: list[str] = []
 
     def one_round() -> None:
@@ -110,7 +141,6 @@ def main() -> None:
 
     from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
     from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
-    from airflow_provider_torchx.core.specs import AppDef, Resource, Role
 
     venv = Path(os.environ.get("TORCHX_TEST_TORCHX_VENV", REPO / ".venv-torchx"))
     if not (venv / "bin" / "python").is_file():
@@ -119,12 +149,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="slurm-watch-") as tmp:
         sched = SlurmScheduler("bench", index=JobIndex(Path(tmp) / "index"))
         sched.poller.min_interval = 0.0  # rounds back to back: the round's own cost, not the poll pacing
-        app = AppDef(name="held", roles=[Role(name="r", entrypoint="true", resource=Resource(1, 0, 10))])
-        info = sched.submit_dryrun(app, {"job_dir": tmp}, labels={"airflow.dag_id": "bench"})
         t0 = time.perf_counter()
-        ids = [sched.commands.sbatch(["--hold", *info.request.args], info.request.script) for _ in range(args.jobs)]
-        submit_s = time.perf_counter() - t0
+        ids: list[str] = []
         try:
+            submit_held(sched, args.jobs, tmp, ids)
+            submit_s = time.perf_counter() - t0
             mine = ours(ids, args.rounds, sched, calls)
             child = subprocess.run(
                 [str(venv / "bin" / "python"), __file__, "--rounds", str(args.rounds), "--torchx-child", *ids],
@@ -134,8 +163,7 @@ def main() -> None:
             )
             theirs = json.loads(child.stdout.strip().splitlines()[-1])
         finally:
-            for start in range(0, len(ids), 200):
-                subprocess.run(["scancel", *ids[start : start + 200]], check=False)
+            cancel_jobs(ids)
             sched.close()
     load = os.getloadavg()[0]
     print(f"{args.jobs} held jobs (submitted in {submit_s:.1f} s), {args.rounds} rounds, load {load:.2f}")

@@ -1,5 +1,6 @@
 """N deferred jobs in triggerers: ``TorchXJobTrigger`` side by side with the Amazon provider's
-``BatchJobTrigger`` on the same moto server, plus deferred local jobs.
+``BatchJobTrigger`` on the same moto server, plus deferred local jobs; or, with ``--scheduler
+slurm``, side by side with a trigger describing each job through TorchX's ``slurm`` scheduler.
 
 A triggerer runs every trigger's ``run()`` generator on one asyncio loop; so does each
 contender here, in a process of its own (ours from the project's ``.venv``; the Amazon
@@ -25,6 +26,15 @@ and ``apache-airflow-providers-amazon[aiobotocore]``, about 2.5 min; never the p
    exactly one event.
 4. The same for ``--local`` deferred local jobs (``sleep``), ended by ``Runner.cancel``.
 
+``--scheduler slurm`` (on the test cluster, ``SLURM_CONF``) replaces 1-3: each contender gets N
+held Slurm jobs of its own (``sbatch --hold``: PENDING, on no node; ``slurm_watch.submit_held``)
+just before its run; after the steady phase they are cancelled, ``scancel`` 200 at a time, each
+job's end being its batch's return. The reference is ``DescribeEach``, the trigger one would write
+with TorchX's ``slurm`` scheduler (``torchx-nightly``, its venv from ``scripts/torchx-venv.sh``:
+``$TORCHX_TEST_TORCHX_VENV`` or ``.venv-torchx``). Each contender counts the Slurm client
+commands it runs (calls/s, and per poll interval), and its CPU includes theirs. Every job is
+cancelled at the end, on failure too.
+
 Modes besides that steady one (each keeps the Amazon side in the same run, on its own jobs):
 
 - ``--fresh S``: a fresh triggerer: the jobs end S seconds after the contender started its
@@ -36,15 +46,16 @@ Modes besides that steady one (each keeps the Amazon side in the same run, on it
   event over the three processes, and no job may be cancelled by a contender.
 
     .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
-        [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--guards] [--amazon-wait 60]
+        [--scheduler batch|slurm] [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--guards]
+        [--reference-wait 60]
 
 ``TRIGGERER_SCALE_PROFILE=DIR`` writes a cProfile of each contender's loop thread to DIR.
 ``--guards``: our triggers carry ``start_timeout`` and ``max_gpu_hours`` (never reached), so
-every look checks them. ``--n 2000`` is the big case (``--n 5000`` the capacity-raised one; ``--amazon-wait`` caps how
-long the Amazon side's events are waited for); ``--quick`` shortens the phases; for local
-jobs it also prints where the delay goes (the supervisors' record of the end, then the
-trigger); ``--no-amazon`` / ``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a
-table and the load average.
+every look checks them. ``--n 2000`` is the big case (``--n 5000`` the capacity-raised one;
+``--reference-wait``, or ``--amazon-wait``, caps how long the reference's events are waited
+for); ``--quick`` shortens the phases; for local jobs it also prints where the delay goes (the
+supervisors' record of the end, then the trigger); ``--no-reference`` (``--no-amazon``) /
+``--no-local`` / ``--no-batch`` skip parts. Not run by CI. Prints a table and the load average.
 """
 
 from __future__ import annotations
@@ -67,6 +78,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +101,21 @@ def rss_mb() -> float:
     return 0.0
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it waited for (Slurm's client commands)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 _PROTOCOL = sys.stdout
+#: ``--count-calls``: this process's Slurm client calls by program (``slurm_watch.count_calls``).
+_CALLS: collections.Counter[str] | None = None
 
 
 def say(**fields: Any) -> None:
-    """One JSON line to the orchestrator."""
+    """One JSON line to the orchestrator (with the calls counted so far, if counted)."""
+    if _CALLS is not None:
+        fields["calls"] = dict(_CALLS)
     _PROTOCOL.write("@@ " + json.dumps(fields) + "\n")
     _PROTOCOL.flush()
 
@@ -102,12 +124,37 @@ def say(**fields: Any) -> None:
 NEVER = 1e9
 
 
+class DescribeEach:
+    """The reference for Slurm jobs: TorchX's ``slurm`` scheduler has no trigger, so this is the
+    trigger one would write with it: ``describe`` its job on the loop's executor every ``poll``
+    seconds until the state is terminal (or the job unknown), then one event."""
+
+    def __init__(self, sched: Any, app_id: str, poll: float) -> None:
+        self.sched, self.app_id, self.poll = sched, app_id, poll
+
+    async def run(self) -> Any:
+        from torchx.specs import is_terminal  # type: ignore[import-not-found]
+
+        while True:
+            desc = await asyncio.to_thread(self.sched.describe, self.app_id)
+            if desc is None or is_terminal(desc.state):
+                yield {"status": str(desc.state) if desc else "unknown job"}
+                return
+            await asyncio.sleep(self.poll)
+
+
 def make_triggers(
     kind: str, targets: list[str], native_ids: list[str | None], poll: float, guards: bool = False
 ) -> list[Any]:
-    """The contender's triggers, one per job (``targets``: app handles or Batch job ids; ours
-    carry ``native_ids``, the Batch job ids, unless None: kwargs of the previous release; with
-    ``guards``, ``start_timeout`` and ``max_gpu_hours`` too, never reached)."""
+    """The contender's triggers, one per job (``targets``: app handles, or Batch or Slurm job
+    ids; ours carry ``native_ids``, the Batch job ids, unless None: kwargs of the previous
+    release, or Slurm's; with ``guards``, ``start_timeout`` and ``max_gpu_hours`` too, never
+    reached)."""
+    if kind == "torchx":
+        from torchx.schedulers.slurm_scheduler import create_scheduler  # type: ignore[import-not-found]
+
+        sched = create_scheduler("bench")
+        return [DescribeEach(sched, t, poll) for t in targets]
     if kind == "ours":
         from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 
@@ -195,14 +242,14 @@ async def contend(kind: str, targets: list[str], native_ids: list[str | None], a
     await until(float("inf"), lambda: os.path.exists(args.go_file))  # every trigger started
     phase["measure"] = phase["steady"] = True
     say(mark="steady-start", t=time.time())
-    cpu0, wall0 = time.process_time(), time.monotonic()
+    cpu0, wall0 = cpu_seconds(), time.monotonic()
     rss: list[float] = []
     while time.monotonic() - wall0 < args.steady and not stop.is_set():
         if args.end_file and os.path.exists(args.end_file):
             break
         await asyncio.sleep(1.0)
         rss.append(rss_mb())
-    cpu = (time.process_time() - cpu0) / (time.monotonic() - wall0) * 100
+    cpu = (cpu_seconds() - cpu0) / (time.monotonic() - wall0) * 100
     phase["steady"] = False
     steady_lags, steady_neighbour = list(lags), list(neighbour)
     if not stop.is_set():
@@ -260,7 +307,12 @@ async def census(phase: dict[str, bool]) -> None:
 
 
 def contender_main(args: argparse.Namespace) -> None:
-    global _PROTOCOL
+    global _PROTOCOL, _CALLS
+    if args.count_calls:
+        sys.path.insert(0, str(HERE))
+        from slurm_watch import count_calls
+
+        _CALLS = count_calls()
     # Like a triggerer's task log handler, every trigger's records go to a file: Airflow's
     # logging writes to stdout, so stdout becomes that file and the messages to the
     # orchestrator take a copy of the original stdout.
@@ -374,8 +426,12 @@ class Contender:
         steady: float,
         go: bool,
         wait_end: float | None = None,
+        count_calls: bool = False,
     ) -> None:
+        """``moto``: the server whose log counts the calls; ``count_calls``: the process counts
+        its own (Slurm's client commands) and reports them with each mark."""
         self.kind, self.tag, self.moto, self.targets = kind, tag, moto, targets
+        self.counted, self.poll = moto is not None or count_calls, args.poll
         targets_file = work / f"{tag}-targets.json"
         targets_file.write_text(json.dumps({"targets": targets, "native_ids": native_ids}))
         self.go_file = work / f"{tag}-go"
@@ -388,6 +444,7 @@ class Contender:
         cmd += ["--wait-end", str(wait_end or args.wait_end), "--log-file", str(work / f"{tag}.log")]
         cmd += ["--go-file", str(self.go_file), "--end-file", str(self.end_file), "--ended-file", str(self.ended_file)]
         cmd += ["--guards"] if args.guards else []
+        cmd += ["--count-calls"] if count_calls else []
         self.before = moto.calls() if moto else collections.Counter()
         self.started = time.monotonic()
         self.startup = float("nan")
@@ -407,11 +464,14 @@ class Contender:
                 continue
             msg = json.loads(line[3:])
             with self._cond:
-                if "mark" in msg:
+                if "calls" in msg:
+                    calls = collections.Counter(msg["calls"])
+                else:
                     calls = self.moto.calls() if self.moto else collections.Counter()
+                if "mark" in msg:
                     self.marks[msg["mark"]] = (time.monotonic(), calls)
                 elif "result" in msg:
-                    self.result = msg["result"]
+                    self.result = {**msg["result"], "calls_at_end": calls}
                 self._cond.notify_all()
         self.proc.wait()
         with self._cond:
@@ -461,11 +521,14 @@ def figures(
     events = result["events"] if events is None else events
     (t0, c0), (t1, c1) = c.marks["steady-start"], c.marks["steady-end"]
     steady_calls = c1 - c0
-    if c.moto:
-        rates = ", ".join(f"{path} {n / (t1 - t0):.1f}/s" for path, n in steady_calls.most_common())
-        print(f"  {c.tag}: AWS calls in the steady phase: {rates or 'none'}", flush=True)
+    if c.counted:
+        rates = ", ".join(
+            f"{path} {n / (t1 - t0):.2f}/s ({n / (t1 - t0) * c.poll:.1f} per poll)"
+            for path, n in steady_calls.most_common()
+        )
+        print(f"  {c.tag}: calls in the steady phase: {rates or 'none'}", flush=True)
         to_end = ", ".join(f"{path} {n}" for path, n in (c1 - c.before).most_common())
-        print(f"  {c.tag}: AWS calls from its start to the end of the jobs: {to_end or 'none'}", flush=True)
+        print(f"  {c.tag}: calls from its start to the end of the jobs: {to_end or 'none'}", flush=True)
     delays, counts = [], []
     for target, evs in events.items():
         counts.append(len(evs))
@@ -482,8 +545,8 @@ def figures(
         "nb_p99": pct(result["neighbour"], 99) * 1000,
         "nb_p99_all": pct(result["neighbour_all"], 99) * 1000,
         "nb_calls": len(result["neighbour_all"]),
-        "calls_s": sum(steady_calls.values()) / (t1 - t0) if c.moto else float("nan"),
-        "calls_to_end": sum((c1 - c.before).values()) if c.moto else float("nan"),
+        "calls_s": sum(steady_calls.values()) / (t1 - t0) if c.counted else float("nan"),
+        "calls_to_end": sum((c1 - c.before).values()) if c.counted else float("nan"),
         "ev_p50": pct(delays, 50),
         "ev_p95": pct(delays, 95),
         "ev_max": max(delays, default=float("nan")),
@@ -513,6 +576,11 @@ def end_and_collect(contenders: list[Contender], end_jobs: Any) -> dict[str, flo
         calls = ", ".join(f"{path} {n}" for path, n in ended.most_common())
         names = "+".join(c.tag for c in contenders)
         print(f"  {names}: AWS calls from the end of the jobs to the last event: {calls or 'none'}", flush=True)
+    for c in contenders:
+        if not c.moto and c.counted:
+            after = c.result["calls_at_end"] - c.marks["steady-end"][1]
+            calls = ", ".join(f"{program} {n}" for program, n in after.most_common())
+            print(f"  {c.tag}: calls from the end of the steady phase to its last event: {calls or 'none'}", flush=True)
     return ends
 
 
@@ -567,6 +635,38 @@ def two_triggerers(
     ]
 
 
+def spawner(
+    python: str,
+    kind: str,
+    args: argparse.Namespace,
+    work: Path,
+    env: dict[str, str],
+    moto: MotoLog | None = None,
+    count_calls: bool = False,
+) -> Callable[..., Contender]:
+    """``spawn(tag, targets, native_ids, **kw)``: a ``Contender`` of ``kind`` run by ``python``;
+    a reference's events are waited for at most ``--reference-wait`` seconds when given."""
+    wait_end = args.reference_wait if kind != "ours" and args.reference_wait else args.wait_end
+
+    def spawn(tag: str, targets: list[str], native_ids: list[str | None], **kw: Any) -> Contender:
+        return Contender(
+            python,
+            kind,
+            f"{kind}-{tag}",
+            targets,
+            native_ids,
+            args,
+            work,
+            env,
+            moto,
+            wait_end=wait_end,
+            count_calls=count_calls,
+            **kw,
+        )
+
+    return spawn
+
+
 def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """Each contender over ``args.n`` PENDING Batch jobs of its own on one moto server."""
     sys.path.insert(0, str(REPO))
@@ -604,19 +704,7 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
                 return ends
 
             python = sys.executable if kind == "ours" else amazon_python()
-
-            def spawn(
-                tag: str,
-                targets: list[str],
-                native_ids: list[str | None],
-                python: str = python,
-                kind: str = kind,
-                **kw: Any,
-            ) -> Contender:
-                wait_end = args.amazon_wait if kind == "amazon" and args.amazon_wait else args.wait_end
-                return Contender(
-                    python, kind, f"{kind}-{tag}", targets, native_ids, args, work, env, moto, wait_end=wait_end, **kw
-                )
+            spawn = spawner(python, kind, args, work, env, moto)
 
             mode = "two triggerers" if args.two else f"fresh, jobs end {args.fresh:g}s in" if args.fresh else "steady"
             print(f"running {kind} over {args.n} Batch jobs ({mode}) ...", flush=True)
@@ -629,6 +717,52 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
     finally:
         moto_proc.terminate()
         moto_proc.wait(timeout=30)
+    return rows
+
+
+def slurm_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Each contender over ``args.n`` held Slurm jobs of its own (``sbatch --hold``), submitted
+    just before its run and cancelled in batches (``scancel``) after its steady phase: ours,
+    and ``DescribeEach`` on TorchX's ``slurm`` scheduler in its venv (``scripts/torchx-venv.sh``:
+    ``$TORCHX_TEST_TORCHX_VENV`` or ``.venv-torchx``). Each process counts its Slurm calls."""
+    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(HERE))
+    from slurm_watch import cancel_jobs, submit_held
+
+    from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
+    from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
+
+    venv = Path(os.environ.get("TORCHX_TEST_TORCHX_VENV", REPO / ".venv-torchx"))
+    if "torchx" in contenders and not (venv / "bin" / "python").is_file():
+        sys.exit(f"no TorchX venv at {venv}: run scripts/torchx-venv.sh")
+    store = work / "store"
+    env = {**os.environ, "AIRFLOW_HOME": str(work / "airflow-home"), "PYTHONPATH": str(REPO)}
+    env.update(AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW_TORCHX_STATE_DIR=str(store))
+    sched = SlurmScheduler("bench", index=JobIndex(store / "slurm-index"))
+    names = {"ours": "TorchXJobTrigger", "torchx": "TorchX `slurm` describe per job"}
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for kind in contenders:
+        ids: list[str] = []
+        try:
+            t0 = time.monotonic()
+            submit_held(sched, args.n, str(work / "jobs"), ids)
+            print(f"submitted {args.n} held Slurm jobs for {kind} in {time.monotonic() - t0:.0f}s", flush=True)
+            targets = [f"slurm://bench/{i}" for i in ids] if kind == "ours" else ids
+            by_id = dict(zip(ids, targets, strict=True))
+
+            def end_jobs(by_id: dict[str, str] = by_id) -> dict[str, float]:
+                return {by_id[i]: t for i, t in cancel_jobs(list(by_id)).items()}
+
+            python = sys.executable if kind == "ours" else str(venv / "bin" / "python")
+            spawn = spawner(python, kind, args, work, env, count_calls=True)
+
+            print(f"running {kind} over {args.n} Slurm jobs ...", flush=True)
+            run = two_triggerers if args.two else one_triggerer
+            label = f"{names[kind]}, {args.n} Slurm"
+            rows += [(label + suffix, row) for suffix, row in run(spawn, targets, [None] * len(ids), args, end_jobs)]
+        finally:
+            cancel_jobs(ids)
+    sched.close()
     return rows
 
 
@@ -701,7 +835,7 @@ def split_local_delays(runner: Any, contenders: list[Contender], handles: list[s
 def table(rows: list[tuple[str, dict[str, Any]]], poll: float) -> None:
     head = (
         "| contender | CPU % of a core | RSS MB | loop lag p99 ms | neighbour to_thread p99 ms "
-        "| AWS calls/s | AWS calls to the jobs' end | event after end p50 / p95 / max s | events | start-up s |"
+        "| calls/s (AWS or Slurm) | calls to the jobs' end | event after end p50 / p95 / max s | events | start-up s |"
     )
     print(head)
     print("|" + " --- |" * 10)
@@ -732,7 +866,8 @@ def main() -> None:
     parser.add_argument("--poll", type=float, default=10.0)
     parser.add_argument("--local", type=int, default=200)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--no-amazon", action="store_true")
+    parser.add_argument("--scheduler", choices=["batch", "slurm"], default="batch", help="the deferred jobs' kind")
+    parser.add_argument("--no-reference", "--no-amazon", action="store_true", help="ours alone")
     parser.add_argument("--no-batch", action="store_true")
     parser.add_argument("--no-local", action="store_true")
     parser.add_argument("--fresh", type=float, help="a fresh triggerer: the jobs end this many seconds after it starts")
@@ -740,10 +875,13 @@ def main() -> None:
     parser.add_argument("--old-kwargs", action="store_true", help="our triggers without the job id (look-ups)")
     parser.add_argument("--shared-queue", action="store_true", help="both contenders' jobs in one job queue")
     parser.add_argument("--guards", action="store_true", help="our triggers check start_timeout and max_gpu_hours")
-    parser.add_argument("--amazon-wait", type=float, help="cap the wait for the Amazon trigger's events (seconds)")
+    parser.add_argument(
+        "--reference-wait", "--amazon-wait", type=float, help="cap the wait for the reference's events (seconds)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs of each contender)")
     # contender mode (internal)
-    parser.add_argument("--contender", choices=["ours", "amazon"])
+    parser.add_argument("--contender", choices=["ours", "amazon", "torchx"])
+    parser.add_argument("--count-calls", action="store_true")
     parser.add_argument("--targets")
     parser.add_argument("--warmup", type=float)
     parser.add_argument("--steady", type=float)
@@ -763,9 +901,10 @@ def main() -> None:
     rows: list[tuple[str, dict[str, Any]]] = []
     print(f"load before: {os.getloadavg()}", flush=True)
     try:
-        if not args.no_batch:
-            contenders = ["ours"] + ([] if args.no_amazon else ["amazon"])
-            rows += batch_phase(args, work, contenders)
+        if args.scheduler == "slurm":
+            rows += slurm_phase(args, work, ["ours"] + ([] if args.no_reference else ["torchx"]))
+        elif not args.no_batch:
+            rows += batch_phase(args, work, ["ours"] + ([] if args.no_reference else ["amazon"]))
         if not args.no_local and args.local:
             rows += local_phase(args, work)
     finally:

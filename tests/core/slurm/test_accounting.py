@@ -1,20 +1,23 @@
 """Ended jobs from accounting (``sacct``, where the cluster runs ``slurmdbd``): one ``sacct``
-call per round for every watched job the controller forgot, none on a cluster without
-accounting (the job's record decides there). Slurm's commands are stood in for by their captured
-output (``data/``); ``test_cluster.py`` runs the real ones."""
+call per round for every watched job the controller forgot, and per ``list`` for the recorded
+ones whose record shows no end; none on a cluster without accounting (the job's record decides
+there). Slurm's commands are stood in for by their captured output (``data/``);
+``test_cluster.py`` runs the real ones."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from airflow_provider_torchx.core.schedulers.slurm import commands, status
+from airflow_provider_torchx.core.clock import Clock
+from airflow_provider_torchx.core.schedulers.slurm import commands, record, status
 from airflow_provider_torchx.core.schedulers.slurm.poller import SqueuePoller
 from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
-from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
+from airflow_provider_torchx.core.schedulers.slurm.scheduler import SNAPSHOT_AGE, SlurmScheduler
 from airflow_provider_torchx.core.specs import AppState
 from tests.core.slurm.conftest import DATA
 
@@ -85,3 +88,62 @@ def test_a_job_squeue_still_knows_costs_no_sacct_call(clients: Clients, tmp_path
         sched.close()
     assert desc is not None and desc.state == AppState.SUCCEEDED
     assert [a[0] for a in clients.argvs] == ["squeue"]
+
+
+def test_describing_a_job_the_last_round_showed_ended_costs_no_call(clients: Clients, tmp_path: Path) -> None:
+    t = [100.0]
+    sched = SlurmScheduler("t", index=JobIndex(tmp_path / "index"), clock=Clock(monotonic=lambda: t[0]))
+    sched.poller = SqueuePoller(sched._entries, lambda e: status.app_state(None, e)[0].is_terminal(), thread=False)
+    futures = [sched.describe_future_as(i, lambda d: d.state if d else None) for i in ("11", "14")]  # ended; pending
+    assert sched.poller.run_round() == 2
+    assert [f.result(timeout=0) for f in futures if f is not None] == [AppState.SUCCEEDED, AppState.PENDING]
+    t[0] += SNAPSHOT_AGE
+    ended = [sched.describe("11") for _ in range(3)]
+    assert [d.state if d else None for d in ended] == [AppState.SUCCEEDED] * 3
+    assert [a[0] for a in clients.argvs] == ["squeue"]  # the round's call alone
+    pending = sched.describe("14")
+    assert pending is not None and pending.state == AppState.PENDING
+    assert [a[0] for a in clients.argvs] == ["squeue", "squeue"]  # a job not ended: asked afresh
+    t[0] += SNAPSHOT_AGE + 0.1
+    later = sched.describe("11")
+    assert later is not None and later.state == AppState.SUCCEEDED
+    assert [a[0] for a in clients.argvs] == ["squeue"] * 3  # an older snapshot: asked afresh
+
+
+def test_list_asks_accounting_once_for_the_recorded_jobs_the_controller_forgot(
+    clients: Clients, tmp_path: Path
+) -> None:
+    sched = _sched(tmp_path)
+    for app_id in ("3", "4", "6"):  # recorded here; their jobs never wrote a record (a node lost, say)
+        sched.index.add(app_id, str(tmp_path / "jobs" / app_id))
+    settled = tmp_path / "jobs" / "8"  # its record says it was cancelled: no need to ask
+    settled.mkdir(parents=True)
+    (settled / record.JOB_FILE).write_text(json.dumps({"name": "t", "roles": [], "labels": {}, "submitted": 1.0}))
+    (settled / record.CANCEL_FILE).write_text(json.dumps({"reason": "r", "by": "user", "at": 2.0}))
+    sched.index.add("8", str(settled))
+    try:
+        listed = {app.app_id: app.state for app in sched.list()}
+    finally:
+        sched.close()
+    assert listed == {
+        "3": AppState.SUCCEEDED,
+        "4": AppState.FAILED,
+        "6": AppState.CANCELLED,
+        "8": AppState.CANCELLED,
+        "11": AppState.SUCCEEDED,
+        "14": AppState.PENDING,
+    }
+    assert [a[0] for a in clients.argvs] == ["squeue", "sacct"]
+    assert clients.argvs[1] == ["sacct", "--json", "--jobs", "3,4,6"]
+
+
+@pytest.mark.parametrize("clients", [False], indirect=True)
+def test_list_without_accounting_leaves_forgotten_jobs_to_their_record(clients: Clients, tmp_path: Path) -> None:
+    sched = _sched(tmp_path)
+    sched.index.add("3", str(tmp_path / "jobs" / "3"))  # no record, and Slurm keeps nothing of it
+    try:
+        listed = {app.app_id: app.state for app in sched.list()}
+    finally:
+        sched.close()
+    assert listed == {"11": AppState.SUCCEEDED, "14": AppState.PENDING}
+    assert [a[0] for a in clients.argvs] == ["squeue", "sacct"]

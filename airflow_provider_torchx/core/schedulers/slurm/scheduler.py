@@ -65,7 +65,7 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         self.commands = commands or SlurmCommands()
         self.index = index or record.JobIndex()
         self.clock = clock
-        self.poller = SqueuePoller(self._entries, lambda e: status.app_state(None, e)[0].is_terminal(), clock)
+        self.poller = SqueuePoller(self._entries, _ended, clock)
         self._snapshot: tuple[float, Entries] = (float("-inf"), {})
 
     # ------------------------------------------------------------------ submit
@@ -148,13 +148,18 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
         call for all of them: ``status.sacct_entry``); kept as the snapshot that reads within
         ``SNAPSHOT_AGE`` seconds use."""
         entries = status.index_jobs(self.commands.squeue())
-        forgotten = sorted(app_id for app_id in watched if app_id.isdigit() and app_id not in entries)
+        self._add_kept(entries, watched)
+        self._snapshot = (self.clock.monotonic(), entries)
+        return entries
+
+    def _add_kept(self, entries: dict[str, Mapping[str, Any]], ids: Collection[str]) -> None:
+        """Add to ``entries`` what accounting keeps of the ``ids`` they lack (one ``sacct`` call
+        for all of them; none on a cluster without accounting)."""
+        forgotten = sorted(app_id for app_id in ids if app_id.isdigit() and app_id not in entries)
         kept = self.commands.sacct(forgotten) if forgotten else None
         if kept:
             known = status.index_jobs(status.sacct_entry(job) for job in kept)
             entries.update((app_id, known[app_id]) for app_id in forgotten if app_id in known)
-        self._snapshot = (self.clock.monotonic(), entries)
-        return entries
 
     def _recent_entries(self) -> Entries:
         """The snapshot if it is at most ``SNAPSHOT_AGE`` seconds old, else a new one: log reads
@@ -191,8 +196,17 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """One ``squeue`` call (and one ``sacct`` once the controller forgot the job, where the
         cluster keeps accounting), and the job's record (all there is once Slurm forgot it and
-        without accounting)."""
-        return self._describe_from(app_id, self._entries([app_id])) if app_id.isdigit() else None
+        without accounting). No call when the snapshot of the last ``SNAPSHOT_AGE`` seconds
+        shows the job ended: an ended job's entry no longer changes, and every watcher the
+        poller's round told of an end describes its job once more (``TaskWatcher.failure``):
+        a thousand jobs ending together cost no thousand calls."""
+        if not app_id.isdigit():
+            return None
+        at, entries = self._snapshot
+        fresh = self.clock.monotonic() - at <= SNAPSHOT_AGE
+        if not (fresh and app_id in entries and _ended(entries[app_id])):
+            entries = self._entries([app_id])
+        return self._describe_from(app_id, entries)
 
     def describe_future_as(
         self, app_id: str, then: Callable[[DescribeAppResponse | None], R], period: float | None = None
@@ -229,13 +243,24 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
     def list(
         self, cfg: Cfg | None = None, labels: Mapping[str, str] | None = None, *, limit: int | None = None
     ) -> builtins.list[ListAppResponse]:
-        """Our jobs Slurm knows (one ``squeue`` call) and those this host recorded."""
-        entries = self._entries()
+        """Our jobs Slurm knows (one ``squeue`` call) and those this host recorded; where the
+        cluster keeps accounting, one ``sacct`` call for the recorded jobs the controller forgot
+        whose record shows no end (a time limit, a node failure, a cancel outside
+        airflow-torchx): accounting's state is theirs, as ``describe`` gives it."""
+        entries = dict(self._entries())
         ids = {app_id for app_id, e in entries.items() if render.parse_comment(str(e.get("comment", ""))) is not None}
         ids.update(app_id for app_id, _ in self.index.items())
+        looked = {app_id: self._lookup(app_id, entries) for app_id in ids}
+        unsettled = [
+            app_id
+            for app_id, (rec, _) in looked.items()
+            if app_id not in entries and (rec is None or (rec.ended is None and rec.cancel is None))
+        ]
+        if unsettled:
+            self._add_kept(entries, unsettled)
+            looked.update((app_id, self._lookup(app_id, entries)) for app_id in unsettled)
         out = []
-        for app_id in ids:
-            rec, entry = self._lookup(app_id, entries)
+        for app_id, (rec, entry) in looked.items():
             desc = status.describe(app_id, rec, entry)
             if desc is not None and labels_match(desc.labels, labels):
                 out.append(status.listed(desc, rec, entry))
@@ -342,6 +367,11 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
 
     def close(self) -> None:
         self.poller.close()
+
+
+def _ended(entry: Mapping[str, Any]) -> bool:
+    """Whether Slurm's entry shows the job ended."""
+    return status.app_state(None, entry)[0].is_terminal()
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
