@@ -56,6 +56,8 @@ DEFAULT_PAGE, MAX_PAGE = 100, 1000
 #: How long one listing answers every page asking with the same filters before it is renewed
 #: (in the background), and how long one nobody asks for is kept.
 LIST_REUSE_S, LIST_FORGET_S = 2.0, 60.0
+#: The scheduler (AWS Batch's name) whose ended jobs are priced at AWS's own prices without rates.
+AWS_PRICED_SCHEDULER = "aws_batch"
 _LIST_LOCK = threading.Lock()
 _LISTED: dict[Any, _Listing] = {}
 
@@ -103,11 +105,13 @@ class JobRow:
 
     def cost_usd(self, now: float) -> float | None:
         """What the job cost, as its page says (``jobviews.cost_usd``: so far while it runs), for
-        a job that carries rates (``core/rates.py``); None for one without, or one that cannot
+        a job that carries rates (``core/rates.py``) or an ended AWS Batch job (AWS's own prices,
+        each attempt priced once: ``aws_batch/pricing.py``); None for others, or one that cannot
         be described now (the list goes on without its cost). Its description is read once,
         when a page first shows the row (a listing's other rows cost nothing), and kept while
         the job's state and start stay the same (``_list_jobs``)."""
-        if rates_of(self.labels) is None:
+        aws_priced = self.scheduler == AWS_PRICED_SCHEDULER and AppState[self.state].is_terminal()
+        if rates_of(self.labels) is None and not aws_priced:
             return None
         if not self.priced_read:
             try:

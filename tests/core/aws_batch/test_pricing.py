@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import stat
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -347,3 +349,126 @@ def test_describe_prices_an_ended_job_once_and_the_pollers_looks_never(tmp_path:
     look = sched.describe_future_as("q1:app-1", lambda d: d)
     assert look is not None and look.result(timeout=10).usage.cost_usd is None  # type: ignore[union-attr]
     assert asked == [("c1", 1)]
+
+
+# ---------------------------------------------------------------------------- running attempts
+
+
+def running_job(arn: str, started_ms: int, job_id: str = "live1") -> dict[str, Any]:
+    """A single-node job running its first attempt on the container instance ``arn`` (a running
+    attempt is not in ``attempts`` yet: the job's own ``container`` and ``startedAt`` are it),
+    validated against Batch's ``JobDetail``."""
+    job = container_job(job_id, status="RUNNING", platformCapabilities=["EC2"], startedAt=started_ms)
+    job["container"] = {**job["container"], "containerInstanceArn": arn, "taskArn": "arn:t3"}
+    validate_parameters(job, botocore.session.get_session().get_service_model("batch").shape_for("JobDetail"))
+    return job
+
+
+def test_a_running_spot_attempt_is_priced_now_and_apart_from_its_ended_price(
+    moto_without_docker: MotoServer, moto_ec2: dict[str, str], tmp_path: Path
+) -> None:
+    """Running: the latest Spot price at or before now, asked once however often it is looked
+    at; ended, the same attempt is priced again over its window (its own key)."""
+    calls = Calls()
+    with moto_settings(moto_without_docker):
+        prices = pricer(calls, stubbed_pricing(calls)[0], tmp_path)
+        job = running_job(moto_ec2["spot"], T0)
+        for _ in range(5):
+            assert prices.price(job, job, 1, TRAINER) == pytest.approx(0.25 * 0.00001)
+        assert calls.names == [
+            "DescribeContainerInstances",
+            "DescribeInstances",
+            "DescribeInstanceTypes",
+            "DescribeSpotPriceHistory",
+        ]
+        ended = {**job, "status": "SUCCEEDED", "stoppedAt": T0 + 600_000}
+        assert prices.price(ended, ended, 1, TRAINER) == pytest.approx(0.25 * 0.00001)
+        assert calls.names[4:] == ["DescribeContainerInstances", "DescribeInstances", "DescribeSpotPriceHistory"]
+
+
+def live_scheduler(prices: AttemptPricer, job: dict[str, Any]) -> Any:
+    """A scheduler over a fake Batch holding ``job`` (app ``q1:app-1``, id known), pricing with ``prices``."""
+    batch = FakeBatch()
+    batch.jobs[job["jobId"]] = job
+    sched = create_scheduler("s", client=batch, log_client=FakeLogs())
+    sched.pricer = prices
+    sched.adopt_native_id("q1:app-1", job["jobId"])
+    return sched
+
+
+def look(sched: Any) -> Any:
+    """One look for the poller's futures (what a watcher's guards read)."""
+    future = sched.describe_future_as("q1:app-1", lambda d: d)
+    assert future is not None
+    return future.result(timeout=10)
+
+
+def test_max_cost_sees_a_running_batch_job_priced_by_aws_with_a_handful_of_calls(
+    moto_without_docker: MotoServer, moto_ec2: dict[str, str], tmp_path: Path
+) -> None:
+    """No rates: the first look hands the pricing off (cost so far unknown), a later look sees
+    its share (1 of 4 vCPUs) of the on-demand instance's $3.06/h over the hour it has run: over a
+    $0.50 budget. Four AWS calls
+    for the attempt, none for the looks after."""
+    calls = Calls()
+    with moto_settings(moto_without_docker):
+        pricing, stubber = stubbed_pricing(calls)
+        started = time.time() - 3600.0
+        sched = live_scheduler(
+            pricer(calls, pricing, tmp_path), running_job(moto_ec2["on-demand"], int(started * 1000))
+        )
+        first = look(sched).usage_so_far
+        assert first is not None and first.cost_so_far(time.time()) is None
+        deadline = time.monotonic() + 20
+        while (usage := look(sched).usage_so_far) is None or usage.cost_so_far(time.time()) is None:
+            assert time.monotonic() < deadline, "the running attempt was never priced"
+            time.sleep(0.05)
+        spent = usage.cost_so_far(time.time())
+        assert spent == pytest.approx(0.25 * 3.06, rel=0.01) and spent > 0.5  # what max_cost=0.5 holds it to
+        stubber.assert_no_pending_responses()
+        before = list(calls.names)
+        for _ in range(10):
+            look(sched)
+        assert (
+            calls.names
+            == before
+            == ["DescribeContainerInstances", "DescribeInstances", "DescribeInstanceTypes", "GetProducts"]
+        )
+
+
+def test_a_look_never_waits_for_the_pricing_and_an_unpriced_attempt_is_na_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pricing's calls hang: looks still answer at once (cost so far unknown); once the
+    calls fail, the attempt stays n/a with one warning and no more calls."""
+    release, made = threading.Event(), []
+
+    def clients(service: str, region: str | None) -> Any:
+        made.append(service)
+        release.wait(30)
+        raise_denied = Stubber(
+            boto3.client("ecs", region_name=REGION, aws_access_key_id="t", aws_secret_access_key="t")
+        )
+        raise_denied.add_client_error("describe_container_instances", service_error_code="AccessDeniedException")
+        raise_denied.activate()
+        return raise_denied.client
+
+    arn = f"arn:aws:ecs:{REGION}:123456789012:container-instance/ce1/abc"
+    sched = live_scheduler(AttemptPricer(clients, REGION, tmp_path), running_job(arn, T0))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            began = time.monotonic()
+            usage = look(sched).usage_so_far
+            assert time.monotonic() - began < 5 and usage.cost_so_far(time.time()) is None
+        release.set()
+        deadline = time.monotonic() + 20
+        while not [r for r in caplog.records if r.levelno == logging.WARNING]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for _ in range(3):
+            assert look(sched).usage_so_far.cost_so_far(time.time()) is None
+    assert made == ["ecs"]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "AWS Batch job live1 attempt 1: no AWS price (ecs:DescribeContainerInstances: AccessDeniedException); "
+        "its cost shows n/a"
+    ]

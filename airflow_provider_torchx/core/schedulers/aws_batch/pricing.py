@@ -11,14 +11,21 @@ vCPUs and GPUs (``DescribeInstanceTypes``), the larger of the two fractions. An 
 Fargate costs the vCPUs and GiB it reserved at Fargate's on-demand Linux/x86 rates (``GetProducts``
 of ``AmazonECS``).
 
+An attempt still running is priced at the price now: the latest Spot price at or before now, or
+the same on-demand and Fargate prices; it is kept apart from the same attempt's price once ended
+(which averages the Spot price over its window).
+
 The rules are pure functions over the shapes of the AWS API reference; ``AttemptPricer`` makes
-the calls, prices an ended attempt once (memory, by job id and attempt number) and keeps the
-Price List's answers on disk per region for a day. An attempt it cannot price (a permission
-missing, no data) is ``None`` with one warning naming what is missing.
+the calls, prices an attempt once while it runs and once when it ended (memory, by job id,
+attempt number and whether it ended) and keeps the Price List's answers on disk per region for
+a day. An attempt it cannot price (a permission missing, no data) is ``None`` with one warning
+naming what is missing. The status poller's looks price off their thread
+(``AttemptPricer.price_soon``): one blocked AWS call must not hold every watched job's look.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -44,6 +51,21 @@ FARGATE_VCPU_USAGE, FARGATE_GB_USAGE = "Fargate-vCPU-Hours:perCPU", "Fargate-GB-
 #: Attempts whose price is remembered (the oldest forgotten first): a long-lived process's
 #: memory stays flat.
 MAX_REMEMBERED = 10_000
+#: Threads pricing attempts for the looks (``AttemptPricer.price_soon``), shared by every pricer
+#: of the process: pricing is rare (once per attempt) and its calls are short.
+PRICING_THREADS = 2
+
+_executor_lock = threading.Lock()
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _pricing_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's pricing threads (made on first use)."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(PRICING_THREADS, thread_name_prefix="torchx-aws-price")
+        return _executor
 
 
 class NoPriceError(Exception):
@@ -137,33 +159,85 @@ ClientMaker = Callable[[str, str | None], Any]
 
 
 class AttemptPricer:
-    """Prices a Batch job's ended attempts with AWS's prices (see the module docstring):
-    each once, kept in memory by job id and attempt number, an attempt it cannot price
-    included (None, after one warning). Thread-safe; blocking (it calls AWS)."""
+    """Prices a Batch job's attempts with AWS's prices (see the module docstring): each once
+    while it runs and once when it ended, kept in memory by job id, attempt number and whether
+    it ended, an attempt it cannot price included (None, after one warning). Thread-safe;
+    ``price`` blocks (it calls AWS), ``price_soon`` never does."""
 
     def __init__(self, clients: ClientMaker, region: str, cache_dir: Path, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clients, self._region, self._clock = clients, region, clock
         self._cache_file = cache_dir / f"{region}.json"
         self._made: dict[str, Any] = {}
         self._types: dict[str, dict[str, Any]] = {}
-        self._prices: dict[tuple[str, int], float | None] = {}
+        self._prices: dict[tuple[str, int, bool], float | None] = {}
+        self._pending: set[tuple[str, int, bool]] = set()
+        #: ``_prices`` and ``_pending``: held only to read or write them, never over a call.
         self._lock = threading.Lock()
+        #: Held over a pricing and its calls (and ``_made``, ``_types``): ``price_soon`` never takes it.
+        self._calling = threading.Lock()
+
+    @staticmethod
+    def _key(job: Mapping[str, Any], run: Mapping[str, Any], number: int) -> tuple[str, int, bool]:
+        return str(job.get("jobId")), number, run.get("stoppedAt") is not None
 
     def price(self, job: Mapping[str, Any], run: Mapping[str, Any], number: int, resource: Resource) -> float | None:
         """US dollars per hour of attempt ``number`` (``run``: its ``AttemptDetail``) of
         ``job`` (its ``DescribeJobs`` entry, a node's child job for a multi-node job's node)
-        reserving ``resource``; None: it cannot be priced (warned once)."""
-        key = (str(job.get("jobId")), number)
+        reserving ``resource``: over its window once it ended, at the price now while it runs;
+        None: it cannot be priced (warned once)."""
+        key = self._key(job, run, number)
+        with self._calling:  # one pricing at a time: each attempt is priced once
+            with self._lock:
+                if key in self._prices:
+                    return self._prices[key]
+            try:
+                value: float | None = self._price(job, run, resource)
+            except NoPriceError as missing:
+                log.warning("AWS Batch job %s attempt %d: no AWS price (%s); its cost shows n/a", *key[:2], missing)
+                value = None
+            self._remember(key, value)
+            return value
+
+    def _remember(self, key: tuple[str, int, bool], value: float | None) -> None:
         with self._lock:
-            if key not in self._prices:
-                try:
-                    self._prices[key] = self._price(job, run, resource)
-                except NoPriceError as missing:
-                    log.warning("AWS Batch job %s attempt %d: no AWS price (%s); its cost shows n/a", *key, missing)
-                    self._prices[key] = None
-                if len(self._prices) > MAX_REMEMBERED:
-                    self._prices.pop(next(iter(self._prices)))
-            return self._prices[key]
+            self._prices[key] = value
+            if len(self._prices) > MAX_REMEMBERED:
+                self._prices.pop(next(iter(self._prices)))
+
+    def price_soon(
+        self, job: Mapping[str, Any], run: Mapping[str, Any], number: int, resource: Resource
+    ) -> float | None:
+        """``price``'s answer if it is known, else None (not priced yet) after handing the
+        pricing to the process's pricing threads, once per attempt: the status poller's looks
+        call this on the poller's own thread, which no AWS call may hold."""
+        key = self._key(job, run, number)
+        with self._lock:
+            if key in self._prices:
+                return self._prices[key]
+            if key in self._pending:
+                return None
+            self._pending.add(key)
+        _pricing_executor().submit(self._price_later, job, run, number, resource, key)
+        return None
+
+    def _price_later(
+        self,
+        job: Mapping[str, Any],
+        run: Mapping[str, Any],
+        number: int,
+        resource: Resource,
+        key: tuple[str, int, bool],
+    ) -> None:
+        """``price`` on a pricing thread; anything unforeseen is n/a with a warning, never raised
+        into the executor where no one would see it."""
+        try:
+            self.price(job, run, number, resource)
+        except Exception:
+            log.warning("AWS Batch job %s attempt %d: pricing failed; its cost shows n/a", *key[:2], exc_info=True)
+            self._remember(key, None)
+        finally:
+            with self._lock:
+                self._pending.discard(key)
 
     def _price(self, job: Mapping[str, Any], run: Mapping[str, Any], resource: Resource) -> float:
         vcpus = None if resource.cpu < 0 else float(resource.cpu)
@@ -184,7 +258,10 @@ class AttemptPricer:
         itype, zone = str(instance["InstanceType"]), str((instance.get("Placement") or {}).get("AvailabilityZone"))
         share = instance_share(vcpus, None if resource.gpu < 0 else float(resource.gpu), self._instance_type(itype))
         if instance.get("InstanceLifecycle") == "spot":
-            start, end = float(run["startedAt"]) / 1000.0, float(run["stoppedAt"]) / 1000.0
+            if run.get("stoppedAt") is None:  # running: the price in effect now
+                start = end = self._clock.wall()
+            else:
+                start, end = float(run["startedAt"]) / 1000.0, float(run["stoppedAt"]) / 1000.0
             history = self._call(
                 "ec2",
                 "describe_spot_price_history",

@@ -324,15 +324,15 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """Status, roles, labels of the job; node details (exit codes) once it ended; its
-        ended attempts priced at AWS's prices when it carries no rates (``pricing.py``: each
-        once; the poller's looks never price)."""
+        attempts priced at AWS's prices when it carries no rates (``pricing.py``: each once
+        while it runs and once ended, here blocking)."""
         job = self._job(app_id)
         ended = looks.ended_nodes(job)
         return self._response(app_id, job, self._nodes(job, ended) if job and ended else {}, priced=True)
 
     @functools.cached_property
     def pricer(self) -> AttemptPricer:
-        """What prices this scheduler's ended attempts at AWS's prices (made on first use),
+        """What prices this scheduler's attempts at AWS's prices (made on first use),
         its Price List answers kept under the host's state dir."""
         return AttemptPricer(
             lambda service, region: self.aws.session().client(
@@ -417,8 +417,11 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     def _response(
         self, app_id: str, job: dict[str, Any] | None, nodes: dict[int, dict[str, Any]], priced: bool = False
     ) -> DescribeAppResponse | None:
-        """The description of ``app_id`` from its entry ``job`` and its nodes' child jobs;
-        ``priced``: its ended attempts at AWS's prices unless the job carries rates."""
+        """The description of ``app_id`` from its entry ``job`` and its nodes' child jobs.
+        Unless the job carries rates, its attempts at AWS's prices: ``priced`` (``describe``),
+        each found now; else (a look, on the poller's thread) a live job's attempts as far as
+        they are priced already, the rest priced off that thread for a later look
+        (``AttemptPricer.price_soon``), and an ended job's not at all."""
         if job is None:
             return None
         if job is NOT_VISIBLE:
@@ -432,10 +435,13 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
         ):
             job = {**job, "container": {**self._summary_container(app_id, job), **(job.get("container") or {})}}
         resp = status.describe_response(app_id, job, nodes, self.aws.region())
-        price = self.pricer.price if priced and rates_of(resp.labels) is None else None
-        if resp.state.is_terminal():
+        ended = resp.state.is_terminal()
+        price = None
+        if rates_of(resp.labels) is None and (priced or not ended):
+            price = self.pricer.price if priced else self.pricer.price_soon
+        if ended:
             resp.usage = batch_usage(job, nodes, resp.roles, price)
-        else:  # what guards read at each look (``core/guards.py``): no extra call unless ``priced``
+        else:  # what guards read at each look (``core/guards.py``): no AWS call on the look's thread
             resp.usage_so_far = batch_usage(job, nodes, resp.roles, price)
         return resp
 

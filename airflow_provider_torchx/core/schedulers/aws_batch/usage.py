@@ -9,9 +9,9 @@ Where a node's child job is not known (moto models none), the node is taken to h
 long as its parent job ran, which is what a multi-node job's nodes do. A job on EKS has
 ``eksAttempts`` instead (read through ``eks.as_ecs_shape``).
 
-Given a ``Price`` (``pricing.AttemptPricer.price``), each ended attempt carries AWS's price for
-it (``Attempt.price_per_hour``); an open one is not priced (its instance's Spot price is not
-settled until it ends).
+Given a ``Price`` (``pricing.AttemptPricer.price`` or ``price_soon``), each attempt carries
+AWS's price for it (``Attempt.price_per_hour``): an ended one over its window, an open one at the
+price now (what a live job's cost so far counts).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch.status import epoch_secon
 from airflow_provider_torchx.core.specs import NULL_RESOURCE, Resource, Role
 from airflow_provider_torchx.core.usage import Attempt, Usage, compute_usage
 
-#: US dollars per hour of an ended attempt: (the job entry it belongs to, its attempt detail,
+#: US dollars per hour of an attempt: (the job entry it belongs to, its attempt detail,
 #: its number, the resource its replica reserved) to a price, None where it cannot be priced.
 Price = Callable[[Mapping[str, Any], Mapping[str, Any], int, Resource], float | None]
 
@@ -49,7 +49,7 @@ def replica_attempts(
     """The runs of one replica from its job entry: its ``attempts`` that started, else (none
     listed yet) the entry's own ``startedAt``/``stoppedAt`` as one run. The last run's exit
     code, where its attempt leaves it out (moto), is the entry's ``container.exitCode``. With
-    ``price``, each ended run is priced for ``resource``, what the replica reserved."""
+    ``price``, each run is priced for ``resource``, what the replica reserved."""
     runs = [a for a in entry.get("attempts") or [] if a.get("startedAt") is not None] or (
         [entry] if entry.get("startedAt") is not None else []
     )
@@ -62,7 +62,7 @@ def replica_attempts(
             ended=epoch_seconds(run.get("stoppedAt")),
             exit_code=_exit_code(run) if _exit_code(run) is not None or n < len(runs) else _exit_code(entry),
             reason=_reason(run),
-            price_per_hour=None if price is None or run.get("stoppedAt") is None else price(entry, run, n, resource),
+            price_per_hour=None if price is None else price(entry, run, n, resource),
         )
         for n, run in enumerate(runs, start=1)
     ]
@@ -76,7 +76,7 @@ def batch_usage(
 ) -> Usage:
     """The usage of ``job`` (ended), its child jobs ``nodes`` by node index (may be empty) and
     its ``roles`` as ``describe`` rebuilt them (resources from the job's containers). A job on
-    EKS counts its ``eksAttempts`` (``eks.as_ecs_shape``). ``price``: what prices its ended
+    EKS counts its ``eksAttempts`` (``eks.as_ecs_shape``). ``price``: what prices its
     attempts (None: not priced here)."""
     resources = {r.name: r.resource for r in roles}
     job = as_ecs_shape(job)
