@@ -54,6 +54,8 @@ from airflow_provider_torchx.core.specs import AppDef
 MAX_INFRA_FAILURES = "max_infra_failures"
 #: The XCom key of the record of rungs tried (a list of ``Step.to_dict()``).
 XCOM_KEY = "ladder"
+#: The label naming the rung (its connection id) a job of a ladder was submitted to.
+RUNG_LABEL = "torchx.rung"
 #: The failure kinds that count towards ``max_infra_failures``: the place's, not the job's.
 PLACE_KINDS = frozenset({FailureKind.INFRA, FailureKind.CAPACITY})
 

@@ -22,6 +22,7 @@ from airflow_provider_torchx.failures import event_failure
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.ladder import (
     PLACE_KINDS,
+    RUNG_LABEL,
     XCOM_KEY,
     Move,
     Outcome,
@@ -47,9 +48,6 @@ if TYPE_CHECKING:
     from airflow_provider_torchx.core.runner import Runner
     from airflow_provider_torchx.core.usage import Usage
     from airflow_provider_torchx.operators.torchx import TorchXRunOperator, _TaskJob
-
-#: The label naming the rung (its connection id) a job of a ladder was submitted to.
-RUNG_LABEL = "torchx.rung"
 
 
 def read_rungs(op: TorchXRunOperator) -> list[Rung]:
