@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -249,6 +251,81 @@ def test_a_retry_adopts_the_job_on_the_rung_it_moved_to(
     ]
     ours = runner.list("local_cwd", None, {"airflow.run_id": "ladder-retry"})
     assert len(ours) == 2  # the box's cancelled job and the spare's: none submitted by the retry
+
+
+#: Try 1 of a ladder task in a worker that is SIGKILLed in the middle of the move (argv: run
+#: id, where): after the box's job was cancelled and before the spare's is submitted, or right
+#: after the spare's job was submitted.
+TRY_ONE_KILLED = """
+import os, signal, sys
+from airflow_provider_torchx.operators.climb import Climb
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from tests.airflow.helpers import FakeTI
+from tests.airflow.test_ladder_jobs import operator, trainer
+
+run_id, where = sys.argv[1:]
+if where == "before_resubmit":
+    submit = TorchXRunOperator._submit_or_adopt
+    def killed_before_moving(self, *args, moving=False, **kwargs):
+        if moving:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return submit(self, *args, moving=moving, **kwargs)
+    TorchXRunOperator._submit_or_adopt = killed_before_moving
+else:
+    record = Climb.submitted
+    def killed_once_moved(self, context, handle):
+        record(self, context, handle)
+        if self.index > 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+    Climb.submitted = killed_once_moved
+operator(trainer("sleep 5")).execute({"ti": FakeTI(run_id=run_id)})
+"""
+
+
+@pytest.mark.parametrize("where", ["before_resubmit", "after_resubmit"])
+def test_a_worker_killed_during_a_move_leaves_one_live_job_and_the_retry_adopts_it(
+    local_jobs: tuple[Runner, list[str]], holder: str, where: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Try 1's worker is SIGKILLed between cancelling the box's job and submitting the spare's,
+    or just after submitting it. Killed before: no job is left live (the box's was cancelled),
+    and the retry submits one, which moves to the spare and succeeds. Killed after: the
+    spare's job is the one live job, and the retry adopts it, submitting nothing."""
+    from tests.fixtures.airflow import REPO  # not at import: it sets a fresh state dir, and try 1 imports this module
+
+    runner, handles = local_jobs
+    run_id = f"ladder-killed-{where}"
+
+    def ours() -> list[Any]:
+        return runner.list("local_cwd", None, {"airflow.run_id": run_id})
+
+    try:
+        first = subprocess.run(
+            [sys.executable, "-c", TRY_ONE_KILLED, run_id, where], cwd=REPO, capture_output=True, text=True, timeout=120
+        )
+        assert first.returncode == -9, first.stdout[-3000:] + first.stderr[-3000:]
+        jobs = ours()
+        box = [a.app_handle for a in jobs if a.labels["torchx.rung"] == "torchx_box"]
+        spare = [a.app_handle for a in jobs if a.labels["torchx.rung"] == "torchx_spare"]
+        assert len(box) == 1 and ended(runner, box[0]) == AppState.CANCELLED
+        assert len(spare) == (0 if where == "before_resubmit" else 1), jobs
+        live = [a.app_handle for a in ours() if not a.state.is_terminal()]
+        assert live == spare  # exactly one live job once the spare's was submitted, none before
+
+        retry = FakeTI(try_number=2, run_id=run_id)
+        handle = operator(trainer("sleep 5")).execute({"ti": retry})  # type: ignore[arg-type]
+    finally:
+        handles.extend(a.app_handle for a in ours())
+    out, err = capfd.readouterr()
+    assert ended(runner, handle) == AppState.SUCCEEDED
+    taken = runner.describe_app(handle)
+    assert taken is not None and taken.labels["torchx.rung"] == "torchx_spare"
+    if where == "after_resubmit":
+        assert handle == spare[0] and len(ours()) == 2, "the retry submitted nothing"
+        assert re.search(rf"Retry: reattaching to {re.escape(handle)} \((PENDING|RUNNING)\)", out + err)
+    else:
+        assert len(ours()) == 3  # the box's two cancelled jobs (try 1's, the retry's) and the spare's
+        assert [s["outcome"] for s in retry.xcoms["ladder"]] == ["moved", "succeeded"]
+    assert [a.app_handle for a in ours() if a.state == AppState.SUCCEEDED] == [handle]
 
 
 @pytest.mark.slurm
