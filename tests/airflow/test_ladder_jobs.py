@@ -3,7 +3,8 @@
 (``AIRFLOW_TORCHX_LOCAL_GPUS``), the second asking for none. The job moves after the first
 rung's ``start_timeout`` (in the worker and deferred), or after its ``max_infra_failures``, and
 resumes on the second with the same checkpoint location and the attempt number continued; an
-app failure does not move."""
+app failure does not move. A worker SIGKILLed in the middle of a move leaves at most one live
+job, which the retry adopts; the box moves to Slurm and to AWS Batch (moto server) likewise."""
 
 from __future__ import annotations
 
@@ -68,8 +69,8 @@ def trainer(script: str = "") -> AppDef:
 
 
 def operator(app: AppDef, **kwargs: Any) -> TorchXRunOperator:
-    options: dict[str, Any] = {"poll_interval": POLL, "deferrable": False} | kwargs
-    return TorchXRunOperator(task_id="task", app=app, torchx_conn_id=LADDER, **options)
+    options: dict[str, Any] = {"poll_interval": POLL, "deferrable": False, "torchx_conn_id": LADDER} | kwargs
+    return TorchXRunOperator(task_id="task", app=app, **options)
 
 
 def assert_moved(runner: Runner, ti: FakeTI, rungs: Counter, out: str, why: str) -> tuple[str, str]:
@@ -371,3 +372,50 @@ def test_the_box_holds_its_start_timeout_itself_only_when_no_watcher_will(rungs:
         {"ti": FakeTI(run_id=f"ladder-held-{wait}")}  # type: ignore[arg-type]
     )
     assert ('"start_timeout": 2' in json.dumps(request)) is not wait, request
+
+
+@pytest.mark.docker
+def test_a_job_that_cannot_start_on_the_box_moves_to_aws_batch_and_checkpoints_in_the_same_place(
+    local_jobs: tuple[Runner, list[str]],
+    holder: str,
+    rungs: Counter,
+    batch_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Local box -> a Batch queue (moto server, real containers), both checkpointing under one
+    ``s3://`` root: the box's job cannot start (its GPUs are held), moves after the box's
+    ``start_timeout``, and the Batch job runs with the same identity, checkpoint location and
+    the attempt continued, and succeeds."""
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+    conn(monkeypatch, "torchx_batch_rung", scheduler="aws_batch", cfg=f"queue={batch_queue}", region_name="us-east-1")
+    runner, handles = local_jobs
+    ti = FakeTI(run_id="ladder-batch")
+    app = trainer()
+    for role in app.roles:
+        role.image = "busybox:local"  # the Batch rung's image; the box runs in its own directory
+    op = operator(app, torchx_conn_id=["torchx_box", "torchx_batch_rung"], checkpoint_root="s3://bucket/ckpt")
+    batch = TorchXHook("torchx_batch_rung").get_runner()
+    try:
+        assert op.execute({"ti": ti}) == ti.xcoms["app_handle"]  # type: ignore[arg-type]
+    finally:
+        steps = ti.xcoms.get("ladder", [])
+        handles.extend(s["app_handle"] for s in steps if s["app_handle"].startswith("local_cwd://"))
+        for s in steps:
+            if s["app_handle"].startswith("aws_batch://"):
+                batch.cancel(s["app_handle"])
+    out, err = capfd.readouterr()
+    tried = [(s["conn_id"], s["outcome"]) for s in steps]
+    assert tried == [("torchx_box", "moved"), ("torchx_batch_rung", "succeeded")], tried
+    left, taken = runner.describe_app(steps[0]["app_handle"]), batch.describe_app(steps[1]["app_handle"])
+    assert left is not None and taken is not None
+    assert left.state == AppState.CANCELLED and left.cancelled_by == CancelledBy.TASK
+    assert left.cancel_reason == "moved to torchx_batch_rung: it did not start within start_timeout=2s"
+    assert taken.state == AppState.SUCCEEDED
+    assert left.labels["torchx.rung"] == "torchx_box" and taken.labels["torchx.rung"] == "torchx_batch_rung"
+    identity = {k: v for k, v in left.labels.items() if k.startswith("airflow.")}
+    assert identity and all(taken.labels[k] == v for k, v in identity.items())
+    assert left.checkpoint_dir == taken.checkpoint_dir == "s3://bucket/ckpt/dag/ladder-batch/task"
+    assert f"ckpt={taken.checkpoint_dir} attempt=1" in out + err, (out + err)[-3000:]
+    assert [m["to"] for m in rungs.of("torchx.job.moved")] == ["torchx_batch_rung"]
