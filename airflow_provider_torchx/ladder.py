@@ -242,6 +242,16 @@ def cancel_reason(target: Rung, move: Move) -> str:
     return f"moved to {target.conn_id}: {move.detail}"
 
 
+def retry_rung(rungs: Sequence[Rung], index: int, reason: str | None) -> int:
+    """The rung a retry goes on from when its task instance's newest job is on rung ``index``:
+    the next one when the task cancelled that job to move it there (``reason``: the job's
+    cancel reason from its task, ``cancel_reason``) and no job was submitted there (its worker
+    died in between), else ``index``."""
+    if index + 1 < len(rungs) and reason is not None and reason.startswith(f"moved to {rungs[index + 1].conn_id}: "):
+        return index + 1
+    return index
+
+
 def move_line(rungs: Sequence[Rung], move: Move, handle: str) -> str:
     """The task log's one line for a move: the rung left, why, the rung taken."""
     source, target = rungs[move.source], rungs[move.target]
