@@ -284,7 +284,7 @@ operator(trainer("sleep 5")).execute({"ti": FakeTI(run_id=run_id)})
 
 
 @pytest.mark.parametrize("where", ["before_resubmit", "after_resubmit"])
-def test_a_worker_killed_during_a_move_leaves_one_live_job_and_the_retry_adopts_it(
+def test_a_worker_killed_during_a_move_leaves_at_most_one_live_job_and_the_retry_goes_on_with_it(
     local_jobs: tuple[Runner, list[str]], holder: str, where: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Try 1's worker is SIGKILLed between cancelling the box's job and submitting the spare's,
