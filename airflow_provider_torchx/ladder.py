@@ -54,6 +54,8 @@ from airflow_provider_torchx.core.specs import AppDef
 MAX_INFRA_FAILURES = "max_infra_failures"
 #: The XCom key of the record of rungs tried (a list of ``Step.to_dict()``).
 XCOM_KEY = "ladder"
+#: The label naming the rung (its connection id) a job of a ladder was submitted to.
+RUNG_LABEL = "torchx.rung"
 #: The failure kinds that count towards ``max_infra_failures``: the place's, not the job's.
 PLACE_KINDS = frozenset({FailureKind.INFRA, FailureKind.CAPACITY})
 
@@ -238,6 +240,16 @@ def infra_failures(kind: FailureKind | None, attempt_reasons: Iterable[str]) -> 
 def cancel_reason(target: Rung, move: Move) -> str:
     """The reason the task gives its cancel of the job it moves: ``moved to RUNG: why``."""
     return f"moved to {target.conn_id}: {move.detail}"
+
+
+def retry_rung(rungs: Sequence[Rung], index: int, reason: str | None) -> int:
+    """The rung a retry goes on from when its task instance's newest job is on rung ``index``:
+    the next one when the task cancelled that job to move it there (``reason``: the job's
+    cancel reason from its task, ``cancel_reason``) and no job was submitted there (its worker
+    died in between), else ``index``."""
+    if index + 1 < len(rungs) and reason is not None and reason.startswith(f"moved to {rungs[index + 1].conn_id}: "):
+        return index + 1
+    return index
 
 
 def move_line(rungs: Sequence[Rung], move: Move, handle: str) -> str:

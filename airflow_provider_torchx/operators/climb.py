@@ -22,6 +22,7 @@ from airflow_provider_torchx.failures import event_failure
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.ladder import (
     PLACE_KINDS,
+    RUNG_LABEL,
     XCOM_KEY,
     Move,
     Outcome,
@@ -33,6 +34,7 @@ from airflow_provider_torchx.ladder import (
     ended,
     infra_failures,
     move_line,
+    retry_rung,
     rung_start_timeout,
     start_timeout_move,
     summed,
@@ -47,9 +49,6 @@ if TYPE_CHECKING:
     from airflow_provider_torchx.core.runner import Runner
     from airflow_provider_torchx.core.usage import Usage
     from airflow_provider_torchx.operators.torchx import TorchXRunOperator, _TaskJob
-
-#: The label naming the rung (its connection id) a job of a ladder was submitted to.
-RUNG_LABEL = "torchx.rung"
 
 
 def read_rungs(op: TorchXRunOperator) -> list[Rung]:
@@ -120,25 +119,37 @@ class Climb:
     def locate(self, context: Context) -> None:
         """On a retry, go to the rung of the task instance's newest job, listed by its identity
         and rung label on every rung's scheduler: the retry adopts it there
-        (``_find_job_to_adopt``, on that rung), or submits its new job there."""
+        (``_find_job_to_adopt``, on that rung), or submits its new job there; or to the next
+        rung when that job was cancelled for a move whose submit never came
+        (``ladder.retry_rung``)."""
         from airflow_provider_torchx.watch import task_identity
 
         if context["ti"].try_number <= 1:
             return
         identity = task_identity(context).labels()
-        newest: tuple[float, int] | None = None
+        newest: tuple[float, int, str, Runner] | None = None
         for i, rung in enumerate(self.rungs):
             hook = TorchXHook(rung.conn_id)
+            runner = hook.get_runner()
             labels = identity | {RUNG_LABEL: rung.conn_id}
-            for app in hook.get_runner().list(rung.scheduler, hook.resolve_cfg(self.op.cfg), labels):
+            for app in runner.list(rung.scheduler, hook.resolve_cfg(self.op.cfg), labels):
                 created = app.created or 0.0
                 if newest is None or created > newest[0]:
-                    newest = (created, i)
-        if newest is not None and newest[1] != self.index:
-            self.index = newest[1]
+                    newest = (created, i, app.app_handle, runner)
+        if newest is None:
+            return
+        _, index, handle, runner = newest
+        desc = runner.describe_app(handle)
+        by_task = desc is not None and desc.cancelled_by == CancelledBy.TASK
+        index = retry_rung(self.rungs, index, desc.cancel_reason if desc is not None and by_task else None)
+        if index != self.index:
+            self.index = index
             self.op.torchx_conn_id = self.rung.conn_id
             where = f"rung {self.index + 1} {self.rung.name()}"
-            self.op.log.info("Retry: this task instance's newest job is on %s", where)
+            if index != newest[1]:
+                self.op.log.info("Retry: this task instance's job %s was moving to %s; it goes on there", handle, where)
+            else:
+                self.op.log.info("Retry: this task instance's newest job is on %s", where)
 
     @property
     def rung(self) -> Rung:

@@ -20,7 +20,8 @@ API guarantees:
 2. ``GET api/jobs`` lists what the user may read, one page at a time (newest first, ``next``
    the cursor of the following page), with ``errors`` per unreachable source that could hold
    jobs asked for (``jobs.errors_that_matter``) and the server's ``now`` (the pages' clock for
-   the durations of running jobs).
+   the durations of running jobs). ``GET api/ladder`` lists the other jobs a ladder job's
+   capacity ladder submitted for its task instance (every rung), oldest first, with their rung.
 3. ``GET api/log`` returns one page of a replica's log after the given cursor and the cursor to
    continue from, so a page polling it shows each line once.
 4. ``POST api/cancel`` asks the scheduler to stop the job (idempotent) and returns its state.
@@ -201,6 +202,13 @@ def create_app() -> FastAPI:
         details["can_cancel"] = access.allowed(user, details["dag_id"], EDIT)
         details["now"] = time.time()
         return masker.tree(details)
+
+    @app.get("/api/ladder")
+    def get_ladder(user: User, handle: Annotated[str, Query()], conn_id: str | None = None) -> dict[str, Any]:
+        """The other jobs the capacity ladder of job ``handle`` submitted for its task instance
+        (``jobs.ladder_jobs``), asked once by the job page, never on its polls."""
+        _, desc, masker = _job(user, handle, conn_id, READ, "see this job")
+        return masker.tree({"jobs": jobs.ladder_jobs(handle, desc.labels)})
 
     @app.get("/api/log")
     def get_log(

@@ -42,6 +42,7 @@ from airflow_provider_torchx.core.runner import Runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse, cursor_object
 from airflow_provider_torchx.core.specs import AppState, Role, parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
+from airflow_provider_torchx.ladder import RUNG_LABEL
 from airflow_provider_torchx.links.torchx import job_page_url
 from airflow_provider_torchx.sources import runner_for, source_listings, torchx_connection_ids
 
@@ -389,6 +390,27 @@ def job_details(
         **identity,
         "roles": roles,
     }
+
+
+def ladder_jobs(app_handle: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The other jobs a capacity ladder submitted for the task instance of the job ``app_handle``
+    (whose ``labels`` carry ``RUNG_LABEL`` and its identity), on every rung and try, oldest
+    first, each a row of the list with its ``rung``; none for a job of no ladder. Read from the
+    listing of the task instance's jobs ``list_jobs`` keeps (one per filters, renewed in the
+    background), so a page asking costs no walk of the schedulers but the first."""
+    identity = TaskIdentity.from_labels(labels)
+    if RUNG_LABEL not in labels or identity is None:
+        return []
+    found = list_jobs({"dag_id": identity.dag_id, "task_id": identity.task_id, "run_id": identity.run_id})
+    same = identity.labels()
+    rows = [
+        row
+        for row in found.jobs
+        if row.handle != app_handle
+        and RUNG_LABEL in row.labels
+        and all(row.labels.get(k) == v for k, v in same.items())
+    ]
+    return [row.as_json() | {"rung": row.labels[RUNG_LABEL]} for row in sorted(rows, key=sort_key)]
 
 
 def _cause_json(cause: RootCause) -> dict[str, Any]:

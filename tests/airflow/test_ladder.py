@@ -22,6 +22,7 @@ from airflow_provider_torchx.ladder import (
     infra_failures,
     max_infra_failures,
     move_line,
+    retry_rung,
     rung_start_timeout,
 )
 
@@ -241,3 +242,16 @@ def test_the_rungs_usage_is_summed_over_the_jobs_that_know_it() -> None:
     }
     assert ladder_line(totals) == "Ladder (3 jobs, every rung tried): 4.0000 GPU-h, $10.00, 1 job(s) unread"
     assert ladder_line(summed([left])) == "Ladder (1 jobs, every rung tried): 0.0000 GPU-h"
+
+
+def test_a_retry_goes_on_to_the_rung_a_cut_short_move_was_going_to() -> None:
+    """The newest job cancelled for a move to the next rung (nothing submitted there): the
+    retry starts there; any other cancel, or none, keeps the newest job's rung."""
+    rungs = [BOX, SLURM, SPOT]
+    move = Move(0, 1, Why.START_TIMEOUT, "it did not start within start_timeout=60s")
+    assert retry_rung(rungs, 0, cancel_reason(SLURM, move)) == 1
+    assert retry_rung(rungs, 1, cancel_reason(SPOT, Move(1, 2, Why.START_TIMEOUT, "x"))) == 2
+    assert retry_rung(rungs, 0, None) == 0
+    assert retry_rung(rungs, 0, "cancelled by the task") == 0
+    assert retry_rung(rungs, 0, cancel_reason(SPOT, move)) == 0, "a move to another rung than the next"
+    assert retry_rung(rungs, 2, "moved to box: x") == 2, "the last rung"

@@ -3,12 +3,15 @@
 (``AIRFLOW_TORCHX_LOCAL_GPUS``), the second asking for none. The job moves after the first
 rung's ``start_timeout`` (in the worker and deferred), or after its ``max_infra_failures``, and
 resumes on the second with the same checkpoint location and the attempt number continued; an
-app failure does not move."""
+app failure does not move. A worker SIGKILLed in the middle of a move leaves at most one live
+job, which the retry adopts; the box moves to Slurm and to AWS Batch (moto server) likewise."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,8 +69,8 @@ def trainer(script: str = "") -> AppDef:
 
 
 def operator(app: AppDef, **kwargs: Any) -> TorchXRunOperator:
-    options: dict[str, Any] = {"poll_interval": POLL, "deferrable": False} | kwargs
-    return TorchXRunOperator(task_id="task", app=app, torchx_conn_id=LADDER, **options)
+    options: dict[str, Any] = {"poll_interval": POLL, "deferrable": False, "torchx_conn_id": LADDER} | kwargs
+    return TorchXRunOperator(task_id="task", app=app, **options)
 
 
 def assert_moved(runner: Runner, ti: FakeTI, rungs: Counter, out: str, why: str) -> tuple[str, str]:
@@ -251,6 +254,82 @@ def test_a_retry_adopts_the_job_on_the_rung_it_moved_to(
     assert len(ours) == 2  # the box's cancelled job and the spare's: none submitted by the retry
 
 
+#: Try 1 of a ladder task in a worker that is SIGKILLed in the middle of the move (argv: run
+#: id, where): after the box's job was cancelled and before the spare's is submitted, or right
+#: after the spare's job was submitted.
+TRY_ONE_KILLED = """
+import os, signal, sys
+from airflow_provider_torchx.operators.climb import Climb
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from tests.airflow.helpers import FakeTI
+from tests.airflow.test_ladder_jobs import operator, trainer
+
+run_id, where = sys.argv[1:]
+if where == "before_resubmit":
+    submit = TorchXRunOperator._submit_or_adopt
+    def killed_before_moving(self, *args, moving=False, **kwargs):
+        if moving:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return submit(self, *args, moving=moving, **kwargs)
+    TorchXRunOperator._submit_or_adopt = killed_before_moving
+else:
+    record = Climb.submitted
+    def killed_once_moved(self, context, handle):
+        record(self, context, handle)
+        if self.index > 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+    Climb.submitted = killed_once_moved
+operator(trainer("sleep 5")).execute({"ti": FakeTI(run_id=run_id)})
+"""
+
+
+@pytest.mark.parametrize("where", ["before_resubmit", "after_resubmit"])
+def test_a_worker_killed_during_a_move_leaves_at_most_one_live_job_and_the_retry_goes_on_with_it(
+    local_jobs: tuple[Runner, list[str]], holder: str, where: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Try 1's worker is SIGKILLed between cancelling the box's job and submitting the spare's,
+    or just after submitting it. Killed before: no job is left live (the box's was cancelled),
+    and the retry goes on to the spare (the move's target) and submits its job there. Killed
+    after: the spare's job is the one live job, and the retry adopts it, submitting nothing."""
+    from tests.fixtures.airflow import REPO  # not at import: it sets a fresh state dir, and try 1 imports this module
+
+    runner, handles = local_jobs
+    run_id = f"ladder-killed-{where}"
+
+    def ours() -> list[Any]:
+        return runner.list("local_cwd", None, {"airflow.run_id": run_id})
+
+    try:
+        first = subprocess.run(
+            [sys.executable, "-c", TRY_ONE_KILLED, run_id, where], cwd=REPO, capture_output=True, text=True, timeout=120
+        )
+        assert first.returncode == -9, first.stdout[-3000:] + first.stderr[-3000:]
+        jobs = ours()
+        box = [a.app_handle for a in jobs if a.labels["torchx.rung"] == "torchx_box"]
+        spare = [a.app_handle for a in jobs if a.labels["torchx.rung"] == "torchx_spare"]
+        assert len(box) == 1 and ended(runner, box[0]) == AppState.CANCELLED
+        assert len(spare) == (0 if where == "before_resubmit" else 1), jobs
+        live = [a.app_handle for a in ours() if not a.state.is_terminal()]
+        assert live == spare  # exactly one live job once the spare's was submitted, none before
+
+        retry = FakeTI(try_number=2, run_id=run_id)
+        handle = operator(trainer("sleep 5")).execute({"ti": retry})  # type: ignore[arg-type]
+    finally:
+        handles.extend(a.app_handle for a in ours())
+    out, err = capfd.readouterr()
+    assert ended(runner, handle) == AppState.SUCCEEDED
+    taken = runner.describe_app(handle)
+    assert taken is not None and taken.labels["torchx.rung"] == "torchx_spare"
+    if where == "after_resubmit":
+        assert handle == spare[0] and len(ours()) == 2, "the retry submitted nothing"
+        assert re.search(rf"Retry: reattaching to {re.escape(handle)} \((PENDING|RUNNING)\)", out + err)
+    else:
+        assert len(ours()) == 2, "the retry submitted on the spare alone"
+        assert f"Retry: this task instance's job {box[0]} was moving to rung 2 'torchx_spare'" in out + err
+        assert [(s["conn_id"], s["outcome"]) for s in retry.xcoms["ladder"]] == [("torchx_spare", "succeeded")]
+    assert [a.app_handle for a in ours() if a.state == AppState.SUCCEEDED] == [handle]
+
+
 @pytest.mark.slurm
 def test_a_job_that_cannot_start_on_the_box_moves_to_slurm_and_checkpoints_in_the_same_place(
     local_jobs: tuple[Runner, list[str]],
@@ -294,3 +373,50 @@ def test_the_box_holds_its_start_timeout_itself_only_when_no_watcher_will(rungs:
         {"ti": FakeTI(run_id=f"ladder-held-{wait}")}  # type: ignore[arg-type]
     )
     assert ('"start_timeout": 2' in json.dumps(request)) is not wait, request
+
+
+@pytest.mark.docker
+def test_a_job_that_cannot_start_on_the_box_moves_to_aws_batch_and_checkpoints_in_the_same_place(
+    local_jobs: tuple[Runner, list[str]],
+    holder: str,
+    rungs: Counter,
+    batch_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Local box -> a Batch queue (moto server, real containers), both checkpointing under one
+    ``s3://`` root: the box's job cannot start (its GPUs are held), moves after the box's
+    ``start_timeout``, and the Batch job runs with the same identity, checkpoint location and
+    the attempt continued, and succeeds."""
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+    conn(monkeypatch, "torchx_batch_rung", scheduler="aws_batch", cfg=f"queue={batch_queue}", region_name="us-east-1")
+    runner, handles = local_jobs
+    ti = FakeTI(run_id="ladder-batch")
+    app = trainer()
+    for role in app.roles:
+        role.image = "busybox:local"  # the Batch rung's image; the box runs in its own directory
+    op = operator(app, torchx_conn_id=["torchx_box", "torchx_batch_rung"], checkpoint_root="s3://bucket/ckpt")
+    batch = TorchXHook("torchx_batch_rung").get_runner()
+    try:
+        assert op.execute({"ti": ti}) == ti.xcoms["app_handle"]  # type: ignore[arg-type]
+    finally:
+        steps = ti.xcoms.get("ladder", [])
+        handles.extend(s["app_handle"] for s in steps if s["app_handle"].startswith("local_cwd://"))
+        for s in steps:
+            if s["app_handle"].startswith("aws_batch://"):
+                batch.cancel(s["app_handle"])
+    out, err = capfd.readouterr()
+    tried = [(s["conn_id"], s["outcome"]) for s in steps]
+    assert tried == [("torchx_box", "moved"), ("torchx_batch_rung", "succeeded")], tried
+    left, taken = runner.describe_app(steps[0]["app_handle"]), batch.describe_app(steps[1]["app_handle"])
+    assert left is not None and taken is not None
+    assert left.state == AppState.CANCELLED and left.cancelled_by == CancelledBy.TASK
+    assert left.cancel_reason == "moved to torchx_batch_rung: it did not start within start_timeout=2s"
+    assert taken.state == AppState.SUCCEEDED
+    assert left.labels["torchx.rung"] == "torchx_box" and taken.labels["torchx.rung"] == "torchx_batch_rung"
+    identity = {k: v for k, v in left.labels.items() if k.startswith("airflow.")}
+    assert identity and all(taken.labels[k] == v for k, v in identity.items())
+    assert left.checkpoint_dir == taken.checkpoint_dir == "s3://bucket/ckpt/dag/ladder-batch/task"
+    assert f"ckpt={taken.checkpoint_dir} attempt=1" in out + err, (out + err)[-3000:]
+    assert [m["to"] for m in rungs.of("torchx.job.moved")] == ["torchx_batch_rung"]

@@ -718,3 +718,35 @@ def test_the_job_page_shows_the_checkpoint_location_the_replicas_get() -> None:
     assert job_details(handle, None, given)["checkpoint_dir"] == "/ckpt/d/r/t/-1"
     none = DescribeAppResponse(app_id="app-1", roles=[Role("plain", image="/")])
     assert job_details(handle, None, none)["checkpoint_dir"] is None
+
+
+def test_a_ladder_jobs_page_links_the_task_instances_jobs_on_the_other_rungs(
+    client: Any, auth: Any, local_jobs: Any
+) -> None:
+    """Jobs carrying the rung label and one task instance's identity link each other (oldest
+    first, with their rung and page); a job of the same task instance outside the ladder, one of
+    another map index and a job of no ladder are not linked."""
+    runner, handles = local_jobs
+    ti = _identity("ui_ladder")
+    submitted = [  # the job left, the job taken, one of another map index, one of no ladder
+        ti | {"torchx.rung": "torchx_box"},
+        ti | {"torchx.rung": "torchx_spare"},
+        ti | {"airflow.map_index": "3", "torchx.rung": "torchx_box"},
+        ti,
+    ]
+    for labels in submitted:
+        handles.append(runner.run(_app(0), "local_cwd", labels=labels))
+        time.sleep(0.01)  # distinct submission times: the order shown
+    left, taken, other, alone = handles
+    viewer = _headers(auth, "viewer")
+
+    linked = client.get("/api/ladder", params={"handle": taken}, headers=viewer).json()["jobs"]
+    assert [(j["handle"], j["rung"]) for j in linked] == [(left, "torchx_box")], linked
+    assert linked[0]["url"].startswith("/torchx/job?handle=local_cwd%3A%2F%2F") and linked[0]["dag_id"] == "ui_ladder"
+    back = client.get("/api/ladder", params={"handle": left}, headers=viewer).json()["jobs"]
+    assert [(j["handle"], j["rung"]) for j in back] == [(taken, "torchx_spare")], back
+    assert client.get("/api/ladder", params={"handle": alone}, headers=viewer).json() == {"jobs": []}
+    assert other not in {j["handle"] for j in linked + back}
+    denied = client.get("/api/ladder", params={"handle": taken}, headers=_headers(auth, None))
+    assert denied.status_code == 403, denied.text
+    assert client.get("/api/ladder", params={"handle": "nope"}, headers=viewer).status_code == 400
