@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.durations import parse_duration
+from airflow_provider_torchx.core.errors import SchedulerSetupError
 from airflow_provider_torchx.core.safefiles import makedirs_private
 from airflow_provider_torchx.core.statedir import default_state_dir
 
@@ -57,7 +58,7 @@ def apply_retention(runner: Runner, scheduler: str, log: Any = None, *, clock: C
         with open(stamp, "a"):
             os.utime(stamp, (now, now))
         pruned = runner.prune(scheduler, older_than)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SchedulerSetupError) as err:
         log.warning("TorchX retention (retain_finished=%s) skipped: %s", setting, err)
         return 0
     if pruned:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 from airflow_provider_torchx.core.checkpoints import is_uri, location_parts
 from airflow_provider_torchx.core.identity import TaskIdentity
+from airflow_provider_torchx.core.specs import AppState
 
 #: Where the Airflow layer registers its reader of task instance states (``TaskStates``).
 TASK_STATES_GROUP = "airflow_provider_torchx.task_states"
@@ -294,6 +295,9 @@ def walk_location(location: str, identity: TaskIdentity | None, *, remove: bool 
 # --------------------------------------------------------------------------- the prune
 
 
+_TERMINAL_NAMES = frozenset(s.name for s in AppState if s.is_terminal())
+
+
 class Use(NamedTuple):
     """A job of the store naming a location: its task instance, whether it ended and when."""
 
@@ -304,16 +308,14 @@ class Use(NamedTuple):
 
 
 def uses(locations: Mapping[str, str], summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Use]]:
-    """The store's jobs by the local location they name: ``locations`` ``{app_id: location}``,
-    ``summaries`` the store's ``{app_id: {"labels", "state", "ended", "created"}}``."""
-    from airflow_provider_torchx.core.schedulers.local.record import TERMINAL_NAMES
-
+    """A scheduler's jobs by the local location they name: ``locations`` ``{app_id: location}``,
+    ``summaries`` ``{app_id: {"labels", "state" (an ``AppState`` name), "ended", "created"}}``."""
     found: dict[str, list[Use]] = {}
     for app_id, location in locations.items():
         entry = summaries.get(app_id)
         if entry is None or is_uri(location):
             continue
-        ended = entry.get("state") in TERMINAL_NAMES
+        ended = entry.get("state") in _TERMINAL_NAMES
         found.setdefault(location, []).append(
             Use(
                 app_id,

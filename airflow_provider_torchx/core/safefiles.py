@@ -3,7 +3,8 @@ through real directories below a root (no symbolic link on the way, the file its
 so a file swapped for a link to ``/etc/shadow``, a FIFO or a device gets a clear error
 (``UnsafeFileError``) and is never read; ``read_json`` reads one such file's JSON. The local job
 store's files and the watchers' cursor files (``core/cursors.py``) are read through it;
-``makedirs_private`` makes the directories of such files (and checkpoint parents) owner-only.
+``makedirs_private`` makes the directories of such files (and checkpoint parents) owner-only;
+``disk_usage`` measures a job's directory without following links.
 
 Standard library only, loaded without ``typing``: the local supervisor imports it (through the
 job store) before it starts the replicas.
@@ -91,3 +92,23 @@ def makedirs_private(path: str | os.PathLike[str]) -> None:
     except FileExistsError:
         return
     os.chmod(path, 0o700)
+
+
+def disk_usage(path: StrPath) -> int:
+    """Bytes the directory ``path`` takes on disk, everything below it included (symbolic
+    links not followed; what cannot be read counts nothing)."""
+    total, pending = 0, [os.fspath(path)]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += st.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+    return total

@@ -34,7 +34,12 @@ def _app(cmd: str, replicas: int = 1, name: str = "t", **role: object) -> AppDef
 
 def _labels(job_dir: Path) -> dict[str, str]:
     """Identity labels of the test's jobs (its own run id: other tests' jobs stay in squeue)."""
-    return {"airflow.dag_id": "d", "airflow.task_id": "t", "airflow.run_id": job_dir.parent.name}
+    return {
+        "airflow.dag_id": "d",
+        "airflow.task_id": "t",
+        "airflow.run_id": job_dir.parent.name,
+        "airflow.map_index": "-1",
+    }
 
 
 def _submit(sched: SlurmScheduler, app: AppDef, job_dir: Path, **cfg: object) -> str:
@@ -434,3 +439,51 @@ def test_sacct_keeps_an_ended_job_where_the_cluster_runs_accounting(slurm: Slurm
     desc = status.describe(app_id, None, entry)  # as once the controller forgot the job
     assert desc is not None and (desc.state, desc.labels) == (AppState.CANCELLED, _labels(job_dir))
     assert slurm.commands.sacct(["999999"]) == []
+
+
+def test_prune_removes_only_ended_jobs_older_than_the_limit_in_the_states_asked(
+    slurm: SlurmScheduler, job_dir: Path
+) -> None:
+    ok, bad = _submit(slurm, _app("true"), job_dir), _submit(slurm, _app("exit 3"), job_dir)
+    running = _submit(slurm, _app("sleep 60"), job_dir)
+    assert (wait_for(slurm, ok).state, wait_for(slurm, bad).state) == (AppState.SUCCEEDED, AppState.FAILED)
+    wait_for(slurm, running, done="running")
+
+    def own(pruned: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """This test's jobs of a prune (it takes every ended job of ours that this host saw)."""
+        return [(app_id, size) for app_id, size in pruned if app_id in (ok, bad, running)]
+
+    assert own(slurm.prune(3600)) == []  # ended less than an hour ago
+    dry = own(slurm.prune(0, states=["failed"], dry_run=True))
+    assert [app_id for app_id, _ in dry] == [bad] and dry[0][1] > 0
+    assert (job_dir / bad).is_dir() and slurm.index.get(bad) == str(job_dir / bad)
+    assert own(slurm.prune(0, states=["FAILED"])) == dry
+    assert not (job_dir / bad).exists() and slurm.index.get(bad) is None
+    assert [app_id for app_id, _ in own(slurm.prune(0))] == [ok]
+    left = {p.name for p in job_dir.iterdir()}  # the batch outputs of the pruned jobs go too
+    assert running in left and not left & {ok, bad, f"slurm-{ok}.out", f"slurm-{bad}.out"}
+    assert slurm.index.get(ok) is None and slurm.index.get(running) == str(job_dir / running)
+
+
+def test_checkpoint_uses_name_each_recorded_job_s_location(slurm: SlurmScheduler, job_dir: Path) -> None:
+    location = str(job_dir.parent / "ckpt" / "d" / "r" / "t")
+    env = {"TORCHX_CHECKPOINT_DIR": location}
+    done = _submit(slurm, _app("true", env=env), job_dir)
+    live = _submit(slurm, _app("sleep 60", env=env), job_dir)
+    _submit(slurm, _app("true"), job_dir)  # names none
+    ended = wait_for(slurm, done)
+    wait_for(slurm, live, done="running")
+    uses = slurm.checkpoint_uses()
+    assert list(uses) == [location]
+    by_job = {u.app_id: u for u in uses[location]}
+    assert set(by_job) == {done, live}
+    assert (by_job[done].ended, by_job[done].ended_at) == (True, ended.ended)
+    assert (by_job[live].ended, by_job[live].ended_at) == (False, None)
+    assert by_job[live].identity is not None and by_job[live].identity.run_id == job_dir.parent.name
+
+
+def test_a_host_that_never_submitted_to_slurm_prunes_without_asking_slurm(tmp_path: Path) -> None:
+    sched = SlurmScheduler("t", commands=SlurmCommands(env={"PATH": str(tmp_path)}), index=JobIndex(tmp_path / "i"))
+    assert sched.capabilities.prune
+    assert (sched.prune(0), sched.checkpoint_uses()) == ([], {})
+    assert not sched.commands.by_command

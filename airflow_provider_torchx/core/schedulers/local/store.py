@@ -46,7 +46,7 @@ from airflow_provider_torchx.core.errors import CancelDeliveredError as CancelDe
 from airflow_provider_torchx.core.errors import CancelNotRecordedError as CancelNotRecordedError
 from airflow_provider_torchx.core.errors import CorruptEntryError as CorruptEntryError
 from airflow_provider_torchx.core.errors import StoreError
-from airflow_provider_torchx.core.safefiles import makedirs_private, read_json
+from airflow_provider_torchx.core.safefiles import disk_usage, makedirs_private, read_json
 from airflow_provider_torchx.core.statedir import default_state_dir
 
 # Not ``typing``/``pathlib``/``collections``: they would slow the supervisor's start-up.
@@ -263,22 +263,8 @@ class JobStore:
         _PARSED_INDEXES[self.root] = (_file_key(written), index)  # what was written: not parsed again
 
     def disk_usage(self, app_id: str) -> int:
-        """Bytes the job's directory takes on disk (symbolic links not followed)."""
-        total, pending = 0, [self.job_dir(app_id)]
-        while pending:
-            try:
-                entries = list(os.scandir(pending.pop()))
-            except OSError:
-                continue
-            for entry in entries:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                total += st.st_blocks * 512
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-        return total
+        """Bytes the job's directory takes on disk (``safefiles.disk_usage``)."""
+        return disk_usage(self.job_dir(app_id))
 
     def remove(self, app_id: str) -> None:
         """Delete the job's directory and everything in it, or the foreign entry of that name

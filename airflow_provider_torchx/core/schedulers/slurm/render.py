@@ -75,6 +75,10 @@ RUNS_FILE = "runs"
 # Markers no user string contains, substituted for macros and turned into shell expansions.
 _MARKS = {"\x00app_id\x00": ENV_APP_ID, "\x00replica_id\x00": ENV_REPLICA_ID}
 
+#: The batch script's own output (``srun``'s and Slurm's words), beside the job's directory
+#: under ``job_dir`` (Slurm opens it before the directory exists); ``%j`` is the job id.
+BATCH_OUTPUT = "slurm-%j.out"
+
 
 @dataclass
 class SlurmRequest:
@@ -256,7 +260,7 @@ def render(app: AppDef, cfg: Mapping[str, Any], labels: Mapping[str, str]) -> Sl
         f"--job-name={app.name}",
         f"--comment={comment(app.name, labels, cfg.get('comment'))}",
         f"--chdir={job_dir}",
-        f"--output={job_dir}/slurm-%j.out",
+        f"--output={job_dir}/{BATCH_OUTPUT}",
     ]
     if cfg.get("mail-user"):
         args.append(f"--mail-user={cfg['mail-user']}")

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import builtins
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow_provider_torchx.core.checkpoints import CHECKPOINT_DIR_ENV
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errorfile import ERROR_FILE_NAME, RANK_LOGS_NAME
-from airflow_provider_torchx.core.errors import InvalidRunConfigError, UnknownAppError
+from airflow_provider_torchx.core.errors import InvalidRunConfigError, StoreError, UnknownAppError
 from airflow_provider_torchx.core.runopts import Cfg, CfgVal, runopts
+from airflow_provider_torchx.core.safefiles import disk_usage
 from airflow_provider_torchx.core.schedulers.api import (
     CancelledBy,
     DescribeAppResponse,
@@ -43,6 +46,9 @@ from airflow_provider_torchx.core.schedulers.slurm.poller import Entries, Squeue
 from airflow_provider_torchx.core.schedulers.slurm.render import SlurmRequest
 from airflow_provider_torchx.core.specs import AppDef, AppDryRunInfo
 
+if TYPE_CHECKING:
+    from airflow_provider_torchx.core.checkpoint_prune import Use as CheckpointUse
+
 BACKEND = "slurm"
 #: How old (seconds) a ``squeue`` snapshot log reads may use is.
 SNAPSHOT_AGE = 1.0
@@ -52,7 +58,7 @@ R = TypeVar("R")
 class SlurmScheduler(Scheduler[SlurmRequest]):
     """Runs apps as Slurm jobs through Slurm's client commands (see the module docstring)."""
 
-    capabilities = SchedulerCapabilities(error_files=True, separate_stderr=True)
+    capabilities = SchedulerCapabilities(error_files=True, separate_stderr=True, prune=True)
 
     def __init__(
         self,
@@ -365,8 +371,89 @@ class SlurmScheduler(Scheduler[SlurmRequest]):
             shutil.rmtree(directory, ignore_errors=True)
         self.index.remove(app_id)
 
+    # ------------------------------------------------------------------ keep
+
+    def _recorded(self) -> builtins.list[tuple[ListAppResponse, record.JobRecord]]:
+        """The jobs this host recorded (its index) whose directory still holds their record,
+        each as ``list`` gives it: what ``prune`` and ``checkpoint_uses`` judge. A directory
+        without a readable ``job.json`` is never taken for a job's."""
+        recorded = {}
+        for app_id, directory in self.index.items():
+            rec = record.read(app_id, directory)
+            if rec is not None:
+                recorded[app_id] = rec
+        if not recorded:  # a host that never submitted to Slurm asks Slurm nothing
+            return []
+        return [(app, recorded[app.app_id]) for app in self.list() if app.app_id in recorded]
+
+    def prune(
+        self, older_than: float, states: Iterable[str] = (), dry_run: bool = False
+    ) -> builtins.list[tuple[str, int]]:
+        """Remove the directories under ``job_dir`` (and this host's index entries) of the jobs
+        that ended, by Slurm's word or their record's, more than ``older_than`` seconds ago
+        (``Scheduler.prune``). A job Slurm still holds, or whose end is not known, stays.
+        ``StoreError`` when a directory cannot be removed."""
+        cutoff = self.clock.wall() - older_than
+        wanted = {s.upper() for s in states}
+        ended = sorted(
+            (app.ended, app.app_id, rec.directory)
+            for app, rec in self._recorded()
+            if app.state.is_terminal()
+            and app.ended is not None
+            and app.ended <= cutoff
+            and (not wanted or app.state.name in wanted)
+        )
+        pruned = []
+        for _, app_id, directory in ended:
+            output = os.path.join(os.path.dirname(directory), render.BATCH_OUTPUT.replace("%j", app_id))
+            pruned.append((app_id, disk_usage(directory) + _file_size(output)))
+            if dry_run:
+                continue
+            try:
+                shutil.rmtree(directory)  # does not follow links below the directory
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(output)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise StoreError(f"prune: cannot remove Slurm job {app_id}'s files under {directory}: {e}") from None
+            self.index.remove(app_id)
+        return pruned
+
+    def checkpoint_uses(self) -> dict[str, builtins.list[CheckpointUse]]:
+        """The local checkpoint locations the recorded jobs' roles carry, with those jobs
+        (``Scheduler.checkpoint_uses``)."""
+        from airflow_provider_torchx.core import checkpoint_prune
+
+        locations, summaries = {}, {}
+        for app, rec in self._recorded():
+            location = next((_env(r)[CHECKPOINT_DIR_ENV] for r in rec.roles if _env(r).get(CHECKPOINT_DIR_ENV)), None)
+            if location:
+                locations[app.app_id] = str(location)
+                summaries[app.app_id] = {
+                    "labels": app.labels,
+                    "state": app.state.name,
+                    "ended": app.ended,
+                    "created": app.created,
+                }
+        return checkpoint_prune.uses(locations, summaries)
+
     def close(self) -> None:
         self.poller.close()
+
+
+def _file_size(path: str) -> int:
+    """Bytes the file ``path`` takes on disk (a link not followed; 0 when there is none)."""
+    try:
+        return os.lstat(path).st_blocks * 512
+    except OSError:
+        return 0
+
+
+def _env(role: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A recorded role's env (empty when the record has none)."""
+    env = role.get("env")
+    return env if isinstance(env, Mapping) else {}
 
 
 def _ended(entry: Mapping[str, Any]) -> bool:
