@@ -161,3 +161,26 @@ def test_a_plugin_scheduler_with_the_prune_capability_is_pruned_through_the_cont
     time.sleep(1.1)
     assert apply_retention(runner, "acme") == 0 and len(runner.list("acme")) == 2, "at most one prune an hour"
     runner.cancel(live)
+
+
+def test_a_scheduler_that_cannot_reach_its_cluster_is_skipped_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention runs after the job was submitted: a Slurm controller (or client) out of reach
+    at that moment is a warning, never the task's failure."""
+    from airflow_provider_torchx.core.runner import Runner
+    from airflow_provider_torchx.core.schedulers.slurm import record
+    from airflow_provider_torchx.core.schedulers.slurm.commands import SlurmCommands
+    from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
+
+    monkeypatch.setenv("AIRFLOW_TORCHX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("AIRFLOW__TORCHX__RETAIN_FINISHED", "1s")
+    index = record.JobIndex(tmp_path / "index")
+    record.write_json(str(tmp_path / "jobs" / "7" / record.JOB_FILE), {"name": "t", "roles": []})
+    index.add("7", str(tmp_path / "jobs" / "7"))  # a job this host submitted: prune asks Slurm
+    no_commands = SlurmCommands(env={"PATH": str(tmp_path)})
+    runner = Runner("torchx", {"slurm": lambda name, **kw: SlurmScheduler(name, commands=no_commands, index=index)})
+    with caplog.at_level(logging.WARNING):
+        assert apply_retention(runner, "slurm") == 0
+    assert "TorchX retention (retain_finished=1s) skipped: slurm: squeue is not installed" in caplog.text
+    assert (tmp_path / "jobs" / "7" / record.JOB_FILE).is_file()
