@@ -44,3 +44,32 @@ def test_a_failed_rank_fails_the_task_with_its_exit_code_and_message(run_dag: An
     assert dag_run.state == "failed", out[-5000:]
     assert "sh[1] exited with 3" in out, out[-5000:]
     assert "failed replica sh/1, exit code 3" in out and "rank 1 gives up" in out
+
+
+@pytest.mark.parametrize("deferrable", MODES)
+def test_a_job_that_cannot_start_trips_start_timeout_naming_slurm_s_reason(
+    run_dag: Any, slurm_conn: Path, deferrable: bool, tmp_path: Path
+) -> None:
+    """Another job holds both nodes' GPUs: the task's job stays PENDING, the guard cancels it
+    after ``start_timeout`` and the task fails with Slurm's own reason for the wait."""
+    from airflow_provider_torchx.core.schedulers.slurm.record import JobIndex
+    from airflow_provider_torchx.core.schedulers.slurm.scheduler import SlurmScheduler
+    from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+    from tests.core.slurm.conftest import wait_for
+
+    slurm = SlurmScheduler("holder", index=JobIndex(tmp_path / "index"))
+    hold = Role(name="hold", entrypoint="sleep", args=["120"], num_replicas=2, resource=Resource(1, 2, 100))
+    holder = slurm.submit(AppDef(name="holder", roles=[hold]), {"job_dir": str(slurm_conn)})
+    try:
+        wait_for(slurm, holder, done="running")
+        dag_run, out = run_dag("torchx_test_slurm_wait", deferrable=deferrable)
+    finally:
+        slurm.cancel(holder)
+    assert dag_run.state == "failed", out[-5000:]
+    assert "start_timeout=4s: TorchX job slurm://" in out and "did not start within 4s" in out, out[-5000:]
+    assert "Slurm's reason: Resources" in out, out[-5000:]
+    jobs = slurm.list(labels={"airflow.dag_id": "torchx_test_slurm_wait", "airflow.run_id": dag_run.run_id})
+    assert len(jobs) == 1 and f"slurm://torchx/{jobs[0].app_id}" in out, jobs
+    desc = wait_for(slurm, jobs[0].app_id)
+    assert desc.state == AppState.CANCELLED and desc.started is None, desc
+    slurm.close()

@@ -2,9 +2,9 @@
 ``scripts/slurm.sh``), in one deployment whose components reach the cluster through the test's
 ``SLURM_CONF`` and whose ``torchx_e2e_slurm`` connection runs the ``slurm`` scheduler.
 
-A deferred Slurm task beside a deferred local one in one DAG run: each log holds every replica
-line once. In another run, side by side: a deferred Slurm task marked failed gets its job
-cancelled, naming the task (nothing of it left in ``squeue``); a worker-mode Slurm task whose
+A deferred Slurm task beside a deferred local one in one DAG run, the triggerer SIGKILLed and
+restarted while they run: each log holds every replica line once. In another run, side by side:
+a deferred Slurm task marked failed gets its job cancelled, naming the task (nothing of it left in ``squeue``); a worker-mode Slurm task whose
 task process is SIGKILLed is retried, and the retry adopts the running job (one job carries the
 task instance's labels, the same handle) and runs it to success once the test opens its gate.
 
@@ -123,7 +123,17 @@ def test_slurm_tasks_beside_a_local_one_lines_reaper_and_retry(
     live, api = slurm_deployment, slurm_deployment.deployment
     gate = tmp_path / "gate"  # the ends run's jobs wait for it after their lines
     ends_run = live.trigger(ENDS, {"lines": 3, "pause": 1, "replicas": 1, "gate": str(gate)})
-    lines_run = live.trigger(LINES, {"lines": 6, "pause": 1, "replicas": 2})
+    lines_run = live.trigger(LINES, {"lines": 12, "pause": 1, "replicas": 2})
+
+    # The triggerer SIGKILLed while the deferred Slurm job runs: the job goes on, and the
+    # restarted triggerer resumes from the saved cursors (every line once, checked at the end).
+    wait_deferred_and_watched(live, LINES, lines_run, "slurm")
+    running = the_job(slurm, LINES, lines_run, "slurm")
+    api.stop_component("triggerer", signal.SIGKILL)
+    try:
+        assert live_in_squeue(slurm, running), "the Slurm job ended before the triggerer was killed"
+    finally:
+        api.start_component("triggerer")
 
     # A worker-mode task SIGKILLed (what the OOM killer does): its retry adopts the running job.
     api.wait_for_state(ENDS, ends_run, "retried", {"running"})
@@ -159,7 +169,7 @@ def test_slurm_tasks_beside_a_local_one_lines_reaper_and_retry(
         api.wait_for_state(LINES, lines_run, task_id, {"success"}, timeout=120)
         events = api.task_log(LINES, lines_run, task_id, 1)
         assert any(TRIGGER_STARTED.match(e) for e in events), f"{task_id} was never deferred"
-        assert_each_line_once(events, expected_lines(6, 2), f"{LINES}.{task_id}")
+        assert_each_line_once(events, expected_lines(12, 2), f"{LINES}.{task_id}")
     assert [j.state for j in jobs_of(slurm, LINES, lines_run, "slurm")] == [AppState.SUCCEEDED]
 
 

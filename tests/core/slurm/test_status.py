@@ -214,3 +214,22 @@ def test_a_job_slurm_forgot_is_described_from_accounting_without_a_record() -> N
     )
     assert desc.created is not None and desc.started is not None and desc.ended is not None
     assert desc.ended >= desc.started >= desc.created
+
+
+def test_a_job_cancelled_while_pending_never_started() -> None:
+    entry = ENTRIES["17"]  # Slurm gives it a start: when it was cancelled
+    assert entry["start_time"] == entry["end_time"] and entry["nodes"] == ""
+    desc = status.describe("17", None, entry)
+    assert desc is not None and (desc.state, desc.started, desc.ended) == (
+        AppState.CANCELLED,
+        None,
+        entry["end_time"],
+    )
+
+
+def test_accounting_s_none_assigned_is_no_node_so_no_start() -> None:
+    job = json.loads((DATA / "sacct-22.05.json").read_text())["jobs"][3]
+    ran = status.describe("6", None, status.sacct_entry(job))
+    never = status.describe("6", None, status.sacct_entry({**job, "nodes": "None assigned"}))
+    assert ran is not None and ran.started == job["time"]["start"]
+    assert never is not None and (never.state, never.started) == (AppState.CANCELLED, None)

@@ -113,6 +113,7 @@ def sacct_entry(job: Mapping[str, Any]) -> dict[str, Any]:
         "end_time": times.get("end"),
         "comment": (job.get("comment") or {}).get("job") or "",
         "current_working_directory": job.get("working_directory"),
+        "nodes": "" if job.get("nodes") == "None assigned" else job.get("nodes"),  # accounting's "none"
         "het_job_id": het.get("job_id") or 0,
         "het_job_offset": het.get("job_offset") or 0,
     }
@@ -251,6 +252,14 @@ def usage(rec: JobRecord, roles: list[Role], ended: float | None) -> Usage:
     return compute_usage(rec.submitted, ended, roles, attempts)
 
 
+def _slurm_start(entry: Mapping[str, Any] | None, state: AppState) -> float | None:
+    """When Slurm says the job started: never while it is pending, nor for a job that ended
+    without being given a node (Slurm sets a pending job's start to when it was cancelled)."""
+    if entry is None or state == AppState.PENDING or not entry.get("nodes"):
+        return None
+    return _number(entry, "start_time")
+
+
 def describe(app_id: str, rec: JobRecord | None, entry: Mapping[str, Any] | None) -> DescribeAppResponse | None:
     """The description of job ``app_id`` from its record and its ``squeue`` entry (either may
     be missing; None when both are: no such job)."""
@@ -259,9 +268,7 @@ def describe(app_id: str, rec: JobRecord | None, entry: Mapping[str, Any] | None
     rec = current(rec, entry)
     state, msg = app_state(rec, entry)
     created = (_number(entry, "submit_time") if entry else None) or (rec.submitted if rec else None)
-    started = (_number(entry, "start_time") if entry and state != AppState.PENDING else None) or (
-        rec.started if rec else None
-    )
+    started = _slurm_start(entry, state) or (rec.started if rec else None)
     ended = (
         ((_number(entry, "end_time") if entry else None) or (rec.ended if rec else None))
         if state.is_terminal()
