@@ -4,9 +4,10 @@
 
 A deferred Slurm task beside a deferred local one in one DAG run, the triggerer SIGKILLed and
 restarted while they run: each log holds every replica line once. In another run, side by side:
-a deferred Slurm task marked failed gets its job cancelled, naming the task (nothing of it left in ``squeue``); a worker-mode Slurm task whose
-task process is SIGKILLed is retried, and the retry adopts the running job (one job carries the
-task instance's labels, the same handle) and runs it to success once the test opens its gate.
+a deferred Slurm task marked failed gets its job cancelled, naming the task (nothing of it left
+in ``squeue``); a worker-mode Slurm task whose task process is SIGKILLed is retried, and the
+retry adopts the running job (one job carries the task instance's labels, the same handle) and
+runs it to success once the test opens its gate.
 
 A deferred capacity ladder (the box, then Slurm) beside a local job holding the box's two GPUs:
 the job cannot start on the box, moves to Slurm after the box's ``start_timeout`` and succeeds
