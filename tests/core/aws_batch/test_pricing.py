@@ -163,30 +163,35 @@ class Calls:
         return client
 
 
+def container_instances() -> dict[str, str]:
+    """A Spot g4dn.12xlarge and an on-demand g4dn.xlarge instance on the moto server of the
+    environment, each registered as an ECS container instance of one cluster: their container
+    instance ARNs by lifecycle."""
+    ec2, ecs = boto3.client("ec2"), boto3.client("ecs")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    spot = ec2.run_instances(
+        ImageId=image,
+        InstanceType="g4dn.12xlarge",
+        MinCount=1,
+        MaxCount=1,
+        InstanceMarketOptions={"MarketType": "spot"},
+    )["Instances"][0]
+    ondemand = ec2.run_instances(ImageId=image, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1)["Instances"][0]
+    cluster = f"batch-ce-{uuid.uuid4().hex[:8]}"
+    ecs.create_cluster(clusterName=cluster)
+    return {
+        kind: ecs.register_container_instance(
+            cluster=cluster, instanceIdentityDocument=json.dumps({"instanceId": inst["InstanceId"]})
+        )["containerInstance"]["containerInstanceArn"]
+        for kind, inst in (("spot", spot), ("on-demand", ondemand))
+    }
+
+
 @pytest.fixture(scope="module")
 def moto_ec2(moto_without_docker: MotoServer) -> Iterator[dict[str, str]]:
-    """A Spot g4dn.12xlarge and an on-demand g4dn.xlarge instance, each registered as an ECS
-    container instance of one cluster: their container instance ARNs by lifecycle."""
+    """``container_instances`` on the moto server without Docker."""
     with moto_settings(moto_without_docker):
-        ec2, ecs = boto3.client("ec2"), boto3.client("ecs")
-        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-        spot = ec2.run_instances(
-            ImageId=image,
-            InstanceType="g4dn.12xlarge",
-            MinCount=1,
-            MaxCount=1,
-            InstanceMarketOptions={"MarketType": "spot"},
-        )["Instances"][0]
-        ondemand = ec2.run_instances(ImageId=image, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1)["Instances"][0]
-        cluster = f"batch-ce-{uuid.uuid4().hex[:8]}"
-        ecs.create_cluster(clusterName=cluster)
-        arns = {
-            kind: ecs.register_container_instance(
-                cluster=cluster, instanceIdentityDocument=json.dumps({"instanceId": inst["InstanceId"]})
-            )["containerInstance"]["containerInstanceArn"]
-            for kind, inst in (("spot", spot), ("on-demand", ondemand))
-        }
-        yield arns
+        yield container_instances()
 
 
 def batch_job(arns: dict[str, str]) -> dict[str, Any]:
