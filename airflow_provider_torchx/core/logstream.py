@@ -542,14 +542,15 @@ class JobWatch:
         """Take in the status a look brought; say once per attempt that ``max_cost`` cannot
         be held for it (``Guards.unheld``: its scheduler could not price it)."""
         self.state = self.state.looked_at(status, self.clock.monotonic(), timed_out)
-        if self.guards is None or self.guards.max_cost is None:
+        guards = self.guards
+        if guards is None:
             return
-        for attempt in self.guards.unheld(status):
+        for attempt in guards.unheld(status):
             key = (attempt.role, attempt.replica, attempt.number)
             if key not in self._unheld:
                 self._unheld.add(key)
                 self.warn(
-                    f"max_cost={self.guards.max_cost:g} cannot be held for {attempt.role}[{attempt.replica}] "
+                    f"max_cost={guards.max_cost:g} cannot be held for {attempt.role}[{attempt.replica}] "
                     f"attempt #{attempt.number} of TorchX job {self.app_handle}: its scheduler cannot price it "
                     f"({attempt.no_price}); the job's cost so far is unknown while it runs, and the guard does "
                     "not trip on it"
