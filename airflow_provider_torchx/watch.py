@@ -280,6 +280,10 @@ class TaskWatcher(JobWatch):
         """Where each replica's logged lines end (``None`` when not streaming)."""
         return dict(self.position.cursors) if self.follower else None
 
+    def warn(self, text: str) -> None:
+        """Say ``text`` as a warning in the task log."""
+        self.log.warning("%s", text)
+
     def _log_lines(self, lines: list[LogLine]) -> None:
         info = self.log.info
         for line in lines:
@@ -459,7 +463,7 @@ class TaskWatcher(JobWatch):
                         status = await self.next_status_async(pause, limit)
                     except TimeoutError:
                         timed_out = True
-                self.state = self.state.looked_at(status, clock.monotonic(), timed_out)
+                self.looked_at(status, timed_out)
             elif isinstance(action, Read):
                 self.state = self.state.read(await self._read_async(action.status))
             elif isinstance(action, Log):

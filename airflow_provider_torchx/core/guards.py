@@ -10,10 +10,14 @@ and says whether a guard tripped (docs/architecture.md, "Guardrails"):
 - ``max_gpu_hours``: the job's GPU-hours, counted as the usage summary counts them (each
   replica's GPUs times its running time over every attempt, ``core/usage.py``), with the
   attempts still running counted up to now, went over the budget.
-- ``max_cost`` (US dollars): the job's cost so far at ``rates`` (``core/rates.py``), counted as
-  the usage summary prices it (``Usage.cost_so_far``), went over the budget. A job that cannot
-  be priced (no rates) cannot hold this guard: ``Guards.require_priced`` refuses it before
-  anything is submitted.
+- ``max_cost`` (US dollars): the job's cost so far, counted as the usage summary prices it
+  (``Usage.cost_so_far``), went over the budget. With ``rates`` (``core/rates.py``) the job is
+  priced at them (they win); without, at the prices its scheduler gave its attempts in the
+  status (AWS Batch: AWS's own, ``aws_batch/pricing.py``). A running attempt its scheduler
+  cannot price (``Attempt.no_price``) leaves the cost so far unknown: it trips nothing, and
+  the watcher says once that the guard cannot be held for it (``Guards.unheld``). A job
+  nothing prices (no rates, a scheduler without the ``prices_attempts`` capability) cannot
+  hold this guard: ``Guards.require_priced`` refuses it before anything is submitted.
 
 Whoever watches acts on a ``Trip``: cancels the job (saying why) and fails its task without a
 retry; ``Trip.message`` says which guard, its value, the state the job was in, for how long,
@@ -41,7 +45,7 @@ from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.runopts import CfgVal, runopts
 from airflow_provider_torchx.core.specs import AppState, AppStatus
-from airflow_provider_torchx.core.usage import Usage
+from airflow_provider_torchx.core.usage import Attempt, Usage
 
 START_TIMEOUT = "start_timeout"
 MAX_GPU_HOURS = "max_gpu_hours"
@@ -198,10 +202,12 @@ class Guards:
         """Whether any guard is set."""
         return self.start_timeout is not None or self.max_gpu_hours is not None or self.max_cost is not None
 
-    def require_priced(self, where: str) -> None:
-        """``ValueError`` when ``max_cost`` is set but the job cannot be priced (no rates):
-        the budget could never trip. ``where`` names what would give the rates."""
-        if self.max_cost is not None and self.rates is None:
+    def require_priced(self, where: str, prices_attempts: bool = False) -> None:
+        """``ValueError`` when ``max_cost`` is set but nothing prices the job: no rates, and
+        its scheduler does not price its attempts itself (``prices_attempts``: the
+        ``SchedulerCapabilities`` of that name); the budget could never trip. ``where`` names
+        what would give the rates."""
+        if self.max_cost is not None and self.rates is None and not prices_attempts:
             raise ValueError(
                 f"{MAX_COST}={self.max_cost:g}: the job cannot be priced, so its budget could never be held; "
                 f"give rates ({where})"
@@ -222,11 +228,21 @@ class Guards:
             used = usage.gpu_hours_at(wall)
             if used is not None and used > self.max_gpu_hours:
                 return Trip(MAX_GPU_HOURS, self.max_gpu_hours, status.state, _ran(usage, wall), status.msg, used)
-        if self.max_cost is not None and self.rates is not None and usage is not None:
-            spent = dataclasses.replace(usage, rates=self.rates).cost_so_far(wall)
+        if self.max_cost is not None and usage is not None:
+            priced = usage if self.rates is None else dataclasses.replace(usage, rates=self.rates)
+            spent = priced.cost_so_far(wall)
             if spent is not None and spent > self.max_cost:
                 return Trip(MAX_COST, self.max_cost, status.state, _ran(usage, wall), status.msg, cost_usd=spent)
         return None
+
+    def unheld(self, status: AppStatus | None) -> list[Attempt]:
+        """The attempts of a live ``status`` that ``max_cost`` cannot be held for: it is set,
+        no rates price the job, and its scheduler could not price them (``Attempt.no_price``).
+        What a watcher says once per attempt; the guard itself never trips on them."""
+        usage = status.usage_so_far if status is not None and not status.is_terminal() else None
+        if self.max_cost is None or self.rates is not None or usage is None:
+            return []
+        return [a for a in usage.attempts if a.no_price]
 
 
 # ---------------------------------------------------------------------- held by the scheduler

@@ -513,6 +513,8 @@ class JobWatch:
             else None
         )
         self.state = WatchState(saved_at=clock.monotonic())
+        #: The attempts (role, replica, number) already said to leave ``max_cost`` unheld.
+        self._unheld: set[tuple[str, int, int]] = set()
 
     @property
     def behind_s(self) -> float | None:
@@ -535,6 +537,28 @@ class JobWatch:
         if self.finalize and status is not None and status.is_terminal():
             return self.runner.finalize(self.app_handle) or status
         return status
+
+    def looked_at(self, status: AppStatus | None, timed_out: bool = False) -> None:
+        """Take in the status a look brought; say once per attempt that ``max_cost`` cannot
+        be held for it (``Guards.unheld``: its scheduler could not price it)."""
+        self.state = self.state.looked_at(status, self.clock.monotonic(), timed_out)
+        guards = self.guards
+        if guards is None:
+            return
+        for attempt in guards.unheld(status):
+            key = (attempt.role, attempt.replica, attempt.number)
+            if key not in self._unheld:
+                self._unheld.add(key)
+                self.warn(
+                    f"max_cost={guards.max_cost:g} cannot be held for {attempt.role}[{attempt.replica}] "
+                    f"attempt #{attempt.number} of TorchX job {self.app_handle}: its scheduler cannot price it "
+                    f"({attempt.no_price}); the job's cost so far is unknown while it runs, and the guard does "
+                    "not trip on it"
+                )
+
+    def warn(self, text: str) -> None:
+        """Say ``text`` as a warning where this watcher's messages go."""
+        log.warning("%s", text)
 
     def next_status(self, look: Look) -> AppStatus | None:
         """The status ``look`` asks for: at once, or after waiting up to its pause (and never
@@ -584,7 +608,7 @@ class JobWatch:
                 elif isinstance(action, Done | Tripped) or (one_round and isinstance(action, Look | Note)):
                     return action
                 elif isinstance(action, Look):
-                    self.state = self.state.looked_at(self.next_status(action), clock.monotonic())
+                    self.looked_at(self.next_status(action))
                 elif isinstance(action, Note):
                     if note is not None:
                         note(action.status)

@@ -39,6 +39,9 @@ class Attempt:
     #: priced it (AWS's own prices, ``aws_batch/pricing.py``); None: not priced there. Rates
     #: given by the user win over it (``Usage.attempt_cost_usd``).
     price_per_hour: float | None = None
+    #: What its scheduler found missing to price this run (it shows n/a, and a ``max_cost``
+    #: guard cannot be held for it: ``Guards.unheld``); empty: priced, or not priced (yet).
+    no_price: str = ""
 
     @property
     def seconds(self) -> float:

@@ -341,7 +341,8 @@ class TorchXRunOperator(BaseOperator):
         ``start_timeout``; the smaller ``max_gpu_hours`` and ``max_cost``, the latter priced at
         the connection's rates. ``since``: when this try began (counted from only where the
         scheduler does not date the job's submission). ``InvalidRunConfigError`` for a
-        ``max_cost`` with no rates to price the job at."""
+        ``max_cost`` with nothing to price the job: no rates, and a scheduler without the
+        ``prices_attempts`` capability."""
         settings = hook.settings
         if len(self.rungs) > 1:  # a rung's own limit first: it says how long to wait there
             start = rung_start_timeout(settings.start_timeout, self.start_timeout)
@@ -354,8 +355,15 @@ class TorchXRunOperator(BaseOperator):
             max_cost=smaller(self.max_cost, settings.max_cost),
             rates=settings.rates,
         )
+        prices_attempts = (
+            guards.max_cost is not None
+            and guards.rates is None
+            and hook.get_runner().capabilities(settings.scheduler).prices_attempts
+        )
         try:
-            guards.require_priced(f"the `rates` extra of connection {self.torchx_conn_id!r} or [torchx] rates")
+            guards.require_priced(
+                f"the `rates` extra of connection {self.torchx_conn_id!r} or [torchx] rates", prices_attempts
+            )
         except ValueError as e:
             raise InvalidRunConfigError(str(e)) from None
         return guards

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -25,7 +26,16 @@ from airflow_provider_torchx.core.guards import (
     positive_limit,
     smaller,
 )
-from airflow_provider_torchx.core.logstream import LogBatch, LogLine, Look, Pause, Tripped, WatchRules, WatchState
+from airflow_provider_torchx.core.logstream import (
+    JobWatch,
+    LogBatch,
+    LogLine,
+    Look,
+    Pause,
+    Tripped,
+    WatchRules,
+    WatchState,
+)
 from airflow_provider_torchx.core.rates import Rates
 from airflow_provider_torchx.core.runopts import runopts
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, Resource, Role, RoleStatus
@@ -207,6 +217,118 @@ def test_max_cost_without_rates_is_refused_before_anything_runs() -> None:
         Guards(max_cost=5.0).require_priced("the conn")
     Guards(max_cost=5.0, rates=Rates(gpu_hour=1.0)).require_priced("the conn")
     Guards(max_gpu_hours=1.0).require_priced("the conn")
+
+
+def test_max_cost_without_rates_is_accepted_where_the_scheduler_prices_its_attempts() -> None:
+    Guards(max_cost=5.0).require_priced("the conn", prices_attempts=True)
+
+
+# ---------------------------------------------------------------------- max_cost: the decision table
+# What prices a live job's cost so far, row by row: rates / its scheduler's price (AWS's) / an
+# attempt it cannot price (n/a) / not priced yet / nothing at all. One running attempt of one
+# replica (2 GPUs, 4 vCPUs), started 10 s after its submission.
+
+STARTED = SUBMITTED + 10
+BUDGET = 1.0
+UNAUTHORIZED = "ec2:DescribeInstances: UnauthorizedOperation"
+
+
+def live_at(price_per_hour: float | None = None, no_price: str = "") -> AppStatus:
+    attempt = Attempt("trainer", 0, 1, STARTED, None, price_per_hour=price_per_hour, no_price=no_price)
+    return status(AppState.RUNNING, usage(attempt))
+
+
+def test_max_cost_row_rates_win_over_the_schedulers_price() -> None:
+    """Rates ($0.5 a GPU-hour: $1 an hour) and an AWS price of $100 an hour: the rates count.
+    Half an hour in, AWS's price would be $50 over the $1 budget; at the rates it is $0.50."""
+    guards = Guards(max_cost=BUDGET, rates=Rates(gpu_hour=0.5))
+    live = live_at(price_per_hour=100.0)
+    assert guards.check(live, STARTED + 1800) is None
+    trip = guards.check(live, STARTED + 3660)
+    assert trip is not None and trip.guard == MAX_COST and trip.cost_usd == pytest.approx(3660 / 3600)
+    assert guards.unheld(live) == []
+
+
+def test_max_cost_row_no_rates_trips_on_the_schedulers_price_of_the_running_attempt() -> None:
+    """No rates, the attempt priced by its scheduler at $2 an hour: a $1 budget holds for 30
+    minutes, then trips with the cost seen."""
+    guards = Guards(max_cost=BUDGET)
+    live = live_at(price_per_hour=2.0)
+    assert guards.check(live, STARTED + 1800) is None  # exactly at the budget
+    trip = guards.check(live, STARTED + 1860)
+    assert trip is not None and trip.guard == MAX_COST and trip.limit == BUDGET
+    assert trip.cost_usd == pytest.approx(2.0 * 1860 / 3600)
+    assert trip.message("aws_batch://q/app").startswith(
+        "max_cost=1: TorchX job aws_batch://q/app cost $1.03, over its budget of $1.00 (RUNNING"
+    )
+    assert guards.unheld(live) == []
+
+
+def test_max_cost_row_an_attempt_that_cannot_be_priced_never_trips_and_is_unheld() -> None:
+    """No rates, the running attempt n/a (a permission missing): no trip however long it runs,
+    also beside an ended attempt that was priced; the attempt is the one the guard cannot hold."""
+    guards = Guards(max_cost=BUDGET)
+    live = live_at(no_price=UNAUTHORIZED)
+    assert guards.check(live, STARTED + 100 * 3600) is None
+    assert [(a.role, a.replica, a.number, a.no_price) for a in guards.unheld(live)] == [("trainer", 0, 1, UNAUTHORIZED)]
+    priced_before = Attempt("trainer", 0, 1, SUBMITTED, STARTED - 1, price_per_hour=1000.0)
+    open_na = Attempt("trainer", 0, 2, STARTED, None, no_price=UNAUTHORIZED)
+    assert guards.check(status(AppState.RUNNING, usage(priced_before, open_na)), STARTED + 3600) is None
+
+
+def test_max_cost_row_rates_price_an_attempt_its_scheduler_could_not() -> None:
+    """With rates, an attempt n/a at AWS's prices is priced at the rates: it trips, and
+    nothing is unheld."""
+    guards = Guards(max_cost=BUDGET, rates=Rates(gpu_hour=0.5))
+    live = live_at(no_price=UNAUTHORIZED)
+    trip = guards.check(live, STARTED + 3660)
+    assert trip is not None and trip.cost_usd == pytest.approx(3660 / 3600)
+    assert guards.unheld(live) == []
+
+
+def test_max_cost_row_an_attempt_not_priced_yet_trips_nothing_and_is_not_unheld() -> None:
+    """No rates, the running attempt's price not known yet (its pricing still under way): no
+    trip, and nothing said yet: a later look brings its price or what is missing."""
+    guards = Guards(max_cost=BUDGET)
+    live = live_at()
+    assert guards.check(live, STARTED + 100 * 3600) is None
+    assert guards.unheld(live) == []
+
+
+def test_max_cost_row_no_price_source_trips_nothing_and_is_refused_before_submitting() -> None:
+    """No rates and a scheduler that prices nothing (local, Slurm): nothing to trip on, which
+    is why the task refuses such a ``max_cost`` before submitting, with the same error."""
+    guards = Guards(max_cost=BUDGET)
+    assert guards.check(live_at(), STARTED + 100 * 3600) is None
+    with pytest.raises(ValueError, match=r"^max_cost=1: the job cannot be priced, so its budget could never be held"):
+        guards.require_priced("the conn", prices_attempts=False)
+
+
+def test_a_watcher_says_once_per_attempt_that_max_cost_cannot_be_held_for_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every look at an n/a attempt: one warning for it, naming the guard, the attempt and what
+    is missing; a second n/a attempt gets its own; without ``max_cost``, none."""
+    watch = JobWatch(cast(Any, None), "aws_batch://q/app", stream_logs=False)
+    watch.guards = Guards(max_cost=BUDGET)
+    second = Attempt("trainer", 1, 1, STARTED, None, no_price="pricing:GetProducts: AccessDeniedException")
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_torchx.core.logstream"):
+        for _ in range(3):
+            watch.looked_at(live_at(no_price=UNAUTHORIZED))
+        watch.looked_at(status(AppState.RUNNING, usage(run(0, STARTED), second)))
+        watch.looked_at(live_at(no_price=UNAUTHORIZED))
+        quiet = JobWatch(cast(Any, None), "aws_batch://q/app", stream_logs=False)
+        quiet.guards = Guards(max_gpu_hours=1.0)
+        quiet.looked_at(live_at(no_price=UNAUTHORIZED))
+    assert [r.getMessage() for r in caplog.records] == [
+        "max_cost=1 cannot be held for trainer[0] attempt #1 of TorchX job aws_batch://q/app: its scheduler "
+        f"cannot price it ({UNAUTHORIZED}); the job's cost so far is unknown while it runs, and the guard "
+        "does not trip on it",
+        "max_cost=1 cannot be held for trainer[1] attempt #1 of TorchX job aws_batch://q/app: its scheduler "
+        "cannot price it (pricing:GetProducts: AccessDeniedException); the job's cost so far is unknown while "
+        "it runs, and the guard does not trip on it",
+    ]
+    assert watch.state.status is not None and watch.state.looked
 
 
 # ---------------------------------------------------------------------- held by the scheduler

@@ -191,6 +191,9 @@ class SchedulerCapabilities:
     - ``prune``: the scheduler keeps records of ended jobs that it can remove
       (``Scheduler.prune``): ``airflow-torchx prune`` and ``[torchx] retain_finished`` remove
       those that ended long enough ago, through the contract alone.
+    - ``prices_attempts``: without rates, a live job's description prices its running attempts
+      itself (``usage_so_far``'s ``Attempt.price_per_hour``, or ``Attempt.no_price`` where it
+      cannot): a ``max_cost`` guard can be held without rates (``Guards.require_priced``).
 
     What a DAG file's parse-time checks need (a literal ``cfg``) cannot wait for the scheduler
     to load: a scheduler declares its run options for them under its own name in the entry
@@ -204,6 +207,7 @@ class SchedulerCapabilities:
     error_files: bool = False
     separate_stderr: bool = False
     prune: bool = False
+    prices_attempts: bool = False
 
 
 #: The methods a capability makes the watchers call, which a scheduler declaring it must define

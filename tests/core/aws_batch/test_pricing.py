@@ -163,30 +163,35 @@ class Calls:
         return client
 
 
+def container_instances() -> dict[str, str]:
+    """A Spot g4dn.12xlarge and an on-demand g4dn.xlarge instance on the moto server of the
+    environment, each registered as an ECS container instance of one cluster: their container
+    instance ARNs by lifecycle."""
+    ec2, ecs = boto3.client("ec2"), boto3.client("ecs")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    spot = ec2.run_instances(
+        ImageId=image,
+        InstanceType="g4dn.12xlarge",
+        MinCount=1,
+        MaxCount=1,
+        InstanceMarketOptions={"MarketType": "spot"},
+    )["Instances"][0]
+    ondemand = ec2.run_instances(ImageId=image, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1)["Instances"][0]
+    cluster = f"batch-ce-{uuid.uuid4().hex[:8]}"
+    ecs.create_cluster(clusterName=cluster)
+    return {
+        kind: ecs.register_container_instance(
+            cluster=cluster, instanceIdentityDocument=json.dumps({"instanceId": inst["InstanceId"]})
+        )["containerInstance"]["containerInstanceArn"]
+        for kind, inst in (("spot", spot), ("on-demand", ondemand))
+    }
+
+
 @pytest.fixture(scope="module")
 def moto_ec2(moto_without_docker: MotoServer) -> Iterator[dict[str, str]]:
-    """A Spot g4dn.12xlarge and an on-demand g4dn.xlarge instance, each registered as an ECS
-    container instance of one cluster: their container instance ARNs by lifecycle."""
+    """``container_instances`` on the moto server without Docker."""
     with moto_settings(moto_without_docker):
-        ec2, ecs = boto3.client("ec2"), boto3.client("ecs")
-        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-        spot = ec2.run_instances(
-            ImageId=image,
-            InstanceType="g4dn.12xlarge",
-            MinCount=1,
-            MaxCount=1,
-            InstanceMarketOptions={"MarketType": "spot"},
-        )["Instances"][0]
-        ondemand = ec2.run_instances(ImageId=image, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1)["Instances"][0]
-        cluster = f"batch-ce-{uuid.uuid4().hex[:8]}"
-        ecs.create_cluster(clusterName=cluster)
-        arns = {
-            kind: ecs.register_container_instance(
-                cluster=cluster, instanceIdentityDocument=json.dumps({"instanceId": inst["InstanceId"]})
-            )["containerInstance"]["containerInstanceArn"]
-            for kind, inst in (("spot", spot), ("on-demand", ondemand))
-        }
-        yield arns
+        yield container_instances()
 
 
 def batch_job(arns: dict[str, str]) -> dict[str, Any]:
@@ -297,7 +302,7 @@ def test_a_missing_permission_prices_the_attempt_na_with_one_warning(
         prices = pricer(calls, pricing, tmp_path)
         job = batch_job(moto_ec2)
         for _ in range(3):
-            assert prices.price(job, job["attempts"][1], 2, TRAINER) is None
+            assert prices.price(job, job["attempts"][1], 2, TRAINER) == "pricing:GetProducts: AccessDeniedException"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
         "AWS Batch job spotjob attempt 2: no AWS price (pricing:GetProducts: AccessDeniedException); its cost shows n/a"
@@ -439,8 +444,9 @@ def test_max_cost_sees_a_running_batch_job_priced_by_aws_with_a_handful_of_calls
 def test_a_look_never_waits_for_the_pricing_and_an_unpriced_attempt_is_na_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The pricing's calls hang: looks still answer at once (cost so far unknown); once the
-    calls fail, the attempt stays n/a with one warning and no more calls."""
+    """The pricing's calls hang: looks still answer at once (cost so far unknown, nothing known
+    missing); once the calls fail, the attempt stays n/a, saying what is missing, with one
+    warning and no more calls."""
     release, made = threading.Event(), []
 
     def clients(service: str, region: str | None) -> Any:
@@ -460,13 +466,16 @@ def test_a_look_never_waits_for_the_pricing_and_an_unpriced_attempt_is_na_once(
             began = time.monotonic()
             usage = look(sched).usage_so_far
             assert time.monotonic() - began < 5 and usage.cost_so_far(time.time()) is None
+            assert [a.no_price for a in usage.attempts] == [""]  # not priced yet: nothing known missing
         release.set()
         deadline = time.monotonic() + 20
         while not [r for r in caplog.records if r.levelno == logging.WARNING]:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         for _ in range(3):
-            assert look(sched).usage_so_far.cost_so_far(time.time()) is None
+            usage = look(sched).usage_so_far
+            assert usage.cost_so_far(time.time()) is None
+            assert [a.no_price for a in usage.attempts] == ["ecs:DescribeContainerInstances: AccessDeniedException"]
     assert made == ["ecs"]
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         "AWS Batch job live1 attempt 1: no AWS price (ecs:DescribeContainerInstances: AccessDeniedException); "

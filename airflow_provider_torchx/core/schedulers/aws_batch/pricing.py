@@ -18,8 +18,8 @@ the same on-demand and Fargate prices; it is kept apart from the same attempt's 
 The rules are pure functions over the shapes of the AWS API reference; ``AttemptPricer`` makes
 the calls, prices an attempt once while it runs and once when it ended (memory, by job id,
 attempt number and whether it ended) and keeps the Price List's answers on disk per region for
-a day. An attempt it cannot price (a permission missing, no data) is ``None`` with one warning
-naming what is missing. The status poller's looks price off their thread
+a day. An attempt it cannot price (a permission missing, no data) is what is missing (a ``str``),
+with one warning naming it. The status poller's looks price off their thread
 (``AttemptPricer.price_soon``): one blocked AWS call must not hold every watched job's look.
 """
 
@@ -161,7 +161,7 @@ ClientMaker = Callable[[str, str | None], Any]
 class AttemptPricer:
     """Prices a Batch job's attempts with AWS's prices (see the module docstring): each once
     while it runs and once when it ended, kept in memory by job id, attempt number and whether
-    it ended, an attempt it cannot price included (None, after one warning). Thread-safe;
+    it ended, an attempt it cannot price included (what is missing, after one warning). Thread-safe;
     ``price`` blocks (it calls AWS), ``price_soon`` never does."""
 
     def __init__(self, clients: ClientMaker, region: str, cache_dir: Path, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -169,7 +169,7 @@ class AttemptPricer:
         self._cache_file = cache_dir / f"{region}.json"
         self._made: dict[str, Any] = {}
         self._types: dict[str, dict[str, Any]] = {}
-        self._prices: dict[tuple[str, int, bool], float | None] = {}
+        self._prices: dict[tuple[str, int, bool], float | str] = {}
         self._pending: set[tuple[str, int, bool]] = set()
         #: ``_prices`` and ``_pending``: held only to read or write them, never over a call.
         self._lock = threading.Lock()
@@ -180,25 +180,25 @@ class AttemptPricer:
     def _key(job: Mapping[str, Any], run: Mapping[str, Any], number: int) -> tuple[str, int, bool]:
         return str(job.get("jobId")), number, run.get("stoppedAt") is not None
 
-    def price(self, job: Mapping[str, Any], run: Mapping[str, Any], number: int, resource: Resource) -> float | None:
+    def price(self, job: Mapping[str, Any], run: Mapping[str, Any], number: int, resource: Resource) -> float | str:
         """US dollars per hour of attempt ``number`` (``run``: its ``AttemptDetail``) of
         ``job`` (its ``DescribeJobs`` entry, a node's child job for a multi-node job's node)
         reserving ``resource``: over its window once it ended, at the price now while it runs;
-        None: it cannot be priced (warned once)."""
+        a ``str``, what is missing: it cannot be priced (warned once)."""
         key = self._key(job, run, number)
         with self._calling:  # one pricing at a time: each attempt is priced once
             with self._lock:
                 if key in self._prices:
                     return self._prices[key]
             try:
-                value: float | None = self._price(job, run, resource)
+                value: float | str = self._price(job, run, resource)
             except NoPriceError as missing:
                 log.warning("AWS Batch job %s attempt %d: no AWS price (%s); its cost shows n/a", *key[:2], missing)
-                value = None
+                value = str(missing)
             self._remember(key, value)
             return value
 
-    def _remember(self, key: tuple[str, int, bool], value: float | None) -> None:
+    def _remember(self, key: tuple[str, int, bool], value: float | str) -> None:
         with self._lock:
             self._prices[key] = value
             if len(self._prices) > MAX_REMEMBERED:
@@ -206,7 +206,7 @@ class AttemptPricer:
 
     def price_soon(
         self, job: Mapping[str, Any], run: Mapping[str, Any], number: int, resource: Resource
-    ) -> float | None:
+    ) -> float | str | None:
         """``price``'s answer if it is known, else None (not priced yet) after handing the
         pricing to the process's pricing threads, once per attempt: the status poller's looks
         call this on the poller's own thread, which no AWS call may hold."""
@@ -232,9 +232,9 @@ class AttemptPricer:
         into the executor where no one would see it."""
         try:
             self.price(job, run, number, resource)
-        except Exception:
+        except Exception as err:
             log.warning("AWS Batch job %s attempt %d: pricing failed; its cost shows n/a", *key[:2], exc_info=True)
-            self._remember(key, None)
+            self._remember(key, f"pricing failed: {type(err).__name__}")
         finally:
             with self._lock:
                 self._pending.discard(key)

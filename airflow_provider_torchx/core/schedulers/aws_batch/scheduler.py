@@ -104,7 +104,7 @@ class AWSBatchScheduler(Scheduler[render.BatchJob]):
     """
 
     supports_workspace = True
-    capabilities = SchedulerCapabilities(aws_session=True)
+    capabilities = SchedulerCapabilities(aws_session=True, prices_attempts=True)
 
     def __init__(
         self,

@@ -11,7 +11,8 @@ long as its parent job ran, which is what a multi-node job's nodes do. A job on 
 
 Given a ``Price`` (``pricing.AttemptPricer.price`` or ``price_soon``), each attempt carries
 AWS's price for it (``Attempt.price_per_hour``): an ended one over its window, an open one at the
-price now (what a live job's cost so far counts).
+price now (what a live job's cost so far counts); one that cannot be priced carries what is
+missing (``Attempt.no_price``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from airflow_provider_torchx.core.specs import NULL_RESOURCE, Resource, Role
 from airflow_provider_torchx.core.usage import Attempt, Usage, compute_usage
 
 #: US dollars per hour of an attempt: (the job entry it belongs to, its attempt detail,
-#: its number, the resource its replica reserved) to a price, None where it cannot be priced.
-Price = Callable[[Mapping[str, Any], Mapping[str, Any], int, Resource], float | None]
+#: its number, the resource its replica reserved) to a price; where it cannot be priced, what
+#: is missing (a ``str``); None: not priced yet.
+Price = Callable[[Mapping[str, Any], Mapping[str, Any], int, Resource], float | str | None]
 
 
 def _reason(entry: Mapping[str, Any]) -> str:
@@ -53,19 +55,23 @@ def replica_attempts(
     runs = [a for a in entry.get("attempts") or [] if a.get("startedAt") is not None] or (
         [entry] if entry.get("startedAt") is not None else []
     )
-    return [
-        Attempt(
-            role=role,
-            replica=replica,
-            number=n,
-            started=epoch_seconds(run.get("startedAt")),
-            ended=epoch_seconds(run.get("stoppedAt")),
-            exit_code=_exit_code(run) if _exit_code(run) is not None or n < len(runs) else _exit_code(entry),
-            reason=_reason(run),
-            price_per_hour=None if price is None else price(entry, run, n, resource),
+    attempts = []
+    for n, run in enumerate(runs, start=1):
+        priced = None if price is None else price(entry, run, n, resource)
+        attempts.append(
+            Attempt(
+                role=role,
+                replica=replica,
+                number=n,
+                started=epoch_seconds(run.get("startedAt")),
+                ended=epoch_seconds(run.get("stoppedAt")),
+                exit_code=_exit_code(run) if _exit_code(run) is not None or n < len(runs) else _exit_code(entry),
+                reason=_reason(run),
+                price_per_hour=None if isinstance(priced, str) else priced,
+                no_price=priced if isinstance(priced, str) else "",
+            )
         )
-        for n, run in enumerate(runs, start=1)
-    ]
+    return attempts
 
 
 def batch_usage(
