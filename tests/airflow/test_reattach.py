@@ -340,7 +340,8 @@ def test_a_retry_after_the_refused_job_was_stopped_and_its_end_written_fails_wit
     try failed in a retryable way (as an Airflow 3.1 resume can): the retry, without a task
     state store (Airflow < 3.3), finds that job (by its labels and its end's
     ``stopped_while_refused``; by its cursor file where its directory names no task), submits
-    nothing and fails without retry, as the trigger's event would have."""
+    nothing and fails without retry, as the trigger's event would have. Once the job is
+    deleted, as its message says, the next try submits one."""
     from airflow_provider_torchx._compat import AirflowFailException
     from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 
@@ -357,6 +358,9 @@ def test_a_retry_after_the_refused_job_was_stopped_and_its_end_written_fails_wit
         operator(SLEEP, deferrable=True).execute(ident.context(2))
     assert job_store.app_ids() == before, "the retry submitted a job after the refused one"
     ident.runner.delete(handle)
+    with pytest.raises(TaskDeferred):
+        operator(SLEEP, deferrable=True).execute(ident.context(3))
+    assert len(job_store.app_ids() - before) == 1, "the try after the delete submitted no job"
 
 
 def test_a_deferred_try_whose_jobs_record_is_refused_fails_without_retry_once_the_job_stopped(
