@@ -578,6 +578,8 @@ class TaskWatcher(JobWatch):
         without retry (``refused_message``). Blocks."""
         reason = f"{self.app_handle} cannot be watched: its record is refused"
         stopped = self.runner.stop_refused(self.app_handle, reason=reason, by=CancelledBy.TASK)
+        if self.cursor_file is not None:  # where a retry finds the job once its directory names no task
+            CursorFile.locate(self.app_handle, self.cursor_file.identity, None).save(self.position)
         return self.event("error", message=refused_message(self.app_handle, "watched", refused, stopped), refused=True)
 
     def timeout_event(self, status: AppStatus) -> dict[str, Any]:
@@ -597,12 +599,13 @@ class TaskWatcher(JobWatch):
         return payload
 
 
-def refused_message(app_handle: str, doing: str, refused: RecordRefusedError, stopped: bool) -> str:
-    """Why a task fails, without retry, on its job whose record the scheduler refuses, once it
-    was stopped (``Runner.stop_refused``: ``stopped`` says whether it ended in time). Not
-    retried: a retry would find the same refused store, and the stopped job's usage cannot be
-    read to carry its budget; whoever watches it (the trigger, the worker, a retry looking for
-    a job to adopt: ``doing``) says the same."""
+def refused_message(app_handle: str, doing: str, refused: RecordRefusedError | str, stopped: bool) -> str:
+    """Why a task fails, without retry, on its job whose record the scheduler refuses (or
+    refused when a cancel stopped it: ``DescribeAppResponse.stopped_while_refused``, the
+    refusal's words), once it was stopped (``Runner.stop_refused``: ``stopped`` says whether it
+    ended in time). Not retried: a retry would find the same refused store, and the stopped
+    job's usage cannot be read to carry its budget; whoever watches it (the trigger, the
+    worker, a retry looking for a job to adopt: ``doing``) says the same."""
     what = "cancelled it" if stopped else "cancelled it, but it still ran when the wait for its end gave up"
     return (
         f"TorchX job {app_handle} cannot be {doing}: {refused}; {what}. Not retried: delete the job "

@@ -112,6 +112,30 @@ class CursorFile:
         base = Path(state_dir) if state_dir is not None else Path(default_state_dir())
         return cls(base / CURSOR_DIR / parsed.scheduler_backend / f"{parsed.app_id}.{key}.json", app_handle, identity)
 
+    @staticmethod
+    def handles_in_state_dir(
+        identity: TaskIdentity, backend: str, state_dir: str | os.PathLike[str] | None = None
+    ) -> list[str]:
+        """The handles of the ``backend`` jobs whose cursor files for task instance ``identity``
+        are under ``state_dir`` (default: the host's): jobs without a sidecar dir, and jobs
+        whose directory was refused when their watcher stopped them (``watch.py``,
+        ``refused_event``), which nothing else names once their labels cannot be read. A
+        file that is unreadable, or whose name, job or identity do not agree, is skipped."""
+        base = (Path(state_dir) if state_dir is not None else Path(default_state_dir())) / CURSOR_DIR / backend
+        suffix = f".{identity_key(identity)}.json"
+        found = []
+        for path in sorted(base.glob(f"*{suffix}")):
+            try:
+                data = read_json(path, base)
+                handle = data["app_handle"]
+                parsed = parse_app_handle(handle)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            named = (parsed.scheduler_backend, parsed.app_id + suffix) == (backend, path.name)
+            if named and data.get("identity") == identity.labels():
+                found.append(handle)
+        return found
+
     def load(self) -> LogPosition | None:
         """The saved position, or None when there is none (no file, unreadable, one for
         another job, or not a regular file: a symbolic link's target or a FIFO is never read,

@@ -534,9 +534,12 @@ class TorchXRunOperator(BaseOperator):
         """On a retry, the job of this task instance to adopt (``choose_job_to_adopt`` over
         each job's ``JobRecord``), logging why; None: submit a new one. A job whose record
         the scheduler refuses is stopped, and the task fails without retry as its watcher's
-        would (``watch.refused_message``): no job is submitted beside it or after it."""
+        would (``watch.refused_message``): no job is submitted beside it or after it; so it
+        does on a job stopped while its record was refused (``stopped_while_refused``), also
+        one only its cursor file still names (``CursorFile.handles_in_state_dir``)."""
         if context["ti"].try_number <= 1:
             return None
+        from airflow_provider_torchx.core.cursors import CursorFile
         from airflow_provider_torchx.core.schedulers.api import labels_match
         from airflow_provider_torchx.watch import cursor_file_for, refused_message
 
@@ -544,6 +547,7 @@ class TorchXRunOperator(BaseOperator):
         handles = [stored["app_handle"]] if stored else []
         labels = identity.labels()
         handles += [app.app_handle for app in runner.list(scheduler, cfg, labels) if app.app_handle not in handles]
+        handles += [h for h in CursorFile.handles_in_state_dir(identity, scheduler) if h not in handles]
         records = []
         for handle in handles:
             try:
@@ -555,6 +559,8 @@ class TorchXRunOperator(BaseOperator):
                 raise AirflowFailException(redact(refused_message(handle, "adopted", e, stopped))) from None
             if desc is None or not labels_match(desc.labels, labels):
                 continue
+            if desc.stopped_while_refused is not None:  # its end says an earlier look stopped it unwatched
+                raise AirflowFailException(redact(refused_message(handle, "adopted", desc.stopped_while_refused, True)))
             saved = cursor_file_for(runner, handle, identity).load() if desc.state == AppState.SUCCEEDED else None
             records.append(JobRecord.read(handle, desc, stored, saved))
         chosen = choose_job_to_adopt(records)

@@ -331,6 +331,38 @@ def test_a_retry_stops_a_running_job_whose_record_is_refused_and_fails_without_r
     ident.runner.delete(handle)
 
 
+@pytest.mark.parametrize("how", ["state", "dir"])
+def test_a_retry_after_the_refused_job_was_stopped_and_its_end_written_fails_without_retry(
+    ident: Identity, how: str, tmp_path: Path
+) -> None:
+    """The trigger stopped the job whose ``state.json`` (its supervisor then wrote the end over
+    the link: the record reads as an ordinary CANCELLED job) or directory was swapped, yet the
+    try failed in a retryable way (as an Airflow 3.1 resume can): the retry, without a task
+    state store (Airflow < 3.3), finds that job (by its labels and its end's
+    ``stopped_while_refused``; by its cursor file where its directory names no task), submits
+    nothing and fails without retry, as the trigger's event would have. Once the job is
+    deleted, as its message says, the next try submits one."""
+    from airflow_provider_torchx._compat import AirflowFailException
+    from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
+
+    handle = submit_and_defer(ident, SLEEP)
+    processes = refuse_record(ident.runner, handle, how, tmp_path)
+    (event,) = run_deferred(TorchXJobTrigger(handle, poll_interval=0.2, identity=ident.labels))
+    assert still_running(processes) == [] and event["refused"] is True, event
+    if how == "state":
+        ended = ident.runner.describe_app(handle)
+        assert ended is not None and ended.state == AppState.CANCELLED and ended.stopped_while_refused, ended
+    job_store = ident.runner._scheduler("local_cwd").store  # type: ignore[attr-defined]
+    before = job_store.app_ids()
+    with pytest.raises(AirflowFailException, match=rf"{handle} cannot be adopted: job .*cancelled it\. Not retried"):
+        operator(SLEEP, deferrable=True).execute(ident.context(2))
+    assert job_store.app_ids() == before, "the retry submitted a job after the refused one"
+    ident.runner.delete(handle)
+    with pytest.raises(TaskDeferred):
+        operator(SLEEP, deferrable=True).execute(ident.context(3))
+    assert len(job_store.app_ids() - before) == 1, "the try after the delete submitted no job"
+
+
 def test_a_deferred_try_whose_jobs_record_is_refused_fails_without_retry_once_the_job_stopped(
     ident: Identity, tmp_path: Path
 ) -> None:

@@ -39,6 +39,26 @@ def test_located_beside_the_job_or_under_the_state_dir(tmp_path: Path, monkeypat
     assert len({CursorFile.locate(HANDLE, IDENTITY, None).path, other_job.path, other_ti.path}) == 3
 
 
+def test_the_state_dirs_files_name_the_jobs_of_a_task_instance_and_backend(tmp_path: Path) -> None:
+    """``handles_in_state_dir``: the jobs of one backend whose files under the state dir are
+    this task instance's; another task instance's, another backend's, a file whose name and
+    job disagree and an unreadable file are skipped."""
+    for handle, identity in [
+        (HANDLE, IDENTITY),
+        ("local_cwd://torchx/job-2", IDENTITY),
+        ("local_cwd://torchx/job-3", IDENTITY._replace(task_id="u")),
+        ("aws_batch://torchx/q:abc-1", IDENTITY),
+    ]:
+        assert CursorFile.locate(handle, identity, None, tmp_path).save(LogPosition())
+    base = tmp_path / CURSOR_DIR / "local_cwd"
+    key = identity_key(IDENTITY)
+    (base / f"job-4.{key}.json").write_text((base / f"job-2.{key}.json").read_text())  # names job-2
+    (base / f"job-5.{key}.json").write_text("garbage{")
+    found = CursorFile.handles_in_state_dir(IDENTITY, "local_cwd", tmp_path)
+    assert found == [HANDLE, "local_cwd://torchx/job-2"]
+    assert CursorFile.handles_in_state_dir(IDENTITY, "slurm", tmp_path) == []
+
+
 def test_save_and_load_round_trip_owner_only_without_temp_files(tmp_path: Path) -> None:
     cursor_file = CursorFile.locate(HANDLE, IDENTITY, None, tmp_path)
     assert cursor_file.load() is None

@@ -24,10 +24,7 @@ from tests.e2e.live import LiveAirflow, still_running, task_labels
 from tests.fixtures.files import swap_dir_for_symlink, swap_file_for_symlink
 
 # airflow_line: the live stack: the trigger's stop, the resumed task's failure without retry.
-#: On Airflow 3.3 only: on 3.1 a task's first try can still fail in a retryable way (a server
-#: error on resuming it), and once its stopped job's end is readable again its retry submits a
-#: new job; an open gap, not yet mended.
-pytestmark = [pytest.mark.airflow]
+pytestmark = [pytest.mark.airflow, pytest.mark.airflow_line]
 
 ESCAPE = "torchx_e2e_escape"
 #: How soon after the swap the job must be gone: the trigger's next look (1 s), its supervisor's

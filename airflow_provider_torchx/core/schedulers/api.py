@@ -112,6 +112,11 @@ class DescribeAppResponse:
     #: The guard the scheduler stopped the job for itself (``core/guards.py``: the task's
     #: ``start_timeout`` or ``max_gpu_hours``, handed over as run options); None: none did.
     guard_trip: Trip | None = None
+    #: Why the scheduler refused the app's record when a cancel reached it all the same
+    #: (``RecordRefusedError``'s message; ``cancel``, guarantee 5): its end, readable again
+    #: once written over the refused file, still says it was stopped unwatched, and no retry
+    #: follows it with another job. None: no cancel reached it while its record was refused.
+    stopped_while_refused: str | None = None
 
     def __post_init__(self) -> None:
         if self.checkpoint_dir is None:
@@ -611,7 +616,9 @@ class Scheduler(abc.ABC, Generic[T]):
            ``CancelNotRecordedError`` (a ``StoreError``), one that reached it though a record of
            it was refused ``CancelDeliveredError`` (a ``CorruptEntryError``): the app stops all
            the same. ``CorruptEntryError`` itself: the request reached nothing (``delete``
-           removes such an app).
+           removes such an app). A backend that can keep it records the refusal with a
+           request that reached the app: ``describe`` then returns it as
+           ``stopped_while_refused`` once the app's record can be read again.
         """
         desc = self.describe(app_id)
         if desc is None:

@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from airflow_provider_torchx.core import cli
+from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.schedulers.local import (
     LocalScheduler,
     create_cwd_scheduler,
@@ -649,6 +650,27 @@ def test_a_running_job_whose_record_is_refused_is_listed_until_it_stops(
     assert ended is not None and ended.state == AppState.CANCELLED, ended
     for app_id in (by_state, by_dir):
         fresh.delete(app_id)
+
+
+def test_a_cancel_that_reaches_a_refused_job_is_recorded_with_the_refusal_never_through_a_link(
+    sched: LocalScheduler, mark: str, tmp_path: Path
+) -> None:
+    """The cancel delivered to a job whose ``state.json`` is refused is recorded with who asked
+    and the refusal: once its supervisor wrote the end over the link, the description says it
+    was stopped while refused (``stopped_while_refused``). For a job whose directory is a link,
+    nothing is written where the link points."""
+    by_state, by_dir = refused_pair(sched, tmp_path)
+    for app_id in (by_state, by_dir):
+        with pytest.raises(store.CancelDeliveredError):
+            sched.cancel(app_id, reason="the task", by=CancelledBy.TASK)
+    assert wait_gone(mark, 30) == [], "the jobs' processes outlived the cancel"
+    ended = create_cwd_scheduler("test").describe(by_state)  # nothing cached
+    assert ended is not None and ended.state == AppState.CANCELLED, ended
+    assert ended.cancelled_by == CancelledBy.TASK and ended.cancel_reason == "the task", ended
+    assert f"{sched.job_dir(by_state) / store.STATE} is corrupt (refused" in str(ended.stopped_while_refused)
+    assert not (tmp_path / "moved" / store.CANCEL).exists(), "a cancel record was written through the link"
+    for app_id in (by_state, by_dir):
+        sched.delete(app_id)
 
 
 def test_stop_refused_returns_once_nothing_of_the_job_runs(mark: str, tmp_path: Path) -> None:

@@ -238,13 +238,11 @@ def test_a_live_job_has_its_usage_so_far_an_ended_one_its_usage() -> None:
 
 
 def test_the_cancel_request_gives_the_cancel_fields() -> None:
-    assert record.cancel_fields(None) == {"cancel_requested": False, "cancel_reason": None, "cancelled_by": None}
-    assert record.cancel_fields({"reason": None}) == {
-        "cancel_requested": True,
-        "cancel_reason": None,
-        "cancelled_by": None,
-    }
+    unsaid = {"cancel_reason": None, "cancelled_by": None, "stopped_while_refused": None}
+    assert record.cancel_fields(None) == {"cancel_requested": False, **unsaid}
+    assert record.cancel_fields({"reason": None}) == {"cancel_requested": True, **unsaid}
     assert record.cancel_fields({"reason": "x", "by": "reaper"})["cancelled_by"] == CancelledBy.REAPER
+    assert record.cancel_fields({"refused": "job 'a': bad"})["stopped_while_refused"] == "job 'a': bad"
     desc = record.description("app-1", request(), state("RUNNING"), {"reason": "user"})
     assert (desc.cancel_requested, desc.cancel_reason) == (True, "user")
 

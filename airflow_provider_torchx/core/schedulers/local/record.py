@@ -94,7 +94,7 @@ SHAPES: dict[str, Shape] = {
     ),
     store.SUPERVISOR: Obj({"pid": INTEGER, "start": INTEGER}),
     # ``by`` may be missing: a record written without it reads as not said.
-    store.CANCEL: Obj(optional={"reason": STRING_OR_NULL, "by": CANCELLED_BY}),
+    store.CANCEL: Obj(optional={"reason": STRING_OR_NULL, "by": CANCELLED_BY, "refused": STRING_OR_NULL}),
 }
 
 
@@ -233,6 +233,7 @@ def cancel_fields(cancel: Mapping[str, Any] | None) -> dict[str, Any]:
         "cancel_requested": cancel is not None,
         "cancel_reason": (cancel or {}).get("reason"),
         "cancelled_by": CancelledBy.parse((cancel or {}).get("by")),
+        "stopped_while_refused": (cancel or {}).get("refused"),
     }
 
 

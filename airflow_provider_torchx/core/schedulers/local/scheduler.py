@@ -560,26 +560,48 @@ class LocalScheduler(Scheduler[PopenRequest]):
     def cancel(self, app_id: str, *, reason: str | None = None, by: CancelledBy | None = None) -> None:
         """``Scheduler.cancel``; a job one of whose files is refused (``CorruptEntryError``: a
         state file or directory swapped for a symbolic link, a corrupt record) is stopped all the
-        same: its supervisor, known without that file (``_signal_supervisor``), is signalled and
-        ``CancelDeliveredError`` names the refused file (``CorruptEntryError`` itself when no
-        supervisor of the job runs: ``delete`` stops and removes such a job)."""
+        same: its supervisor, known without that file (``JobRecords.running_supervisor``), is
+        signalled, the cancel recorded with the refusal where the job's directory is a real one
+        (``_record_refused_cancel``), and ``CancelDeliveredError`` names the refused file
+        (``CorruptEntryError`` itself when no supervisor of the job runs: ``delete`` stops and
+        removes such a job)."""
         try:
             super().cancel(app_id, reason=reason, by=by)
         except store.CorruptEntryError as refused:
-            pid = self._signal_supervisor(app_id)
-            if pid is None:
+            found = self.records.running_supervisor(app_id)
+            if found is None:
                 raise
-            raise store.CancelDeliveredError(refused, pid) from None
+            self._record_refused_cancel(app_id, {**self._cancel_record(reason, by), "refused": str(refused)})
+            if not procfs.signal_if_same(*found, signal.SIGTERM):  # the supervisor takes it as a cancel
+                raise
+            raise store.CancelDeliveredError(refused, found[0]) from None
 
-    def _signal_supervisor(self, app_id: str) -> int | None:
-        """SIGTERM the supervisor of ``app_id`` without trusting the job's files
-        (``JobRecords.running_supervisor``). Returns its pid, None when none runs (or it could
-        not be signalled). The supervisor takes the signal as a cancel (the default grace
-        period when it cannot read ``cancel.json``)."""
-        found = self.records.running_supervisor(app_id)
-        if found is None or not procfs.signal_if_same(*found, signal.SIGTERM):
-            return None
-        return found[0]
+    def _cancel_record(self, reason: str | None, by: CancelledBy | None) -> dict[str, Any]:
+        """What ``cancel.json`` holds of a cancel: when, the grace period, who asked and why."""
+        return {
+            "time": time.time(),
+            "grace": self.cancel_grace_period,
+            "pid": os.getpid(),
+            "reason": reason,
+            "by": None if by is None else by.value,
+        }
+
+    def _record_refused_cancel(self, app_id: str, cancel: dict[str, Any]) -> None:
+        """Write ``cancel.json`` of a job whose record is refused, in its directory only when
+        that is a real one (opened without following a link: nothing is written where a link
+        points), so that the end its supervisor writes over a refused ``state.json`` still says
+        it was stopped unwatched (``stopped_while_refused``). Best effort: the cancel is
+        delivered all the same."""
+        try:
+            fd = os.open(self.job_dir(app_id), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            store.write_json_atomic(store.CANCEL, cancel, dir_fd=fd)
+        except OSError as e:
+            log.warning("cancel: could not record the cancel of %s, whose record is refused: %s", app_id, e)
+        finally:
+            os.close(fd)
 
     def _cancel_existing(self, app_id: str, reason: str | None, by: CancelledBy | None) -> None:
         """Record the cancel (with the grace period, ``reason`` and ``by``) and SIGTERM the supervisor, which
@@ -593,16 +615,7 @@ class LocalScheduler(Scheduler[PopenRequest]):
             raise RuntimeError(f"cancel: app {app_id!r} runs on host {rec['host']!r}; cancel it from there")
         unrecorded = None
         try:
-            store.write_json_atomic(
-                job_dir / store.CANCEL,
-                {
-                    "time": time.time(),
-                    "grace": self.cancel_grace_period,
-                    "pid": os.getpid(),
-                    "reason": reason,
-                    "by": None if by is None else by.value,
-                },
-            )
+            store.write_json_atomic(job_dir / store.CANCEL, self._cancel_record(reason, by))
         except OSError as e:
             unrecorded = store.store_error(self.store.root, f"record the cancel of {app_id!r}", e)
         sup = self.records.read(app_id, store.SUPERVISOR)

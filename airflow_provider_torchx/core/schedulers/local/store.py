@@ -11,7 +11,8 @@ ids are unique across concurrent launchers. It holds JSON files, each written at
   replica states, pids, exit codes, restarts, message.
 - ``cancel.json``: whoever cancels: the request to stop, with its grace period, who or what
   asked in words (``reason``, may be null) and who asked as data (``by``: ``task``, ``reaper``
-  or ``user``; null or missing: not said).
+  or ``user``; null or missing: not said); ``refused``: why the job's record was refused when
+  the cancel reached it all the same (missing: it was not).
 
 Beside the jobs, ``<state dir>/local/.finished.json`` indexes the jobs that ended: for each,
 what a listing shows (backend, name, labels, submission time, final state, when it ended).
@@ -139,16 +140,17 @@ def create_logs(paths: list[str | None]) -> None:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600))
 
 
-def write_json_atomic(path: StrPath, obj: Any) -> os.stat_result:
+def write_json_atomic(path: StrPath, obj: Any, *, dir_fd: int | None = None) -> os.stat_result:
     """Write ``obj`` as JSON to ``path`` through a temp file and a rename (owner-only); return
     the written file's status (its inode is ``path``'s until the next writer's rename). On any
-    error the temp file is removed and the old content of ``path`` stays."""
+    error the temp file is removed and the old content of ``path`` stays. ``dir_fd``: ``path``
+    is relative to that open directory (written there, through no link on the way)."""
     head, name = os.path.split(path)
     tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
     import json
 
     data = json.dumps(obj, separators=(",", ":")).encode()  # json.dump's streaming encoder is slower
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, dir_fd=dir_fd)
     try:
         try:
             os.fchmod(fd, 0o600)  # an older temp file of a dead writer with this pid
@@ -158,11 +160,11 @@ def write_json_atomic(path: StrPath, obj: Any) -> os.stat_result:
             written = os.fstat(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return written
     except BaseException:
         try:  # noqa: SIM105 - contextlib would cost start-up time
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         raise
