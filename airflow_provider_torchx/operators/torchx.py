@@ -32,6 +32,7 @@ from airflow_provider_torchx.core.guards import (
     MAX_GPU_HOURS,
     START_TIMEOUT,
     Guards,
+    Trip,
     guard_cfg,
     positive_limit,
     smaller,
@@ -40,7 +41,7 @@ from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
-from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, event_failure, failure_block, failure_error
+from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, failure_block, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.ladder import conn_ids, rung_start_timeout
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
     from airflow_provider_torchx.core.usage import Usage
     from airflow_provider_torchx.operators.climb import Climb
+    from airflow_provider_torchx.outcome import Outcome
     from airflow_provider_torchx.watch import TaskWatcher
 
 log = logging.getLogger(__name__)
@@ -399,10 +401,10 @@ class TorchXRunOperator(BaseOperator):
                 guards=guards,
                 start_timeout_reason=climb.start_timeout_reason() if climb is not None else None,
             )
-            event = self._wait_in_worker(watcher, started_at, deadline)
-            moved = climb.next_rung(context, event) if climb is not None else None
+            outcome = self._wait_in_worker(watcher, started_at, deadline)
+            moved = climb.next_rung(context, outcome) if climb is not None else None
             if moved is None:
-                return self._finish(event, context, job.cursor_file, watcher.position, climb)
+                return self._finish(outcome, context, job.cursor_file, watcher.position, climb)
             hook, runner, guards, job = moved
 
     def _submit_or_adopt(
@@ -570,14 +572,14 @@ class TorchXRunOperator(BaseOperator):
             if url:
                 self.log.info("%s: %s", link.name, absolute_url(url))
 
-    def _wait_in_worker(self, watcher: TaskWatcher, started_at: float, deadline: float | None) -> dict[str, Any]:
+    def _wait_in_worker(self, watcher: TaskWatcher, started_at: float, deadline: float | None) -> Outcome:
         """Wait for the job in the worker on the one watching path (``watch.py``); return the
-        outcome event."""
+        outcome."""
         return watcher.wait_for_outcome(self.poll_interval, deadline, started_at)
 
     def _finish(
         self,
-        event: Mapping[str, Any],
+        outcome: Outcome,
         context: Context,
         cursor_file: CursorFile,
         position: LogPosition,
@@ -586,35 +588,37 @@ class TorchXRunOperator(BaseOperator):
         """Return the handle of a succeeded job (recording that this try reported it);
         otherwise cancel on timeout and raise. A ladder's ``climb`` records the end first."""
         from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
-        from airflow_provider_torchx.watch import failure_message, task_identity
+        from airflow_provider_torchx.outcome import End
+        from airflow_provider_torchx.watch import task_identity
 
-        handle = str(event["app_handle"])
+        handle = outcome.app_handle
+        state = outcome.state.name if outcome.state is not None else None
         if climb is not None:
             assert self._runner is not None
-            climb.finish(context, event, self._runner)
-        if event["status"] == "guardrail":
-            self._guardrail(event, context)
-        if event.get("refused"):  # its record refused: stopped before this (watch.py, refused_event)
-            raise AirflowFailException(redact(str(event["message"])))
-        if event["status"] == "success":
+            climb.finish(context, outcome, self._runner)
+        if outcome.trip is not None:
+            self._guardrail(outcome, outcome.trip, context)
+        if outcome.refused:  # its record refused: stopped before this (watch.py, refused_outcome)
+            raise AirflowFailException(redact(str(outcome.message)))
+        if outcome.end is End.SUCCESS:
             self._report_usage(handle, context)
-            self.job_state = event.get("state")
+            self.job_state = state
             self.log.info("TorchX job %s SUCCEEDED", handle)
             return self._report_success(context, cursor_file, position, handle)
         assert self._runner is not None
-        desc = self._runner.describe_app(handle) if event["status"] != "timeout" else None
-        failure = event_failure(event, desc)
-        if event["status"] == "failed":
+        desc = self._runner.describe_app(handle) if outcome.end is not End.TIMEOUT else None
+        failure = outcome.reported_failure(desc)
+        if outcome.end is End.FAILED:
             self._report_usage(handle, context, failure=failure)
-            self.job_state = event.get("state")
-        if event["status"] == "timeout":
+            self.job_state = state
+        if outcome.end is End.TIMEOUT:
             within = f"did not end within {self._wait_seconds():.0f}s"
             reason = task_cancel_reason(task_identity(context), f"timed out ({within})")
             self._runner.cancel(handle, reason=reason, by=CancelledBy.TASK)
-            message = f"TorchX job {handle} {within} (still {event.get('state')}); cancelled it"
-            raise self._failed(message, failure, handle, event)
-        message = str(redact(failure_message(event)))
-        if event["status"] == "failed" and failure.kind is FailureKind.TIMEOUT:  # the attempt's own time limit
+            message = f"TorchX job {handle} {within} (still {state}); cancelled it"
+            raise self._failed(message, failure, handle, outcome)
+        message = str(redact(outcome.failure_message()))
+        if outcome.end is End.FAILED and failure.kind is FailureKind.TIMEOUT:  # the attempt's own time limit
             self._guardrail_line("attempt_timeout", message.splitlines()[0], handle)
         who = None if self.retry_after_outside_cancel else outside_canceller(desc)
         if who:
@@ -622,48 +626,48 @@ class TorchXRunOperator(BaseOperator):
                 f"{message}\nThe job was cancelled from outside this task, by {redact(who)}: not retried "
                 "(retry_after_outside_cancel=True retries after such a cancel)"
             )
-        raise self._failed(message, failure, handle, event, no_retry=bool(who))
+        raise self._failed(message, failure, handle, outcome, no_retry=bool(who))
 
     def _failed(
-        self, message: str, failure: Failure, handle: str, event: Mapping[str, Any], *, no_retry: bool = False
+        self, message: str, failure: Failure, handle: str, outcome: Outcome, *, no_retry: bool = False
     ) -> TorchXJobFailed:
         """The exception for the job's failure (``failures.failure_error``), its kind written to
         the task log (``Failure kind: app (ValueError on trainer/0)``) and counted
         (``torchx.job.failed``, tag ``kind``)."""
         failure = Failure(failure.kind, str(redact(failure.why)))  # a reason may quote a secret
-        self.log.error("%s", redact(failure_block(failure, event)))  # the log's closing block
+        self.log.error("%s", redact(failure_block(failure, outcome)))  # the log's closing block
         emit_failed(
             scheduler=parse_app_handle(handle).scheduler_backend,
             dag_id=self.dag_id,
             task_id=self.task_id,
             kind=failure.kind.value,
         )
-        root = event.get("root_cause")
+        root = outcome.root_cause
         return failure_error(
             message, failure, no_retry=no_retry, app_handle=handle, root_cause=str(redact(root)) if root else None
         )
 
-    def _guardrail(self, event: Mapping[str, Any], context: Context) -> None:
+    def _guardrail(self, outcome: Outcome, trip: Trip, context: Context) -> None:
         """A guard stopped the job (the watcher cancelled it): one line in the task log, the
         metric, the usage summary (saying when the GPU budget was hit), then the failure,
         without retry (a ``start_timeout``, kind ``capacity``, is left to the task's retry
         policy when it has one: ``failures.py``)."""
-        handle = str(event["app_handle"])
-        message = str(redact(str(event.get("message"))))
-        self._guardrail_line(str(event["guard"]), message, handle)
-        failure = event_failure(event, None)
-        budget = event if event["guard"] in (MAX_GPU_HOURS, MAX_COST) else None
+        handle = outcome.app_handle
+        message = str(redact(str(outcome.message)))
+        self._guardrail_line(trip.guard, message, handle)
+        failure = outcome.reported_failure(None)
+        budget = trip if trip.guard in (MAX_GPU_HOURS, MAX_COST) else None
         self._report_usage(handle, context, budget=budget, failure=failure)
-        self.job_state = event.get("state")
+        self.job_state = trip.state.name
         policy = getattr(self, "retry_policy", None)  # Airflow >= 3.3
         no_retry = failure.kind != FailureKind.CAPACITY or policy is None
-        raise self._failed(message, failure, handle, event, no_retry=no_retry)
+        raise self._failed(message, failure, handle, outcome, no_retry=no_retry)
 
     def _report_usage(
         self,
         handle: str,
         context: Context,
-        budget: Mapping[str, Any] | None = None,
+        budget: Trip | None = None,
         failure: Failure | None = None,
     ) -> None:
         """The ended (or guard-stopped) job's usage summary: logged, pushed, emitted
@@ -701,24 +705,26 @@ class TorchXRunOperator(BaseOperator):
         the task defers again."""
         from airflow_provider_torchx.core.cursors import newest
         from airflow_provider_torchx.operators.climb import Climb
-        from airflow_provider_torchx.watch import cursor_file_for, event_position, flush_logs, task_identity
+        from airflow_provider_torchx.outcome import Outcome
+        from airflow_provider_torchx.watch import cursor_file_for, flush_logs, task_identity
 
+        outcome = Outcome.from_event(event)
         climb = self._climb = Climb.resume(self, ladder) if ladder is not None else None
-        self.app_handle = str(event["app_handle"])
+        self.app_handle = outcome.app_handle
         self._identity = task_identity(context)
         self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()
         cursor_file = cursor_file_for(self._runner, self.app_handle, self._identity)
         self.checkpoint_dir = checkpointing.location_of(self._runner, self.app_handle)
         if self.stream_logs:
-            position = flush_logs(self._runner, event, self.log, cursor_file)
+            position = flush_logs(self._runner, outcome, self.log, cursor_file)
         else:
-            position = newest(event_position(event), cursor_file.load())
-        moved = climb.next_rung(context, event) if climb is not None else None
+            position = newest(outcome.position, cursor_file.load())
+        moved = climb.next_rung(context, outcome) if climb is not None else None
         if moved is not None:
             assert ladder is not None
             hook, runner, guards, job = moved
             self._defer(hook, runner, job, ladder["deadline"], ladder["started_at"], guards, climb)
-        return self._finish(event, context, cursor_file, position, climb)
+        return self._finish(outcome, context, cursor_file, position, climb)
 
     def on_kill(self) -> None:
         """The task was killed in the worker: cancel its job as the table decides
