@@ -120,7 +120,7 @@ class Climb:
     def locate(self, context: Context) -> None:
         """On a retry, go to the rung of the task instance's newest job, listed by its identity
         and rung label on every rung's scheduler: the retry adopts it there
-        (``_find_job_to_adopt``, on that rung), or submits its new job there; or to the next
+        (``adopt.find_earlier``, on that rung), or submits its new job there; or to the next
         rung when that job was cancelled for a move whose submit never came
         (``ladder.retry_rung``)."""
         from airflow_provider_torchx.watch import task_identity
@@ -277,7 +277,7 @@ class Climb:
             why=move.why.value,
         )
         desc = runner.describe_app(handle)
-        self.attempts.append(max(desc.num_restarts, 0) + 1 if desc is not None else 1)
+        self.attempts.append(checkpointing.attempts_of(desc) if desc is not None else 1)
         self.steps[-1] = dataclasses.replace(self.steps[-1], outcome="moved", reason=move.detail)
         self._priced(runner)
         self.index = move.target

@@ -11,7 +11,6 @@ and docker are only imported by the backends that need them, when they are used.
 from __future__ import annotations
 
 import copy
-import logging
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -19,13 +18,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
 
 from airflow_provider_torchx import checkpointing
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.checkpoints import check_root
-from airflow_provider_torchx.core.errors import InvalidRunConfigError, RecordRefusedError
+from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.failures import Failure
 from airflow_provider_torchx.core.guards import (
     MAX_COST,
@@ -40,13 +38,14 @@ from airflow_provider_torchx.core.guards import (
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
-from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
+from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
 from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, failure_block, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.ladder import conn_ids, rung_start_timeout
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, redact_request, register_app_secrets
 from airflow_provider_torchx.metrics import emit_failed, emit_guardrail
+from airflow_provider_torchx.operators import adopt
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.retention import apply_retention
 from airflow_provider_torchx.usage_report import report_usage
@@ -60,111 +59,10 @@ if TYPE_CHECKING:
 
     from airflow_provider_torchx.core.cursors import CursorFile, LogPosition
     from airflow_provider_torchx.core.runner import Runner
-    from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
     from airflow_provider_torchx.core.usage import Usage
     from airflow_provider_torchx.operators.climb import Climb
     from airflow_provider_torchx.outcome import Outcome
     from airflow_provider_torchx.watch import TaskWatcher
-
-log = logging.getLogger(__name__)
-#: Job states a retried task adopts instead of submitting again.
-_ADOPTABLE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING)
-#: The task state store key (Airflow >= 3.3) holding ``{"app_handle": ..., "reported": bool}``.
-STATE_STORE_KEY = "torchx_job"
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """One job carrying a task instance's identity, as a retry sees it: its state, whether a
-    cancel was requested, and ``reported``: whether a try reported its success (None: no
-    record of any try watching it; only read for SUCCEEDED jobs).
-
-    A retry reads three sources: the scheduler's listing by the identity labels (which jobs;
-    confirmed with ``describe``), the task state store (Airflow >= 3.3: the job the last try
-    submitted or adopted and whether it reported it, the same on every host) and the job's
-    cursor file (``core/cursors.py``: beside the job, or under the host's state dir, so per
-    host for AWS Batch). The precedence rule (``read``): the job the store names comes first;
-    a job counts as reported when either record says so, as unreported when some record
-    exists and none says so, as unknown when neither exists (such a job is never adopted)."""
-
-    app_handle: str
-    state: AppState
-    cancel_requested: bool = False
-    reported: bool | None = None
-
-    @classmethod
-    def read(
-        cls,
-        app_handle: str,
-        desc: DescribeAppResponse,
-        stored: Mapping[str, Any] | None,
-        saved: LogPosition | None,
-    ) -> JobRecord:
-        """The record of ``app_handle`` from its description, the task state store's entry
-        (``stored``) and its cursor file's position (``saved``), by the precedence rule."""
-        reported = None
-        if desc.state == AppState.SUCCEEDED:
-            marks = [saved.reported] if saved is not None else []
-            if stored is not None and stored.get("app_handle") == app_handle:
-                marks.append(bool(stored.get("reported")))
-            reported = any(marks) if marks else None
-        return cls(app_handle, desc.state, desc.cancel_requested, reported)
-
-    def why_not(self) -> str:
-        """Why this job is not adopted (when another one is, or none)."""
-        if self.cancel_requested:
-            return f"{self.state.name}, a cancel was requested"
-        if self.state == AppState.SUCCEEDED:
-            return (
-                "SUCCEEDED, reported by an earlier try" if self.reported else "SUCCEEDED, no try recorded watching it"
-            )
-        if self.state in _ADOPTABLE:
-            return f"{self.state.name}, another job was chosen"
-        return f"ended {self.state.name}"
-
-
-def choose_job_to_adopt(records: Sequence[JobRecord]) -> JobRecord | None:
-    """Which job a retried task adopts: the live (SUBMITTED/PENDING/RUNNING) one; else the
-    latest SUCCEEDED one that a try watched but none reported (the worker died first); never
-    one with a cancel request. None: submit a new job (none, or only FAILED/CANCELLED/reported
-    ones). More than one live job is an error: the task cannot tell which one is its own."""
-    live = [c for c in records if c.state in _ADOPTABLE and not c.cancel_requested]
-    if len(live) > 1:
-        raise AirflowException(
-            f"reattach_on_retry: {len(live)} live jobs carry this task instance's identity "
-            f"({', '.join(c.app_handle for c in live)}); expected at most one. Cancel the extra ones "
-            "(airflow-torchx cancel HANDLE) or set reattach_on_retry=False"
-        )
-    if live:
-        return live[0]
-    unreported = [
-        c for c in records if c.state == AppState.SUCCEEDED and not c.cancel_requested and c.reported is False
-    ]
-    return unreported[-1] if unreported else None
-
-
-def _remembered_job(context: Context) -> dict[str, Any] | None:
-    """The job recorded in the task state store (Airflow >= 3.3), if any; failures are logged."""
-    store = context.get("task_state_store")
-    if store is None:
-        return None
-    try:
-        value = store.get(STATE_STORE_KEY)
-    except Exception as e:
-        log.warning("could not read %r from the task state store: %s", STATE_STORE_KEY, e)
-        return None
-    return value if isinstance(value, dict) and isinstance(value.get("app_handle"), str) else None
-
-
-def _remember_job(context: Context, app_handle: str, *, reported: bool) -> None:
-    """Record the job in the task state store (Airflow >= 3.3), so a retry finds it first."""
-    store = context.get("task_state_store")
-    if store is None:
-        return
-    try:
-        store.set(STATE_STORE_KEY, {"app_handle": app_handle, "reported": reported})
-    except Exception as e:
-        log.warning("could not record %s in the task state store: %s", app_handle, e)
 
 
 @dataclass(frozen=True)
@@ -417,7 +315,8 @@ class TorchXRunOperator(BaseOperator):
         climb: Climb | None = None,
         moving: bool = False,
     ) -> _TaskJob | dict[str, Any]:
-        """The task's job: on a retry the earlier try's one it adopts (``_find_job_to_adopt``),
+        """The task's job: on a retry the earlier try's one it adopts (``adopt.find_earlier``,
+        whose listing also gives the attempts a new job continues past),
         else a new one submitted with the ``guards`` its scheduler holds itself
         (``guards.guard_cfg``); recorded for the task (state store, XCom, links; with a ladder,
         ``climb``'s record and the rung's label). ``moving``: the job moves to ``climb``'s
@@ -436,9 +335,10 @@ class TorchXRunOperator(BaseOperator):
         labels = identity.labels() | ({} if rates is None else rates.labels())  # what the job carries
         if climb is not None:
             labels |= climb.labels()
-        adopted = None
-        if self.reattach_on_retry and not self.dryrun and not moving:
-            adopted = self._find_job_to_adopt(runner, scheduler, cfg, identity, context)
+        earlier = None
+        if self.reattach_on_retry and not self.dryrun and not moving and context["ti"].try_number > 1:
+            earlier = adopt.find_earlier(runner, scheduler, cfg, identity, context, self.log)
+        adopted = earlier.chosen if earlier is not None else None
         app = self.build_app()
         register_app_secrets(app)  # before anything is logged
         if adopted is None:
@@ -456,6 +356,7 @@ class TorchXRunOperator(BaseOperator):
                 and self.fresh_start
                 and checkpointing.first_try_of_run(context["ti"], self.retries or 0),
                 moved_attempts=climb.attempts if climb is not None else (),
+                earlier=earlier.attempts if earlier is not None else None,
             )
             with warnings.catch_warnings(record=True) as caught:  # into the task log, once
                 warnings.simplefilter("always")
@@ -478,7 +379,7 @@ class TorchXRunOperator(BaseOperator):
             position = newest(cursor_file.load())
             self.checkpoint_dir = checkpointing.location_of(runner, handle)  # as it was given
         self.app_handle, self._identity = handle, identity
-        _remember_job(context, handle, reported=False)
+        adopt.remember_job(context, handle, reported=False)
         context["ti"].xcom_push(key="app_handle", value=handle)
         if climb is not None:
             climb.submitted(context, handle)
@@ -521,48 +422,6 @@ class TorchXRunOperator(BaseOperator):
             method_name="execute_complete",
             kwargs=climb.to_kwargs(deadline, started_at) if climb is not None else None,
         )
-
-    def _find_job_to_adopt(
-        self, runner: Runner, scheduler: str, cfg: dict[str, Any], identity: TaskIdentity, context: Context
-    ) -> JobRecord | None:
-        """On a retry, the job of this task instance to adopt (``choose_job_to_adopt`` over
-        each job's ``JobRecord``), logging why; None: submit a new one. A job whose record
-        the scheduler refuses is stopped, and the task fails without retry as its watcher's
-        would (``watch.refused_message``): no job is submitted beside it or after it."""
-        if context["ti"].try_number <= 1:
-            return None
-        from airflow_provider_torchx.core.schedulers.api import labels_match
-        from airflow_provider_torchx.watch import cursor_file_for, refused_message
-
-        stored = _remembered_job(context)
-        handles = [stored["app_handle"]] if stored else []
-        labels = identity.labels()
-        handles += [app.app_handle for app in runner.list(scheduler, cfg, labels) if app.app_handle not in handles]
-        records = []
-        for handle in handles:
-            try:
-                runner.finalize(handle)  # a job whose supervisor died is stopped before it is judged
-                desc = runner.describe_app(handle)
-            except RecordRefusedError as e:  # still a job: stopped, and never one beside or after it
-                reason = f"{handle} cannot be adopted: its record is refused"
-                stopped = runner.stop_refused(handle, reason=reason, by=CancelledBy.TASK)
-                raise AirflowFailException(redact(refused_message(handle, "adopted", e, stopped))) from None
-            if desc is None or not labels_match(desc.labels, labels):
-                continue
-            saved = cursor_file_for(runner, handle, identity).load() if desc.state == AppState.SUCCEEDED else None
-            records.append(JobRecord.read(handle, desc, stored, saved))
-        chosen = choose_job_to_adopt(records)
-        for c in records:
-            if c is not chosen:
-                self.log.info("Retry: not adopting %s (%s)", c.app_handle, c.why_not())
-        if chosen is not None:
-            self.log.info(
-                "Retry: reattaching to %s (%s), submitted by an earlier try of this task instance, instead of "
-                "submitting a new job; its log continues where the earlier try's stopped",
-                chosen.app_handle,
-                chosen.state.name,
-            )
-        return chosen
 
     def _persist_links(self, context: Context, runner: Runner, handle: str) -> None:
         """Record the job's page (and its scheduler's console, if any) for the task's extra links."""
@@ -695,7 +554,7 @@ class TorchXRunOperator(BaseOperator):
     def _report_success(self, context: Context, cursor_file: CursorFile, position: LogPosition, handle: str) -> str:
         """Mark the job as reported by a try (so a later clear submits a new one) and return it."""
         cursor_file.mark_reported(position)
-        _remember_job(context, handle, reported=True)
+        adopt.remember_job(context, handle, reported=True)
         return handle
 
     def execute_complete(self, context: Context, event: dict[str, Any], ladder: Mapping[str, Any] | None = None) -> str:
