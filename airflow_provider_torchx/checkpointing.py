@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_torchx.core.runner import Runner
+    from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
     from airflow_provider_torchx.core.specs import AppDef
     from airflow_provider_torchx.hooks.torchx import TorchXHook
 
@@ -51,14 +52,19 @@ def configured_root(operator_root: str | None, hook: TorchXHook, runner: Runner,
     )
 
 
+def attempts_of(desc: DescribeAppResponse) -> int:
+    """How many attempts the described job made: its restarts + 1."""
+    return max(desc.num_restarts, 0) + 1
+
+
 def earlier_attempts(runner: Runner, scheduler: str, cfg: dict[str, Any], identity: TaskIdentity) -> list[int]:
-    """How many attempts each job task instance ``identity`` submitted before made (its
-    restarts + 1), as the scheduler still knows them (listed by its labels)."""
+    """How many attempts each job task instance ``identity`` submitted before made
+    (``attempts_of``), as the scheduler still knows them (listed by its labels)."""
     counts = []
     for app in runner.list(scheduler, cfg, identity.labels()):
         desc = runner.describe_app(app.app_handle)
         if desc is not None:
-            counts.append(max(desc.num_restarts, 0) + 1)
+            counts.append(attempts_of(desc))
     return counts
 
 
@@ -75,6 +81,7 @@ def prepare(
     dryrun: bool,
     fresh_start: bool = False,
     moved_attempts: Sequence[int] = (),
+    earlier: Sequence[int] | None = None,
 ) -> str | None:
     """Give every role of the new job ``app`` the checkpoint location of task instance
     ``identity`` (when a root is known) and its first attempt number; return the location
@@ -83,7 +90,9 @@ def prepare(
     ``fresh_start``: first set what the location holds aside (``checkpoints.set_aside``, on a
     scheduler whose jobs run on this host; ``InvalidRunConfigError`` elsewhere).
     ``moved_attempts``: the attempts of the jobs this try's capacity ladder moved the job from
-    (``operators/climb.py``), which the attempt number continues past."""
+    (``operators/climb.py``), which the attempt number continues past. ``earlier``: the
+    attempts of the task instance's earlier jobs where the retry listed them already
+    (``operators/adopt.py``, ``Earlier.attempts``); None: listed here (``earlier_attempts``)."""
     root = configured_root(operator_root, hook, runner, scheduler)
     location = checkpoints.checkpoint_dir(root, identity) if root is not None else None
     host_bound = runner.capabilities(scheduler).host_bound
@@ -96,12 +105,14 @@ def prepare(
         moved = checkpoints.set_aside(location, time.time())
         if moved is not None:
             log.info("Fresh start: set the checkpoints of this task instance aside: %s -> %s (kept)", location, moved)
-    earlier: list[int] = []
-    if try_number > 1 and not dryrun:
+    if try_number <= 1 or dryrun:
+        earlier = ()
+    elif earlier is None:
         try:
             earlier = earlier_attempts(runner, scheduler, cfg, identity)
         except Exception as e:  # the count is a courtesy: the try number still bounds it
             log.warning("could not count the earlier attempts of this task instance: %s", e)
+            earlier = ()
     attempt = checkpoints.attempt_offset(try_number, [*earlier, *moved_attempts])
     if dryrun and location is None:
         log.info(

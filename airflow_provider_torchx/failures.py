@@ -32,19 +32,19 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowException
 
 from airflow_provider_torchx._compat import AirflowFailException
-from airflow_provider_torchx.core.failures import Failure, FailureKind, classify
-from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
-from airflow_provider_torchx.core.specs import AppState
+from airflow_provider_torchx.core.failures import Failure, FailureKind
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy, RetryRule
+
+    from airflow_provider_torchx.outcome import Outcome
 
 __all__ = [
     "FailureKind",
@@ -58,7 +58,6 @@ __all__ = [
     "TorchXJobFailed",
     "TorchXStartTimedOut",
     "TorchXTimedOut",
-    "event_failure",
     "failure_class",
     "failure_error",
     "torchx_retry_policy",
@@ -187,52 +186,28 @@ def failure_error(
     return cls(message, kind=failure.kind, app_handle=app_handle, root_cause=root_cause, why=failure.why)
 
 
-def event_failure(event: Mapping[str, Any], desc: DescribeAppResponse | None) -> Failure:
-    """The failure a watcher's non-success event reports (``watch.py``): what the watcher
-    decided (``failure_kind``, ``failure_why``), a guard's or the deadline's row of
-    ``classify``, or, for an event that carries no kind (one from an earlier version's
-    trigger), ``classify`` of the job as it is now (``desc``; None: the scheduler no longer
-    knows it, and the event's state and message are what is left). An ``error`` event (the job
-    vanished, or cannot be watched here) is ``infra``."""
-    state = AppState.__members__.get(str(event.get("state")), AppState.UNKNOWN)
-    seen = desc if desc is not None else DescribeAppResponse(state=state, msg=str(event.get("message") or ""))
-    status = event.get("status")
-    decided: Failure | None = None
-    if event.get("failure_kind"):
-        decided = Failure(FailureKind(event["failure_kind"]), str(event.get("failure_why") or ""))
-    elif status == "guardrail":
-        decided = classify(seen, guard=str(event.get("guard")))
-    elif status == "timeout":
-        decided = classify(seen, timed_out=True)
-    elif status == "failed":
-        decided = classify(seen)
-    return decided or Failure(FailureKind.INFRA, str(event.get("message") or "the job could not be watched"))
-
-
-def failure_block(failure: Failure, event: Mapping[str, Any]) -> str:
+def failure_block(failure: Failure, outcome: Outcome) -> str:
     """The closing block of a failed task's own log lines: the failure's kind, then, where the
-    watcher's event names who failed (``failing``: ``watch.failing_of``), the failing rank
+    watcher's outcome names who failed (``failing``: ``watch.failing_of``), the failing rank
     (or replica), its signal or exit code, its error and its own last lines, in that order: the
     one story of the failure, where a reader of the task log looks last (the exception's
     message tells it too, above Airflow's traceback). Without ``failing`` (a guard, the task's
-    own timeout, a cancel, an event from an earlier version) only the kind's line."""
+    own timeout, a cancel, an outcome from an earlier version) only the kind's line."""
     lines = [f"Failure kind: {failure.kind.value} ({failure.why})"]
-    failing = event.get("failing")
-    if not failing:
+    failing = outcome.failing
+    if failing is None:
         return lines[0]
-    replica = failing.get("replica")
-    rank = failing.get("rank")
+    replica, rank = failing.replica, failing.rank
     lines.append(
         f"  failing: rank {rank} of replica {replica}" if rank is not None else f"  failing: replica {replica}"
     )
-    lines.append(f"  {exit_words(failing.get('exit_code'))}")
-    if failing.get("error"):
-        lines.append(f"  error: {failing['error']}")
-    tail = event.get("tail") or []
-    if tail:
-        whose = event.get("tail_of") or f"replica {replica}'s log"
-        lines.append(f"  last {len(tail)} lines of {whose}:")
-        lines += [f"    {line}" for line in tail]
+    lines.append(f"  {exit_words(failing.exit_code)}")
+    if failing.error:
+        lines.append(f"  error: {failing.error}")
+    if outcome.tail:
+        whose = outcome.tail_of or f"replica {replica}'s log"
+        lines.append(f"  last {len(outcome.tail)} lines of {whose}:")
+        lines += [f"    {line}" for line in outcome.tail]
     return "\n".join(lines)
 
 

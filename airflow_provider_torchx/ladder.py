@@ -42,13 +42,16 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core.checkpoints import check_batch_location
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.failures import CAPACITY_REASONS, INFRA_REASONS, FailureKind
 from airflow_provider_torchx.core.guards import START_TIMEOUT
 from airflow_provider_torchx.core.specs import AppDef
+
+if TYPE_CHECKING:
+    from airflow_provider_torchx import outcome
 
 #: The connection extra: how many ``infra``/``capacity`` failures a rung takes before the job moves on.
 MAX_INFRA_FAILURES = "max_infra_failures"
@@ -178,10 +181,9 @@ class Outcome:
     failures: int = 0
 
     @classmethod
-    def of_event(cls, event: Mapping[str, Any], kind: FailureKind | None, failures: int = 0) -> Outcome:
-        """The outcome of a watcher's event (``watch.py``) whose failure is of ``kind``."""
-        guard = event.get("guard")
-        return cls(str(event["status"]), str(guard) if guard else None, kind, failures)
+    def of_watch(cls, watched: outcome.Outcome, kind: FailureKind | None, failures: int = 0) -> Outcome:
+        """The outcome of a watch (``outcome.py``) whose failure is of ``kind``."""
+        return cls(watched.end.value, watched.guard, kind, failures)
 
 
 @dataclass(frozen=True)

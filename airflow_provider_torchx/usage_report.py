@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_torchx.core.failures import FailureKind
-from airflow_provider_torchx.core.guards import MAX_COST
+from airflow_provider_torchx.core.guards import MAX_COST, Trip
 from airflow_provider_torchx.core.specs import parse_app_handle
 from airflow_provider_torchx.core.usage import Usage
 from airflow_provider_torchx.ladder import ladder_line
@@ -36,7 +36,7 @@ def report_usage(
     app_name: str | None = None,
     *,
     checkpoint_dir: str | None = None,
-    budget: Mapping[str, Any] | None = None,
+    budget: Trip | None = None,
     failure_kind: FailureKind | None = None,
     ladder: Mapping[str, Any] | None = None,
 ) -> Usage | None:
@@ -44,7 +44,7 @@ def report_usage(
     has not ended or its scheduler keeps no usage). ``app_name`` tags the metrics (default:
     the handle's app id); ``checkpoint_dir``, the job's checkpoint location, joins the summary
     (priced at the rates the job carries, ``cost_usd``, as the runner reads it).
-    ``budget``: the ``max_gpu_hours`` or ``max_cost`` trip that stopped the job (``Trip.to_dict``): the summary
+    ``budget``: the ``max_gpu_hours`` or ``max_cost`` trip that stopped the job: the summary
     says the budget was hit (XCom: key ``budget``), from the usage so far when the cancelled
     job has not ended yet. ``failure_kind``: a failed job's kind (XCom: key ``failure_kind``).
     ``ladder``: the totals over every rung a capacity ladder tried (``ladder.summed``; XCom: key
@@ -63,17 +63,17 @@ def report_usage(
         usage = dataclasses.replace(usage, checkpoint_dir=checkpoint_dir)
     summary = usage.to_dict()
     text = usage.format()
-    if budget is not None and budget["guard"] == MAX_COST:
-        spent = f"${budget['cost_usd']:.2f} spent when the job was cancelled"
-        text += f"\n  Cost budget hit: max_cost={budget['limit']:g}, {spent}"
-        summary["budget"] = {"max_cost": budget["limit"], "cost_usd": budget["cost_usd"], "hit": True}
+    if budget is not None and budget.guard == MAX_COST:
+        spent = f"${budget.cost_usd:.2f} spent when the job was cancelled"
+        text += f"\n  Cost budget hit: max_cost={budget.limit:g}, {spent}"
+        summary["budget"] = {"max_cost": budget.limit, "cost_usd": budget.cost_usd, "hit": True}
     elif budget is not None:
         hit = (
-            f"GPU budget hit: max_gpu_hours={budget['limit']:g}, {budget['gpu_hours']:.4f} GPU-h used when the "
+            f"GPU budget hit: max_gpu_hours={budget.limit:g}, {budget.gpu_hours:.4f} GPU-h used when the "
             "job was cancelled"
         )
         text += f"\n  {hit}"
-        summary["budget"] = {"max_gpu_hours": budget["limit"], "gpu_hours": budget["gpu_hours"], "hit": True}
+        summary["budget"] = {"max_gpu_hours": budget.limit, "gpu_hours": budget.gpu_hours, "hit": True}
     if failure_kind is not None:
         summary["failure_kind"] = failure_kind.value
     if ladder is not None:

@@ -11,8 +11,9 @@ that logs into the task log. Every watcher, the CLI's too, follows the rules of
   (``core/cursors.py``) so that a restarted triggerer or a retried task goes on from there.
 - A watcher that falls behind reads batch after batch at the speed of the logger; the drain
   rule: a terminal job's log is read until nothing is left, with no time limit.
-- The outcome is one JSON-able event payload: ``success``, ``failed`` (with the reason and the
-  failed replica's last lines), ``timeout`` or ``error``.
+- The outcome is one ``Outcome`` (``outcome.py``; a trigger's event carries its JSON form):
+  ``success``, ``failed`` (with the reason and the failed replica's last lines), ``timeout``,
+  ``guardrail`` or ``error``.
 
 In the triggerer (``TaskWatcher.await_outcome``) nothing waits on a thread: a status comes
 from the scheduler's own thread through a future (``Scheduler.describe_future``, the Batch
@@ -32,7 +33,7 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -71,6 +72,7 @@ from airflow_provider_torchx.core.logstream import (
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, parse_app_handle
 from airflow_provider_torchx.masking import MaskedLog, job_secrets, register_secrets
+from airflow_provider_torchx.outcome import End, Failing, Outcome
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -194,33 +196,14 @@ def cursor_file_for(runner: Runner, app_handle: str, identity: TaskIdentity) -> 
     return CursorFile.locate(app_handle, identity, runner.sidecar_dir(app_handle))
 
 
-def event_position(event: Mapping[str, Any]) -> LogPosition:
-    """The log position an event carries (empty when it carries none)."""
-    return LogPosition(seq=int(event.get("cursor_seq") or 0), cursors=dict(event.get("log_cursors") or {}))
-
-
-def failure_message(event: Mapping[str, Any]) -> str:
-    """The task's error text for a non-success event: the root cause (when torchrun reported
-    one, ``core/errorfile.py``), the reason, then the log tail (the failing rank's own, when
-    the scheduler keeps its stderr: ``tail_of``)."""
-    message = str(event.get("message") or f"TorchX job {event.get('app_handle')} did not succeed: {event}")
-    if event.get("root_cause"):
-        message = f"{event['root_cause']}\n{message}"
-    tail = event.get("tail") or []
-    if tail:
-        whose = f"lines of {event['tail_of']}" if event.get("tail_of") else "log lines"
-        message += f"\nLast {len(tail)} {whose}:\n" + "\n".join(tail)
-    return message
-
-
-def failing_of(root: RootCause | None, rep: ReplicaStatus | None) -> dict[str, Any] | None:
-    """Who failed, for the failure event's ``failing`` (``failures.failure_block``): the
+def failing_of(root: RootCause | None, rep: ReplicaStatus | None) -> Failing | None:
+    """Who failed, for the failure outcome's ``failing`` (``failures.failure_block``): the
     failing rank (torchrun's root cause: its replica, rank, exit code and error), else the
     failed replica and its exit code; None when neither is known."""
     if root is not None:
-        return {"replica": root.replica, "rank": root.rank, "exit_code": root.exit_code, "error": root.error}
+        return Failing(root.replica, root.rank, root.exit_code, root.error)
     if rep is not None:
-        return {"replica": f"{rep.role}/{rep.id}", "rank": None, "exit_code": rep.exit_code, "error": None}
+        return Failing(f"{rep.role}/{rep.id}", None, rep.exit_code, None)
     return None
 
 
@@ -230,7 +213,7 @@ def failing_of(root: RootCause | None, rep: ReplicaStatus | None) -> dict[str, A
 class TaskWatcher(JobWatch):
     """Follows one job for a task: logs its replicas' new lines into ``log`` (``[role/k]
     line``, once, in order per replica), keeps its reading ``position`` (saved to
-    ``cursor_file`` when given) and turns its final status into an outcome payload.
+    ``cursor_file`` when given) and turns its final status into an ``Outcome``.
 
     Synchronous callers (worker, sensor, flush) use ``stream``, ``wait_for_outcome`` and
     ``outcome``; the trigger uses ``await_outcome``. Both drive the same rules
@@ -308,20 +291,20 @@ class TaskWatcher(JobWatch):
         now = self.clock.wall()
         self.log.info(progress_line(self.app_handle, status, now - (started_at or now), self.behind_s, now=now))
 
-    def wait_for_outcome(self, poll_interval: float, deadline: float | None, started_at: float) -> dict[str, Any]:
+    def wait_for_outcome(self, poll_interval: float, deadline: float | None, started_at: float) -> Outcome:
         """Wait in this thread for the job's end (or ``deadline``), streaming and logging
-        progress lines; return the outcome event."""
+        progress lines; return the outcome."""
         try:
             status = self.wait(
                 poll_interval, deadline, on_poll=functools.partial(self._progress, started_at=started_at)
             )
         except GuardrailTrippedError as e:
-            return self.guardrail_event(e.trip)
+            return self.guardrail_outcome(e.trip)
         except RecordRefusedError as e:
-            return self.refused_event(e)
+            return self.refused_outcome(e)
         if status is None or status.is_terminal():
             return self.outcome(status)
-        return self.timeout_event(status)
+        return self.timeout_outcome(status)
 
     # ------------------------------------------------------------------ the event loop
 
@@ -430,11 +413,9 @@ class TaskWatcher(JobWatch):
             guards=self.guards,
         )
 
-    async def await_outcome(
-        self, poll_interval: float, deadline: float | None, started_at: float | None
-    ) -> dict[str, Any]:
+    async def await_outcome(self, poll_interval: float, deadline: float | None, started_at: float | None) -> Outcome:
         """Follow the job on the running loop until it ends or ``deadline`` passes, by
-        ``trigger_rules``; return the outcome event. Looks every ``poll_interval``
+        ``trigger_rules``; return the outcome. Looks every ``poll_interval``
         (``next_status_async``), at once while a log backlog remains; nothing holds a thread
         while waiting (module docstring)."""
         rules = self.trigger_rules(poll_interval, deadline)
@@ -447,7 +428,7 @@ class TaskWatcher(JobWatch):
             self.save()
             raise
 
-    async def _follow(self, rules: WatchRules, started_at: float | None) -> dict[str, Any]:
+    async def _follow(self, rules: WatchRules, started_at: float | None) -> Outcome:
         clock = self.clock
         while True:
             action = rules.next_action(self.state, clock.monotonic(), clock.wall())
@@ -476,28 +457,27 @@ class TaskWatcher(JobWatch):
                 self._progress(action.status, started_at)
                 self.state = self.state.noted_now(action.status, clock.monotonic(), rules.settle)
             elif isinstance(action, Tripped):
-                return await run_blocking(self.guardrail_event, action.trip)
+                return await run_blocking(self.guardrail_outcome, action.trip)
             elif isinstance(action, Done):
                 if action.status is not None and not action.ended:
-                    return self.timeout_event(action.status)
+                    return self.timeout_outcome(action.status)
                 return await run_blocking(self.outcome, action.status)
             else:
                 await asyncio.sleep(action.seconds)
 
     # ------------------------------------------------------------------ outcome
 
-    def outcome(self, status: AppStatus | None) -> dict[str, Any]:
-        """The final event payload of a terminal (or vanished) job: ``status`` is ``success``,
-        ``failed`` (with the reason and the failed replica's last lines), ``guardrail`` (the
-        scheduler stopped the job for a guard it held itself: the event a watcher's trip gives)
-        or ``error``. Blocks (reads the failed replica's log tail)."""
+    def outcome(self, status: AppStatus | None) -> Outcome:
+        """The outcome of a terminal (or vanished) job: ``success``, ``failed`` (with the
+        reason and the failed replica's last lines), ``guardrail`` (the scheduler stopped the
+        job for a guard it held itself: the outcome a watcher's trip gives) or ``error``.
+        Blocks (reads the failed replica's log tail)."""
         if status is None:
-            return self.event("error", message=f"no such job {self.app_handle}: the scheduler does not know it")
+            return self.ended(End.ERROR, message=f"no such job {self.app_handle}: the scheduler does not know it")
         if status.state == AppState.SUCCEEDED:
-            return self.event("success", state=status.state.name, ui_url=status.ui_url)
+            return self.ended(End.SUCCESS, state=status.state, ui_url=status.ui_url)
         if status.guard_trip is not None:
-            trip = status.guard_trip
-            return self.event("guardrail", message=trip.message(self.app_handle), **trip.to_dict())
+            return self.tripped(status.guard_trip, status.guard_trip.message(self.app_handle))
         rep = status.failed_replica()
         tail: list[str] = []
         where = ""
@@ -518,17 +498,16 @@ class TaskWatcher(JobWatch):
             # One story: the failing rank, its code, then its own last lines (once, below),
             # not the replica's, whose last lines are its sibling ranks' collateral errors.
             shown, tail, tail_of = dataclasses.replace(root, stderr=()), own, f"rank {root.rank}'s stderr"
-        return self.event(
-            "failed",
-            state=status.state.name,
+        return self.ended(
+            End.FAILED,
+            state=status.state,
             message=message,
-            tail=tail,
+            tail=tuple(tail),
             tail_of=tail_of,
             ui_url=status.ui_url,
             root_cause=shown.format() if shown else None,
             failing=failing_of(root, rep),
-            failure_kind=failure.kind.value if failure else None,
-            failure_why=failure.why if failure else None,
+            failure=failure,
         )
 
     def rank_tail(self, root: RootCause | None) -> list[str]:
@@ -554,8 +533,8 @@ class TaskWatcher(JobWatch):
             desc = DescribeAppResponse(state=status.state, msg=status.msg, roles_statuses=status.roles)
         return classify(desc, root)
 
-    def guardrail_event(self, trip: Trip) -> dict[str, Any]:
-        """Cancel the job for the guard that tripped and return the ``guardrail`` event, whose
+    def guardrail_outcome(self, trip: Trip) -> Outcome:
+        """Cancel the job for the guard that tripped and return the ``guardrail`` outcome, whose
         message says why (for ``start_timeout``, with the scheduler's account of what holds
         the job, asked for here, once: ``Runner.wait_reason``). Blocks."""
         why = ""
@@ -569,10 +548,10 @@ class TaskWatcher(JobWatch):
         if trip.guard == START_TIMEOUT and self.start_timeout_reason:
             reason = self.start_timeout_reason
         self.runner.cancel(self.app_handle, reason=reason, by=CancelledBy.TASK)
-        return self.event("guardrail", message=message, **trip.to_dict())
+        return self.tripped(trip, message)
 
-    def refused_event(self, refused: RecordRefusedError) -> dict[str, Any]:
-        """The ``error`` event (``refused`` True) of a job whose record the scheduler refuses:
+    def refused_outcome(self, refused: RecordRefusedError) -> Outcome:
+        """The ``error`` outcome (``refused`` True) of a job whose record the scheduler refuses:
         it cannot be watched, yet it is still a job, so it is stopped first
         (``Runner.stop_refused``): the task never fails while its job may run. The task fails
         without retry (``refused_message``). Blocks."""
@@ -580,23 +559,21 @@ class TaskWatcher(JobWatch):
         stopped = self.runner.stop_refused(self.app_handle, reason=reason, by=CancelledBy.TASK)
         if self.cursor_file is not None:  # where a retry finds the job once its directory names no task
             CursorFile.locate(self.app_handle, self.cursor_file.identity, None).save(self.position)
-        return self.event("error", message=refused_message(self.app_handle, "watched", refused, stopped), refused=True)
+        message = refused_message(self.app_handle, "watched", refused, stopped)
+        return self.ended(End.ERROR, message=message, refused=True)
 
-    def timeout_event(self, status: AppStatus) -> dict[str, Any]:
-        """The event of a job still running at its deadline."""
+    def timeout_outcome(self, status: AppStatus) -> Outcome:
+        """The outcome of a job still running at its deadline."""
         message = f"TorchX job {self.app_handle} still {status.state.name} at its deadline"
-        return self.event("timeout", state=status.state.name, message=message)
+        return self.ended(End.TIMEOUT, state=status.state, message=message)
 
-    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
-        """An event payload of ``kind`` carrying the handle and the log position."""
-        payload: dict[str, Any] = {
-            "status": kind,
-            "app_handle": self.app_handle,
-            "log_cursors": self.cursors,
-            "cursor_seq": self.position.seq,
-        }
-        payload.update(fields)
-        return payload
+    def tripped(self, trip: Trip, message: str) -> Outcome:
+        """The ``guardrail`` outcome of ``trip`` (the job's state: the trip's)."""
+        return self.ended(End.GUARDRAIL, state=trip.state, message=message, trip=trip)
+
+    def ended(self, end: End, **fields: Any) -> Outcome:
+        """An outcome ``end`` carrying the handle and the log position reached."""
+        return Outcome(end, self.app_handle, self.position.seq, self.cursors, **fields)
 
 
 def refused_message(app_handle: str, doing: str, refused: RecordRefusedError | str, stopped: bool) -> str:
@@ -614,17 +591,18 @@ def refused_message(app_handle: str, doing: str, refused: RecordRefusedError | s
 
 
 def flush_logs(
-    runner: Runner, event: Mapping[str, Any], log: logging.Logger | Any, cursor_file: CursorFile | None = None
+    runner: Runner, outcome: Outcome, log: logging.Logger | Any, cursor_file: CursorFile | None = None
 ) -> LogPosition:
-    """Log what neither the event's position nor the cursor file's (the newer wins) covers yet
-    (a resumed task's last lines: every line the trigger left to it, since it logs none in the
-    round that finds the job ended); save and return the position reached. The job's secrets
-    are registered first (this process did not build its app). An event without cursors (not
-    streaming) logs nothing, nor one of a job whose record is refused (``refused_event``)."""
-    position = newest(event_position(event), cursor_file.load() if cursor_file else None)
-    if event.get("log_cursors") is None or event.get("refused"):  # nothing to read of a refused job
+    """Log what neither the outcome's position nor the cursor file's (the newer wins) covers
+    yet (a resumed task's last lines: every line the trigger left to it, since it logs none in
+    the round that finds the job ended); save and return the position reached. The job's
+    secrets are registered first (this process did not build its app). An outcome without
+    cursors (not streaming) logs nothing, nor one of a job whose record is refused
+    (``refused_outcome``)."""
+    position = newest(outcome.position, cursor_file.load() if cursor_file else None)
+    if outcome.log_cursors is None or outcome.refused:  # nothing to read of a refused job
         return position
-    app_handle = str(event["app_handle"])
+    app_handle = outcome.app_handle
     register_secrets(job_secrets(runner.describe, app_handle))
     watcher = TaskWatcher(
         runner, app_handle, MaskedLog(log), stream_logs=True, position=position, cursor_file=cursor_file

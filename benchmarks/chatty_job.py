@@ -102,6 +102,7 @@ def check_log(path: Path, expected: int) -> tuple[int, int, int, float, float, f
 async def watch(handles: list[str], poll: float, samples: dict[str, list[float]]) -> dict[str, float]:
     """Run a trigger per handle on this loop with a 50 ms sleeper; the time of each event."""
     from airflow_provider_torchx.core.runner import get_runner
+    from airflow_provider_torchx.outcome import Outcome
     from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
     from airflow_provider_torchx.watch import flush_logs
 
@@ -115,7 +116,7 @@ async def watch(handles: list[str], poll: float, samples: dict[str, list[float]]
             counts[handle] += 1
             events.setdefault(handle, time.time())
             if handle == handles[0]:  # the chatty job: the resumed task logs the rest
-                await asyncio.to_thread(flush_logs, get_runner("bench"), event.payload, trigger.log)
+                await asyncio.to_thread(flush_logs, get_runner("bench"), Outcome.from_event(event.payload), trigger.log)
 
     async def sleeper() -> None:
         while True:

@@ -53,7 +53,7 @@ def wait_state(runner: Runner, handle: str, want: str, timeout: float = 60) -> f
 def watch(runner: Runner, handle: str, guards: Guards, poll: float, path: str) -> dict[str, Any]:
     if path == "worker":
         watcher = TaskWatcher(runner, handle, LOG, stream_logs=False, guards=guards)
-        return watcher.wait_for_outcome(poll, None, time.time())
+        return watcher.wait_for_outcome(poll, None, time.time()).to_event()
     trigger = TorchXJobTrigger(
         handle,
         poll_interval=poll,

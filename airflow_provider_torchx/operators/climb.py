@@ -18,7 +18,6 @@ from airflow_provider_torchx.core import checkpoints
 from airflow_provider_torchx.core.failures import FailureKind, classify
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppState
-from airflow_provider_torchx.failures import event_failure
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.ladder import (
     PLACE_KINDS,
@@ -41,10 +40,12 @@ from airflow_provider_torchx.ladder import (
 )
 from airflow_provider_torchx.masking import redact
 from airflow_provider_torchx.metrics import emit_moved
+from airflow_provider_torchx.outcome import End
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_torchx import outcome as watched
     from airflow_provider_torchx.core.guards import Guards
     from airflow_provider_torchx.core.runner import Runner
     from airflow_provider_torchx.core.usage import Usage
@@ -119,7 +120,7 @@ class Climb:
     def locate(self, context: Context) -> None:
         """On a retry, go to the rung of the task instance's newest job, listed by its identity
         and rung label on every rung's scheduler: the retry adopts it there
-        (``_find_job_to_adopt``, on that rung), or submits its new job there; or to the next
+        (``adopt.find_earlier``, on that rung), or submits its new job there; or to the next
         rung when that job was cancelled for a move whose submit never came
         (``ladder.retry_rung``)."""
         from airflow_provider_torchx.watch import task_identity
@@ -185,12 +186,14 @@ class Climb:
         """Push the rungs tried to XCom ``ladder``."""
         context["ti"].xcom_push(key=XCOM_KEY, value=[s.to_dict() for s in self.steps])
 
-    def finish(self, context: Context, event: Mapping[str, Any], runner: Runner) -> None:
-        """Record how the last rung's job ended (the watcher's final ``event``) and push."""
+    def finish(self, context: Context, outcome: watched.Outcome, runner: Runner) -> None:
+        """Record how the last rung's job ended (the watcher's ``outcome``) and push."""
         if not self.steps:
             return
-        why = event.get("failure_why") or (f"guard {event['guard']} tripped" if event.get("guard") else None)
-        self.steps = ended(self.steps, str(event["status"]), str(redact(why)) if why else None)
+        why = (outcome.failure.why if outcome.failure else None) or (
+            f"guard {outcome.guard} tripped" if outcome.guard else None
+        )
+        self.steps = ended(self.steps, outcome.end.value, str(redact(why)) if why else None)
         self._priced(runner)
         self.push(context)
 
@@ -210,21 +213,22 @@ class Climb:
     # ------------------------------------------------------------------ the move
 
     def next_rung(
-        self, context: Context, event: Mapping[str, Any]
+        self, context: Context, outcome: watched.Outcome
     ) -> tuple[TorchXHook, Runner, Guards, _TaskJob] | None:
-        """Whether the job of the watcher's final ``event`` moves (``ladder.decide``); if so,
-        move it (``move``) and return the next rung's hook, runner, guards and job."""
+        """Whether the job of the watcher's ``outcome`` moves (``ladder.decide``); if so, move
+        it (``move``) and return the next rung's hook, runner, guards and job."""
         runner = self.op._runner
         assert runner is not None
-        handle = str(event["app_handle"])
+        handle = outcome.app_handle
+        failed = outcome.end is End.FAILED
         kind: FailureKind | None = None
         failures = 0
-        if event["status"] in ("failed", "guardrail"):
-            desc = runner.describe_app(handle) if event["status"] == "failed" else None
-            kind = event_failure(event, desc).kind
-            if event["status"] == "failed" and kind in PLACE_KINDS and self.rung.max_infra_failures is not None:
+        if failed or outcome.trip is not None:
+            desc = runner.describe_app(handle) if failed else None
+            kind = outcome.reported_failure(desc).kind
+            if failed and kind in PLACE_KINDS and self.rung.max_infra_failures is not None:
                 failures = self.failures_on_rung(runner, handle, kind, desc, context)
-        move = decide(self.rungs, self.index, Outcome.of_event(event, kind, failures))
+        move = decide(self.rungs, self.index, Outcome.of_watch(outcome, kind, failures))
         if move is None:
             return None
         return self.move(context, move, runner, handle)
@@ -273,7 +277,7 @@ class Climb:
             why=move.why.value,
         )
         desc = runner.describe_app(handle)
-        self.attempts.append(max(desc.num_restarts, 0) + 1 if desc is not None else 1)
+        self.attempts.append(checkpointing.attempts_of(desc) if desc is not None else 1)
         self.steps[-1] = dataclasses.replace(self.steps[-1], outcome="moved", reason=move.detail)
         self._priced(runner)
         self.index = move.target

@@ -11,7 +11,6 @@ and docker are only imported by the backends that need them, when they are used.
 from __future__ import annotations
 
 import copy
-import logging
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -19,19 +18,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
 
 from airflow_provider_torchx import checkpointing
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.checkpoints import check_root
-from airflow_provider_torchx.core.errors import InvalidRunConfigError, RecordRefusedError
+from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.failures import Failure
 from airflow_provider_torchx.core.guards import (
     MAX_COST,
     MAX_GPU_HOURS,
     START_TIMEOUT,
     Guards,
+    Trip,
     guard_cfg,
     positive_limit,
     smaller,
@@ -39,13 +38,14 @@ from airflow_provider_torchx.core.guards import (
 from airflow_provider_torchx.core.identity import TaskIdentity
 from airflow_provider_torchx.core.numbers import positive_number
 from airflow_provider_torchx.core.schedulers.api import CancelledBy
-from airflow_provider_torchx.core.specs import AppDef, AppState, parse_app_handle
-from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, event_failure, failure_block, failure_error
+from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
+from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, failure_block, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.ladder import conn_ids, rung_start_timeout
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, redact_request, register_app_secrets
 from airflow_provider_torchx.metrics import emit_failed, emit_guardrail
+from airflow_provider_torchx.operators import adopt
 from airflow_provider_torchx.operators.checks import check_literal_arguments, fail_without_retry, request_dict
 from airflow_provider_torchx.retention import apply_retention
 from airflow_provider_torchx.usage_report import report_usage
@@ -59,110 +59,10 @@ if TYPE_CHECKING:
 
     from airflow_provider_torchx.core.cursors import CursorFile, LogPosition
     from airflow_provider_torchx.core.runner import Runner
-    from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
     from airflow_provider_torchx.core.usage import Usage
     from airflow_provider_torchx.operators.climb import Climb
+    from airflow_provider_torchx.outcome import Outcome
     from airflow_provider_torchx.watch import TaskWatcher
-
-log = logging.getLogger(__name__)
-#: Job states a retried task adopts instead of submitting again.
-_ADOPTABLE = (AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING)
-#: The task state store key (Airflow >= 3.3) holding ``{"app_handle": ..., "reported": bool}``.
-STATE_STORE_KEY = "torchx_job"
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """One job carrying a task instance's identity, as a retry sees it: its state, whether a
-    cancel was requested, and ``reported``: whether a try reported its success (None: no
-    record of any try watching it; only read for SUCCEEDED jobs).
-
-    A retry reads three sources: the scheduler's listing by the identity labels (which jobs;
-    confirmed with ``describe``), the task state store (Airflow >= 3.3: the job the last try
-    submitted or adopted and whether it reported it, the same on every host) and the job's
-    cursor file (``core/cursors.py``: beside the job, or under the host's state dir, so per
-    host for AWS Batch). The precedence rule (``read``): the job the store names comes first;
-    a job counts as reported when either record says so, as unreported when some record
-    exists and none says so, as unknown when neither exists (such a job is never adopted)."""
-
-    app_handle: str
-    state: AppState
-    cancel_requested: bool = False
-    reported: bool | None = None
-
-    @classmethod
-    def read(
-        cls,
-        app_handle: str,
-        desc: DescribeAppResponse,
-        stored: Mapping[str, Any] | None,
-        saved: LogPosition | None,
-    ) -> JobRecord:
-        """The record of ``app_handle`` from its description, the task state store's entry
-        (``stored``) and its cursor file's position (``saved``), by the precedence rule."""
-        reported = None
-        if desc.state == AppState.SUCCEEDED:
-            marks = [saved.reported] if saved is not None else []
-            if stored is not None and stored.get("app_handle") == app_handle:
-                marks.append(bool(stored.get("reported")))
-            reported = any(marks) if marks else None
-        return cls(app_handle, desc.state, desc.cancel_requested, reported)
-
-    def why_not(self) -> str:
-        """Why this job is not adopted (when another one is, or none)."""
-        if self.cancel_requested:
-            return f"{self.state.name}, a cancel was requested"
-        if self.state == AppState.SUCCEEDED:
-            return (
-                "SUCCEEDED, reported by an earlier try" if self.reported else "SUCCEEDED, no try recorded watching it"
-            )
-        if self.state in _ADOPTABLE:
-            return f"{self.state.name}, another job was chosen"
-        return f"ended {self.state.name}"
-
-
-def choose_job_to_adopt(records: Sequence[JobRecord]) -> JobRecord | None:
-    """Which job a retried task adopts: the live (SUBMITTED/PENDING/RUNNING) one; else the
-    latest SUCCEEDED one that a try watched but none reported (the worker died first); never
-    one with a cancel request. None: submit a new job (none, or only FAILED/CANCELLED/reported
-    ones). More than one live job is an error: the task cannot tell which one is its own."""
-    live = [c for c in records if c.state in _ADOPTABLE and not c.cancel_requested]
-    if len(live) > 1:
-        raise AirflowException(
-            f"reattach_on_retry: {len(live)} live jobs carry this task instance's identity "
-            f"({', '.join(c.app_handle for c in live)}); expected at most one. Cancel the extra ones "
-            "(airflow-torchx cancel HANDLE) or set reattach_on_retry=False"
-        )
-    if live:
-        return live[0]
-    unreported = [
-        c for c in records if c.state == AppState.SUCCEEDED and not c.cancel_requested and c.reported is False
-    ]
-    return unreported[-1] if unreported else None
-
-
-def _remembered_job(context: Context) -> dict[str, Any] | None:
-    """The job recorded in the task state store (Airflow >= 3.3), if any; failures are logged."""
-    store = context.get("task_state_store")
-    if store is None:
-        return None
-    try:
-        value = store.get(STATE_STORE_KEY)
-    except Exception as e:
-        log.warning("could not read %r from the task state store: %s", STATE_STORE_KEY, e)
-        return None
-    return value if isinstance(value, dict) and isinstance(value.get("app_handle"), str) else None
-
-
-def _remember_job(context: Context, app_handle: str, *, reported: bool) -> None:
-    """Record the job in the task state store (Airflow >= 3.3), so a retry finds it first."""
-    store = context.get("task_state_store")
-    if store is None:
-        return
-    try:
-        store.set(STATE_STORE_KEY, {"app_handle": app_handle, "reported": reported})
-    except Exception as e:
-        log.warning("could not record %s in the task state store: %s", app_handle, e)
 
 
 @dataclass(frozen=True)
@@ -407,10 +307,10 @@ class TorchXRunOperator(BaseOperator):
                 guards=guards,
                 start_timeout_reason=climb.start_timeout_reason() if climb is not None else None,
             )
-            event = self._wait_in_worker(watcher, started_at, deadline)
-            moved = climb.next_rung(context, event) if climb is not None else None
+            outcome = self._wait_in_worker(watcher, started_at, deadline)
+            moved = climb.next_rung(context, outcome) if climb is not None else None
             if moved is None:
-                return self._finish(event, context, job.cursor_file, watcher.position, climb)
+                return self._finish(outcome, context, job.cursor_file, watcher.position, climb)
             hook, runner, guards, job = moved
 
     def _submit_or_adopt(
@@ -423,7 +323,8 @@ class TorchXRunOperator(BaseOperator):
         climb: Climb | None = None,
         moving: bool = False,
     ) -> _TaskJob | dict[str, Any]:
-        """The task's job: on a retry the earlier try's one it adopts (``_find_job_to_adopt``),
+        """The task's job: on a retry the earlier try's one it adopts (``adopt.find_earlier``,
+        whose listing also gives the attempts a new job continues past),
         else a new one submitted with the ``guards`` its scheduler holds itself
         (``guards.guard_cfg``); recorded for the task (state store, XCom, links; with a ladder,
         ``climb``'s record and the rung's label). ``moving``: the job moves to ``climb``'s
@@ -442,9 +343,10 @@ class TorchXRunOperator(BaseOperator):
         labels = identity.labels() | ({} if rates is None else rates.labels())  # what the job carries
         if climb is not None:
             labels |= climb.labels()
-        adopted = None
-        if self.reattach_on_retry and not self.dryrun and not moving:
-            adopted = self._find_job_to_adopt(runner, scheduler, cfg, identity, context)
+        earlier = None
+        if self.reattach_on_retry and not self.dryrun and not moving and context["ti"].try_number > 1:
+            earlier = adopt.find_earlier(runner, scheduler, cfg, identity, context, self.log)
+        adopted = earlier.chosen if earlier is not None else None
         app = self.build_app()
         register_app_secrets(app)  # before anything is logged
         if adopted is None:
@@ -462,6 +364,7 @@ class TorchXRunOperator(BaseOperator):
                 and self.fresh_start
                 and checkpointing.first_try_of_run(context["ti"], self.retries or 0),
                 moved_attempts=climb.attempts if climb is not None else (),
+                earlier=earlier.attempts if earlier is not None else None,
             )
             with warnings.catch_warnings(record=True) as caught:  # into the task log, once
                 warnings.simplefilter("always")
@@ -484,7 +387,7 @@ class TorchXRunOperator(BaseOperator):
             position = newest(cursor_file.load())
             self.checkpoint_dir = checkpointing.location_of(runner, handle)  # as it was given
         self.app_handle, self._identity = handle, identity
-        _remember_job(context, handle, reported=False)
+        adopt.remember_job(context, handle, reported=False)
         context["ti"].xcom_push(key="app_handle", value=handle)
         if climb is not None:
             climb.submitted(context, handle)
@@ -528,54 +431,6 @@ class TorchXRunOperator(BaseOperator):
             kwargs=climb.to_kwargs(deadline, started_at) if climb is not None else None,
         )
 
-    def _find_job_to_adopt(
-        self, runner: Runner, scheduler: str, cfg: dict[str, Any], identity: TaskIdentity, context: Context
-    ) -> JobRecord | None:
-        """On a retry, the job of this task instance to adopt (``choose_job_to_adopt`` over
-        each job's ``JobRecord``), logging why; None: submit a new one. A job whose record
-        the scheduler refuses is stopped, and the task fails without retry as its watcher's
-        would (``watch.refused_message``): no job is submitted beside it or after it; so it
-        does on a job stopped while its record was refused (``stopped_while_refused``), also
-        one only its cursor file still names (``CursorFile.handles_in_state_dir``)."""
-        if context["ti"].try_number <= 1:
-            return None
-        from airflow_provider_torchx.core.cursors import CursorFile
-        from airflow_provider_torchx.core.schedulers.api import labels_match
-        from airflow_provider_torchx.watch import cursor_file_for, refused_message
-
-        stored = _remembered_job(context)
-        handles = [stored["app_handle"]] if stored else []
-        labels = identity.labels()
-        handles += [app.app_handle for app in runner.list(scheduler, cfg, labels) if app.app_handle not in handles]
-        handles += [h for h in CursorFile.handles_in_state_dir(identity, scheduler) if h not in handles]
-        records = []
-        for handle in handles:
-            try:
-                runner.finalize(handle)  # a job whose supervisor died is stopped before it is judged
-                desc = runner.describe_app(handle)
-            except RecordRefusedError as e:  # still a job: stopped, and never one beside or after it
-                reason = f"{handle} cannot be adopted: its record is refused"
-                stopped = runner.stop_refused(handle, reason=reason, by=CancelledBy.TASK)
-                raise AirflowFailException(redact(refused_message(handle, "adopted", e, stopped))) from None
-            if desc is None or not labels_match(desc.labels, labels):
-                continue
-            if desc.stopped_while_refused is not None:  # its end says an earlier look stopped it unwatched
-                raise AirflowFailException(redact(refused_message(handle, "adopted", desc.stopped_while_refused, True)))
-            saved = cursor_file_for(runner, handle, identity).load() if desc.state == AppState.SUCCEEDED else None
-            records.append(JobRecord.read(handle, desc, stored, saved))
-        chosen = choose_job_to_adopt(records)
-        for c in records:
-            if c is not chosen:
-                self.log.info("Retry: not adopting %s (%s)", c.app_handle, c.why_not())
-        if chosen is not None:
-            self.log.info(
-                "Retry: reattaching to %s (%s), submitted by an earlier try of this task instance, instead of "
-                "submitting a new job; its log continues where the earlier try's stopped",
-                chosen.app_handle,
-                chosen.state.name,
-            )
-        return chosen
-
     def _persist_links(self, context: Context, runner: Runner, handle: str) -> None:
         """Record the job's page (and its scheduler's console, if any) for the task's extra links."""
         status = runner.status(handle)
@@ -584,14 +439,14 @@ class TorchXRunOperator(BaseOperator):
             if url:
                 self.log.info("%s: %s", link.name, absolute_url(url))
 
-    def _wait_in_worker(self, watcher: TaskWatcher, started_at: float, deadline: float | None) -> dict[str, Any]:
+    def _wait_in_worker(self, watcher: TaskWatcher, started_at: float, deadline: float | None) -> Outcome:
         """Wait for the job in the worker on the one watching path (``watch.py``); return the
-        outcome event."""
+        outcome."""
         return watcher.wait_for_outcome(self.poll_interval, deadline, started_at)
 
     def _finish(
         self,
-        event: Mapping[str, Any],
+        outcome: Outcome,
         context: Context,
         cursor_file: CursorFile,
         position: LogPosition,
@@ -600,35 +455,37 @@ class TorchXRunOperator(BaseOperator):
         """Return the handle of a succeeded job (recording that this try reported it);
         otherwise cancel on timeout and raise. A ladder's ``climb`` records the end first."""
         from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
-        from airflow_provider_torchx.watch import failure_message, task_identity
+        from airflow_provider_torchx.outcome import End
+        from airflow_provider_torchx.watch import task_identity
 
-        handle = str(event["app_handle"])
+        handle = outcome.app_handle
+        state = outcome.state.name if outcome.state is not None else None
         if climb is not None:
             assert self._runner is not None
-            climb.finish(context, event, self._runner)
-        if event["status"] == "guardrail":
-            self._guardrail(event, context)
-        if event.get("refused"):  # its record refused: stopped before this (watch.py, refused_event)
-            raise AirflowFailException(redact(str(event["message"])))
-        if event["status"] == "success":
+            climb.finish(context, outcome, self._runner)
+        if outcome.trip is not None:
+            self._guardrail(outcome, outcome.trip, context)
+        if outcome.refused:  # its record refused: stopped before this (watch.py, refused_outcome)
+            raise AirflowFailException(redact(str(outcome.message)))
+        if outcome.end is End.SUCCESS:
             self._report_usage(handle, context)
-            self.job_state = event.get("state")
+            self.job_state = state
             self.log.info("TorchX job %s SUCCEEDED", handle)
             return self._report_success(context, cursor_file, position, handle)
         assert self._runner is not None
-        desc = self._runner.describe_app(handle) if event["status"] != "timeout" else None
-        failure = event_failure(event, desc)
-        if event["status"] == "failed":
+        desc = self._runner.describe_app(handle) if outcome.end is not End.TIMEOUT else None
+        failure = outcome.reported_failure(desc)
+        if outcome.end is End.FAILED:
             self._report_usage(handle, context, failure=failure)
-            self.job_state = event.get("state")
-        if event["status"] == "timeout":
+            self.job_state = state
+        if outcome.end is End.TIMEOUT:
             within = f"did not end within {self._wait_seconds():.0f}s"
             reason = task_cancel_reason(task_identity(context), f"timed out ({within})")
             self._runner.cancel(handle, reason=reason, by=CancelledBy.TASK)
-            message = f"TorchX job {handle} {within} (still {event.get('state')}); cancelled it"
-            raise self._failed(message, failure, handle, event)
-        message = str(redact(failure_message(event)))
-        if event["status"] == "failed" and failure.kind is FailureKind.TIMEOUT:  # the attempt's own time limit
+            message = f"TorchX job {handle} {within} (still {state}); cancelled it"
+            raise self._failed(message, failure, handle, outcome)
+        message = str(redact(outcome.failure_message()))
+        if outcome.end is End.FAILED and failure.kind is FailureKind.TIMEOUT:  # the attempt's own time limit
             self._guardrail_line("attempt_timeout", message.splitlines()[0], handle)
         who = None if self.retry_after_outside_cancel else outside_canceller(desc)
         if who:
@@ -636,48 +493,48 @@ class TorchXRunOperator(BaseOperator):
                 f"{message}\nThe job was cancelled from outside this task, by {redact(who)}: not retried "
                 "(retry_after_outside_cancel=True retries after such a cancel)"
             )
-        raise self._failed(message, failure, handle, event, no_retry=bool(who))
+        raise self._failed(message, failure, handle, outcome, no_retry=bool(who))
 
     def _failed(
-        self, message: str, failure: Failure, handle: str, event: Mapping[str, Any], *, no_retry: bool = False
+        self, message: str, failure: Failure, handle: str, outcome: Outcome, *, no_retry: bool = False
     ) -> TorchXJobFailed:
         """The exception for the job's failure (``failures.failure_error``), its kind written to
         the task log (``Failure kind: app (ValueError on trainer/0)``) and counted
         (``torchx.job.failed``, tag ``kind``)."""
         failure = Failure(failure.kind, str(redact(failure.why)))  # a reason may quote a secret
-        self.log.error("%s", redact(failure_block(failure, event)))  # the log's closing block
+        self.log.error("%s", redact(failure_block(failure, outcome)))  # the log's closing block
         emit_failed(
             scheduler=parse_app_handle(handle).scheduler_backend,
             dag_id=self.dag_id,
             task_id=self.task_id,
             kind=failure.kind.value,
         )
-        root = event.get("root_cause")
+        root = outcome.root_cause
         return failure_error(
             message, failure, no_retry=no_retry, app_handle=handle, root_cause=str(redact(root)) if root else None
         )
 
-    def _guardrail(self, event: Mapping[str, Any], context: Context) -> None:
+    def _guardrail(self, outcome: Outcome, trip: Trip, context: Context) -> None:
         """A guard stopped the job (the watcher cancelled it): one line in the task log, the
         metric, the usage summary (saying when the GPU budget was hit), then the failure,
         without retry (a ``start_timeout``, kind ``capacity``, is left to the task's retry
         policy when it has one: ``failures.py``)."""
-        handle = str(event["app_handle"])
-        message = str(redact(str(event.get("message"))))
-        self._guardrail_line(str(event["guard"]), message, handle)
-        failure = event_failure(event, None)
-        budget = event if event["guard"] in (MAX_GPU_HOURS, MAX_COST) else None
+        handle = outcome.app_handle
+        message = str(redact(str(outcome.message)))
+        self._guardrail_line(trip.guard, message, handle)
+        failure = outcome.reported_failure(None)
+        budget = trip if trip.guard in (MAX_GPU_HOURS, MAX_COST) else None
         self._report_usage(handle, context, budget=budget, failure=failure)
-        self.job_state = event.get("state")
+        self.job_state = trip.state.name
         policy = getattr(self, "retry_policy", None)  # Airflow >= 3.3
         no_retry = failure.kind != FailureKind.CAPACITY or policy is None
-        raise self._failed(message, failure, handle, event, no_retry=no_retry)
+        raise self._failed(message, failure, handle, outcome, no_retry=no_retry)
 
     def _report_usage(
         self,
         handle: str,
         context: Context,
-        budget: Mapping[str, Any] | None = None,
+        budget: Trip | None = None,
         failure: Failure | None = None,
     ) -> None:
         """The ended (or guard-stopped) job's usage summary: logged, pushed, emitted
@@ -705,7 +562,7 @@ class TorchXRunOperator(BaseOperator):
     def _report_success(self, context: Context, cursor_file: CursorFile, position: LogPosition, handle: str) -> str:
         """Mark the job as reported by a try (so a later clear submits a new one) and return it."""
         cursor_file.mark_reported(position)
-        _remember_job(context, handle, reported=True)
+        adopt.remember_job(context, handle, reported=True)
         return handle
 
     def execute_complete(self, context: Context, event: dict[str, Any], ladder: Mapping[str, Any] | None = None) -> str:
@@ -715,24 +572,26 @@ class TorchXRunOperator(BaseOperator):
         the task defers again."""
         from airflow_provider_torchx.core.cursors import newest
         from airflow_provider_torchx.operators.climb import Climb
-        from airflow_provider_torchx.watch import cursor_file_for, event_position, flush_logs, task_identity
+        from airflow_provider_torchx.outcome import Outcome
+        from airflow_provider_torchx.watch import cursor_file_for, flush_logs, task_identity
 
+        outcome = Outcome.from_event(event)
         climb = self._climb = Climb.resume(self, ladder) if ladder is not None else None
-        self.app_handle = str(event["app_handle"])
+        self.app_handle = outcome.app_handle
         self._identity = task_identity(context)
         self._runner = hook_for_handle(self.torchx_conn_id, self.app_handle).get_runner()
         cursor_file = cursor_file_for(self._runner, self.app_handle, self._identity)
         self.checkpoint_dir = checkpointing.location_of(self._runner, self.app_handle)
         if self.stream_logs:
-            position = flush_logs(self._runner, event, self.log, cursor_file)
+            position = flush_logs(self._runner, outcome, self.log, cursor_file)
         else:
-            position = newest(event_position(event), cursor_file.load())
-        moved = climb.next_rung(context, event) if climb is not None else None
+            position = newest(outcome.position, cursor_file.load())
+        moved = climb.next_rung(context, outcome) if climb is not None else None
         if moved is not None:
             assert ladder is not None
             hook, runner, guards, job = moved
             self._defer(hook, runner, job, ladder["deadline"], ladder["started_at"], guards, climb)
-        return self._finish(event, context, cursor_file, position, climb)
+        return self._finish(outcome, context, cursor_file, position, climb)
 
     def on_kill(self) -> None:
         """The task was killed in the worker: cancel its job as the table decides

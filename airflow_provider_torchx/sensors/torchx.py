@@ -9,14 +9,14 @@ reason, last log lines) otherwise, raising the failure kind's ``TorchXJobFailed`
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
 from airflow_provider_torchx._compat import AirflowSensorTimeout
 from airflow_provider_torchx.core.specs import parse_app_handle
-from airflow_provider_torchx.failures import event_failure, failure_error
+from airflow_provider_torchx.failures import failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
 from airflow_provider_torchx.metrics import emit_failed
 from airflow_provider_torchx.usage_report import report_usage
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_torchx.core.runner import Runner
+    from airflow_provider_torchx.outcome import Outcome
     from airflow_provider_torchx.watch import TaskWatcher
 
 
@@ -104,39 +105,43 @@ class TorchXJobSensor(BaseSensorOperator):
         if status is not None and not status.is_terminal():
             self.log.info("%s is %s", self.app_handle, status.state.name)
             return False
-        event = self._watcher.outcome(status)
-        self._end(self._watcher.runner, event, context)
+        self._end(self._watcher.runner, self._watcher.outcome(status), context)
         return True
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
         """Resume after the trigger's event: flush the remaining log lines, then succeed or raise."""
+        from airflow_provider_torchx.outcome import End, Outcome
         from airflow_provider_torchx.watch import cursor_file_for, flush_logs, task_identity
 
+        outcome = Outcome.from_event(event)
         runner = self.hook().get_runner()
         if self.stream_logs:
-            flush_logs(runner, event, self.log, cursor_file_for(runner, self.app_handle, task_identity(context)))
-        if event["status"] == "timeout":
-            raise AirflowSensorTimeout(f"{self.app_handle} did not end within {self.timeout}s: {event.get('message')}")
-        self._end(runner, event, context)
+            flush_logs(runner, outcome, self.log, cursor_file_for(runner, self.app_handle, task_identity(context)))
+        if outcome.end is End.TIMEOUT:
+            raise AirflowSensorTimeout(f"{self.app_handle} did not end within {self.timeout}s: {outcome.message}")
+        self._end(runner, outcome, context)
         return self.app_handle
 
-    def _end(self, runner: Runner, event: Mapping[str, Any], context: Context) -> None:
+    def _end(self, runner: Runner, outcome: Outcome, context: Context) -> None:
         """The job ended: report its usage (with a failure's kind), then succeed or raise its
         kind's ``TorchXJobFailed`` (``failures.failure_error``; a cancel from outside too is
         retried, as it always was for the sensor: it does not own the job)."""
-        from airflow_provider_torchx.watch import failure_message
+        from airflow_provider_torchx.outcome import End
 
         failure = None
-        if event["status"] != "success":
-            failure = event_failure(event, runner.describe_app(self.app_handle))
-        if event["status"] in ("success", "failed"):
+        if outcome.end is not End.SUCCESS:
+            failure = outcome.reported_failure(runner.describe_app(self.app_handle))
+        if outcome.end in (End.SUCCESS, End.FAILED):
             report_usage(runner, self.app_handle, context, self.log, failure_kind=failure.kind if failure else None)
         if failure is not None:
             self.log.error("Failure kind: %s (%s)", failure.kind.value, failure.why)
             scheduler = parse_app_handle(self.app_handle).scheduler_backend
             emit_failed(scheduler=scheduler, dag_id=self.dag_id, task_id=self.task_id, kind=failure.kind.value)
-            root = event.get("root_cause")
             raise failure_error(
-                failure_message(event), failure, no_retry=False, app_handle=self.app_handle, root_cause=root
+                outcome.failure_message(),
+                failure,
+                no_retry=False,
+                app_handle=self.app_handle,
+                root_cause=outcome.root_cause,
             )
         self.log.info("TorchX job %s SUCCEEDED", self.app_handle)

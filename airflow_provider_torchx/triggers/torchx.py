@@ -5,7 +5,8 @@ left when it ends are the resumed task's: ``watch.py``, ``TaskWatcher.await_outc
 progress line when the job's state changes (else once a minute) and yields exactly one event:
 ``success``, ``failed`` (with the reason and the failed replica's last lines), ``timeout``
 (the absolute ``deadline`` passed) or ``error`` (also for a job whose record the scheduler
-refuses, once it stopped it: ``TaskWatcher.refused_event``). It never raises for a job's
+refuses, once it stopped it: ``TaskWatcher.refused_outcome``): an ``Outcome``'s payload
+(``outcome.py``, ``to_event``). It never raises for a job's
 failure: the task's ``execute_complete`` raises. It follows the one watching path (``watch.py``): waiting
 for a status holds no thread, and the blocking calls left run on the provider's own thread
 pool, never on the loop's default executor.
@@ -51,6 +52,7 @@ from airflow_provider_torchx.hooks.torchx import (
 from airflow_provider_torchx.masking import MaskedLog, amask_secrets, job_secrets, redact
 from airflow_provider_torchx.metrics import emit_orphan_cancelled
 from airflow_provider_torchx.orphans import Killed, TaskView, Verdict
+from airflow_provider_torchx.outcome import End, Outcome
 from airflow_provider_torchx.reaper.decisions import own_decision
 from airflow_provider_torchx.triggers.watchspec import WatchSpec
 from airflow_provider_torchx.watch import LOG_SETTLE, TaskWatcher, cursor_file_for, run_blocking
@@ -231,7 +233,7 @@ class TorchXJobTrigger(BaseTrigger):
         try:
             wrong_host = self._wrong_host()
             if wrong_host:
-                yield TriggerEvent({"status": "error", "app_handle": self.spec.app_handle, "message": wrong_host})
+                yield TriggerEvent(Outcome(End.ERROR, self.spec.app_handle, message=wrong_host).to_event())
                 return
             watcher = await run_blocking(self._watcher, await self._aws_connection())
             if self.spec.cancel_on_kill and self.spec.identity:
@@ -239,13 +241,13 @@ class TorchXJobTrigger(BaseTrigger):
             # This process did not build the app: read its secrets, register them on the loop
             # (never a synchronous Task SDK call), before its first line is logged.
             await amask_secrets(await self._job_secrets(watcher.runner))
-            event = await watcher.await_outcome(self.spec.poll_interval, self.spec.deadline, self.spec.started_at)
+            outcome = await watcher.await_outcome(self.spec.poll_interval, self.spec.deadline, self.spec.started_at)
             self._final_event_fired = True
-            if event.get("state") == AppState.CANCELLED.name:
+            if outcome.state is AppState.CANCELLED:
                 # The task may never resume (it was marked failed or success, and the reaper
                 # cancelled its job): say here, in its log, that and why the job was cancelled.
-                await self._last_word(str(event.get("message")))
-            yield TriggerEvent(redact(event))
+                await self._last_word(str(outcome.message))
+            yield TriggerEvent(redact(outcome.to_event()))
         except asyncio.CancelledError:
             if not TRIGGER_HAS_ON_KILL and not self._final_event_fired:
                 await self._on_killed()
@@ -254,22 +256,18 @@ class TorchXJobTrigger(BaseTrigger):
             # It cannot be watched, yet it is still a job: stopped before the task fails.
             if watcher is None:
                 watcher = await run_blocking(self._watcher, await self._aws_connection())
-            event = await run_blocking(watcher.refused_event, e)
+            outcome = await run_blocking(watcher.refused_outcome, e)
             self._final_event_fired = True
-            yield TriggerEvent(redact(event))
+            yield TriggerEvent(redact(outcome.to_event()))
         except Exception as e:
             self.log.exception("watching %s failed", self.spec.app_handle)
-            yield TriggerEvent(
-                redact(
-                    {
-                        "status": "error",
-                        "app_handle": self.spec.app_handle,
-                        "message": f"watching {self.spec.app_handle} failed: {type(e).__name__}: {e}",
-                        "log_cursors": watcher.cursors if watcher else self.spec.log_cursors,
-                        "cursor_seq": watcher.position.seq if watcher else self.spec.cursor_seq,
-                    }
-                )
-            )
+            message = f"watching {self.spec.app_handle} failed: {type(e).__name__}: {e}"
+            if watcher is not None:
+                outcome = watcher.ended(End.ERROR, message=message)
+            else:
+                position = (self.spec.cursor_seq, self.spec.log_cursors)
+                outcome = Outcome(End.ERROR, self.spec.app_handle, *position, message=message)
+            yield TriggerEvent(redact(outcome.to_event()))
         finally:
             if check is not None:
                 check.cancel()

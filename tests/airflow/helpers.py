@@ -76,6 +76,7 @@ def run_deferred(trigger: Any, log: Any = None) -> list[dict[str, Any]]:
     import asyncio
 
     from airflow_provider_torchx.core.identity import TaskIdentity
+    from airflow_provider_torchx.outcome import Outcome
     from airflow_provider_torchx.watch import cursor_file_for, flush_logs
 
     async def collect() -> list[dict[str, Any]]:
@@ -87,7 +88,7 @@ def run_deferred(trigger: Any, log: Any = None) -> list[dict[str, Any]]:
     cursor_file = cursor_file_for(runner, trigger.app_handle, ident) if ident is not None else None
     for event in events:
         if event.get("log_cursors") is not None:
-            flush_logs(runner, event, trigger.log if log is None else log, cursor_file)
+            flush_logs(runner, Outcome.from_event(event), trigger.log if log is None else log, cursor_file)
     return events
 
 

@@ -34,6 +34,7 @@ from airflow_provider_torchx.failures import (
     torchx_retry_policy,
 )
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from airflow_provider_torchx.outcome import Outcome
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from tests.airflow.helpers import FakeTI, wait_until
 from tests.fixtures import aborted_node
@@ -136,12 +137,13 @@ def test_the_failure_tells_one_story_the_failing_rank_its_code_and_its_own_last_
             {"failing": {"replica": "t/0", "rank": None, "exit_code": None, "error": None}},
             "Failure kind: infra (SIGKILL on t/1)\n  failing: replica t/0\n  exit code unknown",
         ),
-        ({"status": "guardrail", "message": "max_gpu_hours"}, "Failure kind: infra (SIGKILL on t/1)"),
+        ({"message": "max_gpu_hours"}, "Failure kind: infra (SIGKILL on t/1)"),
     ],
     ids=["rank", "replica", "unknown-code", "no-failing"],
 )
 def test_the_closing_block_is_the_rank_its_code_and_its_lines_in_that_order(event: dict[str, Any], block: str) -> None:
-    assert failure_block(Failure(FailureKind.INFRA, "SIGKILL on t/1"), event) == block
+    outcome = Outcome.from_event({"status": "failed", "app_handle": "local_cwd://torchx/t-1", **event})
+    assert failure_block(Failure(FailureKind.INFRA, "SIGKILL on t/1"), outcome) == block
 
 
 def test_a_missing_local_dir_image_is_refused_as_config_before_anything_is_submitted(

@@ -27,6 +27,7 @@ from airflow_provider_torchx.failures import (
 )
 from airflow_provider_torchx.hooks.torchx import TorchXSettings
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from airflow_provider_torchx.outcome import Outcome
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from tests.airflow.helpers import FakeTI, run_deferred, wait_until
 
@@ -354,7 +355,7 @@ def test_a_job_ended_by_its_attempts_time_limit_gets_the_guard_line_and_metric(
         **fields,
     }
     with pytest.raises(TorchXJobFailed, match="ended FAILED") as raised:  # retried, as before
-        op._finish(event, {"ti": FakeTI()}, None, None)  # type: ignore[arg-type]
+        op._finish(Outcome.from_event(event), {"ti": FakeTI()}, None, None)  # type: ignore[arg-type]
     assert not isinstance(raised.value, AirflowFailException)
     assert isinstance(raised.value, TorchXTimedOut) == counted
     out, err = capfd.readouterr()

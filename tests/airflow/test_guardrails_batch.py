@@ -33,6 +33,7 @@ from airflow_provider_torchx.core.schedulers.aws_batch import create_scheduler
 from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.hooks.torchx import TorchXHook
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from airflow_provider_torchx.outcome import End
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.watch import TaskWatcher
 from tests.airflow.helpers import FakeTI, run_deferred, wait_until
@@ -81,9 +82,9 @@ def test_a_batch_job_pending_on_a_dependency_trips_start_timeout_in_the_worker_a
         runner, handle, logging.getLogger("test"), stream_logs=False, guards=Guards(start_timeout=2.0)
     )
     began = time.time()
-    event = watcher.wait_for_outcome(0.5, None, began)
-    assert event["status"] == "guardrail" and event["guard"] == "start_timeout", event
-    message = event["message"]
+    outcome = watcher.wait_for_outcome(0.5, None, began)
+    assert outcome.end is End.GUARDRAIL and outcome.guard == "start_timeout", outcome
+    message = str(outcome.message)
     assert message.startswith(f"start_timeout=2s: TorchX job {handle} did not start within 2s of its submission")
     assert "it depends on never-finishes" in message, message
     assert f"queue {batch_queue!r} ENABLED/VALID" in message

@@ -26,12 +26,9 @@ from airflow_provider_torchx.core.cursors import LogPosition
 from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.api import DescribeAppResponse
 from airflow_provider_torchx.core.specs import AppDef, AppState, Role
-from airflow_provider_torchx.operators.torchx import (
-    STATE_STORE_KEY,
-    JobRecord,
-    TorchXRunOperator,
-    choose_job_to_adopt,
-)
+from airflow_provider_torchx.operators import adopt
+from airflow_provider_torchx.operators.adopt import STATE_STORE_KEY, JobRecord, choose_job_to_adopt
+from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.watch import cursor_file_for, task_identity
 from tests.airflow.helpers import (
     FakeTaskStateStore,
@@ -226,15 +223,15 @@ def test_retry_after_the_worker_was_killed_reattaches_and_logs_each_line_once(
 
     # A worker-mode retry adopts the running job and logs only what try 1 had not.
     decided = threading.Event()
-    real_find = TorchXRunOperator._find_job_to_adopt
+    real_find = adopt.find_earlier
 
-    def find_then_signal(self: TorchXRunOperator, *args: Any) -> Any:
+    def find_then_signal(*args: Any) -> Any:
         try:
-            return real_find(self, *args)
+            return real_find(*args)
         finally:
             decided.set()
 
-    monkeypatch.setattr(TorchXRunOperator, "_find_job_to_adopt", find_then_signal)
+    monkeypatch.setattr(adopt, "find_earlier", find_then_signal)
     result: dict[str, Any] = {}
     retry = threading.Thread(
         target=lambda: result.update(
@@ -383,6 +380,39 @@ def test_reattach_off_always_submits(ident: Identity) -> None:
     handle = submit_and_defer(ident, SLEEP)
     new = operator(SLEEP, wait_for_completion=False, reattach_on_retry=False).execute(ident.context(2))
     assert new != handle and ident.jobs() == [handle, new]
+
+
+@pytest.mark.parametrize("reattach", [True, False], ids=["reattach", "reattach-off"])
+def test_a_retry_lists_and_describes_its_earlier_jobs_once(
+    ident: Identity, reattach: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry after two failed jobs: the look for a job to adopt and the new job's attempt
+    number share one listing of the task instance's jobs and one description of each
+    (``adopt.find_earlier``, ``Earlier.attempts``), and the new job still continues past both
+    jobs' attempts (``TORCHX_ATTEMPT`` 2 on try 2)."""
+    failed = [ident.runner.run(FAIL, "local_cwd", labels=ident.labels) for _ in range(2)]
+    assert [ident.wait(handle) for handle in failed] == [AppState.FAILED] * 2
+    listed: list[Any] = []
+    described: list[str] = []
+    real_list, real_describe = Runner.list, Runner.describe_app
+
+    def counted_list(self: Runner, scheduler: str, cfg: Any = None, labels: Any = None, **kwargs: Any) -> Any:
+        listed.append(dict(labels or {}))
+        return real_list(self, scheduler, cfg, labels, **kwargs)
+
+    def counted_describe(self: Runner, app_handle: str) -> Any:
+        described.append(app_handle)
+        return real_describe(self, app_handle)
+
+    monkeypatch.setattr(Runner, "list", counted_list)
+    monkeypatch.setattr(Runner, "describe_app", counted_describe)
+    new = operator(SLEEP, wait_for_completion=False, reattach_on_retry=reattach).execute(ident.context(2))
+    monkeypatch.undo()
+    assert listed.count(ident.labels) == 1, listed
+    assert [described.count(handle) for handle in failed] == [1, 1], described
+    desc = ident.runner.describe_app(new)
+    assert desc is not None and [r.env["TORCHX_ATTEMPT"] for r in desc.roles] == ["2"]
+    ident.runner.cancel(new)
 
 
 def test_task_state_store_keeps_the_handle_and_whether_it_was_reported(ident: Identity) -> None:

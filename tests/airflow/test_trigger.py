@@ -516,6 +516,7 @@ class ListLog:
 
 def test_resumed_task_flushes_only_what_the_event_did_not_cover(local_jobs: tuple[Runner, list[str]]) -> None:
     from airflow_provider_torchx.core.logstream import LogFollower
+    from airflow_provider_torchx.outcome import End, Outcome
     from airflow_provider_torchx.watch import flush_logs
 
     runner, _ = local_jobs
@@ -524,10 +525,10 @@ def test_resumed_task_flushes_only_what_the_event_did_not_cover(local_jobs: tupl
     follower = LogFollower(runner, handle, max_lines_per_poll=1)
     assert [line.line for line in follower.poll()] == ["f1\n"]
     log = ListLog()
-    flush_logs(runner, {"app_handle": handle, "log_cursors": follower.cursors}, log)
+    flush_logs(runner, Outcome(End.SUCCESS, handle, 0, follower.cursors), log)
     assert log.lines == ["[w/0] f2", "[w/0] f3", "[w/0] f4"]
     quiet = ListLog()
-    flush_logs(runner, {"app_handle": handle, "log_cursors": None}, quiet)  # not streaming: nothing
+    flush_logs(runner, Outcome(End.SUCCESS, handle, 0, None), quiet)  # not streaming: nothing
     assert quiet.lines == []
 
 
@@ -597,11 +598,12 @@ def test_a_job_whose_record_is_refused_is_stopped_before_a_worker_gives_up(
     """The same in worker mode: the blocking watch stops the job before its outcome."""
     import logging
 
+    from airflow_provider_torchx.outcome import End
     from airflow_provider_torchx.watch import TaskWatcher
 
     runner, _ = local_jobs
     handle = submit(local_jobs, "sleep 600")
     processes = refuse_record(runner, handle, "state", tmp_path)
     watcher = TaskWatcher(runner, handle, logging.getLogger("test"), stream_logs=True)
-    event = watcher.wait_for_outcome(0.2, None, time.time())
-    assert still_running(processes) == [] and event["status"] == "error" and event["refused"] is True, event
+    outcome = watcher.wait_for_outcome(0.2, None, time.time())
+    assert still_running(processes) == [] and outcome.end is End.ERROR and outcome.refused, outcome

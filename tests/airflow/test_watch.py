@@ -35,6 +35,7 @@ from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
 from airflow_provider_torchx.hooks.torchx import close_runners
 from airflow_provider_torchx.operators import checks
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from airflow_provider_torchx.outcome import End, Outcome
 from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
 from airflow_provider_torchx.watch import TaskWatcher, cursor_file_for, flush_logs
@@ -87,8 +88,8 @@ def watch_in_worker(runner: Runner, handle: str) -> list[str]:
     operator = TorchXRunOperator(task_id="t", app=sh_app("true"), scheduler="local_cwd", poll_interval=0.3)
     cursor_file = cursor_file_for(runner, handle, TASK)
     watcher = TaskWatcher(runner, handle, log, stream_logs=True, cursor_file=cursor_file, clock=racing_clock())
-    event = operator._wait_in_worker(watcher, time.time(), None)
-    assert event["status"] == "success", event
+    outcome = operator._wait_in_worker(watcher, time.time(), None)
+    assert outcome.end is End.SUCCESS, outcome
     return log.lines
 
 
@@ -103,7 +104,7 @@ def watch_deferred(runner: Runner, handle: str) -> list[str]:
 
     (event,) = asyncio.run(collect())
     assert event["status"] == "success", event
-    flush_logs(runner, event, log, cursor_file_for(runner, handle, TASK))
+    flush_logs(runner, Outcome.from_event(event), log, cursor_file_for(runner, handle, TASK))
     return log.lines
 
 
@@ -194,9 +195,9 @@ def test_trigger_leaves_an_ended_jobs_lines_to_the_resumed_task(local_jobs: tupl
     assert log.lines == [], f"the trigger logged {log.lines}"
     assert event["cursor_seq"] == 0 and event["log_cursors"] == {}, event
     cursor_file = cursor_file_for(runner, handle, TASK)
-    flush_logs(runner, event, log, cursor_file)
+    flush_logs(runner, Outcome.from_event(event), log, cursor_file)
     assert replica_lines(log.lines) == [str(i) for i in range(1, 51)]
-    flush_logs(runner, event, log, cursor_file)  # a second flush (a retried resume) adds nothing
+    flush_logs(runner, Outcome.from_event(event), log, cursor_file)  # a second flush (a retried resume) adds nothing
     assert replica_lines(log.lines) == [str(i) for i in range(1, 51)]
 
 
@@ -214,7 +215,7 @@ def test_trigger_lines_have_time_to_arrive_before_its_event(local_jobs: tuple[Ru
     assert replica_lines(from_trigger)[:3] == ["1", "2", "3"], from_trigger
     settle = min(0.3, watch.LOG_SETTLE)
     assert at - log.times[-1] >= settle, f"last trigger line {at - log.times[-1]:.3f}s before the event"
-    flush_logs(runner, event, log, cursor_file_for(runner, handle, TASK))
+    flush_logs(runner, Outcome.from_event(event), log, cursor_file_for(runner, handle, TASK))
     assert replica_lines(log.lines) == [str(i) for i in range(1, 7)]
 
 
@@ -268,7 +269,7 @@ def test_100_local_triggers_need_no_default_executor(local_jobs: tuple[Runner, l
     results = run_triggers(triggers, timeout=180)
     for n, (trigger, events) in enumerate(zip(triggers, results, strict=True)):
         assert [e["status"] for e in events] == ["success"], events
-        flush_logs(runner, events[0], trigger._log)  # then execute_complete's, in the worker
+        flush_logs(runner, Outcome.from_event(events[0]), trigger._log)  # then execute_complete's, in the worker
         assert replica_lines(trigger._log.lines) == [f"job {n}"]
 
 
