@@ -95,9 +95,9 @@ def prepare(
     (``operators/adopt.py``, ``Earlier.attempts``); None: listed here (``earlier_attempts``)."""
     root = configured_root(operator_root, hook, runner, scheduler)
     location = checkpoints.checkpoint_dir(root, identity) if root is not None else None
-    host_bound = runner.capabilities(scheduler).host_bound
+    host_paths = runner.capabilities(scheduler).host_paths
     if fresh_start and location is not None and not dryrun:
-        if not host_bound:
+        if not host_paths:
             raise InvalidRunConfigError(
                 f"fresh_start: the checkpoints of a {scheduler} job ({location}) are not on this host: "
                 "move them aside with the storage's own tools"
@@ -120,7 +120,7 @@ def prepare(
             "no default for %s): the job would get no TORCHX_CHECKPOINT_DIR",
             scheduler,
         )
-    checkpoints.place(app, location, attempt, host_bound=host_bound, create=not dryrun)
+    checkpoints.place(app, location, attempt, host_paths=host_paths, create=not dryrun)
     return location
 
 

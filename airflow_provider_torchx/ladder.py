@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_torchx.core.checkpoints import check_batch_location
+from airflow_provider_torchx.core.checkpoints import check_mounted_location
 from airflow_provider_torchx.core.errors import InvalidRunConfigError
 from airflow_provider_torchx.core.failures import CAPACITY_REASONS, INFRA_REASONS, FailureKind
 from airflow_provider_torchx.core.guards import START_TIMEOUT
@@ -119,14 +119,14 @@ def max_infra_failures(value: object, conn_id: str) -> int | None:
 
 @dataclass(frozen=True)
 class Rung:
-    """One rung as its connection says: ``conn_id``, its ``scheduler``, whether its jobs run on
-    this host (``host_bound``), its checkpoint root (by the usual precedence; None: none), its
-    ``start_timeout`` in seconds (the connection's extra, else the task's; None: none) and
-    ``max_infra_failures`` (None: never moves for failures)."""
+    """One rung as its connection says: ``conn_id``, its ``scheduler``, whether its jobs see this
+    host's paths (``host_paths``: ``SchedulerCapabilities.host_paths``), its checkpoint root (by
+    the usual precedence; None: none), its ``start_timeout`` in seconds (the connection's extra,
+    else the task's; None: none) and ``max_infra_failures`` (None: never moves for failures)."""
 
     conn_id: str
     scheduler: str
-    host_bound: bool = True
+    host_paths: bool = True
     checkpoint_root: str | None = None
     start_timeout: float | None = None
     max_infra_failures: int | None = None
@@ -144,7 +144,7 @@ def rung_start_timeout(connection: float | None, task: float | None) -> float | 
 def check_checkpoints(rungs: Sequence[Rung], location: str | None, app: AppDef) -> None:
     """A ladder's rungs share one checkpoint location, ``location`` (the first rung's): every
     rung must resolve the same root, and a rung whose jobs run on other hosts must reach it (a
-    URI such as ``s3://``, or a path every role mounts: ``check_batch_location``). Else
+    URI such as ``s3://``, or a path every role mounts: ``check_mounted_location``). Else
     ``InvalidRunConfigError`` naming the rung, before anything is submitted."""
     if len(rungs) < 2:
         return
@@ -160,10 +160,10 @@ def check_checkpoints(rungs: Sequence[Rung], location: str | None, app: AppDef) 
     if location is None:
         return
     for i, rung in enumerate(rungs):
-        if rung.host_bound:
+        if rung.host_paths:
             continue
         try:
-            check_batch_location(location, app)
+            check_mounted_location(location, app)
         except InvalidRunConfigError as e:
             raise InvalidRunConfigError(f"torchx_conn_id[{i}]: rung {rung.name()} cannot reach it: {e}") from None
 

@@ -154,10 +154,11 @@ def app_checkpoint_dir(roles: Iterable[object]) -> str | None:
     return None
 
 
-def check_batch_location(location: str, app: AppDef) -> None:
-    """A checkpoint location for AWS Batch must be a URI (``s3://``) or a path under a mount of
-    every role (an EFS or host volume): a local path of the submitting host is not in the
-    container. ``InvalidRunConfigError`` naming the value otherwise."""
+def check_mounted_location(location: str, app: AppDef) -> None:
+    """A checkpoint location for jobs that do not see this host's paths (AWS Batch's
+    containers) must be a URI (``s3://``) or a path under a mount of every role (an EFS or host
+    volume): a local path of the submitting host is not there. ``InvalidRunConfigError``
+    naming the value otherwise."""
     if is_uri(location):
         return
     for role in app.roles:
@@ -170,16 +171,17 @@ def check_batch_location(location: str, app: AppDef) -> None:
             )
 
 
-def place(app: AppDef, location: str | None, attempt: int, *, host_bound: bool, create: bool = True) -> None:
+def place(app: AppDef, location: str | None, attempt: int, *, host_paths: bool, create: bool = True) -> None:
     """Give ``app``'s roles the checkpoint ``location`` and ``attempt`` (``set_env``), after
-    checking the location suits the scheduler: on one that runs jobs elsewhere (not
-    ``host_bound``: AWS Batch) a path must be mounted (``check_batch_location``); on one that
-    runs them on this host, the directories above a path are created owner-only (``create``).
-    The location itself is left to the job, which creates it when it first saves: a job that
-    never checkpoints leaves no empty directory behind."""
+    checking the location suits the scheduler: where the jobs do not see this host's paths
+    (``SchedulerCapabilities.host_paths`` false: AWS Batch) a path must be mounted
+    (``check_mounted_location``); where they do (this host, a cluster's shared file systems),
+    the directories above a path are created owner-only (``create``). The location itself is
+    left to the job, which creates it when it first saves: a job that never checkpoints leaves
+    no empty directory behind."""
     if location is not None:
-        if not host_bound:
-            check_batch_location(location, app)
+        if not host_paths:
+            check_mounted_location(location, app)
         elif create and not is_uri(location):
             makedirs_private(posixpath.dirname(location))
     set_env(app, location, attempt)

@@ -353,8 +353,8 @@ def _submit(runner: Runner, args: argparse.Namespace, dryrun: bool) -> int:
         from airflow_provider_torchx.core import checkpoints
 
         location = checkpoints.check_root(checkpoint_dir, "--checkpoint_dir")
-        host_bound = runner.capabilities(args.scheduler).host_bound
-        checkpoints.place(app, location, 0, host_bound=host_bound, create=not dryrun)
+        host_paths = runner.capabilities(args.scheduler).host_paths
+        checkpoints.place(app, location, 0, host_paths=host_paths, create=not dryrun)
     info = runner.dryrun(app, args.scheduler, cfg, parent_run_id=args.parent_run_id, labels=labels)
     if dryrun:
         _out("=== APPLICATION ===")

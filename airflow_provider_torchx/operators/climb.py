@@ -63,7 +63,7 @@ def read_rungs(op: TorchXRunOperator) -> list[Rung]:
             Rung(
                 conn_id,
                 settings.scheduler,
-                runner.capabilities(settings.scheduler).host_bound,
+                runner.capabilities(settings.scheduler).host_paths,
                 checkpointing.configured_root(op.checkpoint_root, hook, runner, settings.scheduler),
                 rung_start_timeout(settings.start_timeout, op.start_timeout),
                 settings.max_infra_failures,

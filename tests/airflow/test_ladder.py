@@ -27,8 +27,8 @@ from airflow_provider_torchx.ladder import (
 )
 
 BOX = Rung("box", "local_cwd", start_timeout=60)
-SLURM = Rung("slurm", "slurm", host_bound=False, max_infra_failures=2)
-SPOT = Rung("spot", "aws_batch", host_bound=False, max_infra_failures=3)
+SLURM = Rung("slurm", "slurm", max_infra_failures=2)  # its jobs see this host's (shared) paths
+SPOT = Rung("spot", "aws_batch", host_paths=False, max_infra_failures=3)
 LADDER = [BOX, SLURM, SPOT]
 
 
@@ -134,8 +134,13 @@ def app(*mounts: str) -> AppDef:
 
 
 def test_rungs_that_share_a_path_root_pass_when_every_remote_rung_mounts_it() -> None:
-    rungs = [Rung("box", "local_cwd", checkpoint_root="/shared"), Rung("slurm", "slurm", False, "/shared")]
+    rungs = [Rung("box", "local_cwd", checkpoint_root="/shared"), Rung("spot", "aws_batch", False, "/shared")]
     check_checkpoints(rungs, "/shared/d/r/t", app("/shared"))
+
+
+def test_a_rung_that_sees_this_host_s_paths_shares_a_path_root_without_a_mount() -> None:
+    rungs = [Rung("box", "local_cwd", checkpoint_root="/shared"), Rung("slurm", "slurm", True, "/shared")]
+    check_checkpoints(rungs, "/shared/d/r/t", app())
 
 
 def test_rungs_that_share_an_s3_root_pass() -> None:
@@ -162,10 +167,10 @@ def test_a_rung_with_no_root_beside_one_with_a_root_is_named() -> None:
 
 
 def test_a_remote_rung_that_cannot_reach_a_path_root_is_named() -> None:
-    rungs = [Rung("box", "local_cwd", checkpoint_root="/a"), Rung("slurm", "slurm", False, "/a")]
+    rungs = [Rung("box", "local_cwd", checkpoint_root="/a"), Rung("spot", "aws_batch", False, "/a")]
     with pytest.raises(
         InvalidRunConfigError,
-        match=r"^torchx_conn_id\[1\]: rung 'slurm' \(slurm\) cannot reach it: .*'/a/d/r/t' is a local path",
+        match=r"^torchx_conn_id\[1\]: rung 'spot' \(aws_batch\) cannot reach it: .*'/a/d/r/t' is a local path",
     ):
         check_checkpoints(rungs, "/a/d/r/t", app())
 

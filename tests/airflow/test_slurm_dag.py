@@ -73,3 +73,17 @@ def test_a_job_that_cannot_start_trips_start_timeout_naming_slurm_s_reason(
     desc = wait_for(slurm, jobs[0].app_id)
     assert desc.state == AppState.CANCELLED and desc.started is None, desc
     slurm.close()
+
+
+def test_a_path_checkpoint_root_reaches_the_slurm_job_without_a_mount(
+    run_dag: Any, slurm_conn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm's nodes see this host's shared paths (``shared_paths``): a plain path root is the
+    job's ``TORCHX_CHECKPOINT_DIR`` on every node, its parents made here, owner-only."""
+    root = tmp_path / "ckpt"
+    monkeypatch.setenv("AIRFLOW__TORCHX__CHECKPOINT_ROOT", str(root))
+    dag_run, out = run_dag("torchx_test_slurm_ckpt", deferrable=False)
+    assert dag_run.state == "success", out[-5000:]
+    location = root / "torchx_test_slurm_ckpt" / dag_run.run_id.replace(":", "%3A").replace("+", "%2B") / "ckpt"
+    assert_lines_once(out, [f"[sh/{k}] ckpt={location} attempt=0" for k in (0, 1)], ordered=False)
+    assert (location.parent.stat().st_mode & 0o777) == 0o700

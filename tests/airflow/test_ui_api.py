@@ -391,7 +391,7 @@ def test_only_users_with_edit_rights_start_an_ended_jobs_task_instance_over(
     location = tmp_path / "ck" / "task"
     save = 'mkdir -p "$TORCHX_CHECKPOINT_DIR" && echo w > "$TORCHX_CHECKPOINT_DIR/step-1.pt" && sleep 300'
     app = AppDef("ui-ck", roles=[Role("w", image="/", entrypoint="sh", args=["-c", save])])
-    checkpoints.place(app, str(location), 0, host_bound=True)
+    checkpoints.place(app, str(location), 0, host_paths=True)
     handle = runner.run(app, "local_cwd", labels=_identity("ui_ck"))
     local_jobs[1].append(handle)
     deadline = time.monotonic() + 30

@@ -93,13 +93,13 @@ def _app(*mounts: object) -> AppDef:
 
 
 def test_batch_location_must_be_a_uri_or_mounted() -> None:
-    checkpoints.check_batch_location("s3://b/p/d", _app())
-    checkpoints.check_batch_location("/mnt/efs/ckpt/d", _app(VolumeMount("fs-1", "/mnt/efs")))
-    checkpoints.check_batch_location("/mnt/host/d", _app(BindMount("/data", "/mnt/host/")))
+    checkpoints.check_mounted_location("s3://b/p/d", _app())
+    checkpoints.check_mounted_location("/mnt/efs/ckpt/d", _app(VolumeMount("fs-1", "/mnt/efs")))
+    checkpoints.check_mounted_location("/mnt/host/d", _app(BindMount("/data", "/mnt/host/")))
     with pytest.raises(InvalidRunConfigError, match=r"'/tmp/ckpt/d' is a local path that role 'r' does not mount"):
-        checkpoints.check_batch_location("/tmp/ckpt/d", _app(VolumeMount("fs-1", "/mnt/efs")))
+        checkpoints.check_mounted_location("/tmp/ckpt/d", _app(VolumeMount("fs-1", "/mnt/efs")))
     with pytest.raises(InvalidRunConfigError, match="/mnt/efs2/d"):
-        checkpoints.check_batch_location("/mnt/efs2/d", _app(VolumeMount("fs-1", "/mnt/efs")))
+        checkpoints.check_mounted_location("/mnt/efs2/d", _app(VolumeMount("fs-1", "/mnt/efs")))
 
 
 def test_place_sets_the_env_of_every_role_and_creates_the_parents_only(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_place_sets_the_env_of_every_role_and_creates_the_parents_only(tmp_path:
     location = checkpoints.checkpoint_dir(str(tmp_path / "root"), TI)
     old = os.umask(0o022)
     try:
-        checkpoints.place(app, location, 2, host_bound=True)
+        checkpoints.place(app, location, 2, host_paths=True)
     finally:
         os.umask(old)
     assert not Path(location).exists() and Path(location).parent.is_dir()
@@ -121,7 +121,7 @@ def test_place_sets_the_env_of_every_role_and_creates_the_parents_only(tmp_path:
     assert [r.env for r in app.roles] == [{"TORCHX_CHECKPOINT_DIR": location, "TORCHX_ATTEMPT": "2"}] * 2
     assert DescribeAppResponse(roles=app.roles).checkpoint_dir == location
     bare = AppDef("a", roles=[Role("r", image="i", entrypoint="x")])
-    checkpoints.place(bare, None, 0, host_bound=False)
+    checkpoints.place(bare, None, 0, host_paths=False)
     assert bare.roles[0].env == {"TORCHX_ATTEMPT": "0"}
     assert DescribeAppResponse(roles=bare.roles).checkpoint_dir is None
 
@@ -148,7 +148,7 @@ def test_long_ids_that_differ_only_at_the_end_get_different_locations() -> None:
 def test_place_on_a_remote_scheduler_checks_the_mount_and_creates_nothing(tmp_path: Path) -> None:
     location = str(tmp_path / "d")
     with pytest.raises(InvalidRunConfigError, match="does not mount"):
-        checkpoints.place(_app(), location, 0, host_bound=False)
+        checkpoints.place(_app(), location, 0, host_paths=False)
     assert not Path(location).exists()
 
 

@@ -78,6 +78,7 @@ def test_prune_removes_ended_jobs_only_and_reports_the_space(
     assert main(["prune", "--older-than", "1h"]) == 0, "nothing ended an hour ago"
     assert capsys.readouterr().out == (
         "removed 0 ended job(s) of local_cwd; freed 0.0 MB\nremoved 0 ended job(s) of local_dir; freed 0.0 MB\n"
+        "removed 0 ended job(s) of slurm; freed 0.0 MB\n"
     ), "one total per scheduler with the prune capability, and no other"
 
     assert main(["prune", "--older-than", "0s", "--state", "failed", "--dry-run"]) == 0
@@ -89,9 +90,9 @@ def test_prune_removes_ended_jobs_only_and_reports_the_space(
     assert main(["prune", "--older-than", "0s"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert {line.split()[0] for line in lines[:-2]} == {done, failed}, out
-    freed = float(lines[-2].rsplit("freed ", 1)[1].split()[0])
-    assert "removed 2 ended job(s) of local_cwd" in lines[-2] and 0.6 <= freed < 1, out  # 300 kB: stdout, combined
+    assert {line.split()[0] for line in lines[:-3]} == {done, failed}, out
+    freed = float(lines[-3].rsplit("freed ", 1)[1].split()[0])
+    assert "removed 2 ended job(s) of local_cwd" in lines[-3] and 0.6 <= freed < 1, out  # 300 kB: stdout, combined
     assert [a.app_id for a in sched.list()] == [live], "the live job stays"
     assert not os.path.exists(sched.store.job_dir(done))
 
@@ -203,7 +204,7 @@ def _job_with_checkpoint(
 
     save = 'mkdir -p "$TORCHX_CHECKPOINT_DIR" && head -c 5000 /dev/zero > "$TORCHX_CHECKPOINT_DIR/step-1.pt"'
     app = sh_app(f"{save}; {script}")
-    checkpoints.place(app, location, 0, host_bound=True)
+    checkpoints.place(app, location, 0, host_paths=True)
     app_id = sched.submit(app, labels=labels)
     if script == "echo done":
         wait_done(sched, app_id)

@@ -78,7 +78,7 @@ def test_the_restarted_attempt_resumes_from_the_newest_checkpoint(sched: LocalSc
     )
     app = AppDef("resume", roles=[role])
     location = str(tmp_path / "ckpt")
-    checkpoints.place(app, location, 0, host_bound=True)
+    checkpoints.place(app, location, 0, host_paths=True)
     app_id = sched.submit(app)
     deadline = time.monotonic() + 30
     while not all(os.path.exists(os.path.join(location, f"at-2-{k}")) for k in (0, 1)):

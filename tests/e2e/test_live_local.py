@@ -292,7 +292,7 @@ def failed_job(live: LiveAirflow) -> tuple[str, Path]:
     role = Role("trainer", image="/", entrypoint="sh", args=["-c", script], resource=Resource(cpu=1, gpu=0, memMB=128))
     app = AppDef("ui-failed", roles=[role])
     location = live.state_dir.parent / "ui-checkpoints" / "failed"
-    checkpoints.place(app, str(location), 0, host_bound=True)
+    checkpoints.place(app, str(location), 0, host_paths=True)
     labels = task_labels(DEFERRED, "manual-failed") | Rates(vcpu_hour=360.0).labels()  # 10 cents a vCPU-second
     app_id = live.scheduler.submit(app, labels=labels)
     wait_until(lambda: live.scheduler.describe(app_id).state.is_terminal(), 60, "the failed job to end")

@@ -196,6 +196,9 @@ class SchedulerCapabilities:
     - ``prune``: the scheduler keeps records of ended jobs that it can remove
       (``Scheduler.prune``): ``airflow-torchx prune`` and ``[torchx] retain_finished`` remove
       those that ended long enough ago, through the contract alone.
+    - ``shared_paths``: jobs run on other hosts that see this host's paths at the same place
+      (a cluster's shared file systems, where ``job_dir`` lives): a checkpoint location may be
+      a plain path, created here, without a mount (``checkpoints.place``).
     - ``prices_attempts``: without rates, a live job's description prices its running attempts
       itself (``usage_so_far``'s ``Attempt.price_per_hour``, or ``Attempt.no_price`` where it
       cannot): a ``max_cost`` guard can be held without rates (``Guards.require_priced``).
@@ -212,7 +215,14 @@ class SchedulerCapabilities:
     error_files: bool = False
     separate_stderr: bool = False
     prune: bool = False
+    shared_paths: bool = False
     prices_attempts: bool = False
+
+    @property
+    def host_paths(self) -> bool:
+        """Whether the jobs see this host's paths as they are (``host_bound`` or
+        ``shared_paths``): a path given to a job needs no mount."""
+        return self.host_bound or self.shared_paths
 
 
 #: The methods a capability makes the watchers call, which a scheduler declaring it must define

@@ -36,3 +36,5 @@ slurm_dag(
 )
 # One GPU on each node: it waits while another job holds them, past its start_timeout.
 slurm_dag("torchx_test_slurm_wait", "wait", "echo started", gpu=1, start_timeout=4)
+# Prints the checkpoint location it was given (a path the nodes share, as job_dir).
+slurm_dag("torchx_test_slurm_ckpt", "ckpt", 'echo "ckpt=$TORCHX_CHECKPOINT_DIR attempt=$TORCHX_ATTEMPT"')

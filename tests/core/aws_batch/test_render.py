@@ -684,7 +684,7 @@ def test_queue_that_cannot_run_the_job_is_refused_before_registering(
 
 def _with_checkpoints(app: AppDef, identity: TaskIdentity, root: str | None) -> AppDef:
     location = None if root is None else checkpoints.checkpoint_dir(root, identity)
-    checkpoints.place(app, location, 0, host_bound=False)
+    checkpoints.place(app, location, 0, host_paths=False)
     return app
 
 

@@ -35,7 +35,7 @@ def test_sigkilled_replica_restarts_with_the_same_dir_and_the_next_attempt(
     )
     app = sh_app(script, max_retries=1, retry_policy=RetryPolicy.APPLICATION)
     app.roles[0].num_replicas = 2
-    checkpoints.place(app, location, 0, host_bound=True)
+    checkpoints.place(app, location, 0, host_paths=True)
     app_id = sched.submit(app)
     victim, _ = _pid_when_written(tmp_path / "pid-0"), _pid_when_written(tmp_path / "pid-1")  # both running
     os.kill(victim, signal.SIGKILL)  # as a host reclaim or the OOM killer
@@ -58,7 +58,7 @@ def test_attempts_count_on_from_the_requested_one(sched: LocalScheduler, tmp_pat
     flag = tmp_path / "failed-once"
     script = f'echo "attempt=$TORCHX_ATTEMPT"; if [ ! -f {flag} ]; then touch {flag}; exit 1; fi'
     app = sh_app(script, max_retries=1, retry_policy=RetryPolicy.REPLICA)
-    checkpoints.place(app, None, 2, host_bound=True)
+    checkpoints.place(app, None, 2, host_paths=True)
     app_id = sched.submit(app)
     assert wait_done(sched, app_id).state == AppState.SUCCEEDED
     assert list(sched.log_iter(app_id, "r0", streams=Stream.STDOUT)) == ["attempt=2\n", "attempt=3\n"]

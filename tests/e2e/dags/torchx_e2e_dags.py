@@ -139,7 +139,7 @@ with DAG(dag_id="torchx_e2e_slurm_ends", schedule=None, start_date=START, catchu
 # torchx_e2e_ladder_slurm, a 2-GPU host as the ledger counts, exist in that deployment only): "hold"
 # submits a local job holding both GPUs until the file params.hold exists, and returns at once;
 # then a deferred ladder task whose job asks for both cannot start on the box and moves to
-# Slurm. Both rungs checkpoint under params.ckpt, which the job bind-mounts (Slurm mounts nothing).
+# Slurm. Both rungs checkpoint under params.ckpt, a path the Slurm nodes share with this host.
 with DAG(
     dag_id="torchx_e2e_slurm_ladder",
     schedule=None,
@@ -166,7 +166,6 @@ with DAG(
         component_args={
             **lines_args(),
             "gpu": 2,
-            "mounts": ["type=bind", "src={{ params.ckpt }}", "dst={{ params.ckpt }}"],
         },
         deferrable=True,
         poll_interval=1,

@@ -58,7 +58,7 @@ R = TypeVar("R")
 class SlurmScheduler(Scheduler[SlurmRequest]):
     """Runs apps as Slurm jobs through Slurm's client commands (see the module docstring)."""
 
-    capabilities = SchedulerCapabilities(error_files=True, separate_stderr=True, prune=True)
+    capabilities = SchedulerCapabilities(error_files=True, separate_stderr=True, prune=True, shared_paths=True)
 
     def __init__(
         self,
