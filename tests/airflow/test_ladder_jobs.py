@@ -12,7 +12,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +27,7 @@ from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, BindMount, Resource, Role
 from airflow_provider_torchx.failures import FailureKind, TorchXAppFailure, TorchXConfigRefused
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
-from tests.airflow.helpers import FakeTI, run_deferred, wait_until
-from tests.airflow.test_guardrails import CFG, Counter, ended, gpu_app
+from tests.airflow.helpers import CFG, Counter, FakeTI, ended, run_deferred
 
 POLL = 0.5
 LADDER = ["torchx_box", "torchx_spare"]
@@ -40,25 +38,12 @@ def conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **extra: Any) -> None:
 
 
 @pytest.fixture
-def rungs(monkeypatch: pytest.MonkeyPatch) -> Counter:
-    """``torchx_box``: local jobs given GPUs from the ledger of a 2-GPU host, start_timeout 2 s;
-    ``torchx_spare``: local jobs that ask the ledger for none. Metrics counted."""
-    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1")
+def rungs(monkeypatch: pytest.MonkeyPatch, two_gpus: Counter) -> Counter:
+    """``torchx_box``: local jobs given GPUs from the ledger of a 2-GPU host (``two_gpus``),
+    start_timeout 2 s; ``torchx_spare``: local jobs that ask the ledger for none. Metrics counted."""
     conn(monkeypatch, "torchx_box", scheduler="local_cwd", cfg=CFG, start_timeout=2, max_infra_failures=1)
     conn(monkeypatch, "torchx_spare", scheduler="local_cwd")
-    counter = Counter()
-    monkeypatch.setattr("airflow_provider_torchx.metrics.stats", lambda: counter)
-    return counter
-
-
-@pytest.fixture
-def holder(local_jobs: tuple[Runner, list[str]], rungs: Counter) -> Iterator[str]:
-    """A job holding both GPUs, running."""
-    runner, handles = local_jobs
-    handle = runner.run(gpu_app("holder", 2), "local_cwd", CFG)
-    handles.append(handle)
-    wait_until(lambda: (s := runner.status(handle)) and s.state == AppState.RUNNING, what="the holder to run")
-    yield handle
+    return two_gpus
 
 
 def trainer(script: str = "") -> AppDef:
@@ -285,7 +270,7 @@ operator(trainer("sleep 5")).execute({"ti": FakeTI(run_id=run_id)})
 
 @pytest.mark.parametrize("where", ["before_resubmit", "after_resubmit"])
 def test_a_worker_killed_during_a_move_leaves_at_most_one_live_job_and_the_retry_goes_on_with_it(
-    local_jobs: tuple[Runner, list[str]], holder: str, where: str, capfd: pytest.CaptureFixture[str]
+    local_jobs: tuple[Runner, list[str]], holder: str, rungs: Counter, where: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Try 1's worker is SIGKILLed between cancelling the box's job and submitting the spare's,
     or just after submitting it. Killed before: no job is left live (the box's was cancelled),
