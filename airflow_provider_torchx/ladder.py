@@ -6,8 +6,9 @@ the first rung; when it cannot start there, or the place keeps losing it, the ta
 and submits the same app to the next rung with the same identity labels, the same
 ``TORCHX_CHECKPOINT_DIR`` and its attempt number continued (docs/architecture.md, "Capacity
 ladder"). This module is the rules alone (no I/O, no Airflow import): the rungs as given
-(``conn_ids``), their shared checkpoint location (``check_checkpoints``), each rung's limits
-(``Rung``), the move (``decide``) and the record of rungs tried (``Step``, XCom ``ladder``).
+(``conn_ids``), the task's wait they need (``check_waits``), their shared checkpoint location
+(``check_checkpoints``), each rung's limits (``Rung``), the move (``decide``) and the record of
+rungs tried (``Step``, XCom ``ladder``).
 Every row of the table is a test in ``tests/airflow/test_ladder.py``.
 
 The table (first matching row wins), for the job of rung ``i`` and how its watch ended:
@@ -17,7 +18,7 @@ rung / outcome                                 verdict
 =============================================  ==============================================
 the last rung (or a single connection)         stay: its limits act as without a ladder
 the job succeeded (or still runs: the task's   stay
-own wait ran out, or it is not waited for)
+own wait ran out)
 its ``start_timeout`` tripped (the rung's      move, why ``start_timeout``: it could not start
 connection extra, else the task's)             there
 another guard tripped (``max_gpu_hours``,      stay: the budget is the task's, whatever the
@@ -98,6 +99,20 @@ def conn_ids(value: object) -> tuple[str, ...]:
             )
         seen.add(conn_id)
     return tuple(value)
+
+
+def check_waits(rungs: Sequence[str], wait_for_completion: bool) -> None:
+    """A ladder (two rungs or more) needs its task to wait for the job: the task moves it, so
+    a task that returns its handle at once (``wait_for_completion=False``) would leave the job
+    where the ladder would move it, and a sensor on that handle would watch a job the ladder
+    meant to leave. ``ValueError`` naming the field, its value and what is allowed."""
+    if len(rungs) > 1 and not wait_for_completion:
+        raise ValueError(
+            f"wait_for_completion: False is not allowed with a ladder (torchx_conn_id={list(rungs)!r}): the task "
+            "moves the job down the ladder while it waits for it, so a task that returns at once would leave the "
+            "job on its first rung and a sensor on its handle would watch a job the ladder leaves; keep "
+            "wait_for_completion=True (with deferrable=True the wait holds no worker slot)"
+        )
 
 
 def max_infra_failures(value: object, conn_id: str) -> int | None:

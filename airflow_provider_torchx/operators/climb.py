@@ -165,9 +165,8 @@ class Climb:
     def scheduler_guards(self, guards: Guards) -> Guards:
         """The guards the rung's scheduler is handed to hold itself (``guard_cfg``): all but a
         ``start_timeout`` that moves the job, which the task's watcher holds, so that the move
-        cancels the job with its own reason (a task that does not wait hands it over too: no
-        watcher would hold it)."""
-        if not self.op.wait_for_completion or self.start_timeout_reason() is None:
+        cancels the job with its own reason (a ladder's task always waits: ``ladder.check_waits``)."""
+        if self.start_timeout_reason() is None:
             return guards
         return dataclasses.replace(guards, start_timeout=None)
 

@@ -41,7 +41,7 @@ from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
 from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, failure_block, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
-from airflow_provider_torchx.ladder import conn_ids, rung_start_timeout
+from airflow_provider_torchx.ladder import check_waits, conn_ids, rung_start_timeout
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, redact_request, register_app_secrets
 from airflow_provider_torchx.metrics import emit_failed, emit_guardrail
@@ -96,7 +96,8 @@ class TorchXRunOperator(BaseOperator):
         it cannot start (the rung's ``start_timeout``, else the task's) or after the rung's
         ``max_infra_failures`` (docs/architecture.md, "Capacity ladder")
     :param dryrun: log and return the native request; submit nothing
-    :param wait_for_completion: wait for the job (else return the handle once submitted)
+    :param wait_for_completion: wait for the job (else return the handle once submitted; not
+        with a ladder, whose moves need the wait: ``ladder.check_waits``)
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``)
     :param poll_interval: seconds between status polls, log reads and progress lines
     :param stream_logs: copy every replica's log lines into the task log
@@ -181,6 +182,7 @@ class TorchXRunOperator(BaseOperator):
                 f"scheduler: {scheduler!r} is not allowed with a ladder (torchx_conn_id={list(self.rungs)!r}): "
                 "each rung's connection names its scheduler"
             )
+        check_waits(self.rungs, wait_for_completion)
         self.scheduler = scheduler
         self.cfg = cfg
         self.torchx_conn_id = self.rungs[0]

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from airflow_provider_torchx.core.runner import Runner, get_runner
+from airflow_provider_torchx.core.specs import AppState
+from tests.airflow.helpers import CFG, Counter, gpu_app, wait_until
 
 
 @pytest.fixture
@@ -21,6 +23,25 @@ def local_jobs() -> Iterator[tuple[Runner, list[str]]]:
     yield runner, handles
     for handle in handles:
         runner.delete(handle)
+
+
+@pytest.fixture
+def two_gpus(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """A 2-GPU host as far as the local GPU ledger knows; metrics counted."""
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1")
+    counter = Counter()
+    monkeypatch.setattr("airflow_provider_torchx.metrics.stats", lambda: counter)
+    return counter
+
+
+@pytest.fixture
+def holder(local_jobs: tuple[Runner, list[str]], two_gpus: Counter) -> Iterator[str]:
+    """A local job holding both faked GPUs, running."""
+    runner, handles = local_jobs
+    handle = runner.run(gpu_app("holder", 2), "local_cwd", CFG)
+    handles.append(handle)
+    wait_until(lambda: (s := runner.status(handle)) and s.state == AppState.RUNNING, what="the holder to run")
+    yield handle
 
 
 @pytest.fixture(autouse=True)

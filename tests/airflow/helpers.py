@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_torchx.core.specs import AppDef, AppState, Role, macros
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, macros
 
 
 class FakeTI:
@@ -23,6 +23,42 @@ class FakeTI:
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcoms[key] = value
+
+
+#: The local ledger hands out GPUs only with this run option.
+CFG = {"auto_set_cuda_visible_devices": True}
+
+
+def gpu_app(name: str, gpus: int, seconds: int = 60) -> AppDef:
+    """One replica asking for ``gpus`` GPUs that prints its devices, then sleeps."""
+    script = f'echo "devices $CUDA_VISIBLE_DEVICES"; sleep {seconds}'
+    return AppDef(
+        name=name,
+        roles=[Role("g", image="local", entrypoint="sh", args=["-c", script], resource=Resource(1, gpus, 64))],
+    )
+
+
+class Counter:
+    """The stats client's ``incr`` calls (the ``two_gpus`` fixture's)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, str]]] = []
+
+    def incr(self, name: str, tags: dict[str, str] | None = None, **_: Any) -> None:
+        self.calls.append((name, dict(tags or {})))
+
+    def of(self, name: str) -> list[dict[str, str]]:
+        """The tags of the ``name`` counts."""
+        return [tags for called, tags in self.calls if called == name]
+
+    def __getattr__(self, name: str) -> Any:  # timing, gauge: not counted here
+        return lambda *a, **k: None
+
+
+def ended(runner: Any, handle: str) -> AppState:
+    """The state the job ends in (a cancel is delivered, then lands)."""
+    status = wait_until(lambda: (s := runner.status(handle)) and s.is_terminal() and s, what=f"{handle} to end")
+    return AppState(status.state)
 
 
 class FakeTaskStateStore:

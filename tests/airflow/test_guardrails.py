@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 
 from airflow_provider_torchx._compat import AirflowFailException
 from airflow_provider_torchx.core.runner import Runner
-from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, parse_app_handle
+from airflow_provider_torchx.core.specs import AppState, parse_app_handle
 from airflow_provider_torchx.failures import (
     FailureKind,
     TorchXGuardrailTripped,
@@ -29,66 +28,13 @@ from airflow_provider_torchx.hooks.torchx import TorchXSettings
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
 from airflow_provider_torchx.outcome import Outcome
 from airflow_provider_torchx.triggers.torchx import TorchXJobTrigger
-from tests.airflow.helpers import FakeTI, run_deferred, wait_until
+from tests.airflow.helpers import CFG, Counter, FakeTI, ended, gpu_app, run_deferred
 
 POLL = 0.5
-#: The ledger hands out GPUs only with this run option.
-CFG = {"auto_set_cuda_visible_devices": True}
-
-
-def gpu_app(name: str, gpus: int, seconds: int = 60) -> AppDef:
-    """One replica asking for ``gpus`` GPUs that prints its devices, then sleeps."""
-    script = f'echo "devices $CUDA_VISIBLE_DEVICES"; sleep {seconds}'
-    return AppDef(
-        name=name,
-        roles=[Role("g", image="local", entrypoint="sh", args=["-c", script], resource=Resource(1, gpus, 64))],
-    )
-
-
-class Counter:
-    """The stats client's ``incr`` calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, str]]] = []
-
-    def incr(self, name: str, tags: dict[str, str] | None = None, **_: Any) -> None:
-        self.calls.append((name, dict(tags or {})))
-
-    def of(self, name: str) -> list[dict[str, str]]:
-        """The tags of the ``name`` counts."""
-        return [tags for called, tags in self.calls if called == name]
-
-    def __getattr__(self, name: str) -> Any:  # timing, gauge: not counted here
-        return lambda *a, **k: None
-
-
-@pytest.fixture
-def two_gpus(monkeypatch: pytest.MonkeyPatch) -> Counter:
-    """A 2-GPU host as far as the ledger knows; metrics counted."""
-    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1")
-    counter = Counter()
-    monkeypatch.setattr("airflow_provider_torchx.metrics.stats", lambda: counter)
-    return counter
-
-
-@pytest.fixture
-def holder(local_jobs: tuple[Runner, list[str]], two_gpus: Counter) -> Iterator[str]:
-    """A job holding both GPUs, running."""
-    runner, handles = local_jobs
-    handle = runner.run(gpu_app("holder", 2), "local_cwd", CFG)
-    handles.append(handle)
-    wait_until(lambda: (s := runner.status(handle)) and s.state == AppState.RUNNING, what="the holder to run")
-    yield handle
 
 
 def app_id(handle: str) -> str:
     return parse_app_handle(handle).app_id
-
-
-def ended(runner: Runner, handle: str) -> AppState:
-    """The state the job ends in (a cancel is delivered, then lands)."""
-    status = wait_until(lambda: (s := runner.status(handle)) and s.is_terminal() and s, what=f"{handle} to end")
-    return AppState(status.state)
 
 
 def guard_lines(text: str, guard: str) -> list[str]:

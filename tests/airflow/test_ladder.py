@@ -16,6 +16,7 @@ from airflow_provider_torchx.ladder import (
     Why,
     cancel_reason,
     check_checkpoints,
+    check_waits,
     conn_ids,
     decide,
     ended,
@@ -110,6 +111,18 @@ def test_one_connection_id_is_a_ladder_of_one_rung_and_a_list_keeps_its_order() 
 def test_a_bad_ladder_is_refused_naming_the_field_and_value(value: object, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         conn_ids(value)
+
+
+def test_a_ladder_needs_its_task_to_wait_a_single_rung_does_not() -> None:
+    check_waits(("box", "slurm"), True)
+    check_waits(("box",), False)
+    with pytest.raises(ValueError) as refused:
+        check_waits(("box", "slurm"), False)
+    message = str(refused.value)
+    assert message.startswith(
+        "wait_for_completion: False is not allowed with a ladder (torchx_conn_id=['box', 'slurm'])"
+    )
+    assert "keep wait_for_completion=True (with deferrable=True the wait holds no worker slot)" in message
 
 
 def test_max_infra_failures_is_a_whole_number_from_one() -> None:

@@ -4,7 +4,8 @@
 rung's ``start_timeout`` (in the worker and deferred), or after its ``max_infra_failures``, and
 resumes on the second with the same checkpoint location and the attempt number continued; an
 app failure does not move. A worker SIGKILLed in the middle of a move leaves at most one live
-job, which the retry adopts; the box moves to Slurm and to AWS Batch (moto server) likewise."""
+job, which the retry adopts; the box moves to Slurm and to AWS Batch (moto server) likewise, and
+a Batch Spot queue's job whose host is reclaimed moves to an on-demand queue."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,9 @@ from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, BindMount, Resource, Role
 from airflow_provider_torchx.failures import FailureKind, TorchXAppFailure, TorchXConfigRefused
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
-from tests.airflow.helpers import FakeTI, run_deferred, wait_until
-from tests.airflow.test_guardrails import CFG, Counter, ended, gpu_app
+from tests.airflow.helpers import CFG, Counter, FakeTI, ended, run_deferred
+from tests.core.aws_batch.fakes import SPOT_RECLAIMED
+from tests.fixtures.aws import create_job_queue
 
 POLL = 0.5
 LADDER = ["torchx_box", "torchx_spare"]
@@ -40,25 +42,12 @@ def conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **extra: Any) -> None:
 
 
 @pytest.fixture
-def rungs(monkeypatch: pytest.MonkeyPatch) -> Counter:
-    """``torchx_box``: local jobs given GPUs from the ledger of a 2-GPU host, start_timeout 2 s;
-    ``torchx_spare``: local jobs that ask the ledger for none. Metrics counted."""
-    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1")
+def rungs(monkeypatch: pytest.MonkeyPatch, two_gpus: Counter) -> Counter:
+    """``torchx_box``: local jobs given GPUs from the ledger of a 2-GPU host (``two_gpus``),
+    start_timeout 2 s; ``torchx_spare``: local jobs that ask the ledger for none. Metrics counted."""
     conn(monkeypatch, "torchx_box", scheduler="local_cwd", cfg=CFG, start_timeout=2, max_infra_failures=1)
     conn(monkeypatch, "torchx_spare", scheduler="local_cwd")
-    counter = Counter()
-    monkeypatch.setattr("airflow_provider_torchx.metrics.stats", lambda: counter)
-    return counter
-
-
-@pytest.fixture
-def holder(local_jobs: tuple[Runner, list[str]], rungs: Counter) -> Iterator[str]:
-    """A job holding both GPUs, running."""
-    runner, handles = local_jobs
-    handle = runner.run(gpu_app("holder", 2), "local_cwd", CFG)
-    handles.append(handle)
-    wait_until(lambda: (s := runner.status(handle)) and s.state == AppState.RUNNING, what="the holder to run")
-    yield handle
+    return two_gpus
 
 
 def trainer(script: str = "") -> AppDef:
@@ -215,11 +204,13 @@ def test_a_bad_max_infra_failures_extra_fails_naming_the_connection(
         operator(trainer(), dryrun=True).execute({"ti": FakeTI(run_id="ladder-bad")})  # type: ignore[arg-type]
 
 
-def test_a_ladder_refuses_a_scheduler_override_and_a_bad_list_at_parse_time() -> None:
+def test_a_ladder_refuses_a_scheduler_override_a_bad_list_and_not_waiting_at_parse_time() -> None:
     with pytest.raises(ValueError, match=r"^scheduler: 'local_cwd' is not allowed with a ladder"):
         TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=LADDER, scheduler="local_cwd")
     with pytest.raises(ValueError, match=r"^torchx_conn_id: an empty list is not allowed"):
         TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=[])
+    with pytest.raises(ValueError, match=r"^wait_for_completion: False is not allowed with a ladder \(torchx_conn_id="):
+        TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=LADDER, wait_for_completion=False)
 
 
 def test_a_retry_adopts_the_job_on_the_rung_it_moved_to(
@@ -285,7 +276,7 @@ operator(trainer("sleep 5")).execute({"ti": FakeTI(run_id=run_id)})
 
 @pytest.mark.parametrize("where", ["before_resubmit", "after_resubmit"])
 def test_a_worker_killed_during_a_move_leaves_at_most_one_live_job_and_the_retry_goes_on_with_it(
-    local_jobs: tuple[Runner, list[str]], holder: str, where: str, capfd: pytest.CaptureFixture[str]
+    local_jobs: tuple[Runner, list[str]], holder: str, rungs: Counter, where: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Try 1's worker is SIGKILLed between cancelling the box's job and submitting the spare's,
     or just after submitting it. Killed before: no job is left live (the box's was cancelled),
@@ -365,14 +356,11 @@ def test_a_job_that_cannot_start_on_the_box_moves_to_slurm_and_checkpoints_in_th
     assert rungs.of("torchx.job.moved")[0]["to"] == "torchx_spare"
 
 
-@pytest.mark.parametrize("wait", [True, False])
-def test_the_box_holds_its_start_timeout_itself_only_when_no_watcher_will(rungs: Counter, wait: bool) -> None:
-    """A waiting task's watcher holds a moving rung's start_timeout (its trip cancels with the
-    move's reason); with wait_for_completion=False nothing would watch, so the scheduler does."""
-    request = operator(trainer(), dryrun=True, wait_for_completion=wait).execute(
-        {"ti": FakeTI(run_id=f"ladder-held-{wait}")}  # type: ignore[arg-type]
-    )
-    assert ('"start_timeout": 2' in json.dumps(request)) is not wait, request
+def test_the_watcher_not_the_box_holds_a_moving_rungs_start_timeout(rungs: Counter) -> None:
+    """The task's watcher holds the box's start_timeout (its trip cancels with the move's
+    reason), so the request the box's scheduler is handed carries none."""
+    request = operator(trainer(), dryrun=True).execute({"ti": FakeTI(run_id="ladder-held")})  # type: ignore[arg-type]
+    assert request["start_timeout"] is None, request
 
 
 @pytest.mark.docker
@@ -420,3 +408,79 @@ def test_a_job_that_cannot_start_on_the_box_moves_to_aws_batch_and_checkpoints_i
     assert left.checkpoint_dir == taken.checkpoint_dir == "s3://bucket/ckpt/dag/ladder-batch/task"
     assert f"ckpt={taken.checkpoint_dir} attempt=1" in out + err, (out + err)[-3000:]
     assert [m["to"] for m in rungs.of("torchx.job.moved")] == ["torchx_batch_rung"]
+
+
+@pytest.fixture(scope="module")
+def ondemand_queue(aws_env: str) -> str:
+    """A second job queue on the moto server: the ladder's on-demand rung."""
+    return create_job_queue("torchx-ladder-ondemand")
+
+
+def reclaim_when_running(queue: str, stop: threading.Event) -> threading.Thread:
+    """A thread that ends the first job it sees RUNNING on ``queue`` as AWS ends an attempt whose
+    Spot host was reclaimed: TerminateJob with Batch's own reason (moto cannot lose a host)."""
+    import boto3
+
+    batch = boto3.client("batch")
+
+    def reclaim() -> None:
+        while not stop.wait(0.3):
+            running = batch.list_jobs(jobQueue=queue, jobStatus="RUNNING")["jobSummaryList"]
+            if running:
+                batch.terminate_job(jobId=running[0]["jobId"], reason=SPOT_RECLAIMED)
+                return
+
+    thread = threading.Thread(target=reclaim, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.docker
+def test_a_batch_job_whose_host_is_reclaimed_moves_to_the_next_queue_and_resumes(
+    batch_queue: str,
+    ondemand_queue: str,
+    rungs: Counter,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A Spot queue (``max_infra_failures=1``) -> an on-demand queue, both on the moto server
+        with real containers, checkpointing under one ``s3://`` root. The Spot job's running attempt
+        ends with ``Host EC2 (instance i-...) terminated.``: the job moves, and the on-demand job
+        carries the same identity and checkpoint location, with the attempt continued (``TORCHX_ATTEMPT``
+    1 after the Spot job's 0), and succeeds."""
+    from airflow_provider_torchx.hooks.torchx import TorchXHook
+
+    aws = {"scheduler": "aws_batch", "region_name": "us-east-1"}
+    conn(monkeypatch, "torchx_spot", cfg=f"queue={batch_queue}", max_infra_failures=1, **aws)
+    conn(monkeypatch, "torchx_ondemand", cfg=f"queue={ondemand_queue}", **aws)
+    app = trainer('[ "$TORCHX_ATTEMPT" != 0 ] || sleep 60')  # the first attempt runs until its host goes
+    app.roles[0].image = "busybox:local"
+    app.roles[0].resource = Resource(1, 0, 64)
+    ti = FakeTI(run_id="ladder-reclaim")
+    op = operator(app, torchx_conn_id=["torchx_spot", "torchx_ondemand"], checkpoint_root="s3://bucket/ckpt")
+    batch = TorchXHook("torchx_spot").get_runner()
+    stop = threading.Event()
+    reclaimer = reclaim_when_running(batch_queue, stop)
+    try:
+        assert op.execute({"ti": ti}) == ti.xcoms["app_handle"]  # type: ignore[arg-type]
+    finally:
+        stop.set()
+        reclaimer.join()
+        for s in ti.xcoms.get("ladder", []):
+            batch.cancel(s["app_handle"])
+    out, err = capfd.readouterr()
+    steps = ti.xcoms["ladder"]
+    assert [(s["conn_id"], s["outcome"]) for s in steps] == [("torchx_spot", "moved"), ("torchx_ondemand", "succeeded")]
+    assert steps[0]["reason"] == "1 capacity/infra failures there (max_infra_failures=1)"
+    left, taken = batch.describe_app(steps[0]["app_handle"]), batch.describe_app(steps[1]["app_handle"])
+    assert left is not None and taken is not None
+    assert left.state == AppState.FAILED and left.msg.startswith(SPOT_RECLAIMED), left.msg
+    assert taken.state == AppState.SUCCEEDED
+    assert left.labels["torchx.rung"] == "torchx_spot" and taken.labels["torchx.rung"] == "torchx_ondemand"
+    identity = {k: v for k, v in left.labels.items() if k.startswith("airflow.")}
+    assert identity and all(taken.labels[k] == v for k, v in identity.items())
+    assert left.checkpoint_dir == taken.checkpoint_dir == "s3://bucket/ckpt/dag/ladder-reclaim/task"
+    assert f"ckpt={taken.checkpoint_dir} attempt=1" in out + err, (out + err)[-3000:]
+    moves = [line for line in (out + err).splitlines() if "Ladder: leaving rung 1 'torchx_spot' (aws_batch)" in line]
+    assert len(moves) == 1 and "moving to rung 2 'torchx_ondemand' (aws_batch)" in moves[0], (out + err)[-3000:]
+    assert [(m["to"], m["why"]) for m in rungs.of("torchx.job.moved")] == [("torchx_ondemand", "max_infra_failures")]

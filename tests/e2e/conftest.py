@@ -11,7 +11,8 @@ stopped after them, so two deployments never load the machine at once.
   (worker lost) and a 10 s ``[torchx] orphan_grace`` (``ORPHAN_GRACE``).
 - ``live_airflow_batch``: one whose workers and triggerer reach the moto server (and, through
   it, the Docker engine), with the ``torchx_batch`` connection given as
-  ``AIRFLOW_CONN_TORCHX_BATCH``.
+  ``AIRFLOW_CONN_TORCHX_BATCH``, and a capacity ladder's rungs: ``torchx_e2e_batch_box`` (local
+  GPU jobs, ``LADDER_BOX``) and ``torchx_e2e_ladder_batch`` (``torchx_batch``'s queue).
 
 Both stop every component at the end and leave no job running: live local jobs are cancelled
 (and any process left of them killed), live Batch jobs terminated.
@@ -29,6 +30,11 @@ import pytest
 from tests.e2e.deployment import AirflowDeployment
 from tests.e2e.live import E2E_DAGS, E2E_SETTING, ORPHAN_GRACE, SECRET_TASKS, LiveAirflow, LiveBatch
 from tests.fixtures.aws import FAKE_CREDS, REGION, MotoServer
+
+#: The first rung of the Batch deployment's capacity ladder (``torchx_e2e_batch_box``): local jobs
+#: given GPUs from the ledger, 10 s to start (long enough for the scheduler to take the deferral's
+#: executor event before the trip's event resumes the task: apache/airflow#72716).
+LADDER_BOX = {"scheduler": "local_cwd", "cfg": {"auto_set_cuda_visible_devices": True}, "start_timeout": 10}
 
 
 @contextlib.contextmanager
@@ -96,7 +102,9 @@ def live_airflow_batch(
         "AWS_ENDPOINT_URL": moto_server.url,
         "DOCKER_HOST": docker_engine,
         "AIRFLOW_CONN_TORCHX_BATCH": json.dumps({"conn_type": "torchx", "extra": extra}),
-        "AIRFLOW_TORCHX_LOCAL_GPUS": "0,1,2,3",  # a 4-GPU host for the guardrails' local GPU jobs
+        "AIRFLOW_TORCHX_LOCAL_GPUS": "0,1,2,3",  # a 4-GPU host for the guardrails' and the ladder's local GPU jobs
+        "AIRFLOW_CONN_TORCHX_E2E_BATCH_BOX": json.dumps({"conn_type": "torchx", "extra": LADDER_BOX}),
+        "AIRFLOW_CONN_TORCHX_E2E_LADDER_BATCH": json.dumps({"conn_type": "torchx", "extra": extra}),
     }
     client = boto3.client("batch", endpoint_url=moto_server.url, region_name=REGION)
     with _deployment(tmp_path_factory.mktemp("live-airflow-batch"), env) as live:

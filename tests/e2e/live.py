@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
+from airflow_provider_torchx.core.runner import Runner, get_runner
 from airflow_provider_torchx.core.schedulers.local import store
 from airflow_provider_torchx.core.schedulers.local.scheduler import LocalScheduler, create_cwd_scheduler
 from airflow_provider_torchx.core.specs import AppStatus, parse_app_handle
@@ -254,14 +255,15 @@ class LiveBatch:
                 if any(str(v).startswith("torchx_e2e_") for v in job.get("tags", {}).values()):
                     self.client.terminate_job(jobId=job["jobId"], reason="e2e test cleanup")
 
-    def torchx_status(self, handle: str) -> AppStatus | None:
-        """The job's status as TorchX reports it (a runner in this process, against moto)."""
+    def runner(self) -> Runner:
+        """A runner in this process, against moto."""
         import boto3
 
-        from airflow_provider_torchx.core.runner import get_runner
+        return get_runner("e2e", session=boto3.Session(region_name=self.client.meta.region_name))
 
-        session = boto3.Session(region_name=self.client.meta.region_name)
-        return get_runner("e2e", session=session).status(handle)
+    def torchx_status(self, handle: str) -> AppStatus | None:
+        """The job's status as TorchX reports it."""
+        return self.runner().status(handle)
 
     def running_containers(self, job_id: str) -> list[str]:
         """Names of the running containers moto started for the Batch job ``job_id``."""

@@ -12,13 +12,15 @@ on every line, and each live test on the older lines costs CI a deployment's min
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_torchx.core.schedulers.aws_batch.status import CANCEL_REASON
-from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role
+from airflow_provider_torchx.core.specs import AppDef, AppState, Resource, Role, parse_app_handle
 from tests.e2e.deployment import wait_until
 from tests.e2e.live import TRIGGER_STARTED, LiveAirflow, LiveBatch, assert_each_line_once, expected_lines
 
@@ -29,6 +31,10 @@ CANCEL_WITHIN = 35
 #: A job ends within a minute of its task (docs/architecture.md, Orphaned jobs).
 ORPHAN_WITHIN = 60
 GUARDRAILS = "torchx_e2e_guardrails"
+#: The capacity ladder's DAG and its rungs (``tests/e2e/conftest.py``): the box, then Batch.
+LADDER = "torchx_e2e_batch_ladder"
+BOX = "torchx_e2e_batch_box"
+RUNG = "torchx_e2e_ladder_batch"
 #: The retries the guarded tasks allow (``dags/torchx_e2e_guardrails.py``).
 GUARD_RETRIES = 2
 
@@ -115,6 +121,21 @@ def holding(live: LiveAirflow, app_id: str) -> bool:
     return len(desc.roles_statuses[0].replicas[0].devices.split(",")) == 2
 
 
+@contextlib.contextmanager
+def gpu_holder(live: LiveAirflow, gate: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A local job of the test's in the deployment's job store holding 2 of its 4 fake GPUs,
+    running, until the block ends (its ``gate`` file made); yields its app id."""
+    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1,2,3")  # as the deployment's
+    script = f'while [ ! -e "{gate}" ]; do sleep 0.2; done'
+    role = Role("g", image="local", entrypoint="sh", args=["-c", script], resource=Resource(1, 2, 64))
+    holder = live.scheduler.submit(AppDef("holder", roles=[role]), {"auto_set_cuda_visible_devices": True})
+    try:
+        wait_until(lambda: holding(live, holder), 60, "the GPU holder to run")
+        yield holder
+    finally:
+        gate.touch()
+
+
 def guarded_try_log(live: LiveAirflow, run_id: str, task_id: str, guard: str) -> str:
     """The log of the try of ``task_id`` that ``guard`` failed, checked to be the task's last
     try although a retry was left (the DAG allows ``GUARD_RETRIES``)."""
@@ -137,18 +158,10 @@ def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log
     apache/airflow#72716, a trigger event that comes within seconds of the deferral)."""
     live = live_airflow_batch.live
     api = live.deployment
-    gate = tmp_path / "gate"
-    monkeypatch.setenv("AIRFLOW_TORCHX_LOCAL_GPUS", "0,1,2,3")  # as the deployment's
-    script = f'while [ ! -e "{gate}" ]; do sleep 0.2; done'
-    role = Role("g", image="local", entrypoint="sh", args=["-c", script], resource=Resource(1, 2, 64))
-    holder = live.scheduler.submit(AppDef("holder", roles=[role]), {"auto_set_cuda_visible_devices": True})
-    try:
-        wait_until(lambda: holding(live, holder), 60, "the GPU holder to run")
+    with gpu_holder(live, tmp_path / "gate", monkeypatch) as holder:
         run_id = live.trigger(GUARDRAILS, {})
         api.wait_for_state(GUARDRAILS, run_id, "job", {"failed"}, timeout=240)
         assert holding(live, holder)  # it held its GPUs throughout: nothing freed them
-    finally:
-        gate.touch()
     log = guarded_try_log(live, run_id, "job", "start_timeout")
     (line,) = [event for event in log.splitlines() if "Guardrail start_timeout tripped" in event]
     assert "start_timeout=15s: TorchX job" in line and "did not start within 15s of its submission" in line, line
@@ -162,3 +175,36 @@ def test_deferred_tasks_fail_by_their_guardrails_with_the_reason_in_the_task_log
     assert "over its budget of 0.00833333 GPU-hours" in log and "GPU budget hit: max_gpu_hours=0.00833333" in log, log
     spender = api.xcom(GUARDRAILS, run_id, "budget", "app_handle")
     wait_until(lambda: live.job_state(spender)["state"] == "CANCELLED", 30, "the job over budget to be cancelled")
+
+
+def test_a_deferred_ladder_moves_from_a_busy_box_to_batch(
+    live_airflow_batch: LiveBatch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The box's GPUs are held (2 of 4 by the test's job; the ladder's job asks for 3): the
+    deferred task's job cannot start there, is cancelled for the move after the box's
+    ``start_timeout``, and runs on the moto server's queue with the same identity and
+    checkpoint location, the attempt continued, and succeeds: one move line in the task log."""
+    batch, live = live_airflow_batch, live_airflow_batch.live
+    api = live.deployment
+    with gpu_holder(live, tmp_path / "gate", monkeypatch):
+        run_id = live.trigger(LADDER, {})
+        api.wait_for_state(LADDER, run_id, "ladder", {"success"}, timeout=120)
+    steps = api.xcom(LADDER, run_id, "ladder", "ladder")
+    assert [(s["conn_id"], s["outcome"]) for s in steps] == [(BOX, "moved"), (RUNG, "succeeded")], steps
+    assert steps[0]["reason"] == "it did not start within start_timeout=10s", steps
+    box_job = live.scheduler.describe(parse_app_handle(steps[0]["app_handle"]).app_id)
+    assert box_job is not None and box_job.state == AppState.CANCELLED, box_job
+    assert box_job.cancel_reason == f"moved to {RUNG}: it did not start within start_timeout=10s", box_job
+    handle = api.xcom(LADDER, run_id, "ladder", "app_handle")
+    assert handle == steps[1]["app_handle"] and handle.startswith(f"aws_batch://torchx/{batch.queue}:"), handle
+    assert batch.batch_job(handle)["status"] == "SUCCEEDED"
+    taken = batch.runner().describe_app(handle)
+    assert taken is not None and taken.labels["torchx.rung"] == RUNG
+    identity = {k: v for k, v in box_job.labels.items() if k.startswith("airflow.")}
+    assert identity and all(taken.labels.get(k) == v for k, v in identity.items()), (identity, taken.labels)
+    ckpt = f"s3://torchx-e2e/ckpt/{LADDER}/{run_id}/ladder"
+    assert box_job.checkpoint_dir == taken.checkpoint_dir == ckpt, (box_job.checkpoint_dir, taken.checkpoint_dir)
+    events = api.task_log(LADDER, run_id, "ladder", 1)
+    moves = [e for e in events if e.startswith(f"Ladder: leaving rung 1 '{BOX}' (local_cwd)")]
+    assert len(moves) == 1 and moves[0].endswith(f"moving to rung 2 '{RUNG}' (aws_batch)"), moves
+    assert any(e.endswith(f"ckpt={ckpt} attempt=1") for e in events), events[-40:]

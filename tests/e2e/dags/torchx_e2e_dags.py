@@ -171,3 +171,25 @@ with DAG(
         poll_interval=1,
     )
     hold >> ladder
+
+# The capacity ladder's live test on AWS Batch (test_live_batch.py; the connections
+# torchx_e2e_batch_box and torchx_e2e_ladder_batch exist in that deployment only, a 4-GPU host as
+# the ledger counts, 2 of them held by the test): the deferred task's job asks for 3 GPUs, cannot
+# start on the box, and moves to the moto server's queue after the box's start_timeout. Both rungs
+# checkpoint under one s3:// root; the job prints where and its attempt.
+with DAG(dag_id="torchx_e2e_batch_ladder", schedule=None, start_date=START, catchup=False):
+    TorchXRunOperator(
+        task_id="ladder",
+        torchx_conn_id=["torchx_e2e_batch_box", "torchx_e2e_ladder_batch"],
+        component="utils.sh",
+        component_args={
+            # 10 s on: an event within seconds of the deferral gets the try failed (apache/airflow#72716).
+            "args": ['echo "ckpt=$TORCHX_CHECKPOINT_DIR attempt=$TORCHX_ATTEMPT"; sleep 10'],
+            "image": "busybox:local",  # the Batch rung's; the box runs in its own directory
+            "gpu": 3,
+            "memMB": 64,
+        },
+        checkpoint_root="s3://torchx-e2e/ckpt",
+        deferrable=True,
+        poll_interval=1,
+    )
