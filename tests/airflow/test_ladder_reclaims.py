@@ -24,7 +24,7 @@ from tests.core.aws_batch.fakes import SPOT_RECLAIMED, attempt, container_job
 
 EXITED = "Essential container in task exited"
 BOX = Rung("box", "local_cwd")
-ONDEMAND = Rung("ondemand", "aws_batch", host_bound=False)
+ONDEMAND = Rung("ondemand", "aws_batch", host_paths=False)
 
 #: Python types of botocore's scalar shapes (timestamps are epoch milliseconds in JobDetail: ``long``).
 SCALARS: dict[str, tuple[type, ...]] = {
@@ -96,7 +96,7 @@ def verdict(job: dict[str, Any], limit: int | None, index: int = 1) -> Move | No
     failure = classify(desc)
     assert failure is not None
     failures = infra_failures(failure.kind, _attempt_reasons(desc))
-    spot = Rung("spot", "aws_batch", host_bound=False, max_infra_failures=limit)
+    spot = Rung("spot", "aws_batch", host_paths=False, max_infra_failures=limit)
     return decide([BOX, spot, ONDEMAND], index, Outcome("failed", kind=failure.kind, failures=failures))
 
 
