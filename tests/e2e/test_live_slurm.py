@@ -197,4 +197,8 @@ def test_a_deferred_ladder_moves_from_a_busy_box_to_slurm(
     moves = [e for e in events if e.startswith(f"Ladder: leaving rung 1 '{BOX}' (local_cwd)")]
     assert len(moves) == 1 and moves[0].endswith(f"moving to rung 2 '{RUNG}' (slurm)"), moves
     assert_each_line_once(events, expected_lines(3, 1), f"{LADDER}.ladder")
-    assert [j.state for j in jobs_of(slurm, LADDER, run, "ladder")] == [AppState.SUCCEEDED]
+    job_id = handle.rsplit("/", 1)[1]  # its record, under the connection's job_dir: Slurm may have forgotten it
+    slurm.index.add(job_id, str(live.state_dir.parent / "slurm-jobs" / job_id))
+    desc = slurm.describe(job_id)
+    assert desc is not None and desc.state == AppState.SUCCEEDED, desc
+    assert desc.labels.items() >= task_labels(LADDER, run, "ladder").items(), desc.labels

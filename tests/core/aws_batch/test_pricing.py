@@ -481,3 +481,49 @@ def test_a_look_never_waits_for_the_pricing_and_an_unpriced_attempt_is_na_once(
         "AWS Batch job live1 attempt 1: no AWS price (ecs:DescribeContainerInstances: AccessDeniedException); "
         "its cost shows n/a"
     ]
+
+
+def test_attempts_are_priced_side_by_side_and_an_attempt_being_priced_is_waited_for(tmp_path: Path) -> None:
+    """A thousand jobs ending together are not priced one after another: two attempts' calls
+    run at once; a second caller of an attempt being priced waits for its answer (one call)."""
+    from botocore.exceptions import ClientError
+
+    both_inside, gate, asked = threading.Barrier(2, timeout=10), threading.Event(), []
+
+    class Ecs:
+        def describe_container_instances(self, cluster: str, containerInstances: list[str]) -> dict[str, Any]:
+            asked.append(containerInstances[0])
+            if containerInstances[0].endswith("/gated"):
+                gate.wait(10)
+            else:
+                both_inside.wait()  # broken (an error) unless the other pricing is in its call too
+            raise ClientError({"Error": {"Code": "AccessDenied"}}, "DescribeContainerInstances")
+
+    pricer = AttemptPricer(lambda service, region: Ecs(), REGION, tmp_path)
+    arn = f"arn:aws:ecs:{REGION}:123456789012:container-instance/ce1/"
+
+    def price(job_id: str, instance: str, out: list[float | str]) -> threading.Thread:
+        job = running_job(arn + instance, T0, job_id)  # its running attempt: the job itself
+        thread = threading.Thread(target=lambda: out.append(pricer.price(job, job, 1, TRAINER)))
+        thread.start()
+        return thread
+
+    answers: list[float | str] = []
+    for thread in [price("a", "a", answers), price("b", "b", answers)]:
+        thread.join(15)
+    assert answers == ["ecs:DescribeContainerInstances: AccessDenied"] * 2 and sorted(asked) == [arn + "a", arn + "b"]
+
+    first: list[float | str] = []
+    second: list[float | str] = []
+    threads = [price("c", "gated", first)]
+    deadline = time.monotonic() + 10
+    while asked[-1:] != [arn + "gated"]:  # the first caller is in its call
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    threads.append(price("c", "gated", second))
+    time.sleep(0.2)  # the second caller is waiting, not calling
+    assert not second and asked.count(arn + "gated") == 1
+    gate.set()
+    for thread in threads:
+        thread.join(15)
+    assert first == second == ["ecs:DescribeContainerInstances: AccessDenied"] and asked.count(arn + "gated") == 1

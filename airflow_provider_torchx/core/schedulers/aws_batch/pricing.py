@@ -161,8 +161,9 @@ ClientMaker = Callable[[str, str | None], Any]
 class AttemptPricer:
     """Prices a Batch job's attempts with AWS's prices (see the module docstring): each once
     while it runs and once when it ended, kept in memory by job id, attempt number and whether
-    it ended, an attempt it cannot price included (what is missing, after one warning). Thread-safe;
-    ``price`` blocks (it calls AWS), ``price_soon`` never does."""
+    it ended, an attempt it cannot price included (what is missing, after one warning). Thread-safe:
+    attempts are priced side by side, each once; ``price`` blocks (it calls AWS), ``price_soon``
+    never does."""
 
     def __init__(self, clients: ClientMaker, region: str, cache_dir: Path, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clients, self._region, self._clock = clients, region, clock
@@ -171,10 +172,12 @@ class AttemptPricer:
         self._types: dict[str, dict[str, Any]] = {}
         self._prices: dict[tuple[str, int, bool], float | str] = {}
         self._pending: set[tuple[str, int, bool]] = set()
-        #: ``_prices`` and ``_pending``: held only to read or write them, never over a call.
+        #: The attempts being priced now, each with what its waiters wait on.
+        self._pricing: dict[tuple[str, int, bool], threading.Event] = {}
+        #: ``_prices``, ``_pending`` and ``_pricing``: held only to read or write them, never over a call.
         self._lock = threading.Lock()
-        #: Held over a pricing and its calls (and ``_made``, ``_types``): ``price_soon`` never takes it.
-        self._calling = threading.Lock()
+        #: Held while a client is made (a boto3 session is not thread-safe), never over a call.
+        self._making = threading.Lock()
 
     @staticmethod
     def _key(job: Mapping[str, Any], run: Mapping[str, Any], number: int) -> tuple[str, int, bool]:
@@ -186,20 +189,33 @@ class AttemptPricer:
         reserving ``resource``: over its window once it ended, at the price now while it runs;
         a ``str``, what is missing: it cannot be priced (warned once)."""
         key = self._key(job, run, number)
-        with self._calling:  # one pricing at a time: each attempt is priced once
+        while True:  # attempts are priced side by side, each once: a second caller waits for the first
             with self._lock:
                 if key in self._prices:
                     return self._prices[key]
-            try:
-                value: float | str = self._price(job, run, resource)
-            except NoPriceError as missing:
-                log.warning("AWS Batch job %s attempt %d: no AWS price (%s); its cost shows n/a", *key[:2], missing)
-                value = str(missing)
-            self._remember(key, value)
-            return value
+                busy = self._pricing.get(key)
+                if busy is None:
+                    self._pricing[key] = done = threading.Event()
+                    break
+            busy.wait()
+        try:
+            value: float | str = self._price(job, run, resource)
+        except NoPriceError as missing:
+            log.warning("AWS Batch job %s attempt %d: no AWS price (%s); its cost shows n/a", *key[:2], missing)
+            value = str(missing)
+        except BaseException:  # unforeseen: a waiter tries again
+            with self._lock:
+                self._pricing.pop(key, None)
+            done.set()
+            raise
+        self._remember(key, value)
+        done.set()
+        return value
 
     def _remember(self, key: tuple[str, int, bool], value: float | str) -> None:
+        """Keep the attempt's price; it is no longer being priced."""
         with self._lock:
+            self._pricing.pop(key, None)
             self._prices[key] = value
             if len(self._prices) > MAX_REMEMBERED:
                 self._prices.pop(next(iter(self._prices)))
@@ -321,10 +337,12 @@ class AttemptPricer:
         action (``ec2:DescribeInstances``) and the error code."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        if service not in self._made:
-            self._made[service] = self._clients(service, PRICE_LIST_REGION if service == "pricing" else None)
+        with self._making:
+            if service not in self._made:
+                self._made[service] = self._clients(service, PRICE_LIST_REGION if service == "pricing" else None)
+            client = self._made[service]
         try:
-            return dict(getattr(self._made[service], operation)(**kwargs))
+            return dict(getattr(client, operation)(**kwargs))
         except ClientError as err:
             action = "".join(w.title() for w in operation.split("_"))
             raise NoPriceError(f"{service}:{action}: {err.response.get('Error', {}).get('Code', err)}") from err
