@@ -49,12 +49,13 @@ Modes besides that steady one (each keeps the Amazon side in the same run, on it
   instance registered as an ECS container instance on the moto server; ours runs twice, over
   N jobs carrying rates (pricing off) and then over N carrying none (each attempt priced at
   AWS's prices: ECS and EC2 calls to moto, the Price List's ``GetProducts`` answered by
-  ``batch_pricing.py``'s canned client, moto having none). Each of our processes counts its
-  own AWS calls by operation (botocore's, and the canned ``get_products``), printed per job.
+  ``batch_pricing.py``'s canned client, moto having none); ``--pricing on-first``: the other
+  way round (the second run's moto holds the first's jobs too). Each of our processes counts
+  its own AWS calls by operation (botocore's, and the canned ``get_products``), printed per job.
 
     .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
         [--scheduler batch|slurm] [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--guards]
-        [--pricing] [--reference-wait 60]
+        [--pricing [off-first|on-first]] [--reference-wait 60]
 
 ``TRIGGERER_SCALE_PROFILE=DIR`` writes a cProfile of each contender's loop thread to DIR.
 ``--guards``: our triggers carry ``start_timeout`` and ``max_gpu_hours`` (never reached), so
@@ -734,7 +735,7 @@ def register_instance(url: str) -> str:
 
 def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """Each contender over ``args.n`` PENDING Batch jobs of its own on one moto server
-    (``--pricing``: RUNNING jobs, ours over jobs with rates and then over jobs without)."""
+    (``--pricing``: RUNNING jobs, ours over jobs with rates and over jobs without)."""
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(HERE))
     import boto3
@@ -744,20 +745,21 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
 
     os.environ.update(FAKE_CREDS, AWS_DEFAULT_REGION=REGION)
     os.environ.pop("AWS_ENDPOINT_URL", None)
-    moto_proc, url, moto = start_moto(work, running=args.pricing)
+    moto_proc, url, moto = start_moto(work, running=bool(args.pricing))
     rows: list[tuple[str, dict[str, Any]]] = []
     names = {"ours": "TorchXJobTrigger", "amazon": "Amazon BatchJobTrigger"}
-    # (name, kind, the jobs' labels, words for the label): --pricing runs ours with rates, then
-    # without, each with a queue of its own.
+    # (name, kind, the jobs' labels, words for the label): --pricing runs ours with rates and
+    # without (in --pricing's order), each with a queue of its own.
     runs: list[tuple[str, str, dict[str, str] | None, str]] = [
         (kind, kind, None, "") for kind in contenders if not (args.pricing and kind == "ours")
     ]
     if args.pricing and "ours" in contenders:
         rates = Rates(vcpu_hour=0.05).labels()
-        runs[:0] = [
+        pair = [
             ("ours-rates", "ours", rates, " (rates: pricing off)"),
             ("ours-aws", "ours", None, " (AWS's prices: pricing on)"),
         ]
+        runs[:0] = pair[::-1] if args.pricing == "on-first" else pair
     try:
         queues = {name: setup_queue(url, "bench-q" if args.shared_queue else f"bench-{name}") for name, *_ in runs}
         if args.pricing:
@@ -961,7 +963,13 @@ def main() -> None:
     parser.add_argument("--old-kwargs", action="store_true", help="our triggers without the job id (look-ups)")
     parser.add_argument("--shared-queue", action="store_true", help="both contenders' jobs in one job queue")
     parser.add_argument("--guards", action="store_true", help="our triggers check start_timeout and max_gpu_hours")
-    parser.add_argument("--pricing", action="store_true", help="RUNNING jobs, ours with rates and at AWS's prices")
+    parser.add_argument(
+        "--pricing",
+        nargs="?",
+        const="off-first",
+        choices=["off-first", "on-first"],
+        help="RUNNING jobs, ours with rates and at AWS's prices (in this order)",
+    )
     parser.add_argument(
         "--reference-wait", "--amazon-wait", type=float, help="cap the wait for the reference's events (seconds)"
     )
