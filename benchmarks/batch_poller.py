@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +80,17 @@ def setup_queue(url: str, name: str = "bench-q") -> str:
     return name
 
 
-def submit_pending_jobs(url: str, queue: str, n: int, threads: int = 8) -> list[tuple[str, str]]:
-    """``n`` jobs rendered by the scheduler, submitted depending on a job that never ends.
-    The jobs differ only in their names, so they share the first one's job definition (one
-    ``RegisterJobDefinition``: moto looks a definition's revisions up by scanning them all);
-    the submits go ``threads`` at a time."""
+def submit_pending_jobs(
+    url: str, queue: str, n: int, threads: int = 8, labels: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """``n`` jobs rendered by the scheduler (with ``labels``), submitted depending on a job
+    that never ends. The jobs differ only in their names, so they share the first one's job
+    definition (one ``RegisterJobDefinition``: moto looks a definition's revisions up by
+    scanning them all); the submits go ``threads`` at a time."""
     sched = create_scheduler("bench", client=boto3.client("batch", endpoint_url=url))
     batch = boto3.client("batch", endpoint_url=url)
     app = AppDef("bench", roles=[Role("main", image="busybox:local", entrypoint="true", resource=Resource(1, 0, 64))])
-    jobs = [sched.submit_dryrun(app, {"queue": queue}).request for _ in range(n)]
+    jobs = [sched.submit_dryrun(app, {"queue": queue}, labels).request for _ in range(n)]
     arn = batch.register_job_definition(**jobs[0].job_def)["jobDefinitionArn"] if jobs else ""
 
     def submit(job: Any) -> tuple[str, str]:

@@ -44,10 +44,18 @@ Modes besides that steady one (each keeps the Amazon side in the same run, on it
   (SIGTERM: its triggers are cancelled, as a triggerer's shutdown does) and a fresh one takes
   its triggers (the same kwargs); then every job ends. Every trigger must fire exactly one
   event over the three processes, and no job may be cancelled by a contender.
+- ``--pricing``: the cost of pricing Batch attempts at AWS's prices. The jobs show RUNNING
+  (``moto_quiet.py``'s ``MOTO_QUIET_RUNNING``), each with one attempt on one on-demand EC2
+  instance registered as an ECS container instance on the moto server; ours runs twice, over
+  N jobs carrying rates (pricing off) and then over N carrying none (each attempt priced at
+  AWS's prices: ECS and EC2 calls to moto, the Price List's ``GetProducts`` answered by
+  ``batch_pricing.py``'s canned client, moto having none); ``--pricing on-first``: the other
+  way round (the second run's moto holds the first's jobs too). Each of our processes counts
+  its own AWS calls by operation (botocore's, and the canned ``get_products``), printed per job.
 
     .venv/bin/python benchmarks/triggerer_scale.py [--n 500] [--poll 10] [--local 200] [--quick]
         [--scheduler batch|slurm] [--fresh 5] [--two] [--old-kwargs] [--shared-queue] [--guards]
-        [--reference-wait 60]
+        [--pricing [off-first|on-first]] [--reference-wait 60]
 
 ``TRIGGERER_SCALE_PROFILE=DIR`` writes a cProfile of each contender's loop thread to DIR.
 ``--guards``: our triggers carry ``start_timeout`` and ``max_gpu_hours`` (never reached), so
@@ -108,14 +116,18 @@ def cpu_seconds() -> float:
 
 
 _PROTOCOL = sys.stdout
-#: ``--count-calls``: this process's Slurm client calls by program (``slurm_watch.count_calls``).
+#: ``--count-calls``: this process's Slurm client calls by program (``slurm_watch.count_calls``)
+#: or AWS calls by operation (``count_aws_calls``).
 _CALLS: collections.Counter[str] | None = None
+#: Held to count an AWS call or to copy ``_CALLS`` (the poller's and pricing threads count).
+_CALLS_LOCK = threading.Lock()
 
 
 def say(**fields: Any) -> None:
     """One JSON line to the orchestrator (with the calls counted so far, if counted)."""
     if _CALLS is not None:
-        fields["calls"] = dict(_CALLS)
+        with _CALLS_LOCK:
+            fields["calls"] = dict(_CALLS)
     _PROTOCOL.write("@@ " + json.dumps(fields) + "\n")
     _PROTOCOL.flush()
 
@@ -306,13 +318,47 @@ async def census(phase: dict[str, bool]) -> None:
         print(f"  {count:8d} {kind}", file=sys.stderr)
 
 
+def count_aws_calls() -> collections.Counter[str]:
+    """Count every botocore call of this process from here on, by ``service:Operation``, and
+    give every ``AttemptPricer`` a Price List client answering ``batch_pricing.py``'s canned
+    ``GetProducts`` (moto has no Price List), counted as ``get_products``; returns the live
+    counter."""
+    sys.path.insert(0, str(HERE))
+    from batch_pricing import Canned
+    from botocore.client import BaseClient
+
+    from airflow_provider_torchx.core.schedulers.aws_batch.pricing import AttemptPricer
+
+    calls: collections.Counter[str] = collections.Counter()
+    call = BaseClient._make_api_call
+
+    def counted(self: Any, operation: str, params: Any) -> Any:
+        with _CALLS_LOCK:
+            calls[f"{self.meta.service_model.service_name}:{operation}"] += 1
+        return call(self, operation, params)
+
+    make = AttemptPricer.__init__
+
+    def pricer(self: AttemptPricer, clients: Any, *args: Any, **kw: Any) -> None:
+        def made(service: str, region: str | None) -> Any:
+            return Canned(calls) if service == "pricing" else clients(service, region)
+
+        make(self, made, *args, **kw)
+
+    BaseClient._make_api_call = counted
+    AttemptPricer.__init__ = pricer  # type: ignore[method-assign]
+    return calls
+
+
 def contender_main(args: argparse.Namespace) -> None:
     global _PROTOCOL, _CALLS
-    if args.count_calls:
+    if args.count_calls == "slurm":
         sys.path.insert(0, str(HERE))
         from slurm_watch import count_calls
 
         _CALLS = count_calls()
+    elif args.count_calls == "aws":
+        _CALLS = count_aws_calls()
     # Like a triggerer's task log handler, every trigger's records go to a file: Airflow's
     # logging writes to stdout, so stdout becomes that file and the messages to the
     # orchestrator take a copy of the original stdout.
@@ -361,9 +407,9 @@ class MotoLog:
             return collections.Counter(m.group(1) for m in map(self.LINE.search, f) if m)
 
 
-def start_moto(work: Path) -> tuple[subprocess.Popen[bytes], str, MotoLog]:
+def start_moto(work: Path, running: bool = False) -> tuple[subprocess.Popen[bytes], str, MotoLog]:
     """A moto server on a free loopback port (jobs on the services' Docker engine), logging its
-    requests to ``work/moto.log``."""
+    requests to ``work/moto.log``; ``running``: its waiting jobs show RUNNING (``moto_quiet.py``)."""
     import socket
     import urllib.request
 
@@ -378,6 +424,8 @@ def start_moto(work: Path) -> tuple[subprocess.Popen[bytes], str, MotoLog]:
     env = {**os.environ, **FAKE_CREDS, "AWS_DEFAULT_REGION": REGION, "MOTO_DOCKER_NETWORK_MODE": "none"}
     env.update(services_env())
     env.pop("AWS_ENDPOINT_URL", None)
+    if running:
+        env["MOTO_QUIET_RUNNING"] = "1"
     log_path = work / "moto.log"
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "moto_quiet.py"), "-H", "127.0.0.1", "-p", str(port)],
@@ -426,12 +474,13 @@ class Contender:
         steady: float,
         go: bool,
         wait_end: float | None = None,
-        count_calls: bool = False,
+        count_calls: str | None = None,
     ) -> None:
         """``moto``: the server whose log counts the calls; ``count_calls``: the process counts
-        its own (Slurm's client commands) and reports them with each mark."""
+        its own (``slurm``: Slurm's client commands; ``aws``: botocore's calls) and reports them
+        with each mark."""
         self.kind, self.tag, self.moto, self.targets = kind, tag, moto, targets
-        self.counted, self.poll = moto is not None or count_calls, args.poll
+        self.counted, self.poll = moto is not None or count_calls is not None, args.poll
         targets_file = work / f"{tag}-targets.json"
         targets_file.write_text(json.dumps({"targets": targets, "native_ids": native_ids}))
         self.go_file = work / f"{tag}-go"
@@ -444,7 +493,7 @@ class Contender:
         cmd += ["--wait-end", str(wait_end or args.wait_end), "--log-file", str(work / f"{tag}.log")]
         cmd += ["--go-file", str(self.go_file), "--end-file", str(self.end_file), "--ended-file", str(self.ended_file)]
         cmd += ["--guards"] if args.guards else []
-        cmd += ["--count-calls"] if count_calls else []
+        cmd += ["--count-calls", count_calls] if count_calls else []
         self.before = moto.calls() if moto else collections.Counter()
         self.started = time.monotonic()
         self.startup = float("nan")
@@ -527,7 +576,8 @@ def figures(
             for path, n in steady_calls.most_common()
         )
         print(f"  {c.tag}: calls in the steady phase: {rates or 'none'}", flush=True)
-        to_end = ", ".join(f"{path} {n}" for path, n in (c1 - c.before).most_common())
+        per = len(c.targets)
+        to_end = ", ".join(f"{path} {n} ({n / per:.2f}/job)" for path, n in (c1 - c.before).most_common())
         print(f"  {c.tag}: calls from its start to the end of the jobs: {to_end or 'none'}", flush=True)
     delays, counts = [], []
     for target, evs in events.items():
@@ -642,17 +692,19 @@ def spawner(
     work: Path,
     env: dict[str, str],
     moto: MotoLog | None = None,
-    count_calls: bool = False,
+    count_calls: str | None = None,
+    name: str | None = None,
 ) -> Callable[..., Contender]:
-    """``spawn(tag, targets, native_ids, **kw)``: a ``Contender`` of ``kind`` run by ``python``;
-    a reference's events are waited for at most ``--reference-wait`` seconds when given."""
+    """``spawn(tag, targets, native_ids, **kw)``: a ``Contender`` of ``kind`` run by ``python``,
+    tagged ``name-tag`` (``name``: the kind unless given); a reference's events are waited for
+    at most ``--reference-wait`` seconds when given."""
     wait_end = args.reference_wait if kind != "ours" and args.reference_wait else args.wait_end
 
     def spawn(tag: str, targets: list[str], native_ids: list[str | None], **kw: Any) -> Contender:
         return Contender(
             python,
             kind,
-            f"{kind}-{tag}",
+            f"{name or kind}-{tag}",
             targets,
             native_ids,
             args,
@@ -667,30 +719,63 @@ def spawner(
     return spawn
 
 
+def register_instance(url: str) -> str:
+    """An on-demand EC2 instance registered as an ECS container instance on the moto server:
+    its container instance ARN (every RUNNING job's attempt runs there with ``--pricing``)."""
+    import boto3
+
+    ec2, ecs = boto3.client("ec2", endpoint_url=url), boto3.client("ecs", endpoint_url=url)
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    instance = ec2.run_instances(ImageId=image, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1)["Instances"][0]
+    ecs.create_cluster(clusterName="bench-ce")
+    document = json.dumps({"instanceId": instance["InstanceId"]})
+    found = ecs.register_container_instance(cluster="bench-ce", instanceIdentityDocument=document)
+    return str(found["containerInstance"]["containerInstanceArn"])
+
+
 def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> list[tuple[str, dict[str, Any]]]:
-    """Each contender over ``args.n`` PENDING Batch jobs of its own on one moto server."""
+    """Each contender over ``args.n`` PENDING Batch jobs of its own on one moto server
+    (``--pricing``: RUNNING jobs, ours over jobs with rates and over jobs without)."""
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(HERE))
     import boto3
     from batch_poller import setup_queue, submit_pending_jobs
 
+    from airflow_provider_torchx.core.rates import Rates
+
     os.environ.update(FAKE_CREDS, AWS_DEFAULT_REGION=REGION)
     os.environ.pop("AWS_ENDPOINT_URL", None)
-    moto_proc, url, moto = start_moto(work)
+    moto_proc, url, moto = start_moto(work, running=bool(args.pricing))
     rows: list[tuple[str, dict[str, Any]]] = []
     names = {"ours": "TorchXJobTrigger", "amazon": "Amazon BatchJobTrigger"}
+    # (name, kind, the jobs' labels, words for the label): --pricing runs ours with rates and
+    # without (in --pricing's order), each with a queue of its own.
+    runs: list[tuple[str, str, dict[str, str] | None, str]] = [
+        (kind, kind, None, "") for kind in contenders if not (args.pricing and kind == "ours")
+    ]
+    if args.pricing and "ours" in contenders:
+        rates = Rates(vcpu_hour=0.05).labels()
+        pair = [
+            ("ours-rates", "ours", rates, " (rates: pricing off)"),
+            ("ours-aws", "ours", None, " (AWS's prices: pricing on)"),
+        ]
+        runs[:0] = pair[::-1] if args.pricing == "on-first" else pair
     try:
-        queues = {kind: setup_queue(url, "bench-q" if args.shared_queue else f"bench-{kind}") for kind in contenders}
+        queues = {name: setup_queue(url, "bench-q" if args.shared_queue else f"bench-{name}") for name, *_ in runs}
+        if args.pricing:
+            print(f"RUNNING jobs on container instance {register_instance(url)}", flush=True)
         batch = boto3.client("batch", endpoint_url=url)
         env = {**os.environ, "AWS_ENDPOINT_URL": url, "AIRFLOW_HOME": str(work / "airflow-home")}
         env["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+        env["AIRFLOW_TORCHX_STATE_DIR"] = str(work / "store")  # the Price List's cache too
         env["PYTHONPATH"] = str(REPO)
-        for kind in contenders:
+        for name, kind, labels, words in runs:
             # Each contender's jobs are submitted just before its run: moto runs a thread per job.
             t0 = time.monotonic()
-            pairs = submit_pending_jobs(url, queues[kind], args.n)
+            pairs = submit_pending_jobs(url, queues[name], args.n, labels=labels)
             where = "in the one queue" if args.shared_queue else "in a queue of its own"
-            print(f"submitted {args.n} PENDING jobs for {kind} ({where}) in {time.monotonic() - t0:.0f}s", flush=True)
+            state, took = "RUNNING" if args.pricing else "PENDING", time.monotonic() - t0
+            print(f"submitted {args.n} {state} jobs for {kind}{words} ({where}) in {took:.0f}s", flush=True)
             ids = [job_id for _, job_id in pairs]
             targets = [f"aws_batch://bench/{app_id}" for app_id, _ in pairs] if kind == "ours" else ids
             native_ids: list[str | None] = [None if args.old_kwargs else i for i in ids]
@@ -704,7 +789,10 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
                 return ends
 
             python = sys.executable if kind == "ours" else amazon_python()
-            spawn = spawner(python, kind, args, work, env, moto)
+            if args.pricing and kind == "ours":  # its own AWS calls, pricing's included
+                spawn = spawner(python, kind, args, work, env, count_calls="aws", name=name)
+            else:
+                spawn = spawner(python, kind, args, work, env, moto, name=name)
 
             mode = "two triggerers" if args.two else f"fresh, jobs end {args.fresh:g}s in" if args.fresh else "steady"
             print(f"running {kind} over {args.n} Batch jobs ({mode}) ...", flush=True)
@@ -712,7 +800,7 @@ def batch_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
             ours = kind == "ours"
             flags = " (old kwargs)" if ours and args.old_kwargs else ""
             flags += " (guards)" if ours and args.guards else ""
-            label = f"{names[kind]}{flags}, {args.n} Batch"
+            label = f"{names[kind]}{flags}{words}, {args.n} Batch"
             rows += [(label + suffix, row) for suffix, row in run(spawn, targets, native_ids, args, end_jobs)]
     finally:
         moto_proc.terminate()
@@ -754,7 +842,7 @@ def slurm_phase(args: argparse.Namespace, work: Path, contenders: list[str]) -> 
                 return {by_id[i]: t for i, t in cancel_jobs(list(by_id)).items()}
 
             python = sys.executable if kind == "ours" else str(venv / "bin" / "python")
-            spawn = spawner(python, kind, args, work, env, count_calls=True)
+            spawn = spawner(python, kind, args, work, env, count_calls="slurm")
 
             print(f"running {kind} over {args.n} Slurm jobs ...", flush=True)
             run = two_triggerers if args.two else one_triggerer
@@ -876,12 +964,19 @@ def main() -> None:
     parser.add_argument("--shared-queue", action="store_true", help="both contenders' jobs in one job queue")
     parser.add_argument("--guards", action="store_true", help="our triggers check start_timeout and max_gpu_hours")
     parser.add_argument(
+        "--pricing",
+        nargs="?",
+        const="off-first",
+        choices=["off-first", "on-first"],
+        help="RUNNING jobs, ours with rates and at AWS's prices (in this order)",
+    )
+    parser.add_argument(
         "--reference-wait", "--amazon-wait", type=float, help="cap the wait for the reference's events (seconds)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs of each contender)")
     # contender mode (internal)
     parser.add_argument("--contender", choices=["ours", "amazon", "torchx"])
-    parser.add_argument("--count-calls", action="store_true")
+    parser.add_argument("--count-calls", choices=["slurm", "aws"])
     parser.add_argument("--targets")
     parser.add_argument("--warmup", type=float)
     parser.add_argument("--steady", type=float)
