@@ -60,7 +60,7 @@ def slurm_deployment(slurm_cluster: str, tmp_path_factory: pytest.TempPathFactor
     root = tmp_path_factory.mktemp("live-airflow-slurm")
     extra = {"scheduler": "slurm", "cfg": f"job_dir={root / 'slurm-jobs'}"}
     ckpt = str(root / "ckpt")  # the ladder's rungs' checkpoint root
-    box = {"scheduler": "local_cwd", "cfg": {"auto_set_cuda_visible_devices": True}, "start_timeout": 3}
+    box = {"scheduler": "local_cwd", "cfg": {"auto_set_cuda_visible_devices": True}, "start_timeout": 10}
     rung = {**extra, "checkpoint_root": ckpt}
     env = {
         f"AIRFLOW_CONN_{CONN.upper()}": json.dumps({"conn_type": "torchx", "extra": extra}),
@@ -180,23 +180,25 @@ def test_a_deferred_ladder_moves_from_a_busy_box_to_slurm(
     live, api = slurm_deployment, slurm_deployment.deployment
     hold = tmp_path / "hold"  # the holder's job holds both GPUs until it exists
     ckpt = str(live.state_dir.parent / "ckpt")  # the connections' checkpoint_root
-    run = live.trigger(LADDER, {"lines": 3, "pause": 0.2, "replicas": 1, "hold": str(hold), "ckpt": ckpt})
+    # Each deferral lasts 10 s or more (the box's start_timeout, then the Slurm job's 5 x 2 s): a
+    # trigger event within seconds of its deferral gets the task failed (apache/airflow#72716).
+    run = live.trigger(LADDER, {"lines": 5, "pause": 2, "replicas": 1, "hold": str(hold), "ckpt": ckpt})
     try:
         api.wait_for_state(LADDER, run, "ladder", {"success"}, timeout=120)
     finally:
         hold.touch()
     steps = api.xcom(LADDER, run, "ladder", "ladder")
     assert [(s["conn_id"], s["outcome"]) for s in steps] == [(BOX, "moved"), (RUNG, "succeeded")], steps
-    assert steps[0]["reason"] == "it did not start within start_timeout=3s", steps
+    assert steps[0]["reason"] == "it did not start within start_timeout=10s", steps
     handle = api.xcom(LADDER, run, "ladder", "app_handle")
     assert handle == steps[1]["app_handle"] and handle.startswith("slurm://"), handle
     box_job = live.scheduler.describe(steps[0]["app_handle"].rsplit("/", 1)[1])
     assert box_job is not None and box_job.state == AppState.CANCELLED, box_job
-    assert box_job.cancel_reason == f"moved to {RUNG}: it did not start within start_timeout=3s", box_job
+    assert box_job.cancel_reason == f"moved to {RUNG}: it did not start within start_timeout=10s", box_job
     events = api.task_log(LADDER, run, "ladder", 1)
     moves = [e for e in events if e.startswith(f"Ladder: leaving rung 1 '{BOX}' (local_cwd)")]
     assert len(moves) == 1 and moves[0].endswith(f"moving to rung 2 '{RUNG}' (slurm)"), moves
-    assert_each_line_once(events, expected_lines(3, 1), f"{LADDER}.ladder")
+    assert_each_line_once(events, expected_lines(5, 1), f"{LADDER}.ladder")
     job_id = handle.rsplit("/", 1)[1]  # its record, under the connection's job_dir: Slurm may have forgotten it
     slurm.index.add(job_id, str(live.state_dir.parent / "slurm-jobs" / job_id))
     desc = slurm.describe(job_id)
