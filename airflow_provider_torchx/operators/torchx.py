@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from airflow.sdk import BaseOperator
 
@@ -318,7 +318,7 @@ class TorchXRunOperator(BaseOperator):
                 return self._finish(outcome, context, job.cursor_file, watcher.position, climb)
             hook, runner, guards, job = moved
 
-    def _returns_at_once(self, climb: Climb | None) -> bool:
+    def _returns_at_once(self, climb: Climb | None) -> TypeGuard[Climb]:
         """Whether a ladder's task that does not wait for completion returns its job's handle
         as soon as it is submitted: on the last rung, where nothing moves it, as without a
         ladder; on the others it watches the job until it left PENDING (``until_started``)."""
@@ -330,7 +330,7 @@ class TorchXRunOperator(BaseOperator):
         cursor_file: CursorFile,
         position: LogPosition,
         handle: str,
-        climb: Climb | None,
+        climb: Climb,
         state: str | None = None,
     ) -> str:
         """Return the handle of a ladder's job to a task that does not wait for completion (a
@@ -338,8 +338,7 @@ class TorchXRunOperator(BaseOperator):
         job is disowned now, not at submit: until here the task may still move it."""
         from airflow_provider_torchx.orphans import DISOWNED_XCOM
 
-        if climb is not None:
-            self.log.info("%s", handover_line(climb.rungs, climb.index, handle, state))
+        self.log.info("%s", handover_line(climb.rungs, climb.index, handle, state))
         context["ti"].xcom_push(key=DISOWNED_XCOM, value=handle)  # not to be cancelled with the task
         return self._report_success(context, cursor_file, position, handle)
 
@@ -483,15 +482,16 @@ class TorchXRunOperator(BaseOperator):
         position: LogPosition,
         climb: Climb | None = None,
     ) -> str:
-        """Return the handle of a succeeded job (recording that this try reported it);
-        otherwise cancel on timeout and raise. A ladder's ``climb`` records the end first."""
+        """Return the handle of a succeeded job (recording that this try reported it), or of a
+        ladder's job that left PENDING (``started``: ``_hand_over``); otherwise cancel on
+        timeout and raise. A ladder's ``climb`` records the end first."""
         from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
         from airflow_provider_torchx.outcome import End
         from airflow_provider_torchx.watch import task_identity
 
         handle = outcome.app_handle
         state = outcome.state.name if outcome.state is not None else None
-        if outcome.end is End.STARTED:  # a ladder's task that does not wait for completion
+        if climb is not None and outcome.end is End.STARTED:  # a ladder's task that does not wait
             return self._hand_over(context, cursor_file, position, handle, climb, state)
         if climb is not None:
             assert self._runner is not None

@@ -4,9 +4,10 @@
 rung's ``start_timeout`` (in the worker and deferred), or after its ``max_infra_failures``, and
 resumes on the second with the same checkpoint location and the attempt number continued; an
 app failure does not move. A task that does not wait for completion moves its job until it
-started and returns the handle of that rung, which a ``TorchXJobSensor`` then follows. A worker SIGKILLed in the middle of a move leaves at most one live
-job, which the retry adopts; the box moves to Slurm and to AWS Batch (moto server) likewise, and
-a Batch Spot queue's job whose host is reclaimed moves to an on-demand queue."""
+started and returns the handle of that rung, which a ``TorchXJobSensor`` then follows. A worker
+SIGKILLed in the middle of a move leaves at most one live job, which the retry adopts; the box
+moves to Slurm and to AWS Batch (moto server) likewise, and a Batch Spot queue's job whose host
+is reclaimed moves to an on-demand queue."""
 
 from __future__ import annotations
 
