@@ -5,10 +5,12 @@ connection is a rung (a scheduler and its run options), tried in order. The job 
 the first rung; when it cannot start there, or the place keeps losing it, the task cancels it
 and submits the same app to the next rung with the same identity labels, the same
 ``TORCHX_CHECKPOINT_DIR`` and its attempt number continued (docs/architecture.md, "Capacity
-ladder"). This module is the rules alone (no I/O, no Airflow import): the rungs as given
-(``conn_ids``), the task's wait they need (``check_waits``), their shared checkpoint location
-(``check_checkpoints``), each rung's limits (``Rung``), the move (``decide``) and the record of
-rungs tried (``Step``, XCom ``ladder``).
+ladder"). A task that does not wait for completion (``wait_for_completion=False``) watches
+its job only until it left PENDING on a rung it may still leave, then returns the handle of
+the rung where it started (``handover_line``), for a sensor to watch: after that nothing moves
+the job. This module is the rules alone (no I/O, no Airflow import): the rungs as given
+(``conn_ids``), their shared checkpoint location (``check_checkpoints``), each rung's limits
+(``Rung``), the move (``decide``) and the record of rungs tried (``Step``, XCom ``ladder``).
 Every row of the table is a test in ``tests/airflow/test_ladder.py``.
 
 The table (first matching row wins), for the job of rung ``i`` and how its watch ended:
@@ -19,6 +21,9 @@ rung / outcome                                 verdict
 the last rung (or a single connection)         stay: its limits act as without a ladder
 the job succeeded (or still runs: the task's   stay
 own wait ran out)
+the job left PENDING and its task does not     stay: the task returns its handle; once
+wait for completion (outcome ``started``)      started the job moves no more (its
+                                               ``max_infra_failures`` needs a task that waits)
 its ``start_timeout`` tripped (the rung's      move, why ``start_timeout``: it could not start
 connection extra, else the task's)             there
 another guard tripped (``max_gpu_hours``,      stay: the budget is the task's, whatever the
@@ -99,20 +104,6 @@ def conn_ids(value: object) -> tuple[str, ...]:
             )
         seen.add(conn_id)
     return tuple(value)
-
-
-def check_waits(rungs: Sequence[str], wait_for_completion: bool) -> None:
-    """A ladder (two rungs or more) needs its task to wait for the job: the task moves it, so
-    a task that returns its handle at once (``wait_for_completion=False``) would leave the job
-    where the ladder would move it, and a sensor on that handle would watch a job the ladder
-    meant to leave. ``ValueError`` naming the field, its value and what is allowed."""
-    if len(rungs) > 1 and not wait_for_completion:
-        raise ValueError(
-            f"wait_for_completion: False is not allowed with a ladder (torchx_conn_id={list(rungs)!r}): the task "
-            "moves the job down the ladder while it waits for it, so a task that returns at once would leave the "
-            "job on its first rung and a sensor on its handle would watch a job the ladder leaves; keep "
-            "wait_for_completion=True (with deferrable=True the wait holds no worker slot)"
-        )
 
 
 def max_infra_failures(value: object, conn_id: str) -> int | None:
@@ -215,7 +206,7 @@ class Move:
 def decide(rungs: Sequence[Rung], index: int, outcome: Outcome) -> Move | None:
     """The table of the module docstring for the job of rung ``index``: the move, or None (stay:
     the task reports the outcome as without a ladder)."""
-    if index >= len(rungs) - 1 or outcome.status in ("success", "timeout"):
+    if index >= len(rungs) - 1 or outcome.status in ("success", "timeout", "started"):
         return None
     rung = rungs[index]
     if outcome.status == "guardrail" and outcome.guard == START_TIMEOUT:
@@ -275,6 +266,23 @@ def move_line(rungs: Sequence[Rung], move: Move, handle: str) -> str:
     return (
         f"Ladder: leaving rung {move.source + 1} {source.name()}, job {handle}: {move.detail}; "
         f"moving to rung {move.target + 1} {target.name()}"
+    )
+
+
+def handover_line(rungs: Sequence[Rung], index: int, handle: str, state: str | None) -> str:
+    """The task log's line when a task that does not wait for completion returns the handle of
+    its job on rung ``index``: the job left PENDING there (``state``), or it is on the last rung
+    (``state`` None: returned once submitted, as without a ladder)."""
+    where = f"rung {index + 1} {rungs[index].name()}"
+    if state is None:
+        return (
+            f"Ladder: job {handle} is on the last {where}; returning its handle at once "
+            "(wait_for_completion=False): its limits act as without a ladder"
+        )
+    return (
+        f"Ladder: job {handle} left PENDING ({state}) on {where}; returning its handle "
+        "(wait_for_completion=False): the ladder no longer moves it (max_infra_failures needs a task "
+        "that waits for completion)"
     )
 
 

@@ -33,6 +33,9 @@ class End(str, enum.Enum):
     TIMEOUT = "timeout"
     GUARDRAIL = "guardrail"
     ERROR = "error"
+    #: The job left PENDING, a watch that ends there (``WatchSpec.until_started``: a capacity
+    #: ladder's task that does not wait for completion).
+    STARTED = "started"
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,9 @@ class Outcome:
 
     - ``cursor_seq``, ``log_cursors``: the log position reached (``log_cursors`` None: not
       streaming; ``cursor_seq`` None: no position at all, a trigger that never watched);
-    - ``state``: the job's state (success, failed, timeout; a guard trip's);
-    - ``message``: what the task's error says (not on success);
+    - ``state``: the job's state (success, failed, timeout, started; a guard trip's);
+    - ``message``: what the task's error says (not on success); for ``started``, the state the
+      job left PENDING for;
     - ``ui_url``, ``tail``, ``tail_of``, ``root_cause``, ``failing``, ``failure``: a
       finished job's page and, when it failed, its last lines (the failing rank's own:
       ``tail_of``), torchrun's root cause, who failed and the failure's kind
@@ -117,6 +121,8 @@ class Outcome:
         elif self.end is End.GUARDRAIL:
             assert self.trip is not None
             event.update(message=self.message, **self.trip.to_dict())
+        elif self.end is End.STARTED:
+            event.update(state=state, message=self.message)
         else:
             event["message"] = self.message
             if self.refused:

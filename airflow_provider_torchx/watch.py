@@ -13,7 +13,8 @@ that logs into the task log. Every watcher, the CLI's too, follows the rules of
   rule: a terminal job's log is read until nothing is left, with no time limit.
 - The outcome is one ``Outcome`` (``outcome.py``; a trigger's event carries its JSON form):
   ``success``, ``failed`` (with the reason and the failed replica's last lines), ``timeout``,
-  ``guardrail`` or ``error``.
+  ``guardrail`` or ``error``; a watch ``until_started`` ends ``started`` once the job left
+  PENDING (a capacity ladder's task that does not wait for completion).
 
 In the triggerer (``TaskWatcher.await_outcome``) nothing waits on a thread: a status comes
 from the scheduler's own thread through a future (``Scheduler.describe_future``, the Batch
@@ -35,7 +36,7 @@ import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from airflow_provider_torchx._compat import conf
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
@@ -67,6 +68,7 @@ from airflow_provider_torchx.core.logstream import (
     Tripped,
     WatchRules,
     last_lines,
+    left_pending,
     replica_counts,
 )
 from airflow_provider_torchx.core.schedulers.api import CancelledBy, DescribeAppResponse
@@ -234,8 +236,11 @@ class TaskWatcher(JobWatch):
         clock: Clock = SYSTEM_CLOCK,
         guards: Guards | None = None,
         start_timeout_reason: str | None = None,
+        until_started: bool = False,
     ) -> None:
         self.log = log
+        #: Whether the watch ends once the job left PENDING (outcome ``started``).
+        self.until_started = until_started
         self.guards = guards if guards is not None and guards.armed else None
         #: The reason a ``start_timeout`` trip's cancel gives, over the guard's own (a capacity
         #: ladder's move, naming the next rung: ``ladder.cancel_reason``).
@@ -302,6 +307,8 @@ class TaskWatcher(JobWatch):
             return self.guardrail_outcome(e.trip)
         except RecordRefusedError as e:
             return self.refused_outcome(e)
+        if self.started(status):
+            return self.started_outcome(status)
         if status is None or status.is_terminal():
             return self.outcome(status)
         return self.timeout_outcome(status)
@@ -411,6 +418,7 @@ class TaskWatcher(JobWatch):
             note_every=PROGRESS_EVERY,
             settle=min(poll_interval, LOG_SETTLE),
             guards=self.guards,
+            until_started=self.until_started,
         )
 
     async def await_outcome(self, poll_interval: float, deadline: float | None, started_at: float | None) -> Outcome:
@@ -459,6 +467,8 @@ class TaskWatcher(JobWatch):
             elif isinstance(action, Tripped):
                 return await run_blocking(self.guardrail_outcome, action.trip)
             elif isinstance(action, Done):
+                if self.started(action.status):
+                    return self.started_outcome(action.status)
                 if action.status is not None and not action.ended:
                     return self.timeout_outcome(action.status)
                 return await run_blocking(self.outcome, action.status)
@@ -561,6 +571,16 @@ class TaskWatcher(JobWatch):
             CursorFile.locate(self.app_handle, self.cursor_file.identity, None).save(self.position)
         message = refused_message(self.app_handle, "watched", refused, stopped)
         return self.ended(End.ERROR, message=message, refused=True)
+
+    def started(self, status: AppStatus | None) -> TypeGuard[AppStatus]:
+        """Whether a watch ``until_started`` is over for the job in ``status``: it left PENDING."""
+        return self.until_started and status is not None and left_pending(status)
+
+    def started_outcome(self, status: AppStatus) -> Outcome:
+        """The ``started`` outcome of a job that left PENDING (it runs, or it ended already)."""
+        said = f": {status.msg}" if status.msg else ""
+        message = f"TorchX job {self.app_handle} left PENDING: {status.state.name}{said}"
+        return self.ended(End.STARTED, state=status.state, message=message)
 
     def timeout_outcome(self, status: AppStatus) -> Outcome:
         """The outcome of a job still running at its deadline."""

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_torchx.core.clock import SYSTEM_CLOCK, Clock
 from airflow_provider_torchx.core.errors import SignalException
-from airflow_provider_torchx.core.guards import GuardrailTrippedError, Guards, Trip
+from airflow_provider_torchx.core.guards import GuardrailTrippedError, Guards, Trip, has_started
 from airflow_provider_torchx.core.specs import AppState, AppStatus
 
 if TYPE_CHECKING:
@@ -89,6 +89,12 @@ def keep_reading(batch: LogBatch, status: AppStatus, started: float, budget: flo
     if status.is_terminal():
         return bool(batch.lines)
     return batch.more and (budget is None or now - started < budget)
+
+
+def left_pending(status: AppStatus) -> bool:
+    """Whether the job left PENDING: it started (``guards.has_started``, the start that
+    ``start_timeout`` waits for) or it ended."""
+    return status.is_terminal() or has_started(status)
 
 
 def replica_counts(status: AppStatus) -> dict[str, int]:
@@ -262,14 +268,14 @@ class Pause:
 
 @dataclass(frozen=True)
 class Done:
-    """The watch is over: the job ended (``status`` terminal; None: no such job) or the
-    deadline passed with the job still live."""
+    """The watch is over: the job ended (``status`` terminal; None: no such job), the
+    deadline passed with the job still live, or it left PENDING (``WatchRules.until_started``)."""
 
     status: AppStatus | None
 
     @property
     def ended(self) -> bool:
-        """Whether the job ended (else the deadline passed first)."""
+        """Whether the job ended (else it is live: the deadline passed, or it started)."""
         return self.status is None or self.status.is_terminal()
 
 
@@ -372,6 +378,8 @@ class WatchRules:
       often, and at most every ``note_gap`` seconds (None: no notes).
     - ``guards``: checked once a round, on the status that round looked at, after its lines
       were logged (and have settled); a trip ends the watch (``Tripped``).
+    - ``until_started``: the watch ends once the job left PENDING (``left_pending``), not at
+      its end (a capacity ladder's task that does not wait for completion).
     """
 
     poll: float
@@ -384,14 +392,16 @@ class WatchRules:
     note_gap: float = 0.0
     settle: float = 0.0
     guards: Guards | None = None
+    until_started: bool = False
 
     def ending(self, state: WatchState, wall: float) -> bool:
         """Whether the watch ends with this round: the job ended or vanished, or the deadline
-        passed (``wall``: epoch seconds now)."""
+        passed (``wall``: epoch seconds now); with ``until_started``, once the job left PENDING."""
         status = state.status
         return (
             status is None
             or status.is_terminal()
+            or (self.until_started and left_pending(status))
             or state.timed_out
             or (self.deadline is not None and wall >= self.deadline)
         )
@@ -487,6 +497,8 @@ class JobWatch:
     save_every: float | None = None
     #: The guards ``wait`` holds the job to (``core/guards.py``; None: none).
     guards: Guards | None = None
+    #: Whether ``wait`` ends once the job left PENDING (``WatchRules.until_started``).
+    until_started: bool = False
 
     def __init__(
         self,
@@ -580,6 +592,7 @@ class JobWatch:
             note_every=PROGRESS_EVERY if notes else None,
             note_gap=poll,
             guards=self.guards,
+            until_started=self.until_started,
         )
 
     def drive(
@@ -637,7 +650,8 @@ class JobWatch:
         cancel_on_signal: bool | None = False,
     ) -> AppStatus | None:
         """Wait for the job to end, streaming its lines; return its final status (None: no
-        such job), or its last, running status once ``deadline`` (epoch seconds) passed.
+        such job), or its last, live status once ``deadline`` (epoch seconds) passed or, with
+        ``until_started``, once it left PENDING.
 
         Looks every ``poll_interval`` unless a backlog remains (a local job's end cuts the
         pause short); ``on_poll`` is told a running status when what it says changes (at most

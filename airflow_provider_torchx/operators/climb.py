@@ -157,6 +157,11 @@ class Climb:
         """The rung in use."""
         return self.rungs[self.index]
 
+    @property
+    def last(self) -> bool:
+        """Whether the rung in use is the last: the job moves no further."""
+        return self.index == len(self.rungs) - 1
+
     def start_timeout_reason(self) -> str | None:
         """The cancel reason of the rung's ``start_timeout`` trip: the move's (None: the last rung)."""
         move = start_timeout_move(self.rungs, self.index)
@@ -165,7 +170,8 @@ class Climb:
     def scheduler_guards(self, guards: Guards) -> Guards:
         """The guards the rung's scheduler is handed to hold itself (``guard_cfg``): all but a
         ``start_timeout`` that moves the job, which the task's watcher holds, so that the move
-        cancels the job with its own reason (a ladder's task always waits: ``ladder.check_waits``)."""
+        cancels the job with its own reason (a task that does not wait for completion watches
+        such a rung's job until it left PENDING)."""
         if self.start_timeout_reason() is None:
             return guards
         return dataclasses.replace(guards, start_timeout=None)

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from airflow.sdk import BaseOperator
 
@@ -41,7 +41,7 @@ from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, parse_app_handle
 from airflow_provider_torchx.failures import FailureKind, TorchXJobFailed, failure_block, failure_error
 from airflow_provider_torchx.hooks.torchx import TorchXHook, default_deferrable, hook_for_handle
-from airflow_provider_torchx.ladder import check_waits, conn_ids, rung_start_timeout
+from airflow_provider_torchx.ladder import conn_ids, handover_line, rung_start_timeout
 from airflow_provider_torchx.links.torchx import TorchXConsoleLink, TorchXJobLink, absolute_url, job_links
 from airflow_provider_torchx.masking import MaskedLog, redact, redact_request, register_app_secrets
 from airflow_provider_torchx.metrics import emit_failed, emit_guardrail
@@ -96,8 +96,9 @@ class TorchXRunOperator(BaseOperator):
         it cannot start (the rung's ``start_timeout``, else the task's) or after the rung's
         ``max_infra_failures`` (docs/architecture.md, "Capacity ladder")
     :param dryrun: log and return the native request; submit nothing
-    :param wait_for_completion: wait for the job (else return the handle once submitted; not
-        with a ladder, whose moves need the wait: ``ladder.check_waits``)
+    :param wait_for_completion: wait for the job (else return the handle once submitted; with a
+        ladder, once the job left PENDING on a rung it may still leave: a sensor on the handle
+        watches the job's last rung, and the ladder moves it no more)
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``)
     :param poll_interval: seconds between status polls, log reads and progress lines
     :param stream_logs: copy every replica's log lines into the task log
@@ -182,7 +183,6 @@ class TorchXRunOperator(BaseOperator):
                 f"scheduler: {scheduler!r} is not allowed with a ladder (torchx_conn_id={list(self.rungs)!r}): "
                 "each rung's connection names its scheduler"
             )
-        check_waits(self.rungs, wait_for_completion)
         self.scheduler = scheduler
         self.cfg = cfg
         self.torchx_conn_id = self.rungs[0]
@@ -292,11 +292,13 @@ class TorchXRunOperator(BaseOperator):
         job = self._submit_or_adopt(context, hook, runner, guards, climb=climb)
         if isinstance(job, dict):  # a dry run: the rendered request
             return job
-        if not self.wait_for_completion:
+        if not self.wait_for_completion and climb is None:
             return self._report_success(context, job.cursor_file, job.position, job.handle)
         wait_seconds = self._wait_seconds()
         deadline = None if wait_seconds is None else started_at + wait_seconds
         while True:
+            if self._returns_at_once(climb):
+                return self._hand_over(context, job.cursor_file, job.position, job.handle, climb)
             if self.deferrable and not job.ended:
                 self._defer(hook, runner, job, deadline, started_at, guards, climb)
             watcher = TaskWatcher(
@@ -308,12 +310,37 @@ class TorchXRunOperator(BaseOperator):
                 cursor_file=job.cursor_file,
                 guards=guards,
                 start_timeout_reason=climb.start_timeout_reason() if climb is not None else None,
+                until_started=not self.wait_for_completion,
             )
             outcome = self._wait_in_worker(watcher, started_at, deadline)
             moved = climb.next_rung(context, outcome) if climb is not None else None
             if moved is None:
                 return self._finish(outcome, context, job.cursor_file, watcher.position, climb)
             hook, runner, guards, job = moved
+
+    def _returns_at_once(self, climb: Climb | None) -> TypeGuard[Climb]:
+        """Whether a ladder's task that does not wait for completion returns its job's handle
+        as soon as it is submitted: on the last rung, where nothing moves it, as without a
+        ladder; on the others it watches the job until it left PENDING (``until_started``)."""
+        return climb is not None and climb.last and not self.wait_for_completion
+
+    def _hand_over(
+        self,
+        context: Context,
+        cursor_file: CursorFile,
+        position: LogPosition,
+        handle: str,
+        climb: Climb,
+        state: str | None = None,
+    ) -> str:
+        """Return the handle of a ladder's job to a task that does not wait for completion (a
+        sensor watches it from here: ``ladder.handover_line`` says so in the task log); the
+        job is disowned now, not at submit: until here the task may still move it."""
+        from airflow_provider_torchx.orphans import DISOWNED_XCOM
+
+        self.log.info("%s", handover_line(climb.rungs, climb.index, handle, state))
+        context["ti"].xcom_push(key=DISOWNED_XCOM, value=handle)  # not to be cancelled with the task
+        return self._report_success(context, cursor_file, position, handle)
 
     def _submit_or_adopt(
         self,
@@ -395,7 +422,7 @@ class TorchXRunOperator(BaseOperator):
             climb.submitted(context, handle)
         checkpointing.report(context, self.checkpoint_dir, self.log)
         self._persist_links(context, runner, handle)
-        if not self.wait_for_completion or not self.cancel_on_kill:
+        if (not self.wait_for_completion and climb is None) or not self.cancel_on_kill:
             context["ti"].xcom_push(key=DISOWNED_XCOM, value=handle)  # not to be cancelled with the task
         ended = adopted is not None and adopted.state.is_terminal()
         return _TaskJob(handle, identity, cursor_file, position, ended)
@@ -428,6 +455,7 @@ class TorchXRunOperator(BaseOperator):
                 cancel_on_kill=self.cancel_on_kill,
                 guards=guards,
                 start_timeout_reason=climb.start_timeout_reason() if climb is not None else None,
+                until_started=not self.wait_for_completion,
             ),
             method_name="execute_complete",
             kwargs=climb.to_kwargs(deadline, started_at) if climb is not None else None,
@@ -454,14 +482,17 @@ class TorchXRunOperator(BaseOperator):
         position: LogPosition,
         climb: Climb | None = None,
     ) -> str:
-        """Return the handle of a succeeded job (recording that this try reported it);
-        otherwise cancel on timeout and raise. A ladder's ``climb`` records the end first."""
+        """Return the handle of a succeeded job (recording that this try reported it), or of a
+        ladder's job that left PENDING (``started``: ``_hand_over``); otherwise cancel on
+        timeout and raise. A ladder's ``climb`` records the end first."""
         from airflow_provider_torchx.cancels import outside_canceller, task_cancel_reason
         from airflow_provider_torchx.outcome import End
         from airflow_provider_torchx.watch import task_identity
 
         handle = outcome.app_handle
         state = outcome.state.name if outcome.state is not None else None
+        if climb is not None and outcome.end is End.STARTED:  # a ladder's task that does not wait
+            return self._hand_over(context, cursor_file, position, handle, climb, state)
         if climb is not None:
             assert self._runner is not None
             climb.finish(context, outcome, self._runner)
@@ -592,6 +623,8 @@ class TorchXRunOperator(BaseOperator):
         if moved is not None:
             assert ladder is not None
             hook, runner, guards, job = moved
+            if self._returns_at_once(climb):
+                return self._hand_over(context, job.cursor_file, job.position, job.handle, climb)
             self._defer(hook, runner, job, ladder["deadline"], ladder["started_at"], guards, climb)
         return self._finish(outcome, context, cursor_file, position, climb)
 

@@ -4,8 +4,9 @@ It streams every replica's new log lines into the task log while the job runs (t
 left when it ends are the resumed task's: ``watch.py``, ``TaskWatcher.await_outcome``), logs a
 progress line when the job's state changes (else once a minute) and yields exactly one event:
 ``success``, ``failed`` (with the reason and the failed replica's last lines), ``timeout``
-(the absolute ``deadline`` passed) or ``error`` (also for a job whose record the scheduler
-refuses, once it stopped it: ``TaskWatcher.refused_outcome``): an ``Outcome``'s payload
+(the absolute ``deadline`` passed), ``error`` (also for a job whose record the scheduler
+refuses, once it stopped it: ``TaskWatcher.refused_outcome``) or, for a spec
+``until_started``, ``started`` (the job left PENDING): an ``Outcome``'s payload
 (``outcome.py``, ``to_event``). It never raises for a job's
 failure: the task's ``execute_complete`` raises. It follows the one watching path (``watch.py``): waiting
 for a status holds no thread, and the blocking calls left run on the provider's own thread
@@ -201,6 +202,7 @@ class TorchXJobTrigger(BaseTrigger):
             cursor_file=cursor_file,
             guards=self.spec.guards(),
             start_timeout_reason=self.spec.start_timeout_reason,
+            until_started=self.spec.until_started,
         )
 
     async def _job_secrets(self, runner: Runner) -> list[tuple[str, str]]:

@@ -41,7 +41,9 @@ class WatchSpec:
     (``Runner.native_id``), so a fresh triggerer finds it without a look-up; ``start_timeout``,
     ``max_gpu_hours``, ``max_cost`` (priced at ``rates``, a ``Rates.to_dict()``): the guards
     (``core/guards.py``) held at each look; ``start_timeout_reason``: the cancel reason of a
-    ``start_timeout`` trip, over the guard's own (a capacity ladder's move names the next rung).
+    ``start_timeout`` trip, over the guard's own (a capacity ladder's move names the next rung);
+    ``until_started``: the watch ends once the job left PENDING (event ``started``: a capacity
+    ladder's task that does not wait for completion), serialised only when set.
     """
 
     app_handle: str
@@ -62,6 +64,7 @@ class WatchSpec:
     max_cost: float | None = None
     rates: Mapping[str, float] | None = None
     start_timeout_reason: str | None = None
+    until_started: bool = False
 
     @classmethod
     def for_job(
@@ -79,6 +82,7 @@ class WatchSpec:
         cancel_on_kill: bool = False,
         guards: Guards | None = None,
         start_timeout_reason: str | None = None,
+        until_started: bool = False,
     ) -> WatchSpec:
         """The spec of a task's job, from what its scheduler declares: the AWS settings for one
         that uses an AWS session; this host for a host-bound one, so that a triggerer elsewhere
@@ -104,13 +108,16 @@ class WatchSpec:
             max_cost=guards.max_cost if guards else None,
             rates=guards.rates.to_dict() if guards and guards.rates else None,
             start_timeout_reason=start_timeout_reason,
+            until_started=until_started,
         )
 
     def to_kwargs(self) -> dict[str, Any]:
-        """The trigger's kwargs: every field, its mappings as plain dicts of their own."""
+        """The trigger's kwargs: every field, its mappings as plain dicts of their own;
+        ``until_started`` only when set (the kwargs of every other watch stay as they were)."""
         return {
             f.name: dict(value) if isinstance(value := getattr(self, f.name), Mapping) else value
             for f in dataclasses.fields(self)
+            if f.name != "until_started" or self.until_started
         }
 
     def position(self) -> LogPosition:

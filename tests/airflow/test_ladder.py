@@ -16,10 +16,10 @@ from airflow_provider_torchx.ladder import (
     Why,
     cancel_reason,
     check_checkpoints,
-    check_waits,
     conn_ids,
     decide,
     ended,
+    handover_line,
     infra_failures,
     max_infra_failures,
     move_line,
@@ -51,6 +51,13 @@ def test_the_last_rung_stays_whatever_the_outcome(outcome: Outcome) -> None:
 @pytest.mark.parametrize("status", ["success", "timeout"])
 def test_a_job_that_succeeded_or_outlived_the_tasks_wait_stays(status: str) -> None:
     assert decide(LADDER, 0, Outcome(status)) is None
+
+
+def test_a_job_that_left_pending_for_a_task_that_does_not_wait_stays() -> None:
+    """Outcome ``started``: its task returns the handle; nothing moves the job after that, not
+    even the failures its rung's ``max_infra_failures`` would count."""
+    assert decide(LADDER, 0, Outcome("started")) is None
+    assert decide(LADDER, 1, Outcome("started", kind=FailureKind.INFRA, failures=9)) is None
 
 
 def test_a_start_timeout_moves_to_the_next_rung() -> None:
@@ -113,16 +120,17 @@ def test_a_bad_ladder_is_refused_naming_the_field_and_value(value: object, error
         conn_ids(value)
 
 
-def test_a_ladder_needs_its_task_to_wait_a_single_rung_does_not() -> None:
-    check_waits(("box", "slurm"), True)
-    check_waits(("box",), False)
-    with pytest.raises(ValueError) as refused:
-        check_waits(("box", "slurm"), False)
-    message = str(refused.value)
-    assert message.startswith(
-        "wait_for_completion: False is not allowed with a ladder (torchx_conn_id=['box', 'slurm'])"
+def test_a_task_that_does_not_wait_says_where_its_job_is_and_that_the_ladder_moves_it_no_more() -> None:
+    handle = "slurm://torchx/train-1"
+    assert handover_line(LADDER, 1, handle, "RUNNING") == (
+        f"Ladder: job {handle} left PENDING (RUNNING) on rung 2 'slurm' (slurm); returning its handle "
+        "(wait_for_completion=False): the ladder no longer moves it (max_infra_failures needs a task that "
+        "waits for completion)"
     )
-    assert "keep wait_for_completion=True (with deferrable=True the wait holds no worker slot)" in message
+    assert handover_line(LADDER, 2, "aws_batch://torchx/train-2", None) == (
+        "Ladder: job aws_batch://torchx/train-2 is on the last rung 3 'spot' (aws_batch); returning its handle "
+        "at once (wait_for_completion=False): its limits act as without a ladder"
+    )
 
 
 def test_max_infra_failures_is_a_whole_number_from_one() -> None:

@@ -3,9 +3,11 @@
 (``AIRFLOW_TORCHX_LOCAL_GPUS``), the second asking for none. The job moves after the first
 rung's ``start_timeout`` (in the worker and deferred), or after its ``max_infra_failures``, and
 resumes on the second with the same checkpoint location and the attempt number continued; an
-app failure does not move. A worker SIGKILLed in the middle of a move leaves at most one live
-job, which the retry adopts; the box moves to Slurm and to AWS Batch (moto server) likewise, and
-a Batch Spot queue's job whose host is reclaimed moves to an on-demand queue."""
+app failure does not move. A task that does not wait for completion moves its job until it
+started and returns the handle of that rung, which a ``TorchXJobSensor`` then follows. A worker
+SIGKILLed in the middle of a move leaves at most one live job, which the retry adopts; the box
+moves to Slurm and to AWS Batch (moto server) likewise, and a Batch Spot queue's job whose host
+is reclaimed moves to an on-demand queue."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from airflow_provider_torchx.core.schedulers.api import CancelledBy
 from airflow_provider_torchx.core.specs import AppDef, AppState, BindMount, Resource, Role
 from airflow_provider_torchx.failures import FailureKind, TorchXAppFailure, TorchXConfigRefused
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
-from tests.airflow.helpers import CFG, Counter, FakeTI, ended, run_deferred
+from tests.airflow.helpers import CFG, Counter, FakeTI, ended, run_deferred, wait_until
 from tests.core.aws_batch.fakes import SPOT_RECLAIMED
 from tests.fixtures.aws import create_job_queue
 
@@ -204,13 +206,120 @@ def test_a_bad_max_infra_failures_extra_fails_naming_the_connection(
         operator(trainer(), dryrun=True).execute({"ti": FakeTI(run_id="ladder-bad")})  # type: ignore[arg-type]
 
 
-def test_a_ladder_refuses_a_scheduler_override_a_bad_list_and_not_waiting_at_parse_time() -> None:
+def test_a_ladder_refuses_a_scheduler_override_and_a_bad_list_at_parse_time_and_takes_not_waiting() -> None:
     with pytest.raises(ValueError, match=r"^scheduler: 'local_cwd' is not allowed with a ladder"):
         TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=LADDER, scheduler="local_cwd")
     with pytest.raises(ValueError, match=r"^torchx_conn_id: an empty list is not allowed"):
         TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=[])
-    with pytest.raises(ValueError, match=r"^wait_for_completion: False is not allowed with a ladder \(torchx_conn_id="):
-        TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=LADDER, wait_for_completion=False)
+    op = TorchXRunOperator(task_id="t", app=trainer(), torchx_conn_id=LADDER, wait_for_completion=False)
+    assert op.rungs == tuple(LADDER) and op.wait_for_completion is False
+
+
+def sensed(handle: str, run_id: str, deferrable: bool) -> list[str]:
+    """A ``TorchXJobSensor`` on ``handle`` run to its end (poked in the worker, or deferred
+    through the real trigger); returns its task's XCom keys (it succeeded: no exception)."""
+    from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
+
+    sensor = TorchXJobSensor(task_id="sense", app_handle=handle, poke_interval=POLL, deferrable=deferrable)
+    ti = FakeTI(run_id=run_id)
+    if deferrable:
+        with pytest.raises(TaskDeferred) as deferred:
+            sensor.execute({"ti": ti})  # type: ignore[arg-type]
+        (event,) = run_deferred(deferred.value.trigger)
+        assert sensor.execute_complete({"ti": ti}, event) == handle  # type: ignore[arg-type]
+    else:
+        wait_until(lambda: sensor.poke({"ti": ti}), what=f"the sensor to see {handle} end")  # type: ignore[arg-type]
+    return sorted(ti.xcoms)
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_a_task_that_does_not_wait_moves_its_job_until_it_starts_and_the_sensor_follows_its_last_rung(
+    local_jobs: tuple[Runner, list[str]],
+    holder: str,
+    rungs: Counter,
+    deferrable: bool,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """``wait_for_completion=False`` on a ladder: the box's GPUs are held, so the task moves the
+    job after the box's ``start_timeout`` (in the worker, or through the real trigger and
+    ``execute_complete``), returns the spare's handle (the last rung: at once) and disowns it;
+    the box's job is cancelled for the move, and a ``TorchXJobSensor`` on the returned handle
+    sees the spare's job succeed."""
+    runner, handles = local_jobs
+    run_id = f"ladder-submit-{'deferred' if deferrable else 'worker'}"
+    ti = FakeTI(run_id=run_id)
+    app = trainer("sleep 1")
+    try:
+        if deferrable:
+            with pytest.raises(TaskDeferred) as deferred:
+                operator(app, deferrable=True, wait_for_completion=False).execute({"ti": ti})  # type: ignore[arg-type]
+            assert deferred.value.trigger.until_started is True
+            (event,) = run_deferred(deferred.value.trigger)
+            assert event["status"] == "guardrail" and event["guard"] == "start_timeout"
+            resumed = operator(app, deferrable=True, wait_for_completion=False)
+            handle = resumed.execute_complete({"ti": ti}, event, **deferred.value.kwargs)  # type: ignore[arg-type]
+        else:
+            handle = operator(app, wait_for_completion=False).execute({"ti": ti})  # type: ignore[arg-type]
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    steps = ti.xcoms["ladder"]
+    assert [(s["conn_id"], s["outcome"]) for s in steps] == [("torchx_box", "moved"), ("torchx_spare", "running")]
+    first, second = steps[0]["app_handle"], steps[1]["app_handle"]
+    assert handle == second == ti.xcoms["app_handle"] == ti.xcoms["torchx_disowned"]
+    assert ended(runner, first) == AppState.CANCELLED  # a cancel is delivered, then lands
+    left = runner.describe_app(first)
+    assert left is not None and left.cancelled_by == CancelledBy.TASK
+    assert left.cancel_reason == "moved to torchx_spare: it did not start within start_timeout=2s"
+    out, err = capfd.readouterr()
+    assert f"Ladder: leaving rung 1 'torchx_box' (local_cwd), job {first}: " in out + err
+    assert (
+        f"Ladder: job {second} is on the last rung 2 'torchx_spare' (local_cwd); returning its handle at once "
+        "(wait_for_completion=False)" in out + err
+    ), (out + err)[-3000:]
+    assert [m["why"] for m in rungs.of("torchx.job.moved")] == ["start_timeout"]
+    assert "usage" in sensed(handle, run_id, deferrable)
+    assert ended(runner, second) == AppState.SUCCEEDED
+    assert runner.status(holder).state == AppState.RUNNING  # type: ignore[union-attr]  # untouched
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_a_task_that_does_not_wait_returns_its_first_rungs_job_once_it_runs(
+    local_jobs: tuple[Runner, list[str]],
+    rungs: Counter,
+    deferrable: bool,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The box's GPUs are free: the job starts on the first rung, and the task returns that
+    rung's handle once the job is RUNNING (deferred: the trigger's ``started`` event), saying
+    the ladder moves it no more; nothing is moved, cancelled or submitted elsewhere."""
+    runner, handles = local_jobs
+    run_id = f"ladder-starts-{'deferred' if deferrable else 'worker'}"
+    ti = FakeTI(run_id=run_id)
+    app = trainer("sleep 3")
+    try:
+        if deferrable:
+            with pytest.raises(TaskDeferred) as deferred:
+                operator(app, deferrable=True, wait_for_completion=False).execute({"ti": ti})  # type: ignore[arg-type]
+            (event,) = run_deferred(deferred.value.trigger)
+            assert (event["status"], event["state"]) == ("started", "RUNNING"), event
+            resumed = operator(app, deferrable=True, wait_for_completion=False)
+            handle = resumed.execute_complete({"ti": ti}, event, **deferred.value.kwargs)  # type: ignore[arg-type]
+        else:
+            handle = operator(app, wait_for_completion=False).execute({"ti": ti})  # type: ignore[arg-type]
+        assert runner.status(handle).state == AppState.RUNNING  # type: ignore[union-attr]
+    finally:
+        handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
+    (step,) = ti.xcoms["ladder"]
+    assert (step["conn_id"], step["outcome"], step["app_handle"]) == ("torchx_box", "running", handle)
+    assert ti.xcoms["app_handle"] == ti.xcoms["torchx_disowned"] == handle
+    out, err = capfd.readouterr()
+    assert (
+        f"Ladder: job {handle} left PENDING (RUNNING) on rung 1 'torchx_box' (local_cwd); returning its handle "
+        "(wait_for_completion=False): the ladder no longer moves it" in out + err
+    ), (out + err)[-3000:]
+    assert "Ladder: leaving" not in out + err and rungs.of("torchx.job.moved") == []
+    assert [a.app_handle for a in runner.list("local_cwd", None, {"airflow.run_id": run_id})] == [handle]
+    assert ended(runner, handle) == AppState.SUCCEEDED
 
 
 def test_a_retry_adopts_the_job_on_the_rung_it_moved_to(

@@ -164,6 +164,11 @@ CASES: list[tuple[str, Outcome, dict[str, Any]]] = [
         Outcome(End.ERROR, H, message="runs on host 'a' but this triggerer runs on 'b'"),
         {"status": "error", "app_handle": H, "message": "runs on host 'a' but this triggerer runs on 'b'"},
     ),
+    (
+        "started",  # a watch until the job left PENDING (a ladder's task that does not wait)
+        Outcome(End.STARTED, H, 4, {"w/0": "c0", "w/1": "c1"}, state=AppState.RUNNING, message=f"{H} left PENDING"),
+        {"status": "started", "app_handle": H, **AT, "state": "RUNNING", "message": f"{H} left PENDING"},
+    ),
 ]
 
 

@@ -95,6 +95,17 @@ def test_a_triggers_serialised_kwargs_are_exactly_its_specs_fields() -> None:
     )
 
 
+def test_a_watch_until_started_is_serialised_only_when_set_and_rebuilds_the_same() -> None:
+    """``until_started`` (a capacity ladder's task that does not wait for completion) is a key
+    of the kwargs only when set: every other trigger's kwargs stay those of the exact dict above."""
+    _, plain = trigger_for("batchlike").serialize()
+    assert "until_started" not in plain
+    path, kwargs = trigger_for("batchlike", until_started=True).serialize()
+    assert kwargs == plain | {"until_started": True}
+    again = TorchXJobTrigger(**kwargs)
+    assert again.serialize() == (path, kwargs) and again.until_started is True
+
+
 def test_a_host_bound_job_carries_its_host_and_no_aws_settings_nor_guards_unset() -> None:
     _, kwargs = trigger_for("hostlike").serialize()
     assert kwargs["host"] == socket.gethostname()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_torchx.core.guards import Guards
 from airflow_provider_torchx.core.logstream import (
     PROGRESS_EVERY,
     Done,
@@ -22,8 +23,10 @@ from airflow_provider_torchx.core.logstream import (
     Pause,
     Read,
     Save,
+    Tripped,
     WatchRules,
     WatchState,
+    left_pending,
 )
 from airflow_provider_torchx.core.schedulers.api import LogChunk
 from airflow_provider_torchx.core.specs import AppState, AppStatus, ReplicaStatus, RoleStatus
@@ -144,6 +147,29 @@ def test_a_deadline_ends_the_watch_and_bounds_each_look() -> None:
     late = WatchState().looked_at(RUNNING, 0.0)
     assert trigger(deadline=100.0).next_action(late, 0.0, 100.0) == Done(RUNNING)
     assert rules.next_action(late, 0.0, 100.0) == Read(RUNNING)
+
+
+def test_a_watch_until_started_ends_once_the_job_left_pending_and_trips_while_it_has_not() -> None:
+    """``until_started`` (a capacity ladder's task that does not wait for completion): a
+    PENDING job is watched on (and its ``start_timeout`` trips); the round that finds it
+    RUNNING, or ended, is the last (the trigger's reads nothing, a blocking watcher's drains
+    what is there); without ``until_started`` a RUNNING job is watched on."""
+    pending = status(AppState.PENDING)
+    guards = Guards(start_timeout=5.0, since=0.0)
+    waiting = logged(WatchState().looked_at(pending, 0.0), batch(0), 0.0)
+    assert blocking(until_started=True).next_action(waiting, 0.0, 1.0) == Look(POLL, None)
+    tripped = blocking(until_started=True, guards=guards).next_action(waiting, 0.0, 6.0)
+    assert isinstance(tripped, Tripped) and tripped.trip.guard == "start_timeout"
+    for started in (RUNNING, ENDED):
+        state = WatchState().looked_at(started, 0.0)
+        assert trigger(until_started=True).next_action(state, 0.0, 0.0) == Done(started)
+        assert blocking(until_started=True).next_action(state, 0.0, 0.0) == Read(started)
+        drained = logged(state, batch(0), 0.0)  # read to its end
+        assert blocking(until_started=True, guards=guards).next_action(drained, 0.0, 60.0) == Done(started)
+    running = logged(WatchState().looked_at(RUNNING, 0.0), batch(2), 0.0)
+    assert blocking().next_action(running, 0.0, 0.0) == Look(POLL, None)
+    assert left_pending(RUNNING) and left_pending(ENDED) and not left_pending(pending)
+    assert not left_pending(status(AppState.SUBMITTED))
 
 
 def test_progress_notes_when_the_job_changes_and_once_a_minute_otherwise() -> None:
