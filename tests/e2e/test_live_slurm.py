@@ -11,7 +11,9 @@ runs it to success once the test opens its gate.
 
 A deferred capacity ladder (the box, then Slurm) beside a local job holding the box's two GPUs:
 the job cannot start on the box, moves to Slurm after the box's ``start_timeout`` and succeeds
-there, every line once, the box's job cancelled for the move.
+there, every line once, the box's job cancelled for the move. Beside it the same ladder in a task
+that does not wait (``wait_for_completion=False``) moves its job the same way and returns the Slurm
+job's handle, and a deferred sensor follows the job there (every line once in its log).
 """
 
 from __future__ import annotations
@@ -185,6 +187,7 @@ def test_a_deferred_ladder_moves_from_a_busy_box_to_slurm(
     run = live.trigger(LADDER, {"lines": 5, "pause": 2, "replicas": 1, "hold": str(hold), "ckpt": ckpt})
     try:
         api.wait_for_state(LADDER, run, "ladder", {"success"}, timeout=120)
+        api.wait_for_state(LADDER, run, "sense", {"success"}, timeout=120)
     finally:
         hold.touch()
     steps = api.xcom(LADDER, run, "ladder", "ladder")
@@ -204,3 +207,20 @@ def test_a_deferred_ladder_moves_from_a_busy_box_to_slurm(
     desc = slurm.describe(job_id)
     assert desc is not None and desc.state == AppState.SUCCEEDED, desc
     assert desc.labels.items() >= task_labels(LADDER, run, "ladder").items(), desc.labels
+
+    # The task that does not wait moved its job the same way and handed the Slurm job over; the
+    # sensor followed it there: every line once in the sensor's log, the job SUCCEEDED.
+    assert api.task_instance(LADDER, run, "handover")["state"] == "success"
+    given = api.xcom(LADDER, run, "handover", "return_value")
+    steps = api.xcom(LADDER, run, "handover", "ladder")
+    assert [s["conn_id"] for s in steps] == [BOX, RUNG] and steps[0]["outcome"] == "moved", steps
+    assert given.startswith("slurm://") and given == steps[1]["app_handle"] != handle, given
+    left = live.scheduler.describe(steps[0]["app_handle"].rsplit("/", 1)[1])
+    assert left is not None and left.cancel_reason == box_job.cancel_reason, left
+    said = api.task_log(LADDER, run, "handover", 1)
+    assert any(e.startswith(f"Ladder: job {given} is on the last rung 2 '{RUNG}'") for e in said), said[-20:]
+    assert_each_line_once(api.task_log(LADDER, run, "sense", 1), expected_lines(5, 1), f"{LADDER}.sense")
+    given_id = given.rsplit("/", 1)[1]
+    slurm.index.add(given_id, str(live.state_dir.parent / "slurm-jobs" / given_id))
+    followed = slurm.describe(given_id)
+    assert followed is not None and followed.state == AppState.SUCCEEDED, followed

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from airflow_provider_torchx.operators.torchx import TorchXRunOperator
+from airflow_provider_torchx.sensors.torchx import TorchXJobSensor
 
 START = datetime(2024, 1, 1)
 PARAMS = {"lines": 6, "pause": 1, "replicas": 2, "gate": ""}
@@ -170,7 +171,27 @@ with DAG(
         deferrable=True,
         poll_interval=1,
     )
-    hold >> ladder
+    # The same ladder in a task that does not wait: it moves its job like the one above, returns
+    # the handle of the rung it landed on, and the sensor follows the job there.
+    handover = TorchXRunOperator(
+        task_id="handover",
+        torchx_conn_id=["torchx_e2e_box", "torchx_e2e_ladder_slurm"],
+        component="utils.sh",
+        component_args={**lines_args(), "gpu": 2},
+        deferrable=True,
+        poll_interval=1,
+        wait_for_completion=False,
+    )
+    sense = TorchXJobSensor(
+        task_id="sense",
+        app_handle="{{ ti.xcom_pull(task_ids='handover') }}",
+        torchx_conn_id="torchx_e2e_ladder_slurm",
+        deferrable=True,
+        poke_interval=1,
+        stream_logs=True,
+    )
+    hold >> [ladder, handover]
+    handover >> sense
 
 # The capacity ladder's live test on AWS Batch (test_live_batch.py; the connections
 # torchx_e2e_batch_box and torchx_e2e_ladder_batch exist in that deployment only, a 4-GPU host as
