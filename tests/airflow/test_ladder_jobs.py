@@ -215,6 +215,20 @@ def test_a_ladder_refuses_a_scheduler_override_and_a_bad_list_at_parse_time_and_
     assert op.rungs == tuple(LADDER) and op.wait_for_completion is False
 
 
+def submit_without_waiting(app: AppDef, ti: FakeTI, deferrable: bool) -> tuple[str, dict[str, Any] | None]:
+    """Run a ladder's task that does not wait for completion, in the worker or deferred (through
+    the real trigger, watching until the job started, and ``execute_complete``): the handle it
+    returns, and the trigger's event (None in the worker)."""
+    if not deferrable:
+        return operator(app, wait_for_completion=False).execute({"ti": ti}), None  # type: ignore[arg-type]
+    with pytest.raises(TaskDeferred) as deferred:
+        operator(app, deferrable=True, wait_for_completion=False).execute({"ti": ti})  # type: ignore[arg-type]
+    assert deferred.value.trigger.until_started is True
+    (event,) = run_deferred(deferred.value.trigger)
+    resumed = operator(app, deferrable=True, wait_for_completion=False)
+    return resumed.execute_complete({"ti": ti}, event, **deferred.value.kwargs), event  # type: ignore[arg-type]
+
+
 def sensed(handle: str, run_id: str, deferrable: bool) -> list[str]:
     """A ``TorchXJobSensor`` on ``handle`` run to its end (poked in the worker, or deferred
     through the real trigger); returns its task's XCom keys (it succeeded: no exception)."""
@@ -250,16 +264,8 @@ def test_a_task_that_does_not_wait_moves_its_job_until_it_starts_and_the_sensor_
     ti = FakeTI(run_id=run_id)
     app = trainer("sleep 1")
     try:
-        if deferrable:
-            with pytest.raises(TaskDeferred) as deferred:
-                operator(app, deferrable=True, wait_for_completion=False).execute({"ti": ti})  # type: ignore[arg-type]
-            assert deferred.value.trigger.until_started is True
-            (event,) = run_deferred(deferred.value.trigger)
-            assert event["status"] == "guardrail" and event["guard"] == "start_timeout"
-            resumed = operator(app, deferrable=True, wait_for_completion=False)
-            handle = resumed.execute_complete({"ti": ti}, event, **deferred.value.kwargs)  # type: ignore[arg-type]
-        else:
-            handle = operator(app, wait_for_completion=False).execute({"ti": ti})  # type: ignore[arg-type]
+        handle, event = submit_without_waiting(app, ti, deferrable)
+        assert event is None or (event["status"], event["guard"]) == ("guardrail", "start_timeout"), event
     finally:
         handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
     steps = ti.xcoms["ladder"]
@@ -297,15 +303,8 @@ def test_a_task_that_does_not_wait_returns_its_first_rungs_job_once_it_runs(
     ti = FakeTI(run_id=run_id)
     app = trainer("sleep 3")
     try:
-        if deferrable:
-            with pytest.raises(TaskDeferred) as deferred:
-                operator(app, deferrable=True, wait_for_completion=False).execute({"ti": ti})  # type: ignore[arg-type]
-            (event,) = run_deferred(deferred.value.trigger)
-            assert (event["status"], event["state"]) == ("started", "RUNNING"), event
-            resumed = operator(app, deferrable=True, wait_for_completion=False)
-            handle = resumed.execute_complete({"ti": ti}, event, **deferred.value.kwargs)  # type: ignore[arg-type]
-        else:
-            handle = operator(app, wait_for_completion=False).execute({"ti": ti})  # type: ignore[arg-type]
+        handle, event = submit_without_waiting(app, ti, deferrable)
+        assert event is None or (event["status"], event["state"]) == ("started", "RUNNING"), event
         assert runner.status(handle).state == AppState.RUNNING  # type: ignore[union-attr]
     finally:
         handles.extend(s["app_handle"] for s in ti.xcoms.get("ladder", []))
