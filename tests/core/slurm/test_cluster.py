@@ -163,7 +163,9 @@ def test_sbatch_test_only_accepts_a_dry_run(slurm: SlurmScheduler, job_dir: Path
 
 
 def test_describes_an_ended_job_after_slurm_forgot_it(slurm: SlurmScheduler, job_dir: Path) -> None:
-    app_id = _submit(slurm, _app('echo "rank $TORCHX_REPLICA_ID"; exit $TORCHX_REPLICA_ID', 2), job_dir)
+    # Rank 1 fails a second after rank 0 ended: srun --kill-on-bad-exit would stop a rank 0 still running.
+    script = 'echo "rank $TORCHX_REPLICA_ID"; [ "$TORCHX_REPLICA_ID" = 0 ] || sleep 1; exit $TORCHX_REPLICA_ID'
+    app_id = _submit(slurm, _app(script, 2), job_dir)
     assert wait_for(slurm, app_id).state == AppState.FAILED
     deadline = time.monotonic() + 90  # slurmctld purges ended jobs once a minute (MinJobAge is 2 s)
     while app_id in status.index_jobs(slurm.commands.squeue()):
